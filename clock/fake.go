@@ -1,0 +1,163 @@
+package clock
+
+import (
+	"sort"
+	"sync"
+	"time"
+)
+
+// Fake is a Clock that only moves when told to. Timers made from it fire,
+// in deadline order, when Advance or Set moves the time past their
+// deadline. It is safe for concurrent use.
+type Fake struct {
+	mu      sync.Mutex
+	now     time.Time
+	timers  []*fakeTimer
+	waiters []fakeWaiter
+}
+
+type fakeWaiter struct {
+	n  int
+	ch chan struct{}
+}
+
+// NewFake returns a fake clock that reads t until it is moved.
+func NewFake(t time.Time) *Fake { return &Fake{now: t} }
+
+// Now returns the fake time.
+func (f *Fake) Now() time.Time {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return f.now
+}
+
+// Advance moves the time forward by d and fires every timer that falls due.
+func (f *Fake) Advance(d time.Duration) {
+	f.mu.Lock()
+	target := f.now.Add(d)
+	f.mu.Unlock()
+	f.Set(target)
+}
+
+// Set moves the time to t and fires every timer that falls due. Moving the
+// time backwards is allowed and fires nothing.
+func (f *Fake) Set(t time.Time) {
+	for {
+		f.mu.Lock()
+		sort.SliceStable(f.timers, func(i, j int) bool { return f.timers[i].at.Before(f.timers[j].at) })
+		if len(f.timers) == 0 || f.timers[0].at.After(t) {
+			f.now = t
+			f.mu.Unlock()
+			return
+		}
+		next := f.timers[0]
+		f.timers = f.timers[1:]
+		if next.at.After(f.now) {
+			f.now = next.at
+		}
+		f.mu.Unlock()
+		next.fire()
+	}
+}
+
+// Waiting returns how many timers are pending.
+func (f *Fake) Waiting() int {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return len(f.timers)
+}
+
+// WaitForTimers returns a channel that is closed once at least n timers are
+// pending. Tests use it to know that a goroutine has reached the point
+// where it waits on the clock before they advance it.
+func (f *Fake) WaitForTimers(n int) <-chan struct{} {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	ch := make(chan struct{})
+	if len(f.timers) >= n {
+		close(ch)
+		return ch
+	}
+	f.waiters = append(f.waiters, fakeWaiter{n: n, ch: ch})
+	return ch
+}
+
+// NewTimer returns a timer that fires when the fake time reaches now+d.
+func (f *Fake) NewTimer(d time.Duration) Timer {
+	t := &fakeTimer{clock: f, ch: make(chan time.Time, 1)}
+	f.schedule(t, d)
+	return t
+}
+
+// AfterFunc calls fn in its own goroutine when the fake time reaches now+d.
+func (f *Fake) AfterFunc(d time.Duration, fn func()) Timer {
+	t := &fakeTimer{clock: f, fn: fn}
+	f.schedule(t, d)
+	return t
+}
+
+func (f *Fake) schedule(t *fakeTimer, d time.Duration) {
+	f.mu.Lock()
+	t.at = f.now.Add(d)
+	if d <= 0 {
+		f.mu.Unlock()
+		t.fire()
+		return
+	}
+	f.timers = append(f.timers, t)
+	kept := f.waiters[:0]
+	var ready []chan struct{}
+	for _, w := range f.waiters {
+		if len(f.timers) >= w.n {
+			ready = append(ready, w.ch)
+		} else {
+			kept = append(kept, w)
+		}
+	}
+	f.waiters = kept
+	f.mu.Unlock()
+	for _, ch := range ready {
+		close(ch)
+	}
+}
+
+// remove drops t from the pending list and reports whether it was there.
+func (f *Fake) remove(t *fakeTimer) bool {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	for i, p := range f.timers {
+		if p == t {
+			f.timers = append(f.timers[:i], f.timers[i+1:]...)
+			return true
+		}
+	}
+	return false
+}
+
+type fakeTimer struct {
+	clock *Fake
+	at    time.Time
+	ch    chan time.Time
+	fn    func()
+}
+
+func (t *fakeTimer) C() <-chan time.Time { return t.ch }
+
+func (t *fakeTimer) Stop() bool { return t.clock.remove(t) }
+
+func (t *fakeTimer) Reset(d time.Duration) bool {
+	was := t.clock.remove(t)
+	t.clock.schedule(t, d)
+	return was
+}
+
+func (t *fakeTimer) fire() {
+	if t.fn != nil {
+		go t.fn()
+		return
+	}
+	select {
+	case t.ch <- t.at:
+	default:
+	}
+}

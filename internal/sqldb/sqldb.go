@@ -1,0 +1,87 @@
+// Package sqldb adapts database/sql to the store's executor interfaces, for
+// the MySQL and SQLite stores and for callers' *sql.Tx in EnqueueTx.
+package sqldb
+
+import (
+	"context"
+	"database/sql"
+
+	"github.com/sluicequeue/sluice/store"
+)
+
+// querier is what *sql.DB, *sql.Tx and *sql.Conn have in common.
+type querier interface {
+	ExecContext(ctx context.Context, query string, args ...any) (sql.Result, error)
+	QueryContext(ctx context.Context, query string, args ...any) (*sql.Rows, error)
+}
+
+// Executor wraps a *sql.DB, *sql.Tx or *sql.Conn.
+type Executor struct{ q querier }
+
+// Wrap returns an executor over q.
+func Wrap(q querier) Executor { return Executor{q: q} }
+
+// Exec runs a statement.
+func (e Executor) Exec(ctx context.Context, query string, args ...any) (store.Result, error) {
+	r, err := e.q.ExecContext(ctx, query, args...)
+	if err != nil {
+		return store.Result{}, err
+	}
+	n, _ := r.RowsAffected()
+	id, _ := r.LastInsertId()
+	return store.Result{RowsAffected: n, LastInsertID: id}, nil
+}
+
+// Query runs a statement that returns rows.
+func (e Executor) Query(ctx context.Context, query string, args ...any) (store.Rows, error) {
+	r, err := e.q.QueryContext(ctx, query, args...)
+	if err != nil {
+		return nil, err
+	}
+	return rows{r}, nil
+}
+
+type rows struct{ *sql.Rows }
+
+func (r rows) Close() { _ = r.Rows.Close() }
+
+// DB is a store pool over *sql.DB.
+type DB struct {
+	Executor
+	db *sql.DB
+}
+
+// NewDB wraps db.
+func NewDB(db *sql.DB) *DB { return &DB{Executor: Wrap(db), db: db} }
+
+// SQL returns the wrapped *sql.DB.
+func (d *DB) SQL() *sql.DB { return d.db }
+
+// Begin starts a transaction.
+func (d *DB) Begin(ctx context.Context) (store.Tx, error) {
+	tx, err := d.db.BeginTx(ctx, nil)
+	if err != nil {
+		return nil, err
+	}
+	return &Tx{Executor: Wrap(tx), tx: tx}, nil
+}
+
+// Close closes the pool.
+func (d *DB) Close() error { return d.db.Close() }
+
+// Tx is a transaction over *sql.Tx.
+type Tx struct {
+	Executor
+	tx *sql.Tx
+}
+
+// Commit commits the transaction.
+func (t *Tx) Commit(context.Context) error { return t.tx.Commit() }
+
+// Rollback aborts the transaction; it is a no-op after Commit.
+func (t *Tx) Rollback(context.Context) error {
+	if err := t.tx.Rollback(); err != nil && err != sql.ErrTxDone {
+		return err
+	}
+	return nil
+}

@@ -1,0 +1,112 @@
+// Package ratelimit holds sluice's rate-limit math and declarations. It is
+// pure Go: no SQL, no clock of its own. Times are integer microseconds
+// since the Unix epoch, passed in by the caller, so every decision can be
+// replayed exactly.
+//
+// The algorithm is GCRA (the generic cell rate algorithm). For a limit of
+// To per Per with a burst of b (1 ≤ b ≤ To):
+//
+//   - the emission interval is T = Per / (To − b + 1), rounded up to the
+//     microsecond so that rounding can never admit early;
+//   - the tolerance is τ = (b − 1)·T;
+//   - a budget keeps one time, its TAT (theoretical arrival time); a budget
+//     that has no state has TAT = now;
+//   - a job of cost c is admitted at t iff max(TAT, t) + c·T − t ≤ τ + T,
+//     and then TAT ← max(TAT, t) + c·T. A denial changes nothing.
+//
+// This admits at most To (in cost) in any half-open window of length Per,
+// lets a quiet budget admit b at once, and drains a backlog at To − b + 1
+// per Per.
+package ratelimit
+
+import "math"
+
+// Never is the earliest admission time of a paused limit.
+const Never = int64(math.MaxInt64)
+
+// Params is a limit reduced to what the math needs.
+type Params struct {
+	// Interval is the emission interval T in microseconds (at least 1000).
+	Interval int64
+	// Burst is b: how many cost-1 jobs a quiet budget admits at once.
+	Burst int
+	// Paused is set for a limit of To: 0, which admits nothing.
+	Paused bool
+}
+
+// Tolerance returns τ = (b − 1)·T in microseconds.
+func (p Params) Tolerance() int64 { return int64(p.Burst-1) * p.Interval }
+
+// State is one budget's stored state.
+type State struct {
+	// TAT is the theoretical arrival time, in microseconds.
+	TAT int64
+	// NextSlot is the earliest time the next deferred job may be told to
+	// come back, in microseconds: one interval after the last slot handed
+	// out. It never charges the budget.
+	NextSlot int64
+}
+
+// Check reports whether a job of the given cost is admitted at now, and
+// if not, the earliest time it could be, state unchanged. The earliest time
+// is tight: the job is denied one microsecond before it and admitted at it.
+func (p Params) Check(s State, now int64, cost int) (ok bool, earliest int64) {
+	if p.Paused || cost > p.Burst {
+		return false, Never
+	}
+	c := int64(cost)
+	base := max(s.TAT, now)
+	if base+c*p.Interval-now <= int64(p.Burst)*p.Interval {
+		return true, now
+	}
+	return false, s.TAT - int64(p.Burst-cost)*p.Interval
+}
+
+// Charge records an admission of the given cost at now. Call it only after
+// Check admitted the job.
+func (p Params) Charge(s *State, now int64, cost int) {
+	s.TAT = max(s.TAT, now) + int64(cost)*p.Interval
+}
+
+// Allow checks and, when admitted, charges: the whole GCRA step.
+func (p Params) Allow(s *State, now int64, cost int) (ok bool, earliest int64) {
+	ok, earliest = p.Check(*s, now, cost)
+	if ok {
+		p.Charge(s, now, cost)
+	}
+	return ok, earliest
+}
+
+// Slot hands a deferred job the next free slot: the later of the earliest
+// time it could be admitted and NextSlot. It advances NextSlot by the
+// job's cost in intervals and returns the slot. It never changes TAT.
+func (p Params) Slot(s *State, earliest int64, cost int) int64 {
+	slot := max(earliest, s.NextSlot)
+	step := p.Interval
+	if p.Paused {
+		step = 1
+	}
+	s.NextSlot = slot + int64(cost)*step
+	return slot
+}
+
+// CapDebt applies the rule for a changed limit: when p is looser than the
+// limit the state was built under (a shorter interval), the debt it
+// inherits is capped at b intervals of p, so admissions resume within one
+// new interval; a tighter limit starts from the state as left.
+func (p Params) CapDebt(s *State, now int64, prev Params) {
+	if p.Paused || prev.Interval == 0 {
+		return // no earlier limit is known, or nothing is admitted anyway
+	}
+	if !prev.Paused && p.Interval >= prev.Interval {
+		return // the same or tighter: start from the state as left
+	}
+	if limit := now + int64(p.Burst)*p.Interval; s.TAT > limit {
+		s.TAT = limit
+	}
+}
+
+// Idle reports whether a budget in this state admits exactly as a missing
+// one would at now: its TAT has passed and it has no slot handed out ahead.
+// Such a row may be deleted without changing any decision.
+func Idle(s State, now int64) bool { return s.TAT <= now && s.NextSlot <= now }

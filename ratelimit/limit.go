@@ -1,0 +1,180 @@
+package ratelimit
+
+import (
+	"errors"
+	"fmt"
+	"strings"
+	"time"
+
+	"github.com/sluicequeue/sluice/internal/keys"
+)
+
+// MinInterval is the shortest emission interval a limit may have.
+const MinInterval = time.Millisecond
+
+// Limit declares a rate limit on the jobs of one kind, whose args are T.
+//
+// At most To jobs that share a budget are claimed in any window of Per,
+// starting at any moment; a quiet budget admits Burst of them at once, and
+// a backlog drains at To − Burst + 1 per Per.
+type Limit[T any] struct {
+	// To is how many jobs any window of Per admits. 0 pauses the limit:
+	// nothing it covers is admitted, and nothing is lost.
+	To int
+	// Per is the length of the window. Required.
+	Per time.Duration
+	// Burst is how many jobs a quiet budget admits at once, 1 ≤ Burst ≤ To.
+	// Defaults to 1.
+	Burst int
+	// Key says which jobs share a budget:
+	//
+	//   - a string literal such as "global": one budget for the whole kind
+	//     (or group), stored as "Kind/global";
+	//   - func(T) any or func(T) (any, error): a budget per value, joined
+	//     into a string (see the package keys rules: a struct with an ID
+	//     field gives "Type/id", a slice's items are joined with "/", an
+	//     empty result gives the bare kind's or group's budget);
+	//   - nil: the limit is off.
+	Key any
+	// Group shares one budget between every kind that names it; the stored
+	// key is "Group/key". Without it the budget belongs to the kind. It may
+	// not contain "/".
+	Group string
+	// Cost charges a job more than one token, computed from its args at
+	// enqueue (for example the number of items in a bulk call). A cost
+	// above Burst could never be admitted and is refused at enqueue.
+	// Defaults to 1 for every job.
+	Cost func(T) int
+	// Shadow computes and records every decision, and lets the job run
+	// anyway. The budget's state advances as if the limit were enforced.
+	Shadow bool
+}
+
+// Spec is a compiled limit without its type: what the claim needs.
+type Spec struct {
+	// Scope is the budget key's first part: the group, or the kind.
+	Scope string
+	// To, Per and Burst are as declared (Burst defaulted).
+	To    int
+	Per   time.Duration
+	Burst int
+	// Params is the limit reduced for the math.
+	Params Params
+	// Shadow is set when decisions are recorded but not enforced.
+	Shadow bool
+}
+
+// String describes the limit as "100/1m0s burst 10".
+func (s Spec) String() string {
+	return fmt.Sprintf("%d/%s burst %d", s.To, s.Per, s.Burst)
+}
+
+// Rule is a compiled Limit: its Spec and the functions that compute a
+// job's budget key and cost.
+type Rule[T any] struct {
+	Spec
+	key  keys.Func[T]
+	cost func(T) int
+}
+
+// ErrInvalid is wrapped by every declaration error.
+var ErrInvalid = errors.New("invalid rate limit")
+
+// NewParams reduces To per Per with the given burst for the math, checking
+// every field. Burst 0 means the default, 1.
+func NewParams(to int, per time.Duration, burst int) (Params, int, error) {
+	if burst == 0 {
+		burst = 1
+	}
+	switch {
+	case to < 0:
+		return Params{}, 0, fmt.Errorf("%w: To is %d; it must be positive, or 0 to pause", ErrInvalid, to)
+	case per <= 0:
+		return Params{}, 0, fmt.Errorf("%w: Per is %s; it must be a positive duration", ErrInvalid, per)
+	case to == 0:
+		return Params{Interval: per.Microseconds(), Burst: 0, Paused: true}, burst, nil
+	case burst < 1 || burst > to:
+		return Params{}, 0, fmt.Errorf("%w: Burst is %d; it must be between 1 and To (%d)", ErrInvalid, burst, to)
+	}
+	n := int64(to - burst + 1)
+	// Round up to the microsecond: a longer interval can never admit early.
+	perNanos := per.Nanoseconds()
+	interval := (perNanos + n*1000 - 1) / (n * 1000)
+	if time.Duration(perNanos/n) < MinInterval {
+		return Params{}, 0, fmt.Errorf("%w: Per/(To-Burst+1) is %s; it must be at least %s", ErrInvalid, time.Duration(perNanos/n), MinInterval)
+	}
+	return Params{Interval: interval, Burst: burst}, burst, nil
+}
+
+// Compile checks a declaration for the kind and compiles it. It returns a
+// nil Rule (and no error) when Key is nil, which turns the limit off.
+func Compile[T any](kind string, l Limit[T]) (*Rule[T], error) {
+	key, err := keys.Compile[T]("RateLimit.Key", l.Key)
+	if err != nil {
+		return nil, fmt.Errorf("%w: %w", ErrInvalid, err)
+	}
+	if key == nil {
+		return nil, nil
+	}
+	params, burst, err := NewParams(l.To, l.Per, l.Burst)
+	if err != nil {
+		return nil, err
+	}
+	scope := l.Group
+	if scope == "" {
+		scope = kind
+	}
+	if err := CheckScope(scope); err != nil {
+		return nil, err
+	}
+	return &Rule[T]{
+		Spec: Spec{Scope: scope, To: l.To, Per: l.Per, Burst: burst, Params: params, Shadow: l.Shadow},
+		key:  key,
+		cost: l.Cost,
+	}, nil
+}
+
+// CheckScope refuses a scope that cannot start a budget key: empty, or
+// holding "/" or a line break.
+func CheckScope(scope string) error {
+	switch {
+	case scope == "":
+		return fmt.Errorf("%w: Group is empty and so is the kind", ErrInvalid)
+	case strings.ContainsAny(scope, "/\n"):
+		return fmt.Errorf("%w: scope %q contains \"/\" or a line break; name a Group without them", ErrInvalid, scope)
+	}
+	return nil
+}
+
+// BudgetKey returns the stored key of the budget that args draw on.
+func (r *Rule[T]) BudgetKey(args T) (string, error) {
+	v, err := r.key(args)
+	if err != nil {
+		return "", err
+	}
+	return keys.Scoped(r.Scope, v), nil
+}
+
+// Cost returns what admitting a job with these args charges, checked
+// against the burst.
+func (r *Rule[T]) Cost(args T) (int, error) {
+	if r.cost == nil {
+		return 1, nil
+	}
+	c := r.cost(args)
+	switch {
+	case c < 1:
+		return 0, fmt.Errorf("rate limit %s: cost is %d; it must be at least 1", r.Scope, c)
+	case !r.Params.Paused && c > r.Burst:
+		return 0, fmt.Errorf("rate limit %s: cost %d is above the burst (%d), so the job could never be admitted", r.Scope, c, r.Burst)
+	}
+	return c, nil
+}
+
+// ScopeOf returns the scope part of a stored budget key.
+func ScopeOf(budgetKey string) string {
+	if i := strings.IndexByte(budgetKey, '/'); i >= 0 {
+		return budgetKey[:i]
+	}
+	return budgetKey
+}

@@ -1,0 +1,188 @@
+package store
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+)
+
+// ErrNotFound is returned for a job id that does not exist.
+var ErrNotFound = errors.New("not found")
+
+// PauseQueue stops workers claiming from a queue; its jobs stay where they
+// are. Pausing a paused queue does nothing.
+func (s *Store) PauseQueue(ctx context.Context, queue string, now time.Time) error {
+	return s.setPaused(ctx, queue, true, now)
+}
+
+// ResumeQueue lets workers claim from a paused queue again.
+func (s *Store) ResumeQueue(ctx context.Context, queue string, now time.Time) error {
+	return s.setPaused(ctx, queue, false, now)
+}
+
+func (s *Store) setPaused(ctx context.Context, queue string, paused bool, now time.Time) error {
+	if queue == "" {
+		return errors.New("queue name is empty")
+	}
+	q, args := s.d.SetQueuePaused(queue, paused, Micros(now))
+	if _, err := exec(ctx, s.db, q, args); err != nil {
+		return s.wrap(fmt.Errorf("pause queue %s: %w", queue, err))
+	}
+	return nil
+}
+
+// QueueInfo is a queue and whether it is paused.
+type QueueInfo struct {
+	Name   string
+	Paused bool
+}
+
+// ListQueues lists the queues that hold jobs or were ever paused.
+func (s *Store) ListQueues(ctx context.Context) ([]QueueInfo, error) {
+	rows, err := s.db.Query(ctx, s.d.ListQueues())
+	if err != nil {
+		return nil, s.wrap(fmt.Errorf("list queues: %w", err))
+	}
+	defer rows.Close()
+	var out []QueueInfo
+	for rows.Next() {
+		var q QueueInfo
+		if err := rows.Scan(&q.Name, &q.Paused); err != nil {
+			return nil, err
+		}
+		out = append(out, q)
+	}
+	return out, rows.Err()
+}
+
+// QueueStats counts a queue's jobs by state.
+type QueueStats struct {
+	Queue  string
+	Counts map[State]int64
+}
+
+// Stats counts jobs per queue and state, queues in name order.
+func (s *Store) Stats(ctx context.Context) ([]QueueStats, error) {
+	rows, err := s.db.Query(ctx, s.d.JobsByState())
+	if err != nil {
+		return nil, s.wrap(fmt.Errorf("stats: %w", err))
+	}
+	defer rows.Close()
+	var out []QueueStats
+	for rows.Next() {
+		var queue, state string
+		var n int64
+		if err := rows.Scan(&queue, &state, &n); err != nil {
+			return nil, err
+		}
+		if len(out) == 0 || out[len(out)-1].Queue != queue {
+			out = append(out, QueueStats{Queue: queue, Counts: map[State]int64{}})
+		}
+		out[len(out)-1].Counts[State(state)] = n
+	}
+	return out, rows.Err()
+}
+
+// ListJobs lists jobs, newest first, filtered by f.
+func (s *Store) ListJobs(ctx context.Context, f JobFilter) ([]*JobInfo, error) {
+	if f.Limit <= 0 {
+		f.Limit = 50
+	}
+	q, args := s.d.ListJobs(f)
+	return s.queryJobInfos(ctx, q, args)
+}
+
+// GetJob reads one job.
+func (s *Store) GetJob(ctx context.Context, id int64) (*JobInfo, error) {
+	q, args := s.d.GetJob(id)
+	jobs, err := s.queryJobInfos(ctx, q, args)
+	if err != nil {
+		return nil, err
+	}
+	if len(jobs) == 0 {
+		return nil, fmt.Errorf("job %d: %w", id, ErrNotFound)
+	}
+	return jobs[0], nil
+}
+
+func (s *Store) queryJobInfos(ctx context.Context, q string, args []any) ([]*JobInfo, error) {
+	rows, err := s.db.Query(ctx, q, args...)
+	if err != nil {
+		return nil, s.wrap(fmt.Errorf("list jobs: %w", err))
+	}
+	defer rows.Close()
+	var out []*JobInfo
+	for rows.Next() {
+		var state string
+		var attempted, finished, pid nullInt64
+		var lastErr, waitKey nullString
+		j, err := scanJob(rows, &state, &attempted, &finished, &pid, &lastErr, &waitKey)
+		if err != nil {
+			return nil, err
+		}
+		info := &JobInfo{Job: *j, State: State(state), ProcessID: pid.Int64, LastError: lastErr.String, WaitKey: waitKey.String}
+		if attempted.Valid {
+			info.AttemptedAt = FromMicros(attempted.Int64)
+		}
+		if finished.Valid {
+			info.FinishedAt = FromMicros(finished.Int64)
+		}
+		out = append(out, info)
+	}
+	return out, rows.Err()
+}
+
+// RetryJobs makes failed, cancelled, scheduled or parked jobs ready now,
+// with their attempts reset. Running and completed jobs are refused. It
+// returns the jobs it moved.
+func (s *Store) RetryJobs(ctx context.Context, now time.Time, ids []int64) ([]int64, error) {
+	return s.operate(ctx, now, ids, "retry", []State{StateFailed, StateCancelled, StateScheduled, StateParked, StateReady},
+		func(j *JobInfo) Transition {
+			return Transition{ID: j.ID, State: StateReady, RunAt: now, AttemptDelta: -j.Attempt}
+		})
+}
+
+// CancelJobs discards jobs that have not finished and are not running,
+// recording reason. It returns the jobs it moved.
+func (s *Store) CancelJobs(ctx context.Context, now time.Time, ids []int64, reason string) ([]int64, error) {
+	if reason == "" {
+		reason = "cancelled by an operator"
+	}
+	return s.operate(ctx, now, ids, "cancel", []State{StateReady, StateScheduled, StateParked, StateFailed},
+		func(j *JobInfo) Transition {
+			return Transition{ID: j.ID, State: StateCancelled, Error: reason, Finished: true}
+		})
+}
+
+// operate applies an operator's action to each job in turn, each in its
+// own transaction, refusing the first one that is not in an allowed state.
+func (s *Store) operate(ctx context.Context, now time.Time, ids []int64, verb string, allowed []State, to func(*JobInfo) Transition) ([]int64, error) {
+	var done []int64
+	for _, id := range ids {
+		j, err := s.GetJob(ctx, id)
+		if err != nil {
+			return done, fmt.Errorf("%s: %w", verb, err)
+		}
+		ok := false
+		for _, st := range allowed {
+			ok = ok || j.State == st
+		}
+		if !ok {
+			return done, fmt.Errorf("%s job %d: it is %s (only %s jobs can be)", verb, id, j.State, joinStates(allowed))
+		}
+		err = s.inTx(ctx, func(tx Tx) error {
+			return s.transition(ctx, tx, j.State, 0, Micros(now), []Transition{to(j)})
+		})
+		if err != nil {
+			return done, s.wrap(fmt.Errorf("%s job %d: %w", verb, id, err))
+		}
+		done = append(done, id)
+	}
+	if len(done) > 0 {
+		if err := s.notify(ctx, s.db, []string{"*"}); err != nil {
+			return done, err
+		}
+	}
+	return done, nil
+}

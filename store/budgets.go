@@ -1,0 +1,217 @@
+package store
+
+import (
+	"context"
+	"database/sql"
+	"fmt"
+	"slices"
+	"strings"
+	"time"
+
+	"github.com/sluicequeue/sluice/ratelimit"
+)
+
+type (
+	nullString = sql.NullString
+	nullInt64  = sql.NullInt64
+)
+
+// budget is one locked budget row during a claim or an unpark.
+type budget struct {
+	row   BudgetRow
+	state ratelimit.State
+	// prepared is set once the row's debt has been capped for the limit
+	// this claim applies.
+	prepared bool
+	dirty    bool
+}
+
+// params returns the limit the row was last charged under.
+func (b *budget) params() ratelimit.Params {
+	return ratelimit.Params{
+		Interval: b.row.IntervalUS,
+		Burst:    b.row.Burst,
+		Paused:   b.row.IntervalUS > 0 && b.row.Burst == 0,
+	}
+}
+
+// prepare applies the rules for a changed limit, once per claim, and
+// records the limit the row is now charged under.
+func (b *budget) prepare(p ratelimit.Params, now int64) {
+	if b.prepared {
+		return
+	}
+	b.prepared = true
+	prev := b.params()
+	if prev != p {
+		p.CapDebt(&b.state, now, prev)
+		b.row.IntervalUS, b.row.Burst = p.Interval, p.Burst
+		if p.Paused {
+			b.row.Burst = 0
+		}
+		b.dirty = true
+	}
+}
+
+func (b *budget) save(now int64) BudgetRow {
+	b.row.TAT, b.row.NextSlot, b.row.UpdatedAt = b.state.TAT, b.state.NextSlot, now
+	return b.row
+}
+
+func scanBudget(rows Rows, extra ...any) (BudgetRow, error) {
+	var r BudgetRow
+	dest := append([]any{&r.Name, &r.TAT, &r.NextSlot, &r.IntervalUS, &r.Burst, &r.Parked, &r.UpdatedAt}, extra...)
+	if err := rows.Scan(dest...); err != nil {
+		return r, fmt.Errorf("read budget: %w", err)
+	}
+	return r, nil
+}
+
+func (s *Store) queryBudgets(ctx context.Context, ex Executor, q string, args []any) ([]BudgetRow, error) {
+	rows, err := ex.Query(ctx, q, args...)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	var out []BudgetRow
+	for rows.Next() {
+		r, err := scanBudget(rows)
+		if err != nil {
+			return nil, err
+		}
+		out = append(out, r)
+	}
+	return out, rows.Err()
+}
+
+// lockBudgets locks the budget rows of keys (sorted), creating the missing
+// ones. A row that is still missing (cleared as idle in between) reads as
+// the empty state, which admits exactly as the cleared row did.
+func (s *Store) lockBudgets(ctx context.Context, tx Tx, keys []string) (map[string]*budget, error) {
+	out := make(map[string]*budget, len(keys))
+	add := func(rows []BudgetRow) {
+		for _, r := range rows {
+			out[r.Name] = &budget{row: r, state: ratelimit.State{TAT: r.TAT, NextSlot: r.NextSlot}}
+		}
+	}
+	q, args := s.d.LockBudgets(keys)
+	rows, err := s.queryBudgets(ctx, tx, q, args)
+	if err != nil {
+		return nil, fmt.Errorf("lock budgets: %w", err)
+	}
+	add(rows)
+	var missing []string
+	for _, k := range keys {
+		if out[k] == nil {
+			missing = append(missing, k)
+		}
+	}
+	if len(missing) == 0 {
+		return out, nil
+	}
+	q, args = s.d.InsertBudgets(missing)
+	if _, err := exec(ctx, tx, q, args); err != nil {
+		return nil, fmt.Errorf("create budgets: %w", err)
+	}
+	q, args = s.d.LockBudgets(missing)
+	if rows, err = s.queryBudgets(ctx, tx, q, args); err != nil {
+		return nil, fmt.Errorf("lock new budgets: %w", err)
+	}
+	add(rows)
+	for _, k := range missing {
+		if out[k] == nil {
+			out[k] = &budget{row: BudgetRow{Name: k}, dirty: true}
+		}
+	}
+	return out, nil
+}
+
+func (s *Store) saveBudgets(ctx context.Context, tx Tx, budgets map[string]*budget, now int64) error {
+	var rows []BudgetRow
+	for _, b := range budgets {
+		if b.dirty {
+			rows = append(rows, b.save(now))
+		}
+	}
+	if len(rows) == 0 {
+		return nil
+	}
+	slices.SortFunc(rows, func(a, b BudgetRow) int { return strings.Compare(a.Name, b.Name) })
+	q, args := s.d.SaveBudgets(rows)
+	if _, err := exec(ctx, tx, q, args); err != nil {
+		return fmt.Errorf("save budgets: %w", err)
+	}
+	return nil
+}
+
+// ListBudgets returns every budget with how many jobs wait on it.
+func (s *Store) ListBudgets(ctx context.Context) ([]BudgetInfo, error) {
+	rows, err := s.db.Query(ctx, s.d.ListBudgets())
+	if err != nil {
+		return nil, s.wrap(fmt.Errorf("list budgets: %w", err))
+	}
+	defer rows.Close()
+	var out []BudgetInfo
+	for rows.Next() {
+		var waiting int64
+		r, err := scanBudget(rows, &waiting)
+		if err != nil {
+			return nil, err
+		}
+		out = append(out, BudgetInfo{BudgetRow: r, Waiting: int(waiting)})
+	}
+	return out, rows.Err()
+}
+
+// BudgetInfo is a budget and the jobs waiting on it.
+type BudgetInfo struct {
+	BudgetRow
+	// Waiting counts scheduled and parked jobs held by this budget.
+	Waiting int
+}
+
+// NextAdmission is when the budget next admits a cost-1 job, as of now.
+func (b BudgetInfo) NextAdmission(now time.Time) time.Time {
+	bg := budget{row: b.BudgetRow}
+	p := bg.params()
+	if p.Paused {
+		return time.Time{}
+	}
+	_, at := p.Check(ratelimit.State{TAT: b.TAT, NextSlot: b.NextSlot}, Micros(now), 1)
+	return FromMicros(max(at, Micros(now)))
+}
+
+// ClearIdleBudgets deletes, batchSize at a time with a pause between
+// batches, the budgets that admit exactly as a missing row would: their
+// TAT has passed, no slot is handed out ahead and no job is parked on
+// them. Rows a claim holds locked are skipped. It returns how many it
+// deleted.
+func (s *Store) ClearIdleBudgets(ctx context.Context, now func() time.Time, batchSize int, pause time.Duration) (int, error) {
+	if batchSize <= 0 {
+		batchSize = 500
+	}
+	total := 0
+	for {
+		var n int64
+		err := s.inTx(ctx, func(tx Tx) error {
+			q, args := s.d.DeleteIdleBudgets(Micros(now()), batchSize)
+			res, err := exec(ctx, tx, q, args)
+			n = res.RowsAffected
+			return err
+		})
+		if err != nil {
+			return total, s.wrap(fmt.Errorf("clear idle budgets: %w", err))
+		}
+		total += int(n)
+		if n < int64(batchSize) {
+			return total, nil
+		}
+		if pause > 0 {
+			select {
+			case <-ctx.Done():
+				return total, ctx.Err()
+			case <-time.After(pause):
+			}
+		}
+	}
+}

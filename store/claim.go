@@ -1,0 +1,184 @@
+package store
+
+import (
+	"context"
+	"fmt"
+	"time"
+
+	"github.com/sluicequeue/sluice/ratelimit"
+)
+
+// DefaultHorizon is how far ahead a budget hands out slots to deferred
+// jobs; jobs beyond it are parked until the horizon reaches them.
+const DefaultHorizon = 5 * time.Minute
+
+// Limits tells a claim which rate limits apply to a job. The worker's
+// registry implements it.
+type Limits interface {
+	// RateSpec returns the limit that the job's kind declares for the
+	// budget key's scope, or false when it declares none (for example,
+	// the job was enqueued under a limit that has since been removed).
+	RateSpec(kind, budgetKey string) (ratelimit.Spec, bool)
+}
+
+// ClaimParams says what a claim takes and how it decides.
+type ClaimParams struct {
+	// ProcessID is the claiming worker's registered id.
+	ProcessID int64
+	// Queues are tried in order until Max jobs are locked.
+	Queues []string
+	// Max is how many jobs to claim at most: the worker's free slots.
+	Max int
+	// Clock returns the current time. It stamps the claim, and decides
+	// rate limits unless DatabaseClock is set.
+	Clock func() time.Time
+	// Limits applies rate limits; nil claims exactly as a plain queue.
+	Limits Limits
+	// DatabaseClock decides rate limits on the database's clock, read once
+	// after the budget rows are locked, so skew between worker hosts
+	// cannot let claims through closer than the limit allows. SQLite has
+	// no clock of its own; Clock is read there.
+	DatabaseClock bool
+	// Horizon is how far ahead slots are handed out. Defaults to
+	// DefaultHorizon.
+	Horizon time.Duration
+}
+
+// ClaimResult is what a claim took and what it deferred.
+type ClaimResult struct {
+	// Jobs are claimed: running, for this process.
+	Jobs []*Job
+	// Deferred jobs were over a rate limit and wait again.
+	Deferred []Deferral
+	// Shadowed jobs were over a limit in shadow mode: they run, and this
+	// records that an enforcing limit would have deferred them.
+	Shadowed []Deferral
+}
+
+// Deferral records one job a rate limit held back.
+type Deferral struct {
+	JobID int64
+	Kind  string
+	// Key is the budget that held the job: of several, the one whose next
+	// admission is latest.
+	Key string
+	// Until is the slot the job comes back at; zero when it is parked.
+	Until time.Time
+	// Parked is set when the budget's slots reach past the horizon.
+	Parked bool
+}
+
+// Claim takes up to p.Max ready jobs in one transaction: it locks
+// candidates queue by queue (by priority, then id), checks those that
+// carry a rate-limit key against their budgets, claims the admitted ones
+// and defers the rest. With no limits it runs only the plain statements.
+func (s *Store) Claim(ctx context.Context, p ClaimParams) (*ClaimResult, error) {
+	if p.Max <= 0 {
+		return &ClaimResult{}, nil
+	}
+	var res *ClaimResult
+	err := s.inTx(ctx, func(tx Tx) error {
+		res = &ClaimResult{}
+		return s.claim(ctx, tx, p, res)
+	})
+	if err != nil {
+		return nil, s.wrap(fmt.Errorf("claim: %w", err))
+	}
+	return res, nil
+}
+
+func (s *Store) claim(ctx context.Context, tx Tx, p ClaimParams, res *ClaimResult) error {
+	var cands []*Job
+	for _, q := range p.Queues {
+		n := p.Max - len(cands)
+		if n <= 0 {
+			break
+		}
+		got, err := s.lockJobs(ctx, tx, func() (string, []any) { return s.d.LockReady(q, n) })
+		if err != nil {
+			return err
+		}
+		cands = append(cands, got...)
+	}
+	if len(cands) == 0 {
+		return nil
+	}
+	admitted := cands
+	var deferred []SetRow
+	now := p.Clock()
+	if p.Limits != nil {
+		var err error
+		admitted, deferred, now, err = s.applyLimits(ctx, tx, p, cands, res)
+		if err != nil {
+			return err
+		}
+	}
+	if len(admitted) > 0 {
+		ids := make([]int64, len(admitted))
+		for i, j := range admitted {
+			ids[i] = j.ID
+			j.Attempt++
+		}
+		q, args := s.d.MarkRunning(ids, p.ProcessID, Micros(now))
+		if _, err := exec(ctx, tx, q, args); err != nil {
+			return fmt.Errorf("mark running: %w", err)
+		}
+	}
+	if len(deferred) > 0 {
+		q, args := s.d.SetJobs(StateReady, 0, Micros(now), deferred)
+		if _, err := exec(ctx, tx, q, args); err != nil {
+			return fmt.Errorf("defer rate-limited jobs: %w", err)
+		}
+	}
+	res.Jobs = admitted
+	return nil
+}
+
+// lockJobs runs a statement returning JobColumns.
+func (s *Store) lockJobs(ctx context.Context, ex Executor, stmt func() (string, []any)) ([]*Job, error) {
+	q, args := stmt()
+	rows, err := ex.Query(ctx, q, args...)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	var out []*Job
+	for rows.Next() {
+		j, err := scanJob(rows)
+		if err != nil {
+			return nil, err
+		}
+		out = append(out, j)
+	}
+	return out, rows.Err()
+}
+
+func scanJob(rows Rows, extra ...any) (*Job, error) {
+	var j Job
+	var args, rateKeys nullString
+	var created, runAt int64
+	dest := append([]any{&j.ID, &j.Kind, &j.Queue, &j.Priority, &args, &j.Attempt, &j.MaxAttempts, &created, &runAt, &rateKeys}, extra...)
+	if err := rows.Scan(dest...); err != nil {
+		return nil, fmt.Errorf("read job: %w", err)
+	}
+	j.Args = []byte(args.String)
+	j.CreatedAt = FromMicros(created)
+	j.RunAt = FromMicros(runAt)
+	j.RateKeys = DecodeRateKeys(rateKeys.String)
+	return &j, nil
+}
+
+// decisionTime reads the time rate limits are decided at: after the
+// budget locks, from the database's clock or the given one.
+func (s *Store) decisionTime(ctx context.Context, tx Tx, p ClaimParams) (time.Time, error) {
+	if q := s.d.Now(); p.DatabaseClock && q != "" {
+		v, err := queryInt64s(ctx, tx, q, nil)
+		if err != nil {
+			return time.Time{}, fmt.Errorf("read the database clock: %w", err)
+		}
+		if len(v) == 1 {
+			return FromMicros(v[0]), nil
+		}
+	}
+	return p.Clock(), nil
+}

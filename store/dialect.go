@@ -1,0 +1,205 @@
+package store
+
+import (
+	"io/fs"
+)
+
+// Dialect is the part of a store that differs between databases: SQL text,
+// how lists and rows are passed, and how errors are recognised. The order
+// of statements, and every decision between them, is the store's and is
+// the same on every database.
+//
+// Each statement method returns the query and its arguments. Times are
+// microseconds since the Unix epoch. Lists are never empty.
+type Dialect interface {
+	// Name is "postgres", "mysql" or "sqlite".
+	Name() string
+	// Migrations holds the numbered migrations, NNN_name.up.sql and
+	// NNN_name.down.sql, statements separated by lines ending in ";".
+	Migrations() fs.FS
+	// InsertReturnsIDs reports whether InsertJobs returns the new ids as
+	// rows; otherwise they follow from the first id the insert reports.
+	InsertReturnsIDs() bool
+	// MaxKeyLength is the longest key (in characters) the key columns
+	// hold; 0 means no limit.
+	MaxKeyLength() int
+	// IsUndefinedTable reports whether err says a table or column is
+	// missing, which means migrations are pending.
+	IsUndefinedTable(err error) bool
+	// IsRetryable reports whether err is a deadlock or serialization
+	// failure after which the whole transaction may simply run again.
+	IsRetryable(err error) bool
+
+	// CreateMigrationsTable creates the table that records applied
+	// migrations, if it is missing.
+	CreateMigrationsTable() string
+	// LockMigrations and UnlockMigrations serialize concurrent migrators;
+	// either may be empty.
+	LockMigrations() string
+	UnlockMigrations() string
+	// AppliedMigrations lists the applied versions.
+	AppliedMigrations() string
+	// RecordMigration and ForgetMigration mark a version applied or not.
+	RecordMigration(version int, name string, now int64) (string, []any)
+	ForgetMigration(version int) (string, []any)
+
+	// InsertJobs inserts jobs, returning their ids as rows when
+	// InsertReturnsIDs. It may also wake listeners for ready jobs.
+	InsertJobs(jobs []InsertRow) (string, []any)
+	// MaxInsertBatch is how many jobs one InsertJobs may carry.
+	MaxInsertBatch() int
+	// Now reads the database's clock in microseconds, or returns "" when
+	// the host's clock is the database's (SQLite).
+	Now() string
+
+	// LockReady selects (and locks, skipping locked rows) up to limit ready
+	// jobs of one queue, by priority then id, unless the queue is paused.
+	// Columns: JobColumns.
+	LockReady(queue string, limit int) (string, []any)
+	// MarkRunning claims locked jobs for a process.
+	MarkRunning(ids []int64, processID, now int64) (string, []any)
+	// CompleteJobs marks running jobs of a process completed.
+	CompleteJobs(ids []int64, processID, now int64) (string, []any)
+	// DeleteJobs deletes running jobs of a process (completion that keeps
+	// nothing).
+	DeleteJobs(ids []int64, processID int64) (string, []any)
+	// SetJobs applies transitions to jobs currently in state from (and,
+	// when processID is not 0, claimed by that process).
+	SetJobs(from State, processID, now int64, rows []SetRow) (string, []any)
+
+	// LockDue selects and locks up to limit scheduled jobs due at now.
+	// Columns: id, queue.
+	LockDue(now int64, limit int) (string, []any)
+	// MarkReady makes locked jobs ready.
+	MarkReady(ids []int64) (string, []any)
+	// Notify wakes listening workers for the queues, or returns "".
+	Notify(queues []string) (string, []any)
+
+	// InsertProcess registers a process; it returns the id as a row when
+	// InsertReturnsIDs.
+	InsertProcess(p ProcessRow) (string, []any)
+	// Heartbeat stamps a process's heartbeat.
+	Heartbeat(id, now int64) (string, []any)
+	// DeleteProcess removes a process.
+	DeleteProcess(id int64) (string, []any)
+	// LockDeadProcesses selects and locks processes whose heartbeat is
+	// older than before. Columns: id.
+	LockDeadProcesses(before int64, limit int) (string, []any)
+	// LockOrphans selects and locks running jobs whose process is gone or
+	// listed. Columns: id, attempt, max_attempts.
+	LockOrphans(processIDs []int64, limit int) (string, []any)
+	// DeleteProcesses removes processes by id.
+	DeleteProcesses(ids []int64) (string, []any)
+	// ListProcesses lists processes. Columns: ProcessColumns.
+	ListProcesses() string
+
+	// SetQueuePaused pauses or resumes a queue.
+	SetQueuePaused(queue string, paused bool, now int64) (string, []any)
+	// ListQueues lists queues known from jobs and pauses. Columns: name,
+	// paused.
+	ListQueues() string
+
+	// LockBudgets selects and locks budget rows in key order. Columns:
+	// BudgetColumns.
+	LockBudgets(keys []string) (string, []any)
+	// InsertBudgets inserts empty budget rows for keys, ignoring those
+	// that exist.
+	InsertBudgets(keys []string) (string, []any)
+	// SaveBudgets writes budget rows back.
+	SaveBudgets(rows []BudgetRow) (string, []any)
+	// LockParkedBudgets selects and locks, skipping locked rows, budgets
+	// with parked jobs whose next slot falls before until, or, for a
+	// paused budget (burst 0), before now. Columns: BudgetColumns.
+	LockParkedBudgets(now, until int64, limit int) (string, []any)
+	// LockParked selects and locks, skipping locked rows, the first parked
+	// jobs of a budget by priority then id. Columns: id.
+	LockParked(key string, limit int) (string, []any)
+	// DeleteIdleBudgets deletes up to limit budgets that are idle at now
+	// and not locked.
+	DeleteIdleBudgets(now int64, limit int) (string, []any)
+	// ListBudgets lists budgets with how many jobs wait on each. Columns:
+	// BudgetColumns, waiting.
+	ListBudgets() string
+
+	// JobsByState counts jobs per queue and state. Columns: queue, state,
+	// count.
+	JobsByState() string
+	// ListJobs lists jobs, newest first, filtered by whichever of state,
+	// kind and queue are set. Columns: JobInfoColumns.
+	ListJobs(f JobFilter) (string, []any)
+	// GetJob reads one job. Columns: JobInfoColumns.
+	GetJob(id int64) (string, []any)
+	// DeleteFinished deletes up to limit completed or cancelled jobs that
+	// finished before the given time.
+	DeleteFinished(before int64, limit int) (string, []any)
+}
+
+// JobColumns are the columns a claim reads, in Job's scan order.
+const JobColumns = "id, kind, queue, priority, args, attempt, max_attempts, created_at, run_at, rate_keys"
+
+// JobInfoColumns are the columns an inspection reads, in JobInfo's scan
+// order.
+const JobInfoColumns = JobColumns + ", state, attempted_at, finished_at, process_id, last_error, wait_key"
+
+// BudgetColumns are a budget row's columns, in BudgetRow's scan order.
+const BudgetColumns = "name, tat, next_slot, interval_us, burst, parked, updated_at"
+
+// ProcessColumns are a process row's columns, in ProcessRow's scan order.
+const ProcessColumns = "id, kind, name, hostname, pid, queues, started_at, heartbeat_at"
+
+// InsertRow is one job as InsertJobs writes it.
+type InsertRow struct {
+	Kind        string
+	Queue       string
+	Priority    int
+	State       State
+	Args        string
+	MaxAttempts int
+	CreatedAt   int64
+	RunAt       int64
+	RateKeys    string
+}
+
+// SetRow is one job's transition as SetJobs writes it. Empty strings and
+// zero times are stored as NULL (WaitKey, FinishedAt) or keep the stored
+// value (Error, RunAt).
+type SetRow struct {
+	ID           int64
+	State        State
+	RunAt        int64
+	WaitKey      string
+	Error        string
+	AttemptDelta int
+	FinishedAt   int64
+}
+
+// BudgetRow is a rate-limit budget's stored state.
+type BudgetRow struct {
+	Name       string
+	TAT        int64
+	NextSlot   int64
+	IntervalUS int64
+	Burst      int
+	Parked     int
+	UpdatedAt  int64
+}
+
+// ProcessRow is a registered worker or dispatcher.
+type ProcessRow struct {
+	ID          int64
+	Kind        string
+	Name        string
+	Hostname    string
+	PID         int
+	Queues      string
+	StartedAt   int64
+	HeartbeatAt int64
+}
+
+// JobFilter narrows ListJobs.
+type JobFilter struct {
+	State State
+	Kind  string
+	Queue string
+	Limit int
+}

@@ -1,0 +1,150 @@
+package store
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"slices"
+	"strings"
+	"time"
+	"unicode/utf8"
+)
+
+// ErrKeyTooLong is wrapped by the error an enqueue returns for a key longer
+// than the database's key column holds.
+var ErrKeyTooLong = errors.New("key too long")
+
+// IDStep is how far apart the ids of one multi-row insert are on
+// databases that report only the first (MySQL's auto_increment_increment).
+// Dialects that need it set it when they open.
+type IDStep interface{ IDStep() int64 }
+
+// Enqueue inserts jobs through ex (the store's pool when nil), in batches
+// of at most MaxInsertBatch, and returns their ids in the order given.
+// Every job is checked before anything is written.
+func (s *Store) Enqueue(ctx context.Context, ex Executor, now time.Time, jobs []NewJob) ([]int64, error) {
+	if len(jobs) == 0 {
+		return nil, nil
+	}
+	if ex == nil {
+		ex = s.db
+	}
+	if err := s.checkSchema(ctx, ex); err != nil {
+		return nil, err
+	}
+	rows := make([]InsertRow, len(jobs))
+	for i, j := range jobs {
+		row, err := s.insertRow(j, now)
+		if err != nil {
+			if len(jobs) > 1 {
+				return nil, fmt.Errorf("enqueue: job %d (%s): %w", i, j.Kind, err)
+			}
+			return nil, fmt.Errorf("enqueue %s: %w", j.Kind, err)
+		}
+		rows[i] = row
+	}
+	ids := make([]int64, 0, len(rows))
+	for start := 0; start < len(rows); {
+		end := s.batchEnd(rows, start)
+		got, err := s.insert(ctx, ex, rows[start:end])
+		if err != nil {
+			return nil, s.wrap(fmt.Errorf("enqueue: %w", err))
+		}
+		ids = append(ids, got...)
+		start = end
+	}
+	return ids, nil
+}
+
+// maxBatchBytes bounds the args one insert statement carries, well under
+// the packet limits of every database.
+const maxBatchBytes = 4 << 20
+
+// batchEnd returns where the insert batch that begins at start ends: at
+// most MaxInsertBatch rows and maxBatchBytes of args, and at least one row.
+func (s *Store) batchEnd(rows []InsertRow, start int) int {
+	end, size := start, 0
+	for end < len(rows) && end-start < s.d.MaxInsertBatch() {
+		size += len(rows[end].Args)
+		if end > start && size > maxBatchBytes {
+			break
+		}
+		end++
+	}
+	return end
+}
+
+func (s *Store) insertRow(j NewJob, now time.Time) (InsertRow, error) {
+	if j.Kind == "" {
+		return InsertRow{}, errors.New("kind is empty")
+	}
+	if j.Queue == "" {
+		return InsertRow{}, errors.New("queue is empty")
+	}
+	for _, k := range j.RateKeys {
+		if err := s.checkKey("rate-limit", k.Key); err != nil {
+			return InsertRow{}, err
+		}
+	}
+	for name, v := range map[string]string{"kind": j.Kind, "queue": j.Queue} {
+		if max := s.d.MaxKeyLength(); max > 0 && utf8.RuneCountInString(v) > max {
+			return InsertRow{}, fmt.Errorf("%w: %s is %d characters; %s holds at most %d", ErrKeyTooLong, name, utf8.RuneCountInString(v), s.d.Name(), max)
+		}
+	}
+	created := Micros(now)
+	runAt := created
+	state := StateReady
+	if !j.RunAt.IsZero() && j.RunAt.After(now) {
+		runAt, state = Micros(j.RunAt), StateScheduled
+	}
+	return InsertRow{
+		Kind:        j.Kind,
+		Queue:       j.Queue,
+		Priority:    j.Priority,
+		State:       state,
+		Args:        string(j.Args),
+		MaxAttempts: j.MaxAttempts,
+		CreatedAt:   created,
+		RunAt:       runAt,
+		RateKeys:    EncodeRateKeys(j.RateKeys),
+	}, nil
+}
+
+// checkKey refuses a key the key columns cannot hold.
+func (s *Store) checkKey(what, key string) error {
+	if strings.ContainsAny(key, "\n\t") {
+		return fmt.Errorf("%s key %q contains a tab or a line break", what, key)
+	}
+	if max := s.d.MaxKeyLength(); max > 0 && utf8.RuneCountInString(key) > max {
+		return fmt.Errorf("%w: %s key is %d characters; %s holds at most %d: %.40q…", ErrKeyTooLong, what, utf8.RuneCountInString(key), s.d.Name(), max, key)
+	}
+	return nil
+}
+
+func (s *Store) insert(ctx context.Context, ex Executor, rows []InsertRow) ([]int64, error) {
+	q, args := s.d.InsertJobs(rows)
+	if s.d.InsertReturnsIDs() {
+		ids, err := queryInt64s(ctx, ex, q, args)
+		if err != nil {
+			return nil, err
+		}
+		if len(ids) != len(rows) {
+			return nil, fmt.Errorf("inserted %d jobs but got %d ids back", len(rows), len(ids))
+		}
+		slices.Sort(ids)
+		return ids, nil
+	}
+	res, err := exec(ctx, ex, q, args)
+	if err != nil {
+		return nil, err
+	}
+	step := int64(1)
+	if st, ok := s.d.(IDStep); ok {
+		step = st.IDStep()
+	}
+	ids := make([]int64, len(rows))
+	for i := range ids {
+		ids[i] = res.LastInsertID + int64(i)*step
+	}
+	return ids, nil
+}

@@ -1,0 +1,132 @@
+package store_test
+
+import (
+	"context"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/sluicequeue/sluice/ratelimit"
+	"github.com/sluicequeue/sluice/store"
+)
+
+var t0 = time.Date(2026, 3, 1, 12, 0, 0, 0, time.UTC)
+
+func at(d time.Duration) time.Time { return t0.Add(d) }
+
+func fixed(t time.Time) func() time.Time { return func() time.Time { return t } }
+
+func job(kind, queue string, prio int) store.NewJob {
+	return store.NewJob{Kind: kind, Queue: queue, Priority: prio, Args: []byte(`{}`), MaxAttempts: 3}
+}
+
+func enqueue(t *testing.T, s *store.Store, now time.Time, jobs ...store.NewJob) []int64 {
+	t.Helper()
+	ids, err := s.Enqueue(context.Background(), nil, now, jobs)
+	require.NoError(t, err)
+	require.Len(t, ids, len(jobs))
+	return ids
+}
+
+func register(t *testing.T, s *store.Store, now time.Time) int64 {
+	t.Helper()
+	id, err := s.RegisterProcess(context.Background(), store.Process{Kind: "worker", Name: "test", PID: 1}, now)
+	require.NoError(t, err)
+	return id
+}
+
+func claim(t *testing.T, s *store.Store, pid int64, now time.Time, max int, queues ...string) *store.ClaimResult {
+	t.Helper()
+	if len(queues) == 0 {
+		queues = []string{"default"}
+	}
+	res, err := s.Claim(context.Background(), store.ClaimParams{ProcessID: pid, Queues: queues, Max: max, Clock: fixed(now)})
+	require.NoError(t, err)
+	return res
+}
+
+func ids(jobs []*store.Job) []int64 {
+	out := make([]int64, len(jobs))
+	for i, j := range jobs {
+		out[i] = j.ID
+	}
+	return out
+}
+
+func state(t *testing.T, s *store.Store, id int64) *store.JobInfo {
+	t.Helper()
+	j, err := s.GetJob(context.Background(), id)
+	require.NoError(t, err)
+	return j
+}
+
+// limits is a Limits over a fixed table of scopes.
+type limits map[string]ratelimit.Spec
+
+func (l limits) RateSpec(_, key string) (ratelimit.Spec, bool) {
+	s, ok := l[ratelimit.ScopeOf(key)]
+	return s, ok
+}
+
+func spec(t testing.TB, scope string, to int, per time.Duration, burst int) ratelimit.Spec {
+	t.Helper()
+	p, b, err := ratelimit.NewParams(to, per, burst)
+	require.NoError(t, err)
+	return ratelimit.Spec{Scope: scope, To: to, Per: per, Burst: b, Params: p}
+}
+
+// recorder is a DB that records every statement it runs.
+type recorder struct {
+	store.DB
+	mu    sync.Mutex
+	stmts []string
+}
+
+func (r *recorder) record(q string) {
+	r.mu.Lock()
+	r.stmts = append(r.stmts, q)
+	r.mu.Unlock()
+}
+
+func (r *recorder) Exec(ctx context.Context, q string, args ...any) (store.Result, error) {
+	r.record(q)
+	return r.DB.Exec(ctx, q, args...)
+}
+
+func (r *recorder) Query(ctx context.Context, q string, args ...any) (store.Rows, error) {
+	r.record(q)
+	return r.DB.Query(ctx, q, args...)
+}
+
+func (r *recorder) Begin(ctx context.Context) (store.Tx, error) {
+	tx, err := r.DB.Begin(ctx)
+	if err != nil {
+		return nil, err
+	}
+	return &recTx{Tx: tx, r: r}, nil
+}
+
+func (r *recorder) take() []string {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	out := r.stmts
+	r.stmts = nil
+	return out
+}
+
+type recTx struct {
+	store.Tx
+	r *recorder
+}
+
+func (t *recTx) Exec(ctx context.Context, q string, args ...any) (store.Result, error) {
+	t.r.record(q)
+	return t.Tx.Exec(ctx, q, args...)
+}
+
+func (t *recTx) Query(ctx context.Context, q string, args ...any) (store.Rows, error) {
+	t.r.record(q)
+	return t.Tx.Query(ctx, q, args...)
+}

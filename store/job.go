@@ -1,0 +1,162 @@
+package store
+
+import (
+	"fmt"
+	"strconv"
+	"strings"
+	"time"
+)
+
+// State is where a job is in its life. Every job is in exactly one.
+type State string
+
+// The states a job moves through.
+const (
+	// StateReady jobs may be claimed now.
+	StateReady State = "ready"
+	// StateScheduled jobs wait for their run_at: a delayed enqueue, a
+	// retry's backoff, a snooze, or a rate limit's next check.
+	StateScheduled State = "scheduled"
+	// StateParked jobs wait on a rate-limit budget whose slots are handed
+	// out beyond the horizon; the dispatcher gives them slots in order as
+	// the horizon advances.
+	StateParked State = "parked"
+	// StateRunning jobs are claimed by a live process.
+	StateRunning State = "running"
+	// StateCompleted jobs finished without error.
+	StateCompleted State = "completed"
+	// StateFailed jobs used up their attempts; they are kept with their
+	// last error until retried or cleaned.
+	StateFailed State = "failed"
+	// StateCancelled jobs were discarded by their handler or an operator.
+	StateCancelled State = "cancelled"
+)
+
+// States lists every state, in the order of a job's life.
+var States = []State{StateReady, StateScheduled, StateParked, StateRunning, StateCompleted, StateFailed, StateCancelled}
+
+// ParseState checks a state's name.
+func ParseState(s string) (State, error) {
+	for _, st := range States {
+		if string(st) == s {
+			return st, nil
+		}
+	}
+	return "", fmt.Errorf("unknown job state %q (one of %s)", s, joinStates(States))
+}
+
+func joinStates(ss []State) string {
+	names := make([]string, len(ss))
+	for i, s := range ss {
+		names[i] = string(s)
+	}
+	return strings.Join(names, ", ")
+}
+
+// Micros converts a time to the stored form: microseconds since the Unix
+// epoch, rounded down.
+func Micros(t time.Time) int64 { return t.UnixMicro() }
+
+// FromMicros converts a stored time back, in UTC.
+func FromMicros(us int64) time.Time { return time.UnixMicro(us).UTC() }
+
+// NewJob is a job to insert.
+type NewJob struct {
+	Kind        string
+	Queue       string
+	Priority    int
+	Args        []byte
+	MaxAttempts int
+	// RunAt is when the job may first run; the zero time means now, and
+	// a time not after now inserts the job ready.
+	RunAt time.Time
+	// RateKeys are the budgets the job draws on, each with its cost.
+	RateKeys []RateKey
+}
+
+// RateKey is one budget a job draws on.
+type RateKey struct {
+	Key  string
+	Cost int
+}
+
+// EncodeRateKeys packs a job's budgets into their stored form: one per
+// line, a cost above 1 after a tab.
+func EncodeRateKeys(keys []RateKey) string {
+	var b strings.Builder
+	for i, k := range keys {
+		if i > 0 {
+			b.WriteByte('\n')
+		}
+		b.WriteString(k.Key)
+		if k.Cost > 1 {
+			b.WriteByte('\t')
+			b.WriteString(strconv.Itoa(k.Cost))
+		}
+	}
+	return b.String()
+}
+
+// DecodeRateKeys reverses EncodeRateKeys.
+func DecodeRateKeys(s string) []RateKey {
+	if s == "" {
+		return nil
+	}
+	lines := strings.Split(s, "\n")
+	out := make([]RateKey, 0, len(lines))
+	for _, l := range lines {
+		k := RateKey{Key: l, Cost: 1}
+		if i := strings.LastIndexByte(l, '\t'); i >= 0 {
+			if c, err := strconv.Atoi(l[i+1:]); err == nil && c > 0 {
+				k = RateKey{Key: l[:i], Cost: c}
+			}
+		}
+		out = append(out, k)
+	}
+	return out
+}
+
+// Job is a stored job, as a claim returns it.
+type Job struct {
+	ID          int64
+	Kind        string
+	Queue       string
+	Priority    int
+	Args        []byte
+	Attempt     int
+	MaxAttempts int
+	CreatedAt   time.Time
+	RunAt       time.Time
+	RateKeys    []RateKey
+}
+
+// JobInfo is a stored job with everything an operator may want to see.
+type JobInfo struct {
+	Job
+	State       State
+	AttemptedAt time.Time
+	FinishedAt  time.Time
+	ProcessID   int64
+	LastError   string
+	// WaitKey is the rate-limit budget a scheduled or parked job waits on,
+	// empty for other waits.
+	WaitKey string
+}
+
+// Transition moves one job to a new state, as a handler's outcome or a
+// claim's deferral decides.
+type Transition struct {
+	ID    int64
+	State State
+	// RunAt is the new run time for scheduled jobs; zero keeps it.
+	RunAt time.Time
+	// WaitKey names the rate-limit budget a deferred job waits on.
+	WaitKey string
+	// Error is recorded as the job's last error; empty keeps the old one.
+	Error string
+	// AttemptDelta is added to the attempt count: -1 gives back the
+	// attempt a claim counted (snooze, release).
+	AttemptDelta int
+	// Finished stamps finished_at with the transition's time.
+	Finished bool
+}

@@ -1,0 +1,156 @@
+// Package mysql is sluice's MySQL 8 / MariaDB 10.6+ store, over
+// go-sql-driver/mysql.
+//
+// Sessions run at READ COMMITTED (so a claim's locking read takes no gap
+// locks that would block enqueues) in UTC, claims lock with FOR UPDATE
+// SKIP LOCKED, and the ids of a multi-row insert follow from the first one
+// the server reports.
+package mysql
+
+import (
+	"context"
+	"database/sql"
+	"embed"
+	"errors"
+	"fmt"
+	"io/fs"
+	"net"
+	"net/url"
+	"strings"
+	"time"
+
+	driver "github.com/go-sql-driver/mysql"
+
+	"github.com/sluicequeue/sluice/internal/sqldb"
+	"github.com/sluicequeue/sluice/store"
+)
+
+//go:embed migrations/*.sql
+var migrations embed.FS
+
+// Config turns a mysql://user:password@host:port/database?params URL into
+// the driver's configuration. Extra parameters are passed to the driver.
+func Config(rawURL string) (*driver.Config, error) {
+	u, err := url.Parse(rawURL)
+	if err != nil {
+		return nil, fmt.Errorf("mysql: parse URL: %w", err)
+	}
+	if u.Scheme != "mysql" {
+		return nil, fmt.Errorf("mysql: URL scheme is %q, want mysql", u.Scheme)
+	}
+	cfg := driver.NewConfig()
+	cfg.User = u.User.Username()
+	cfg.Passwd, _ = u.User.Password()
+	cfg.Net = "tcp"
+	host := u.Host
+	if host == "" {
+		host = "127.0.0.1"
+	}
+	if _, _, err := net.SplitHostPort(host); err != nil {
+		host = net.JoinHostPort(host, "3306")
+	}
+	cfg.Addr = host
+	cfg.DBName = strings.TrimPrefix(u.Path, "/")
+	if cfg.DBName == "" {
+		return nil, errors.New("mysql: the URL names no database (mysql://user@host:3306/DATABASE)")
+	}
+	cfg.Loc = time.UTC
+	cfg.InterpolateParams = true
+	cfg.Params = map[string]string{}
+	for k, vs := range u.Query() {
+		cfg.Params[k] = vs[len(vs)-1]
+	}
+	return cfg, nil
+}
+
+// Open connects to the database at url. It does not migrate.
+func Open(ctx context.Context, rawURL string) (*store.Store, error) {
+	cfg, err := Config(rawURL)
+	if err != nil {
+		return nil, err
+	}
+	d, err := probe(ctx, cfg)
+	if err != nil {
+		return nil, err
+	}
+	cfg.Params["time_zone"] = "'+00:00'"
+	if d.mariaDB {
+		cfg.Params["tx_isolation"] = "'READ-COMMITTED'"
+	} else {
+		cfg.Params["transaction_isolation"] = "'READ-COMMITTED'"
+	}
+	conn, err := driver.NewConnector(cfg)
+	if err != nil {
+		return nil, fmt.Errorf("mysql: %w", err)
+	}
+	db := sql.OpenDB(conn)
+	db.SetMaxOpenConns(16)
+	db.SetMaxIdleConns(16)
+	db.SetConnMaxLifetime(time.Hour)
+	if err := db.PingContext(ctx); err != nil {
+		_ = db.Close()
+		return nil, fmt.Errorf("mysql: connect to %s: %w", cfg.Addr, err)
+	}
+	return store.New(d, sqldb.NewDB(db)), nil
+}
+
+// probe reads which server this is and how far apart its generated ids
+// are.
+func probe(ctx context.Context, cfg *driver.Config) (Dialect, error) {
+	conn, err := driver.NewConnector(cfg)
+	if err != nil {
+		return Dialect{}, fmt.Errorf("mysql: %w", err)
+	}
+	db := sql.OpenDB(conn)
+	defer db.Close()
+	var version string
+	var step int64
+	if err := db.QueryRowContext(ctx, `SELECT VERSION(), @@auto_increment_increment`).Scan(&version, &step); err != nil {
+		return Dialect{}, fmt.Errorf("mysql: connect to %s: %w", cfg.Addr, err)
+	}
+	return Dialect{mariaDB: strings.Contains(strings.ToLower(version), "mariadb"), step: step}, nil
+}
+
+// Dialect is MySQL's and MariaDB's SQL.
+type Dialect struct {
+	mariaDB bool
+	step    int64
+}
+
+var _ store.Dialect = Dialect{}
+
+// Name returns "mysql".
+func (Dialect) Name() string { return "mysql" }
+
+// MariaDB reports whether the server is MariaDB.
+func (d Dialect) MariaDB() bool { return d.mariaDB }
+
+// Migrations returns the embedded migrations.
+func (Dialect) Migrations() fs.FS {
+	sub, _ := fs.Sub(migrations, "migrations")
+	return sub
+}
+
+// InsertReturnsIDs is false: MySQL has no RETURNING.
+func (Dialect) InsertReturnsIDs() bool { return false }
+
+// IDStep is the server's auto_increment_increment.
+func (d Dialect) IDStep() int64 { return max(d.step, 1) }
+
+// MaxKeyLength is the key columns' 255 characters.
+func (Dialect) MaxKeyLength() int { return 255 }
+
+// MaxInsertBatch bounds one multi-row insert.
+func (Dialect) MaxInsertBatch() int { return 1000 }
+
+// IsUndefinedTable recognises ER_NO_SUCH_TABLE and ER_BAD_FIELD_ERROR.
+func (Dialect) IsUndefinedTable(err error) bool {
+	var e *driver.MySQLError
+	return errors.As(err, &e) && (e.Number == 1146 || e.Number == 1054)
+}
+
+// IsRetryable recognises deadlocks and lock wait timeouts.
+func (Dialect) IsRetryable(err error) bool {
+	var e *driver.MySQLError
+	return errors.As(err, &e) && (e.Number == 1213 || e.Number == 1205)
+}

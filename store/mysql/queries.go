@@ -1,0 +1,248 @@
+package mysql
+
+import (
+	"strings"
+
+	"github.com/sluicequeue/sluice/internal/sqlgen"
+	"github.com/sluicequeue/sluice/store"
+)
+
+// All of MySQL's SQL. Lists are rendered as "?" placeholders by count. A
+// locking read does not lock the rows its subqueries read, so the paused
+// check inside a claim takes no lock on the queue row.
+
+// CreateMigrationsTable creates sluice_migrations.
+func (Dialect) CreateMigrationsTable() string {
+	return `CREATE TABLE IF NOT EXISTS sluice_migrations (
+  version INT NOT NULL PRIMARY KEY,
+  name VARCHAR(255) NOT NULL,
+  applied_at BIGINT NOT NULL
+) ENGINE=InnoDB DEFAULT CHARSET=utf8mb4 COLLATE=utf8mb4_bin`
+}
+
+// LockMigrations takes a named lock (DDL commits implicitly on MySQL, so a
+// transaction cannot serialize migrators).
+func (Dialect) LockMigrations() string { return `SELECT GET_LOCK('sluice_migrations', 60)` }
+
+// UnlockMigrations releases the named lock.
+func (Dialect) UnlockMigrations() string { return `SELECT RELEASE_LOCK('sluice_migrations')` }
+
+// AppliedMigrations lists applied versions.
+func (Dialect) AppliedMigrations() string {
+	return `SELECT version FROM sluice_migrations ORDER BY version`
+}
+
+// RecordMigration marks a version applied.
+func (Dialect) RecordMigration(version int, name string, now int64) (string, []any) {
+	return `INSERT INTO sluice_migrations (version, name, applied_at) VALUES (?, ?, ?)`, []any{version, name, now}
+}
+
+// ForgetMigration marks a version reverted.
+func (Dialect) ForgetMigration(version int) (string, []any) {
+	return `DELETE FROM sluice_migrations WHERE version = ?`, []any{version}
+}
+
+// InsertJobs inserts jobs in one multi-row statement; their ids are
+// consecutive from the first the server reports.
+func (Dialect) InsertJobs(jobs []store.InsertRow) (string, []any) {
+	args := make([]any, 0, len(jobs)*9)
+	for _, j := range jobs {
+		args = append(args, j.Kind, j.Queue, j.Priority, string(j.State), j.Args, j.MaxAttempts, j.CreatedAt, j.RunAt, j.RateKeys)
+	}
+	return `INSERT INTO sluice_jobs (kind, queue, priority, state, args, max_attempts, created_at, run_at, rate_keys) VALUES ` +
+		sqlgen.Tuples(len(jobs), "(?, ?, ?, ?, ?, ?, ?, ?, NULLIF(?, ''))"), args
+}
+
+// Now reads SYSDATE(6): the time now, not at the statement's start.
+func (Dialect) Now() string {
+	return `SELECT CAST(UNIX_TIMESTAMP(SYSDATE(6)) * 1000000 AS SIGNED)`
+}
+
+// LockReady locks the next ready jobs of an unpaused queue.
+func (Dialect) LockReady(queue string, limit int) (string, []any) {
+	return `SELECT ` + store.JobColumns + ` FROM sluice_jobs
+WHERE state = 'ready' AND queue = ?
+  AND NOT EXISTS (SELECT 1 FROM sluice_queues WHERE name = ? AND paused = 1)
+ORDER BY priority, id LIMIT ? FOR UPDATE SKIP LOCKED`, []any{queue, queue, limit}
+}
+
+// MarkRunning claims jobs for a process.
+func (Dialect) MarkRunning(ids []int64, processID, now int64) (string, []any) {
+	return `UPDATE sluice_jobs SET state = 'running', attempt = attempt + 1, process_id = ?, attempted_at = ?, wait_key = NULL
+WHERE id IN (` + sqlgen.List(len(ids)) + `)`, append([]any{processID, now}, sqlgen.Int64s(ids)...)
+}
+
+// CompleteJobs marks a process's running jobs completed.
+func (Dialect) CompleteJobs(ids []int64, processID, now int64) (string, []any) {
+	return `UPDATE sluice_jobs SET state = 'completed', finished_at = ?
+WHERE id IN (` + sqlgen.List(len(ids)) + `) AND state = 'running' AND process_id = ?`,
+		append(append([]any{now}, sqlgen.Int64s(ids)...), processID)
+}
+
+// DeleteJobs deletes a process's running jobs.
+func (Dialect) DeleteJobs(ids []int64, processID int64) (string, []any) {
+	return `DELETE FROM sluice_jobs WHERE id IN (` + sqlgen.List(len(ids)) + `) AND state = 'running' AND process_id = ?`,
+		append(sqlgen.Int64s(ids), processID)
+}
+
+// SetJobs applies transitions by joining a derived table of their values.
+func (Dialect) SetJobs(from store.State, processID, now int64, rows []store.SetRow) (string, []any) {
+	args := make([]any, 0, len(rows)*7+3)
+	for _, r := range rows {
+		args = append(args, r.ID, string(r.State), r.RunAt, r.WaitKey, r.Error, r.AttemptDelta, r.FinishedAt)
+	}
+	args = append(args, string(from), processID, processID)
+	return `UPDATE sluice_jobs j JOIN (
+  SELECT ? AS id, ? AS state, ? AS run_at, ? AS wait_key, ? AS last_error, ? AS attempt_delta, ? AS finished_at` +
+		repeatUnion(len(rows)-1) + `) v ON j.id = v.id
+SET j.state = v.state,
+  j.run_at = IF(v.run_at = 0, j.run_at, v.run_at),
+  j.wait_key = NULLIF(v.wait_key, ''),
+  j.last_error = COALESCE(NULLIF(v.last_error, ''), j.last_error),
+  j.attempt = j.attempt + v.attempt_delta,
+  j.finished_at = NULLIF(v.finished_at, 0)
+WHERE j.state = ? AND (? = 0 OR j.process_id = ?)`, args
+}
+
+// repeatUnion returns n more rows of SetJobs' derived table.
+func repeatUnion(n int) string {
+	return strings.Repeat("\n  UNION ALL SELECT ?, ?, ?, ?, ?, ?, ?", max(n, 0))
+}
+
+// LockDue locks scheduled jobs that are due.
+func (Dialect) LockDue(now int64, limit int) (string, []any) {
+	return `SELECT id, queue FROM sluice_jobs WHERE state = 'scheduled' AND run_at <= ?
+ORDER BY run_at, id LIMIT ? FOR UPDATE SKIP LOCKED`, []any{now, limit}
+}
+
+// MarkReady makes scheduled jobs ready.
+func (Dialect) MarkReady(ids []int64) (string, []any) {
+	return `UPDATE sluice_jobs SET state = 'ready' WHERE id IN (` + sqlgen.List(len(ids)) + `) AND state = 'scheduled'`, sqlgen.Int64s(ids)
+}
+
+// Notify is empty: workers in other processes poll.
+func (Dialect) Notify([]string) (string, []any) { return "", nil }
+
+// InsertProcess registers a process.
+func (Dialect) InsertProcess(p store.ProcessRow) (string, []any) {
+	return `INSERT INTO sluice_processes (kind, name, hostname, pid, queues, started_at, heartbeat_at) VALUES (?, ?, ?, ?, ?, ?, ?)`,
+		[]any{p.Kind, p.Name, p.Hostname, p.PID, p.Queues, p.StartedAt, p.HeartbeatAt}
+}
+
+// Heartbeat stamps a process.
+func (Dialect) Heartbeat(id, now int64) (string, []any) {
+	return `UPDATE sluice_processes SET heartbeat_at = ? WHERE id = ?`, []any{now, id}
+}
+
+// DeleteProcess removes a process.
+func (Dialect) DeleteProcess(id int64) (string, []any) {
+	return `DELETE FROM sluice_processes WHERE id = ?`, []any{id}
+}
+
+// LockDeadProcesses locks processes with a stale heartbeat.
+func (Dialect) LockDeadProcesses(before int64, limit int) (string, []any) {
+	return `SELECT id FROM sluice_processes WHERE heartbeat_at < ? ORDER BY id LIMIT ? FOR UPDATE SKIP LOCKED`, []any{before, limit}
+}
+
+// LockOrphans locks running jobs of listed or vanished processes.
+func (Dialect) LockOrphans(processIDs []int64, limit int) (string, []any) {
+	cond := `NOT EXISTS (SELECT 1 FROM sluice_processes p WHERE p.id = j.process_id)`
+	args := sqlgen.Int64s(processIDs)
+	if len(processIDs) > 0 {
+		cond = `j.process_id IN (` + sqlgen.List(len(processIDs)) + `) OR ` + cond
+	}
+	return `SELECT id, attempt, max_attempts FROM sluice_jobs j WHERE state = 'running' AND (` + cond + `)
+ORDER BY id LIMIT ? FOR UPDATE SKIP LOCKED`, append(args, limit)
+}
+
+// DeleteProcesses removes processes.
+func (Dialect) DeleteProcesses(ids []int64) (string, []any) {
+	return `DELETE FROM sluice_processes WHERE id IN (` + sqlgen.List(len(ids)) + `)`, sqlgen.Int64s(ids)
+}
+
+// ListProcesses lists processes.
+func (Dialect) ListProcesses() string {
+	return `SELECT ` + store.ProcessColumns + ` FROM sluice_processes ORDER BY id`
+}
+
+// SetQueuePaused pauses or resumes a queue.
+func (Dialect) SetQueuePaused(queue string, paused bool, now int64) (string, []any) {
+	return `INSERT INTO sluice_queues (name, paused, updated_at) VALUES (?, ?, ?)
+ON DUPLICATE KEY UPDATE paused = VALUES(paused), updated_at = VALUES(updated_at)`, []any{queue, sqlgen.Bool(paused), now}
+}
+
+// ListQueues lists queues with jobs or pauses.
+func (Dialect) ListQueues() string {
+	return `SELECT name, MAX(paused) <> 0 FROM (
+  SELECT DISTINCT queue AS name, 0 AS paused FROM sluice_jobs
+  UNION ALL SELECT name, paused FROM sluice_queues) q
+GROUP BY name ORDER BY name`
+}
+
+// LockBudgets locks budgets in key order.
+func (Dialect) LockBudgets(keys []string) (string, []any) {
+	return `SELECT ` + store.BudgetColumns + ` FROM sluice_budgets WHERE name IN (` + sqlgen.List(len(keys)) + `) ORDER BY name FOR UPDATE`, sqlgen.Strings(keys)
+}
+
+// InsertBudgets creates missing budgets.
+func (Dialect) InsertBudgets(keys []string) (string, []any) {
+	return `INSERT INTO sluice_budgets (name) VALUES ` + sqlgen.Tuples(len(keys), "(?)") + ` ON DUPLICATE KEY UPDATE name = name`, sqlgen.Strings(keys)
+}
+
+// SaveBudgets writes budgets back.
+func (Dialect) SaveBudgets(rows []store.BudgetRow) (string, []any) {
+	args := make([]any, 0, len(rows)*7)
+	for _, r := range rows {
+		args = append(args, r.Name, r.TAT, r.NextSlot, r.IntervalUS, r.Burst, r.Parked, r.UpdatedAt)
+	}
+	return `INSERT INTO sluice_budgets (` + store.BudgetColumns + `) VALUES ` + sqlgen.Tuples(len(rows), "(?, ?, ?, ?, ?, ?, ?)") + `
+ON DUPLICATE KEY UPDATE tat = VALUES(tat), next_slot = VALUES(next_slot), interval_us = VALUES(interval_us),
+  burst = VALUES(burst), parked = VALUES(parked), updated_at = VALUES(updated_at)`, args
+}
+
+// LockParkedBudgets locks budgets whose parked jobs may get slots.
+func (Dialect) LockParkedBudgets(now, until int64, limit int) (string, []any) {
+	return `SELECT ` + store.BudgetColumns + ` FROM sluice_budgets
+WHERE parked > 0 AND next_slot <= CASE WHEN burst = 0 AND interval_us > 0 THEN ? ELSE ? END
+ORDER BY next_slot LIMIT ? FOR UPDATE SKIP LOCKED`, []any{now, until, limit}
+}
+
+// LockParked locks a budget's first parked jobs.
+func (Dialect) LockParked(key string, limit int) (string, []any) {
+	return `SELECT id FROM sluice_jobs WHERE wait_key = ? AND state = 'parked'
+ORDER BY priority, id LIMIT ? FOR UPDATE SKIP LOCKED`, []any{key, limit}
+}
+
+// DeleteIdleBudgets deletes idle budgets.
+func (Dialect) DeleteIdleBudgets(now int64, limit int) (string, []any) {
+	return `DELETE FROM sluice_budgets WHERE tat <= ? AND next_slot <= ? AND parked = 0 LIMIT ?`, []any{now, now, limit}
+}
+
+// ListBudgets lists budgets with their waiting jobs.
+func (Dialect) ListBudgets() string {
+	return `SELECT ` + store.BudgetColumns + `,
+  (SELECT count(*) FROM sluice_jobs j WHERE j.wait_key = b.name AND j.state IN ('scheduled', 'parked'))
+FROM sluice_budgets b ORDER BY name`
+}
+
+// JobsByState counts jobs per queue and state.
+func (Dialect) JobsByState() string {
+	return `SELECT queue, state, count(*) FROM sluice_jobs GROUP BY queue, state ORDER BY queue, state`
+}
+
+// ListJobs lists jobs, newest first.
+func (Dialect) ListJobs(f store.JobFilter) (string, []any) {
+	return `SELECT ` + store.JobInfoColumns + ` FROM sluice_jobs
+WHERE (? = '' OR state = ?) AND (? = '' OR kind = ?) AND (? = '' OR queue = ?)
+ORDER BY id DESC LIMIT ?`, []any{string(f.State), string(f.State), f.Kind, f.Kind, f.Queue, f.Queue, f.Limit}
+}
+
+// GetJob reads one job.
+func (Dialect) GetJob(id int64) (string, []any) {
+	return `SELECT ` + store.JobInfoColumns + ` FROM sluice_jobs WHERE id = ?`, []any{id}
+}
+
+// DeleteFinished deletes old completed and cancelled jobs.
+func (Dialect) DeleteFinished(before int64, limit int) (string, []any) {
+	return `DELETE FROM sluice_jobs WHERE state IN ('completed', 'cancelled') AND finished_at < ? LIMIT ?`, []any{before, limit}
+}

@@ -1,0 +1,178 @@
+// Package postgres is sluice's PostgreSQL store, over pgx/v5's native pool.
+//
+// Claims lock candidates with FOR UPDATE SKIP LOCKED, lists travel as
+// arrays (one statement text per operation, so pgx prepares each once),
+// and enqueues and promotions wake listening workers with NOTIFY.
+package postgres
+
+import (
+	"context"
+	"embed"
+	"errors"
+	"fmt"
+	"io/fs"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/sluicequeue/sluice/store"
+)
+
+//go:embed migrations/*.sql
+var migrations embed.FS
+
+// Channel is the NOTIFY channel that carries the names of queues that
+// gained ready jobs ("*" for any).
+const Channel = "sluice_ready"
+
+// Open connects to the database at url (postgres://…; pgx's parameters,
+// such as pool_max_conns and search_path, apply). It does not migrate.
+func Open(ctx context.Context, url string) (*store.Store, error) {
+	cfg, err := pgxpool.ParseConfig(url)
+	if err != nil {
+		return nil, fmt.Errorf("postgres: %w", err)
+	}
+	pool, err := pgxpool.NewWithConfig(ctx, cfg)
+	if err != nil {
+		return nil, fmt.Errorf("postgres: %w", err)
+	}
+	if err := pool.Ping(ctx); err != nil {
+		pool.Close()
+		return nil, fmt.Errorf("postgres: connect to %s:%d: %w", cfg.ConnConfig.Host, cfg.ConnConfig.Port, err)
+	}
+	return store.New(Dialect{}, &DB{pool: pool}), nil
+}
+
+// DB is the store's pool over pgxpool.
+type DB struct {
+	pool *pgxpool.Pool
+}
+
+// Pool returns the underlying pgx pool, for callers that share it.
+func (d *DB) Pool() *pgxpool.Pool { return d.pool }
+
+// Exec runs a statement.
+func (d *DB) Exec(ctx context.Context, q string, args ...any) (store.Result, error) {
+	return execOn(ctx, d.pool, q, args)
+}
+
+// Query runs a statement that returns rows.
+func (d *DB) Query(ctx context.Context, q string, args ...any) (store.Rows, error) {
+	return d.pool.Query(ctx, q, args...)
+}
+
+// Begin starts a transaction.
+func (d *DB) Begin(ctx context.Context) (store.Tx, error) {
+	tx, err := d.pool.Begin(ctx)
+	if err != nil {
+		return nil, err
+	}
+	return Tx{tx: tx}, nil
+}
+
+// Close closes the pool.
+func (d *DB) Close() error {
+	d.pool.Close()
+	return nil
+}
+
+// Listen holds a connection of its own LISTENing on channel and calls fn
+// with each payload until ctx is done or the connection fails.
+func (d *DB) Listen(ctx context.Context, channel string, fn func(string)) error {
+	conn, err := pgx.ConnectConfig(ctx, d.pool.Config().ConnConfig)
+	if err != nil {
+		return fmt.Errorf("listen: %w", err)
+	}
+	defer conn.Close(context.WithoutCancel(ctx))
+	if _, err := conn.Exec(ctx, "LISTEN "+pgx.Identifier{channel}.Sanitize()); err != nil {
+		return fmt.Errorf("listen: %w", err)
+	}
+	for {
+		n, err := conn.WaitForNotification(ctx)
+		if err != nil {
+			if ctx.Err() != nil {
+				return nil
+			}
+			return fmt.Errorf("listen: %w", err)
+		}
+		fn(n.Payload)
+	}
+}
+
+type querier interface {
+	Exec(ctx context.Context, sql string, args ...any) (pgconn.CommandTag, error)
+	Query(ctx context.Context, sql string, args ...any) (pgx.Rows, error)
+}
+
+func execOn(ctx context.Context, q querier, sql string, args []any) (store.Result, error) {
+	tag, err := q.Exec(ctx, sql, args...)
+	if err != nil {
+		return store.Result{}, err
+	}
+	return store.Result{RowsAffected: tag.RowsAffected()}, nil
+}
+
+// Tx is a transaction: the store's own, or a caller's pgx.Tx passed to
+// EnqueueTx.
+type Tx struct{ tx pgx.Tx }
+
+// WrapTx adapts a caller's pgx.Tx.
+func WrapTx(tx pgx.Tx) Tx { return Tx{tx: tx} }
+
+// Exec runs a statement.
+func (t Tx) Exec(ctx context.Context, q string, args ...any) (store.Result, error) {
+	return execOn(ctx, t.tx, q, args)
+}
+
+// Query runs a statement that returns rows.
+func (t Tx) Query(ctx context.Context, q string, args ...any) (store.Rows, error) {
+	return t.tx.Query(ctx, q, args...)
+}
+
+// Commit commits.
+func (t Tx) Commit(ctx context.Context) error { return t.tx.Commit(ctx) }
+
+// Rollback aborts; it is a no-op after Commit.
+func (t Tx) Rollback(ctx context.Context) error {
+	if err := t.tx.Rollback(ctx); err != nil && !errors.Is(err, pgx.ErrTxClosed) {
+		return err
+	}
+	return nil
+}
+
+// Dialect is PostgreSQL's SQL.
+type Dialect struct{}
+
+var _ store.Dialect = Dialect{}
+
+// Name returns "postgres".
+func (Dialect) Name() string { return "postgres" }
+
+// Migrations returns the embedded migrations.
+func (Dialect) Migrations() fs.FS {
+	sub, _ := fs.Sub(migrations, "migrations")
+	return sub
+}
+
+// InsertReturnsIDs is true.
+func (Dialect) InsertReturnsIDs() bool { return true }
+
+// MaxKeyLength is 0: text has no limit.
+func (Dialect) MaxKeyLength() int { return 0 }
+
+// MaxInsertBatch bounds one insert's arrays.
+func (Dialect) MaxInsertBatch() int { return 5000 }
+
+// IsUndefinedTable recognises undefined_table and undefined_column.
+func (Dialect) IsUndefinedTable(err error) bool {
+	var e *pgconn.PgError
+	return errors.As(err, &e) && (e.Code == "42P01" || e.Code == "42703")
+}
+
+// IsRetryable recognises deadlocks, serialization failures and lock
+// timeouts.
+func (Dialect) IsRetryable(err error) bool {
+	var e *pgconn.PgError
+	return errors.As(err, &e) && (e.Code == "40P01" || e.Code == "40001" || e.Code == "55P03")
+}

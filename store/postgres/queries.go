@@ -1,0 +1,266 @@
+package postgres
+
+import (
+	"github.com/sluicequeue/sluice/store"
+)
+
+// All of PostgreSQL's SQL. Lists travel as arrays, so every statement has
+// one text and pgx prepares it once.
+
+// CreateMigrationsTable creates sluice_migrations.
+func (Dialect) CreateMigrationsTable() string {
+	return `CREATE TABLE IF NOT EXISTS sluice_migrations (
+  version integer PRIMARY KEY,
+  name text NOT NULL,
+  applied_at bigint NOT NULL)`
+}
+
+// LockMigrations takes a transaction-scoped advisory lock.
+func (Dialect) LockMigrations() string {
+	return `SELECT pg_advisory_xact_lock(7251002)`
+}
+
+// UnlockMigrations is empty: the lock ends with the transaction.
+func (Dialect) UnlockMigrations() string { return "" }
+
+// AppliedMigrations lists applied versions.
+func (Dialect) AppliedMigrations() string {
+	return `SELECT version::bigint FROM sluice_migrations ORDER BY version`
+}
+
+// RecordMigration marks a version applied.
+func (Dialect) RecordMigration(version int, name string, now int64) (string, []any) {
+	return `INSERT INTO sluice_migrations (version, name, applied_at) VALUES ($1, $2, $3)`, []any{version, name, now}
+}
+
+// ForgetMigration marks a version reverted.
+func (Dialect) ForgetMigration(version int) (string, []any) {
+	return `DELETE FROM sluice_migrations WHERE version = $1`, []any{version}
+}
+
+// InsertJobs inserts jobs from arrays, wakes listeners for the queues that
+// gained ready jobs (delivered at commit), and returns the ids.
+func (Dialect) InsertJobs(jobs []store.InsertRow) (string, []any) {
+	n := len(jobs)
+	kinds, queues, states, args, rateKeys := make([]string, n), make([]string, n), make([]string, n), make([]string, n), make([]string, n)
+	prios, maxAttempts := make([]int32, n), make([]int32, n)
+	created, runAt := make([]int64, n), make([]int64, n)
+	for i, j := range jobs {
+		kinds[i], queues[i], states[i], args[i], rateKeys[i] = j.Kind, j.Queue, string(j.State), j.Args, j.RateKeys
+		prios[i], maxAttempts[i] = int32(j.Priority), int32(j.MaxAttempts)
+		created[i], runAt[i] = j.CreatedAt, j.RunAt
+	}
+	return `WITH ins AS (
+  INSERT INTO sluice_jobs (kind, queue, priority, state, args, max_attempts, created_at, run_at, rate_keys)
+  SELECT k, q, p, s, a, m, c, r, NULLIF(rk, '')
+  FROM unnest($1::text[], $2::text[], $3::int[], $4::text[], $5::text[], $6::int[], $7::bigint[], $8::bigint[], $9::text[])
+    AS u(k, q, p, s, a, m, c, r, rk)
+  RETURNING id, queue, state),
+woke AS (
+  SELECT pg_notify('` + Channel + `', queue) FROM (SELECT DISTINCT queue FROM ins WHERE state = 'ready') q)
+SELECT id FROM ins WHERE (SELECT count(*) FROM woke) >= 0`,
+		[]any{kinds, queues, prios, states, args, maxAttempts, created, runAt, rateKeys}
+}
+
+// Now reads clock_timestamp(): the time now, not at the transaction's
+// start.
+func (Dialect) Now() string {
+	return `SELECT (extract(epoch FROM clock_timestamp()) * 1000000)::bigint`
+}
+
+// LockReady locks the next ready jobs of an unpaused queue.
+func (Dialect) LockReady(queue string, limit int) (string, []any) {
+	return `SELECT ` + store.JobColumns + ` FROM sluice_jobs
+WHERE state = 'ready' AND queue = $1
+  AND NOT EXISTS (SELECT 1 FROM sluice_queues WHERE name = $1 AND paused)
+ORDER BY priority, id LIMIT $2 FOR UPDATE SKIP LOCKED`, []any{queue, limit}
+}
+
+// MarkRunning claims jobs for a process.
+func (Dialect) MarkRunning(ids []int64, processID, now int64) (string, []any) {
+	return `UPDATE sluice_jobs SET state = 'running', attempt = attempt + 1, process_id = $1, attempted_at = $2, wait_key = NULL
+WHERE id = ANY($3)`, []any{processID, now, ids}
+}
+
+// CompleteJobs marks a process's running jobs completed.
+func (Dialect) CompleteJobs(ids []int64, processID, now int64) (string, []any) {
+	return `UPDATE sluice_jobs SET state = 'completed', finished_at = $1
+WHERE id = ANY($2) AND state = 'running' AND process_id = $3`, []any{now, ids, processID}
+}
+
+// DeleteJobs deletes a process's running jobs.
+func (Dialect) DeleteJobs(ids []int64, processID int64) (string, []any) {
+	return `DELETE FROM sluice_jobs WHERE id = ANY($1) AND state = 'running' AND process_id = $2`, []any{ids, processID}
+}
+
+// SetJobs applies transitions from arrays.
+func (Dialect) SetJobs(from store.State, processID, now int64, rows []store.SetRow) (string, []any) {
+	n := len(rows)
+	ids, runAt, finished := make([]int64, n), make([]int64, n), make([]int64, n)
+	states, waitKeys, errs := make([]string, n), make([]string, n), make([]string, n)
+	deltas := make([]int32, n)
+	for i, r := range rows {
+		ids[i], runAt[i], finished[i] = r.ID, r.RunAt, r.FinishedAt
+		states[i], waitKeys[i], errs[i] = string(r.State), r.WaitKey, r.Error
+		deltas[i] = int32(r.AttemptDelta)
+	}
+	return `UPDATE sluice_jobs j SET
+  state = v.state,
+  run_at = CASE WHEN v.run_at = 0 THEN j.run_at ELSE v.run_at END,
+  wait_key = NULLIF(v.wait_key, ''),
+  last_error = COALESCE(NULLIF(v.last_error, ''), j.last_error),
+  attempt = j.attempt + v.attempt_delta,
+  finished_at = NULLIF(v.finished_at, 0)
+FROM unnest($1::bigint[], $2::text[], $3::bigint[], $4::text[], $5::text[], $6::int[], $7::bigint[])
+  AS v(id, state, run_at, wait_key, last_error, attempt_delta, finished_at)
+WHERE j.id = v.id AND j.state = $8 AND ($9::bigint = 0 OR j.process_id = $9)`,
+		[]any{ids, states, runAt, waitKeys, errs, deltas, finished, string(from), processID}
+}
+
+// LockDue locks scheduled jobs that are due.
+func (Dialect) LockDue(now int64, limit int) (string, []any) {
+	return `SELECT id, queue FROM sluice_jobs WHERE state = 'scheduled' AND run_at <= $1
+ORDER BY run_at, id LIMIT $2 FOR UPDATE SKIP LOCKED`, []any{now, limit}
+}
+
+// MarkReady makes scheduled jobs ready.
+func (Dialect) MarkReady(ids []int64) (string, []any) {
+	return `UPDATE sluice_jobs SET state = 'ready' WHERE id = ANY($1) AND state = 'scheduled'`, []any{ids}
+}
+
+// Notify wakes listeners for queues, at commit.
+func (Dialect) Notify(queues []string) (string, []any) {
+	return `SELECT pg_notify('` + Channel + `', q) FROM unnest($1::text[]) q`, []any{queues}
+}
+
+// InsertProcess registers a process.
+func (Dialect) InsertProcess(p store.ProcessRow) (string, []any) {
+	return `INSERT INTO sluice_processes (kind, name, hostname, pid, queues, started_at, heartbeat_at)
+VALUES ($1, $2, $3, $4, $5, $6, $7) RETURNING id`, []any{p.Kind, p.Name, p.Hostname, p.PID, p.Queues, p.StartedAt, p.HeartbeatAt}
+}
+
+// Heartbeat stamps a process.
+func (Dialect) Heartbeat(id, now int64) (string, []any) {
+	return `UPDATE sluice_processes SET heartbeat_at = $1 WHERE id = $2`, []any{now, id}
+}
+
+// DeleteProcess removes a process.
+func (Dialect) DeleteProcess(id int64) (string, []any) {
+	return `DELETE FROM sluice_processes WHERE id = $1`, []any{id}
+}
+
+// LockDeadProcesses locks processes with a stale heartbeat.
+func (Dialect) LockDeadProcesses(before int64, limit int) (string, []any) {
+	return `SELECT id FROM sluice_processes WHERE heartbeat_at < $1 ORDER BY id LIMIT $2 FOR UPDATE SKIP LOCKED`, []any{before, limit}
+}
+
+// LockOrphans locks running jobs of listed or vanished processes.
+func (Dialect) LockOrphans(processIDs []int64, limit int) (string, []any) {
+	if processIDs == nil {
+		processIDs = []int64{}
+	}
+	return `SELECT id, attempt, max_attempts FROM sluice_jobs j WHERE state = 'running'
+  AND (process_id = ANY($1) OR NOT EXISTS (SELECT 1 FROM sluice_processes p WHERE p.id = j.process_id))
+ORDER BY id LIMIT $2 FOR UPDATE SKIP LOCKED`, []any{processIDs, limit}
+}
+
+// DeleteProcesses removes processes.
+func (Dialect) DeleteProcesses(ids []int64) (string, []any) {
+	return `DELETE FROM sluice_processes WHERE id = ANY($1)`, []any{ids}
+}
+
+// ListProcesses lists processes.
+func (Dialect) ListProcesses() string {
+	return `SELECT ` + store.ProcessColumns + ` FROM sluice_processes ORDER BY id`
+}
+
+// SetQueuePaused pauses or resumes a queue.
+func (Dialect) SetQueuePaused(queue string, paused bool, now int64) (string, []any) {
+	return `INSERT INTO sluice_queues (name, paused, updated_at) VALUES ($1, $2, $3)
+ON CONFLICT (name) DO UPDATE SET paused = EXCLUDED.paused, updated_at = EXCLUDED.updated_at`, []any{queue, paused, now}
+}
+
+// ListQueues lists queues with jobs or pauses.
+func (Dialect) ListQueues() string {
+	return `SELECT name, bool_or(paused) FROM (
+  SELECT DISTINCT queue AS name, false AS paused FROM sluice_jobs
+  UNION ALL SELECT name, paused FROM sluice_queues) q
+GROUP BY name ORDER BY name`
+}
+
+// LockBudgets locks budgets in key order.
+func (Dialect) LockBudgets(keys []string) (string, []any) {
+	return `SELECT ` + store.BudgetColumns + ` FROM sluice_budgets WHERE name = ANY($1) ORDER BY name FOR UPDATE`, []any{keys}
+}
+
+// InsertBudgets creates missing budgets.
+func (Dialect) InsertBudgets(keys []string) (string, []any) {
+	return `INSERT INTO sluice_budgets (name) SELECT k FROM unnest($1::text[]) k ORDER BY k ON CONFLICT (name) DO NOTHING`, []any{keys}
+}
+
+// SaveBudgets writes budgets back.
+func (Dialect) SaveBudgets(rows []store.BudgetRow) (string, []any) {
+	n := len(rows)
+	names := make([]string, n)
+	tat, next, interval, updated := make([]int64, n), make([]int64, n), make([]int64, n), make([]int64, n)
+	burst, parked := make([]int32, n), make([]int32, n)
+	for i, r := range rows {
+		names[i], tat[i], next[i], interval[i], updated[i] = r.Name, r.TAT, r.NextSlot, r.IntervalUS, r.UpdatedAt
+		burst[i], parked[i] = int32(r.Burst), int32(r.Parked)
+	}
+	return `INSERT INTO sluice_budgets (` + store.BudgetColumns + `)
+SELECT * FROM unnest($1::text[], $2::bigint[], $3::bigint[], $4::bigint[], $5::int[], $6::int[], $7::bigint[])
+ON CONFLICT (name) DO UPDATE SET tat = EXCLUDED.tat, next_slot = EXCLUDED.next_slot, interval_us = EXCLUDED.interval_us,
+  burst = EXCLUDED.burst, parked = EXCLUDED.parked, updated_at = EXCLUDED.updated_at`,
+		[]any{names, tat, next, interval, burst, parked, updated}
+}
+
+// LockParkedBudgets locks budgets whose parked jobs may get slots.
+func (Dialect) LockParkedBudgets(now, until int64, limit int) (string, []any) {
+	return `SELECT ` + store.BudgetColumns + ` FROM sluice_budgets
+WHERE parked > 0 AND next_slot <= CASE WHEN burst = 0 AND interval_us > 0 THEN $1 ELSE $2 END
+ORDER BY next_slot LIMIT $3 FOR UPDATE SKIP LOCKED`, []any{now, until, limit}
+}
+
+// LockParked locks a budget's first parked jobs.
+func (Dialect) LockParked(key string, limit int) (string, []any) {
+	return `SELECT id FROM sluice_jobs WHERE state = 'parked' AND wait_key = $1
+ORDER BY priority, id LIMIT $2 FOR UPDATE SKIP LOCKED`, []any{key, limit}
+}
+
+// DeleteIdleBudgets deletes idle budgets no claim holds.
+func (Dialect) DeleteIdleBudgets(now int64, limit int) (string, []any) {
+	return `DELETE FROM sluice_budgets WHERE name = ANY(ARRAY(
+  SELECT name FROM sluice_budgets WHERE tat <= $1 AND next_slot <= $1 AND parked = 0
+  LIMIT $2 FOR UPDATE SKIP LOCKED))`, []any{now, limit}
+}
+
+// ListBudgets lists budgets with their waiting jobs.
+func (Dialect) ListBudgets() string {
+	return `SELECT ` + store.BudgetColumns + `,
+  (SELECT count(*) FROM sluice_jobs j WHERE j.wait_key = b.name AND j.state IN ('scheduled', 'parked'))
+FROM sluice_budgets b ORDER BY name`
+}
+
+// JobsByState counts jobs per queue and state.
+func (Dialect) JobsByState() string {
+	return `SELECT queue, state, count(*) FROM sluice_jobs GROUP BY queue, state ORDER BY queue, state`
+}
+
+// ListJobs lists jobs, newest first.
+func (Dialect) ListJobs(f store.JobFilter) (string, []any) {
+	return `SELECT ` + store.JobInfoColumns + ` FROM sluice_jobs
+WHERE ($1 = '' OR state = $1) AND ($2 = '' OR kind = $2) AND ($3 = '' OR queue = $3)
+ORDER BY id DESC LIMIT $4`, []any{string(f.State), f.Kind, f.Queue, f.Limit}
+}
+
+// GetJob reads one job.
+func (Dialect) GetJob(id int64) (string, []any) {
+	return `SELECT ` + store.JobInfoColumns + ` FROM sluice_jobs WHERE id = $1`, []any{id}
+}
+
+// DeleteFinished deletes old completed and cancelled jobs.
+func (Dialect) DeleteFinished(before int64, limit int) (string, []any) {
+	return `DELETE FROM sluice_jobs WHERE id = ANY(ARRAY(
+  SELECT id FROM sluice_jobs WHERE state IN ('completed', 'cancelled') AND finished_at < $1 LIMIT $2))`, []any{before, limit}
+}

@@ -1,0 +1,413 @@
+package store_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/sluicequeue/sluice/internal/testdb"
+	"github.com/sluicequeue/sluice/store"
+)
+
+func TestEnqueueReturnsIDsInOrderAndKeepsArgs(t *testing.T) {
+	testdb.Each(t, func(t *testing.T, s *store.Store) {
+		jobs := make([]store.NewJob, 7)
+		for i := range jobs {
+			jobs[i] = job("email", "default", 0)
+			jobs[i].Args = []byte(fmt.Sprintf(`{"n":%d}`, i))
+		}
+		got := enqueue(t, s, t0, jobs...)
+		for i := 1; i < len(got); i++ {
+			require.Greater(t, got[i], got[i-1])
+		}
+		for i, id := range got {
+			j := state(t, s, id)
+			require.Equal(t, store.StateReady, j.State)
+			require.JSONEq(t, fmt.Sprintf(`{"n":%d}`, i), string(j.Args))
+			require.Equal(t, t0, j.CreatedAt)
+		}
+	})
+}
+
+func TestEnqueueManyIsAllOrNothing(t *testing.T) {
+	testdb.Each(t, func(t *testing.T, s *store.Store) {
+		bad := job("email", "", 0)
+		_, err := s.Enqueue(context.Background(), nil, t0, []store.NewJob{job("email", "default", 0), bad})
+		require.ErrorContains(t, err, "job 1")
+		require.ErrorContains(t, err, "queue is empty")
+		stats, err := s.Stats(context.Background())
+		require.NoError(t, err)
+		require.Empty(t, stats, "nothing was written")
+	})
+}
+
+func TestEnqueueInsideATransaction(t *testing.T) {
+	testdb.Each(t, func(t *testing.T, s *store.Store) {
+		ctx := context.Background()
+		tx, err := s.DB().Begin(ctx)
+		require.NoError(t, err)
+		rolled, err := s.Enqueue(ctx, tx, t0, []store.NewJob{job("email", "default", 0)})
+		require.NoError(t, err)
+		require.NoError(t, tx.Rollback(ctx))
+		_, err = s.GetJob(ctx, rolled[0])
+		require.ErrorIs(t, err, store.ErrNotFound)
+
+		tx, err = s.DB().Begin(ctx)
+		require.NoError(t, err)
+		kept, err := s.Enqueue(ctx, tx, t0, []store.NewJob{job("email", "default", 0)})
+		require.NoError(t, err)
+		require.NoError(t, tx.Commit(ctx))
+		require.Equal(t, store.StateReady, state(t, s, kept[0]).State)
+	})
+}
+
+func TestClaimByPriorityThenIDAcrossQueuesInOrder(t *testing.T) {
+	testdb.Each(t, func(t *testing.T, s *store.Store) {
+		low := enqueue(t, s, t0, job("a", "default", 5))[0]
+		high1 := enqueue(t, s, t0, job("a", "default", -1))[0]
+		high2 := enqueue(t, s, t0, job("a", "default", -1))[0]
+		mail := enqueue(t, s, t0, job("a", "mail", -10))[0]
+		pid := register(t, s, t0)
+
+		res := claim(t, s, pid, at(time.Second), 2, "default", "mail")
+		require.Equal(t, []int64{high1, high2}, ids(res.Jobs))
+		for _, j := range res.Jobs {
+			require.Equal(t, 1, j.Attempt)
+		}
+		res = claim(t, s, pid, at(time.Second), 5, "default", "mail")
+		require.Equal(t, []int64{low, mail}, ids(res.Jobs), "the first queue is drained before the next")
+		require.Empty(t, claim(t, s, pid, at(time.Second), 5, "default", "mail").Jobs)
+
+		j := state(t, s, high1)
+		require.Equal(t, store.StateRunning, j.State)
+		require.Equal(t, pid, j.ProcessID)
+		require.Equal(t, at(time.Second), j.AttemptedAt)
+	})
+}
+
+func TestConcurrentClaimsNeverShareAJob(t *testing.T) {
+	testdb.Each(t, func(t *testing.T, s *store.Store) {
+		const n = 300
+		jobs := make([]store.NewJob, n)
+		for i := range jobs {
+			jobs[i] = job("a", "default", i%3)
+		}
+		enqueue(t, s, t0, jobs...)
+		var mu sync.Mutex
+		seen := map[int64]int{}
+		var wg sync.WaitGroup
+		for w := 0; w < 6; w++ {
+			pid := register(t, s, t0)
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				for {
+					res, err := s.Claim(context.Background(), store.ClaimParams{ProcessID: pid, Queues: []string{"default"}, Max: 7, Clock: fixed(t0)})
+					if !assertNoErr(t, err) || len(res.Jobs) == 0 {
+						return
+					}
+					mu.Lock()
+					for _, j := range res.Jobs {
+						seen[j.ID]++
+					}
+					mu.Unlock()
+				}
+			}()
+		}
+		wg.Wait()
+		require.Len(t, seen, n)
+		for id, c := range seen {
+			require.Equal(t, 1, c, "job %d claimed %d times", id, c)
+		}
+	})
+}
+
+func assertNoErr(t *testing.T, err error) bool {
+	if err != nil {
+		t.Errorf("unexpected error: %v", err)
+		return false
+	}
+	return true
+}
+
+func TestScheduledJobsWaitForPromotion(t *testing.T) {
+	testdb.Each(t, func(t *testing.T, s *store.Store) {
+		ctx := context.Background()
+		j := job("a", "default", 0)
+		j.RunAt = at(time.Minute)
+		id := enqueue(t, s, t0, j)[0]
+		require.Equal(t, store.StateScheduled, state(t, s, id).State)
+		pid := register(t, s, t0)
+		require.Empty(t, claim(t, s, pid, at(2*time.Minute), 5).Jobs, "a scheduled job is not claimed before promotion")
+
+		n, _, err := s.Promote(ctx, at(59*time.Second), 100)
+		require.NoError(t, err)
+		require.Zero(t, n, "not due yet")
+		n, queues, err := s.Promote(ctx, at(time.Minute), 100)
+		require.NoError(t, err)
+		require.Equal(t, 1, n)
+		require.Equal(t, []string{"default"}, queues)
+		require.Equal(t, []int64{id}, ids(claim(t, s, pid, at(time.Minute), 5).Jobs))
+	})
+}
+
+func TestConcurrentPromotersPromoteEachJobOnce(t *testing.T) {
+	testdb.Each(t, func(t *testing.T, s *store.Store) {
+		const n = 200
+		jobs := make([]store.NewJob, n)
+		for i := range jobs {
+			jobs[i] = job("a", "default", 0)
+			jobs[i].RunAt = at(time.Duration(i) * time.Millisecond)
+		}
+		enqueue(t, s, t0.Add(-time.Hour), jobs...)
+		var mu sync.Mutex
+		total := 0
+		var wg sync.WaitGroup
+		for w := 0; w < 4; w++ {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				for {
+					got, _, err := s.Promote(context.Background(), at(time.Hour), 25)
+					if !assertNoErr(t, err) || got == 0 {
+						return
+					}
+					mu.Lock()
+					total += got
+					mu.Unlock()
+				}
+			}()
+		}
+		wg.Wait()
+		require.Equal(t, n, total)
+	})
+}
+
+func TestFinishOutcomes(t *testing.T) {
+	testdb.Each(t, func(t *testing.T, s *store.Store) {
+		ctx := context.Background()
+		done, retry, fail, cancel, snooze := 0, 1, 2, 3, 4
+		got := enqueue(t, s, t0, job("a", "default", 0), job("a", "default", 0), job("a", "default", 0), job("a", "default", 0), job("a", "default", 0))
+		pid := register(t, s, t0)
+		require.Len(t, claim(t, s, pid, t0, 10).Jobs, 5)
+		err := s.Finish(ctx, pid, at(time.Second), []int64{got[done]}, []store.Transition{
+			{ID: got[retry], State: store.StateScheduled, RunAt: at(time.Minute), Error: "boom"},
+			{ID: got[fail], State: store.StateFailed, Error: "fatal", Finished: true},
+			{ID: got[cancel], State: store.StateCancelled, Error: "discarded", Finished: true},
+			{ID: got[snooze], State: store.StateScheduled, RunAt: at(time.Hour), AttemptDelta: -1},
+		})
+		require.NoError(t, err)
+
+		j := state(t, s, got[done])
+		require.Equal(t, store.StateCompleted, j.State)
+		require.Equal(t, at(time.Second), j.FinishedAt)
+		j = state(t, s, got[retry])
+		require.Equal(t, store.StateScheduled, j.State)
+		require.Equal(t, at(time.Minute), j.RunAt)
+		require.Equal(t, "boom", j.LastError)
+		require.Equal(t, 1, j.Attempt)
+		require.True(t, j.FinishedAt.IsZero())
+		j = state(t, s, got[fail])
+		require.Equal(t, store.StateFailed, j.State)
+		require.Equal(t, "fatal", j.LastError)
+		require.Equal(t, at(time.Second), j.FinishedAt)
+		require.Equal(t, store.StateCancelled, state(t, s, got[cancel]).State)
+		j = state(t, s, got[snooze])
+		require.Equal(t, 0, j.Attempt, "a snooze gives back its attempt")
+		require.Equal(t, at(time.Hour), j.RunAt)
+	})
+}
+
+func TestFinishIgnoresJobsNoLongerOwned(t *testing.T) {
+	testdb.Each(t, func(t *testing.T, s *store.Store) {
+		id := enqueue(t, s, t0, job("a", "default", 0))[0]
+		pid := register(t, s, t0)
+		other := register(t, s, t0)
+		require.Len(t, claim(t, s, pid, t0, 1).Jobs, 1)
+		require.NoError(t, s.Finish(context.Background(), other, t0, []int64{id}, nil))
+		require.Equal(t, store.StateRunning, state(t, s, id).State, "another process cannot complete it")
+	})
+}
+
+func TestDeleteOnComplete(t *testing.T) {
+	testdb.Each(t, func(t *testing.T, s *store.Store) {
+		s.DeleteOnComplete = true
+		id := enqueue(t, s, t0, job("a", "default", 0))[0]
+		pid := register(t, s, t0)
+		claim(t, s, pid, t0, 1)
+		require.NoError(t, s.Finish(context.Background(), pid, t0, []int64{id}, nil))
+		_, err := s.GetJob(context.Background(), id)
+		require.ErrorIs(t, err, store.ErrNotFound)
+	})
+}
+
+func TestPausedQueueIsNotClaimed(t *testing.T) {
+	testdb.Each(t, func(t *testing.T, s *store.Store) {
+		ctx := context.Background()
+		id := enqueue(t, s, t0, job("a", "default", 0))[0]
+		pid := register(t, s, t0)
+		require.NoError(t, s.PauseQueue(ctx, "default", t0))
+		require.NoError(t, s.PauseQueue(ctx, "default", t0), "pausing twice is harmless")
+		require.Empty(t, claim(t, s, pid, t0, 5).Jobs)
+		require.Equal(t, store.StateReady, state(t, s, id).State, "its jobs stay")
+		qs, err := s.ListQueues(ctx)
+		require.NoError(t, err)
+		require.Equal(t, []store.QueueInfo{{Name: "default", Paused: true}}, qs)
+		require.NoError(t, s.ResumeQueue(ctx, "default", t0))
+		require.Equal(t, []int64{id}, ids(claim(t, s, pid, t0, 5).Jobs))
+	})
+}
+
+func TestReleaseGivesTheAttemptBack(t *testing.T) {
+	testdb.Each(t, func(t *testing.T, s *store.Store) {
+		id := enqueue(t, s, t0, job("a", "default", 0))[0]
+		pid := register(t, s, t0)
+		claim(t, s, pid, t0, 1)
+		require.NoError(t, s.Release(context.Background(), pid, at(time.Second), []int64{id}))
+		j := state(t, s, id)
+		require.Equal(t, store.StateReady, j.State)
+		require.Equal(t, 0, j.Attempt)
+		require.Equal(t, []int64{id}, ids(claim(t, s, pid, at(time.Second), 1).Jobs))
+	})
+}
+
+func TestDeadProcessJobsAreReleased(t *testing.T) {
+	testdb.Each(t, func(t *testing.T, s *store.Store) {
+		ctx := context.Background()
+		a := job("a", "default", 0)
+		last := job("a", "default", 0)
+		last.MaxAttempts = 1
+		got := enqueue(t, s, t0, a, last)
+		dead := register(t, s, t0)
+		live := register(t, s, t0)
+		require.Len(t, claim(t, s, dead, t0, 2).Jobs, 2)
+
+		_, err := s.Heartbeat(ctx, live, at(4*time.Minute))
+		require.NoError(t, err)
+		n, err := s.ReapDeadProcesses(ctx, at(4*time.Minute), 5*time.Minute)
+		require.NoError(t, err)
+		require.Zero(t, n, "a heartbeat 4 minutes old is alive")
+
+		_, err = s.Heartbeat(ctx, live, at(6*time.Minute))
+		require.NoError(t, err)
+		n, err = s.ReapDeadProcesses(ctx, at(6*time.Minute), 5*time.Minute)
+		require.NoError(t, err)
+		require.Equal(t, 2, n)
+		j := state(t, s, got[0])
+		require.Equal(t, store.StateReady, j.State)
+		require.Equal(t, 1, j.Attempt, "the lost run counts as an attempt")
+		require.Equal(t, store.LostError, j.LastError)
+		require.Equal(t, store.StateFailed, state(t, s, got[1]).State, "no attempts left")
+
+		ok, err := s.Heartbeat(ctx, dead, at(6*time.Minute))
+		require.NoError(t, err)
+		require.False(t, ok, "the reaped process learns it must register again")
+		procs, err := s.ListProcesses(ctx)
+		require.NoError(t, err)
+		require.Len(t, procs, 1)
+		require.Equal(t, live, procs[0].ID)
+	})
+}
+
+func TestPendingMigrations(t *testing.T) {
+	for _, b := range testdb.Backends(t) {
+		t.Run(b.Name, func(t *testing.T) {
+			ctx := context.Background()
+			s := b.OpenRaw(t)
+			_, err := s.Enqueue(ctx, nil, t0, []store.NewJob{job("a", "default", 0)})
+			require.ErrorIs(t, err, store.ErrPendingMigrations)
+			require.ErrorIs(t, s.CheckSchema(ctx), store.ErrPendingMigrations)
+
+			applied, err := s.MigrateUp(ctx, 1)
+			require.NoError(t, err)
+			require.Len(t, applied, 1)
+			require.ErrorIs(t, s.CheckSchema(ctx), store.ErrPendingMigrations, "an older schema is pending too")
+			_, err = s.Enqueue(ctx, nil, t0, []store.NewJob{job("a", "default", 0)})
+			require.ErrorIs(t, err, store.ErrPendingMigrations)
+
+			_, err = s.MigrateUp(ctx, 0)
+			require.NoError(t, err)
+			require.NoError(t, s.CheckSchema(ctx))
+			again, err := s.MigrateUp(ctx, 0)
+			require.NoError(t, err)
+			require.Empty(t, again, "migrating twice applies nothing")
+			enqueue(t, s, t0, job("a", "default", 0))
+
+			all, err := s.Migrations()
+			require.NoError(t, err)
+			reverted, err := s.MigrateDown(ctx, len(all))
+			require.NoError(t, err)
+			require.Len(t, reverted, len(all))
+			st, err := s.MigrationStatus(ctx)
+			require.NoError(t, err)
+			for _, m := range st {
+				require.False(t, m.Applied)
+			}
+			_, err = s.MigrateUp(ctx, 0)
+			require.NoError(t, err, "down then up again works")
+		})
+	}
+}
+
+func TestRetryAndCancelByOperator(t *testing.T) {
+	testdb.Each(t, func(t *testing.T, s *store.Store) {
+		ctx := context.Background()
+		got := enqueue(t, s, t0, job("a", "default", 0), job("a", "default", 0))
+		pid := register(t, s, t0)
+		claim(t, s, pid, t0, 2)
+		require.NoError(t, s.Finish(ctx, pid, t0, nil, []store.Transition{{ID: got[0], State: store.StateFailed, Error: "x", Finished: true}}))
+
+		_, err := s.RetryJobs(ctx, at(time.Second), []int64{got[1]})
+		require.ErrorContains(t, err, "it is running")
+		moved, err := s.RetryJobs(ctx, at(time.Second), []int64{got[0]})
+		require.NoError(t, err)
+		require.Equal(t, []int64{got[0]}, moved)
+		j := state(t, s, got[0])
+		require.Equal(t, store.StateReady, j.State)
+		require.Equal(t, 0, j.Attempt)
+
+		moved, err = s.CancelJobs(ctx, at(time.Second), []int64{got[0]}, "")
+		require.NoError(t, err)
+		require.Equal(t, []int64{got[0]}, moved)
+		require.Equal(t, store.StateCancelled, state(t, s, got[0]).State)
+		_, err = s.CancelJobs(ctx, at(time.Second), []int64{999999}, "")
+		require.True(t, errors.Is(err, store.ErrNotFound))
+	})
+}
+
+func TestDeleteFinishedKeepsFailedAndRecent(t *testing.T) {
+	testdb.Each(t, func(t *testing.T, s *store.Store) {
+		ctx := context.Background()
+		got := enqueue(t, s, t0, job("a", "default", 0), job("a", "default", 0), job("a", "default", 0))
+		pid := register(t, s, t0)
+		claim(t, s, pid, t0, 3)
+		require.NoError(t, s.Finish(ctx, pid, t0, []int64{got[0]}, []store.Transition{{ID: got[1], State: store.StateFailed, Finished: true}}))
+		require.NoError(t, s.Finish(ctx, pid, at(2*time.Hour), []int64{got[2]}, nil))
+		n, err := s.DeleteFinished(ctx, at(time.Hour), 1)
+		require.NoError(t, err)
+		require.Equal(t, 1, n)
+		_, err = s.GetJob(ctx, got[0])
+		require.ErrorIs(t, err, store.ErrNotFound)
+		state(t, s, got[1])
+		state(t, s, got[2])
+	})
+}
+
+func TestStatsCountsByQueueAndState(t *testing.T) {
+	testdb.Each(t, func(t *testing.T, s *store.Store) {
+		later := job("a", "mail", 0)
+		later.RunAt = at(time.Hour)
+		enqueue(t, s, t0, job("a", "default", 0), job("a", "default", 0), later)
+		st, err := s.Stats(context.Background())
+		require.NoError(t, err)
+		require.Equal(t, []store.QueueStats{
+			{Queue: "default", Counts: map[store.State]int64{store.StateReady: 2}},
+			{Queue: "mail", Counts: map[store.State]int64{store.StateScheduled: 1}},
+		}, st)
+	})
+}

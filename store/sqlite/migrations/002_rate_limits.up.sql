@@ -1,0 +1,15 @@
+-- Rate-limit budgets, and the keys jobs draw on.
+ALTER TABLE sluice_jobs ADD COLUMN rate_keys TEXT;
+ALTER TABLE sluice_jobs ADD COLUMN wait_key TEXT;
+CREATE INDEX sluice_jobs_parked ON sluice_jobs (wait_key, priority, id) WHERE state = 'parked';
+CREATE INDEX sluice_jobs_waiting ON sluice_jobs (wait_key, state) WHERE wait_key IS NOT NULL;
+CREATE TABLE sluice_budgets (
+  name TEXT PRIMARY KEY,
+  tat INTEGER NOT NULL DEFAULT 0,
+  next_slot INTEGER NOT NULL DEFAULT 0,
+  interval_us INTEGER NOT NULL DEFAULT 0,
+  burst INTEGER NOT NULL DEFAULT 0,
+  parked INTEGER NOT NULL DEFAULT 0,
+  updated_at INTEGER NOT NULL DEFAULT 0
+);
+CREATE INDEX sluice_budgets_parked ON sluice_budgets (next_slot) WHERE parked > 0;
