@@ -17,8 +17,21 @@ type Fake struct {
 }
 
 type fakeWaiter struct {
-	n  int
+	n  int       // at least n timers pending, or
+	at time.Time // a timer due exactly at this time pending
 	ch chan struct{}
+}
+
+func (w fakeWaiter) met(timers []*fakeTimer) bool {
+	if w.at.IsZero() {
+		return len(timers) >= w.n
+	}
+	for _, t := range timers {
+		if t.at.Equal(w.at) {
+			return true
+		}
+	}
+	return false
 }
 
 // NewFake returns a fake clock that reads t until it is moved.
@@ -70,16 +83,23 @@ func (f *Fake) Waiting() int {
 // WaitForTimers returns a channel that is closed once at least n timers are
 // pending. Tests use it to know that a goroutine has reached the point
 // where it waits on the clock before they advance it.
-func (f *Fake) WaitForTimers(n int) <-chan struct{} {
+func (f *Fake) WaitForTimers(n int) <-chan struct{} { return f.wait(fakeWaiter{n: n}) }
+
+// WaitForTimerAt returns a channel that is closed once a timer due exactly
+// at t is pending: the sign that the goroutine a test waits for has set the
+// deadline it will wait for.
+func (f *Fake) WaitForTimerAt(t time.Time) <-chan struct{} { return f.wait(fakeWaiter{at: t}) }
+
+func (f *Fake) wait(w fakeWaiter) <-chan struct{} {
 	f.mu.Lock()
 	defer f.mu.Unlock()
-	ch := make(chan struct{})
-	if len(f.timers) >= n {
-		close(ch)
-		return ch
+	w.ch = make(chan struct{})
+	if w.met(f.timers) {
+		close(w.ch)
+		return w.ch
 	}
-	f.waiters = append(f.waiters, fakeWaiter{n: n, ch: ch})
-	return ch
+	f.waiters = append(f.waiters, w)
+	return w.ch
 }
 
 // NewTimer returns a timer that fires when the fake time reaches now+d.
@@ -108,7 +128,7 @@ func (f *Fake) schedule(t *fakeTimer, d time.Duration) {
 	kept := f.waiters[:0]
 	var ready []chan struct{}
 	for _, w := range f.waiters {
-		if len(f.timers) >= w.n {
+		if w.met(f.timers) {
 			ready = append(ready, w.ch)
 		} else {
 			kept = append(kept, w)

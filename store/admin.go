@@ -180,6 +180,7 @@ func (s *Store) operate(ctx context.Context, now time.Time, ids []int64, verb st
 		done = append(done, id)
 	}
 	if len(done) > 0 {
+		s.Wake("*")
 		if err := s.notify(ctx, s.db, []string{"*"}); err != nil {
 			return done, err
 		}

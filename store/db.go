@@ -43,6 +43,10 @@ type DB interface {
 	Begin(ctx context.Context) (Tx, error)
 	// Close releases the pool.
 	Close() error
+	// WrapTx adapts a caller's own transaction (pgx.Tx on PostgreSQL,
+	// *sql.Tx elsewhere) so that work can join it, or says what type it
+	// takes instead.
+	WrapTx(tx any) (Executor, error)
 }
 
 // Listener is implemented by pools that can wake workers when jobs become

@@ -86,7 +86,7 @@ type Dialect interface {
 	// older than before. Columns: id.
 	LockDeadProcesses(before int64, limit int) (string, []any)
 	// LockOrphans selects and locks running jobs whose process is gone or
-	// listed. Columns: id, attempt, max_attempts.
+	// listed. Columns: id, queue, attempt, max_attempts.
 	LockOrphans(processIDs []int64, limit int) (string, []any)
 	// DeleteProcesses removes processes by id.
 	DeleteProcesses(ids []int64) (string, []any)

@@ -46,11 +46,15 @@ func (s *Store) Release(ctx context.Context, processID int64, now time.Time, ids
 		ts[i] = Transition{ID: id, State: StateReady, RunAt: now, AttemptDelta: -1}
 	}
 	err := s.inTx(ctx, func(tx Tx) error {
-		return s.transition(ctx, tx, StateRunning, processID, Micros(now), ts)
+		if err := s.transition(ctx, tx, StateRunning, processID, Micros(now), ts); err != nil {
+			return err
+		}
+		return s.notify(ctx, tx, []string{"*"})
 	})
 	if err != nil {
 		return s.wrap(fmt.Errorf("release jobs: %w", err))
 	}
+	s.Wake("*")
 	return nil
 }
 
@@ -121,6 +125,7 @@ func (s *Store) Promote(ctx context.Context, now time.Time, batch int) (int, []s
 	if err != nil {
 		return 0, nil, s.wrap(fmt.Errorf("promote: %w", err))
 	}
+	s.Wake(queues...)
 	return n, queues, nil
 }
 

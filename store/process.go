@@ -3,6 +3,7 @@ package store
 import (
 	"context"
 	"fmt"
+	"slices"
 	"time"
 )
 
@@ -69,8 +70,9 @@ func (s *Store) DeregisterProcess(ctx context.Context, id int64) error {
 func (s *Store) ReapDeadProcesses(ctx context.Context, now time.Time, threshold time.Duration) (int, error) {
 	nowUS := Micros(now)
 	released := 0
+	var queues []string
 	err := s.inTx(ctx, func(tx Tx) error {
-		released = 0
+		released, queues = 0, nil
 		q, args := s.d.LockDeadProcesses(Micros(now.Add(-threshold)), 100)
 		dead, err := queryInt64s(ctx, tx, q, args)
 		if err != nil {
@@ -84,14 +86,17 @@ func (s *Store) ReapDeadProcesses(ctx context.Context, now time.Time, threshold 
 		var ts []Transition
 		for rows.Next() {
 			var id int64
+			var queue string
 			var attempt, maxAttempts int
-			if err := rows.Scan(&id, &attempt, &maxAttempts); err != nil {
+			if err := rows.Scan(&id, &queue, &attempt, &maxAttempts); err != nil {
 				rows.Close()
 				return err
 			}
 			t := Transition{ID: id, State: StateReady, RunAt: now, Error: LostError}
 			if attempt >= maxAttempts {
 				t = Transition{ID: id, State: StateFailed, Error: LostError, Finished: true}
+			} else if !slices.Contains(queues, queue) {
+				queues = append(queues, queue)
 			}
 			ts = append(ts, t)
 		}
@@ -103,6 +108,9 @@ func (s *Store) ReapDeadProcesses(ctx context.Context, now time.Time, threshold 
 			return err
 		}
 		released = len(ts)
+		if err := s.notify(ctx, tx, queues); err != nil {
+			return err
+		}
 		if len(dead) > 0 {
 			q, args := s.d.DeleteProcesses(dead)
 			if _, err := exec(ctx, tx, q, args); err != nil {
@@ -114,6 +122,7 @@ func (s *Store) ReapDeadProcesses(ctx context.Context, now time.Time, threshold 
 	if err != nil {
 		return 0, s.wrap(fmt.Errorf("reap dead processes: %w", err))
 	}
+	s.Wake(queues...)
 	return released, nil
 }
 

@@ -21,6 +21,7 @@ type Store struct {
 	d        Dialect
 	db       DB
 	schemaOK atomic.Bool
+	wake     wakeHub
 	// DeleteOnComplete deletes jobs when they complete instead of keeping
 	// them for inspection. Defaults to false.
 	DeleteOnComplete bool

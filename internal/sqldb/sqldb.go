@@ -5,6 +5,7 @@ package sqldb
 import (
 	"context"
 	"database/sql"
+	"fmt"
 
 	"github.com/sluicequeue/sluice/store"
 )
@@ -68,6 +69,14 @@ func (d *DB) Begin(ctx context.Context) (store.Tx, error) {
 
 // Close closes the pool.
 func (d *DB) Close() error { return d.db.Close() }
+
+// WrapTx adapts a caller's *sql.Tx.
+func (d *DB) WrapTx(tx any) (store.Executor, error) {
+	if t, ok := tx.(*sql.Tx); ok && t != nil {
+		return Wrap(t), nil
+	}
+	return nil, fmt.Errorf("this store takes a *sql.Tx, not a %T", tx)
+}
 
 // Tx is a transaction over *sql.Tx.
 type Tx struct {

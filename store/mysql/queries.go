@@ -151,7 +151,7 @@ func (Dialect) LockOrphans(processIDs []int64, limit int) (string, []any) {
 	if len(processIDs) > 0 {
 		cond = `j.process_id IN (` + sqlgen.List(len(processIDs)) + `) OR ` + cond
 	}
-	return `SELECT id, attempt, max_attempts FROM sluice_jobs j WHERE state = 'running' AND (` + cond + `)
+	return `SELECT id, queue, attempt, max_attempts FROM sluice_jobs j WHERE state = 'running' AND (` + cond + `)
 ORDER BY id LIMIT ? FOR UPDATE SKIP LOCKED`, append(args, limit)
 }
 

@@ -24,7 +24,7 @@ var migrations embed.FS
 
 // Channel is the NOTIFY channel that carries the names of queues that
 // gained ready jobs ("*" for any).
-const Channel = "sluice_ready"
+const Channel = store.Channel
 
 // Open connects to the database at url (postgres://…; pgx's parameters,
 // such as pool_max_conns and search_path, apply). It does not migrate.
@@ -77,6 +77,14 @@ func (d *DB) Close() error {
 	return nil
 }
 
+// WrapTx adapts a caller's pgx.Tx.
+func (d *DB) WrapTx(tx any) (store.Executor, error) {
+	if t, ok := tx.(pgx.Tx); ok && t != nil {
+		return Tx{tx: t}, nil
+	}
+	return nil, fmt.Errorf("the postgres store takes a pgx.Tx, not a %T", tx)
+}
+
 // Listen holds a connection of its own LISTENing on channel and calls fn
 // with each payload until ctx is done or the connection fails.
 func (d *DB) Listen(ctx context.Context, channel string, fn func(string)) error {
@@ -116,9 +124,6 @@ func execOn(ctx context.Context, q querier, sql string, args []any) (store.Resul
 // Tx is a transaction: the store's own, or a caller's pgx.Tx passed to
 // EnqueueTx.
 type Tx struct{ tx pgx.Tx }
-
-// WrapTx adapts a caller's pgx.Tx.
-func WrapTx(tx pgx.Tx) Tx { return Tx{tx: tx} }
 
 // Exec runs a statement.
 func (t Tx) Exec(ctx context.Context, q string, args ...any) (store.Result, error) {

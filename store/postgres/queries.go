@@ -159,7 +159,7 @@ func (Dialect) LockOrphans(processIDs []int64, limit int) (string, []any) {
 	if processIDs == nil {
 		processIDs = []int64{}
 	}
-	return `SELECT id, attempt, max_attempts FROM sluice_jobs j WHERE state = 'running'
+	return `SELECT id, queue, attempt, max_attempts FROM sluice_jobs j WHERE state = 'running'
   AND (process_id = ANY($1) OR NOT EXISTS (SELECT 1 FROM sluice_processes p WHERE p.id = j.process_id))
 ORDER BY id LIMIT $2 FOR UPDATE SKIP LOCKED`, []any{processIDs, limit}
 }
@@ -218,7 +218,7 @@ ON CONFLICT (name) DO UPDATE SET tat = EXCLUDED.tat, next_slot = EXCLUDED.next_s
 // LockParkedBudgets locks budgets whose parked jobs may get slots.
 func (Dialect) LockParkedBudgets(now, until int64, limit int) (string, []any) {
 	return `SELECT ` + store.BudgetColumns + ` FROM sluice_budgets
-WHERE parked > 0 AND next_slot <= CASE WHEN burst = 0 AND interval_us > 0 THEN $1 ELSE $2 END
+WHERE parked > 0 AND next_slot <= CASE WHEN burst = 0 AND interval_us > 0 THEN $1::bigint ELSE $2::bigint END
 ORDER BY next_slot LIMIT $3 FOR UPDATE SKIP LOCKED`, []any{now, until, limit}
 }
 

@@ -137,7 +137,7 @@ func (Dialect) LockOrphans(processIDs []int64, limit int) (string, []any) {
 	if len(processIDs) > 0 {
 		cond = `process_id IN (` + sqlgen.List(len(processIDs)) + `) OR ` + cond
 	}
-	return `SELECT id, attempt, max_attempts FROM sluice_jobs WHERE state = 'running' AND (` + cond + `) ORDER BY id LIMIT ?`, append(args, limit)
+	return `SELECT id, queue, attempt, max_attempts FROM sluice_jobs WHERE state = 'running' AND (` + cond + `) ORDER BY id LIMIT ?`, append(args, limit)
 }
 
 // DeleteProcesses removes processes.

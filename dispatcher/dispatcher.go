@@ -1,0 +1,162 @@
+// Package dispatcher runs the work that no worker does: it promotes due
+// scheduled jobs to ready, hands rate-limit slots to parked jobs as the
+// horizon reaches them, and recovers the jobs of dead processes. Several
+// dispatchers may run against one database; each job is promoted once.
+package dispatcher
+
+import (
+	"context"
+	"fmt"
+	"log/slog"
+	"os"
+	"sync/atomic"
+	"time"
+
+	"github.com/sluicequeue/sluice/clock"
+	"github.com/sluicequeue/sluice/internal/heartbeat"
+	"github.com/sluicequeue/sluice/store"
+)
+
+// Defaults.
+const (
+	DefaultInterval          = time.Second
+	DefaultBatchSize         = 500
+	DefaultHeartbeatInterval = 60 * time.Second
+	DefaultDeadAfter         = 5 * time.Minute
+)
+
+// Config configures a Dispatcher. The zero value is usable.
+type Config struct {
+	// Interval is how often the dispatcher looks for due jobs; while a
+	// full batch comes back it looks again at once. Defaults to 1s.
+	Interval time.Duration
+	// BatchSize is how many jobs one promotion moves. Defaults to 500.
+	BatchSize int
+	// Horizon is how far ahead parked jobs get rate-limit slots. Defaults
+	// to 5 minutes, as the workers'.
+	Horizon time.Duration
+	// HeartbeatInterval and DeadAfter are as the worker's: 60s and 5
+	// minutes by default.
+	HeartbeatInterval time.Duration
+	DeadAfter         time.Duration
+	// Clock drives every decision. Defaults to the system clock.
+	Clock clock.Clock
+	// Name labels the process row. Defaults to the host name.
+	Name string
+	// Logger receives the dispatcher's logs. Defaults to slog.Default().
+	Logger *slog.Logger
+}
+
+// Dispatcher promotes scheduled jobs and keeps parked ones moving.
+type Dispatcher struct {
+	cfg   Config
+	store *store.Store
+	clock clock.Clock
+	log   *slog.Logger
+	pid   atomic.Int64
+}
+
+// New returns a dispatcher over s.
+func New(s *store.Store, cfg Config) *Dispatcher {
+	if cfg.Interval <= 0 {
+		cfg.Interval = DefaultInterval
+	}
+	if cfg.BatchSize <= 0 {
+		cfg.BatchSize = DefaultBatchSize
+	}
+	if cfg.Horizon <= 0 {
+		cfg.Horizon = store.DefaultHorizon
+	}
+	if cfg.HeartbeatInterval <= 0 {
+		cfg.HeartbeatInterval = DefaultHeartbeatInterval
+	}
+	if cfg.DeadAfter <= 0 {
+		cfg.DeadAfter = DefaultDeadAfter
+	}
+	if cfg.Name == "" {
+		cfg.Name, _ = os.Hostname()
+	}
+	log := cfg.Logger
+	if log == nil {
+		log = slog.Default()
+	}
+	return &Dispatcher{cfg: cfg, store: s, clock: clock.OrSystem(cfg.Clock), log: log}
+}
+
+// TickResult counts what one tick did.
+type TickResult struct {
+	// Promoted counts scheduled jobs made ready.
+	Promoted int
+	// Unparked counts parked jobs given a slot.
+	Unparked int
+	// Full is set when a promotion came back full: more may be due.
+	Full bool
+}
+
+// Tick runs one round: it promotes one batch of due jobs and hands slots
+// to parked jobs whose budgets' horizons reached them.
+func (d *Dispatcher) Tick(ctx context.Context) (TickResult, error) {
+	now := d.clock.Now()
+	n, _, err := d.store.Promote(ctx, now, d.cfg.BatchSize)
+	if err != nil {
+		return TickResult{}, fmt.Errorf("dispatcher: %w", err)
+	}
+	u, err := d.store.Unpark(ctx, now, d.cfg.Horizon, 100)
+	if err != nil {
+		return TickResult{Promoted: n}, fmt.Errorf("dispatcher: %w", err)
+	}
+	return TickResult{Promoted: n, Unparked: u, Full: n == d.cfg.BatchSize}, nil
+}
+
+// Run ticks every Interval (at once again after a full batch) until ctx is
+// done. It registers the dispatcher as a process and heartbeats, and
+// refuses to start against a database with pending migrations.
+func (d *Dispatcher) Run(ctx context.Context) error {
+	if err := d.store.CheckSchema(ctx); err != nil {
+		return fmt.Errorf("dispatcher: %w", err)
+	}
+	if err := d.register(ctx); err != nil {
+		return err
+	}
+	beatCtx, stopBeat := context.WithCancel(context.WithoutCancel(ctx))
+	beaten := make(chan struct{})
+	go func() {
+		defer close(beaten)
+		heartbeat.Run(beatCtx, d.store, d.clock, d.log, d.cfg.HeartbeatInterval, d.cfg.DeadAfter, &d.pid, d.register)
+	}()
+	d.log.Info("sluice: dispatcher started", "process_id", d.pid.Load(), "interval", d.cfg.Interval, "batch_size", d.cfg.BatchSize)
+	for ctx.Err() == nil {
+		res, err := d.Tick(ctx)
+		if err != nil && ctx.Err() == nil {
+			d.log.Error("sluice: dispatcher tick", "err", err)
+		}
+		if res.Full {
+			continue
+		}
+		t := d.clock.NewTimer(d.cfg.Interval)
+		select {
+		case <-ctx.Done():
+		case <-t.C():
+		}
+		t.Stop()
+	}
+	stopBeat()
+	<-beaten
+	bg, cancel := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Second)
+	defer cancel()
+	if err := d.store.DeregisterProcess(bg, d.pid.Load()); err != nil {
+		d.log.Warn("sluice: deregister", "err", err)
+	}
+	d.log.Info("sluice: dispatcher stopped", "process_id", d.pid.Load())
+	return nil
+}
+
+func (d *Dispatcher) register(ctx context.Context) error {
+	host, _ := os.Hostname()
+	pid, err := d.store.RegisterProcess(ctx, store.Process{Kind: "dispatcher", Name: d.cfg.Name, Hostname: host, PID: os.Getpid()}, d.clock.Now())
+	if err != nil {
+		return fmt.Errorf("dispatcher: %w", err)
+	}
+	d.pid.Store(pid)
+	return nil
+}

@@ -1,0 +1,86 @@
+package jobs
+
+import (
+	"context"
+	"fmt"
+
+	"github.com/sluicequeue/sluice/store"
+)
+
+// DrainResult counts what a Drain did.
+type DrainResult struct {
+	Completed, Retried, Failed, Cancelled, Snoozed int
+	// Deferred counts deferrals by rate limits (a job may wait more than
+	// once).
+	Deferred int
+}
+
+// Ran is how many runs ended, whatever their outcome.
+func (r DrainResult) Ran() int { return r.Completed + r.Retried + r.Failed + r.Cancelled + r.Snoozed }
+
+// Drain works the worker's queues inline until no job is ready, then
+// returns. Before each claim it promotes due scheduled jobs and hands
+// slots to parked ones, on the worker's clock, which it never advances:
+// with a fake clock, a test decides when retries and rate-limited jobs come
+// due. Jobs run one at a time in the calling goroutine, with the same
+// claims, limits and outcomes as Run. It is meant for tests and scripts.
+func (w *Worker) Drain(ctx context.Context) (DrainResult, error) {
+	var out DrainResult
+	if err := w.store.CheckSchema(ctx); err != nil {
+		return out, fmt.Errorf("jobs: drain: %w", err)
+	}
+	if err := w.register(ctx); err != nil {
+		return out, err
+	}
+	defer func() { _ = w.store.DeregisterProcess(context.WithoutCancel(ctx), w.pid.Load()) }()
+	for ctx.Err() == nil {
+		now := w.clock.Now()
+		for {
+			n, _, err := w.store.Promote(ctx, now, 1000)
+			if err != nil {
+				return out, fmt.Errorf("jobs: drain: %w", err)
+			}
+			if n < 1000 {
+				break
+			}
+		}
+		if _, err := w.store.Unpark(ctx, now, w.cfg.Horizon, 1000); err != nil {
+			return out, fmt.Errorf("jobs: drain: %w", err)
+		}
+		res, err := w.store.Claim(ctx, store.ClaimParams{
+			ProcessID: w.pid.Load(), Queues: w.cfg.Queues, Max: w.cfg.Concurrency, Clock: w.clock.Now,
+			Limits: w.reg.limits(), DatabaseClock: w.databaseClock(), Horizon: w.cfg.Horizon,
+		})
+		if err != nil {
+			return out, fmt.Errorf("jobs: drain: %w", err)
+		}
+		w.report(res)
+		out.Deferred += len(res.Deferred)
+		if len(res.Jobs) == 0 {
+			if len(res.Deferred) > 0 {
+				continue // every candidate waited; there may be more behind them
+			}
+			return out, nil
+		}
+		batch := make([]result, 0, len(res.Jobs))
+		for _, j := range res.Jobs {
+			r := w.execute(ctx, j)
+			r.pid = w.pid.Load()
+			batch = append(batch, r)
+			switch outcomeOf(r) {
+			case OutcomeCompleted:
+				out.Completed++
+			case OutcomeRetried:
+				out.Retried++
+			case OutcomeFailed:
+				out.Failed++
+			case OutcomeCancelled:
+				out.Cancelled++
+			case OutcomeSnoozed:
+				out.Snoozed++
+			}
+		}
+		w.flush(batch)
+	}
+	return out, ctx.Err()
+}

@@ -1,0 +1,56 @@
+package jobs
+
+import (
+	"errors"
+	"fmt"
+	"math/rand/v2"
+	"time"
+)
+
+// ErrJobTimeout is the cause of a handler's context when the job's timeout
+// passes.
+var ErrJobTimeout = errors.New("job timed out")
+
+// cancelError discards a job now.
+type cancelError struct{ err error }
+
+func (e *cancelError) Error() string { return "job cancelled: " + e.err.Error() }
+func (e *cancelError) Unwrap() error { return e.err }
+
+// Cancel returns an error that, returned by a handler, discards the job now
+// with err as the reason: no more attempts. A nil err is given a generic
+// reason.
+func Cancel(err error) error {
+	if err == nil {
+		err = errors.New("cancelled by its handler")
+	}
+	return &cancelError{err: err}
+}
+
+// snoozeError runs a job again later without spending an attempt.
+type snoozeError struct{ d time.Duration }
+
+func (e *snoozeError) Error() string { return fmt.Sprintf("job snoozed for %s", e.d) }
+
+// Snooze returns an error that, returned by a handler, runs the job again
+// after d without counting this run as an attempt.
+func Snooze(d time.Duration) error { return &snoozeError{d: max(d, 0)} }
+
+// DefaultBackoff is the delay before the retry that follows the given
+// failed attempt: 2^attempt seconds, capped at 24 hours (2 s, 4 s, 8 s, …;
+// the 17th and later wait a day). The worker adds ±10% jitter.
+func DefaultBackoff(attempt int) time.Duration {
+	if attempt >= 17 {
+		return 24 * time.Hour
+	}
+	return min(time.Duration(1<<max(attempt, 1))*time.Second, 24*time.Hour)
+}
+
+// jitter spreads d by ±10%, so that jobs that failed together do not retry
+// together.
+func jitter(d time.Duration) time.Duration {
+	if d <= 0 {
+		return d
+	}
+	return time.Duration(float64(d) * (0.9 + 0.2*rand.Float64()))
+}

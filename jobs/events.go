@@ -1,0 +1,124 @@
+package jobs
+
+import (
+	"context"
+	"log/slog"
+	"time"
+
+	"github.com/sluicequeue/sluice/store"
+)
+
+// Hooks are called as a worker works, for metrics and logs. Each may be
+// nil. They run on the worker's goroutines and should return quickly.
+type Hooks struct {
+	// OnClaim is called after every claim.
+	OnClaim func(ClaimEvent)
+	// OnDefer is called, once per kind, for each claim that deferred jobs
+	// of that kind over a rate limit, or would have in shadow mode.
+	OnDefer func(DeferEvent)
+	// OnFinish is called when a job's run ends.
+	OnFinish func(FinishEvent)
+}
+
+// ClaimEvent describes one claim.
+type ClaimEvent struct {
+	// Claimed and Deferred count the jobs the claim took and held back.
+	Claimed, Deferred int
+	// Duration is how long the claim's transaction took.
+	Duration time.Duration
+}
+
+// DeferEvent describes the jobs of one kind a claim deferred.
+type DeferEvent struct {
+	Kind string
+	// Keys are the budgets that held the jobs, once each.
+	Keys []string
+	// JobIDs are the deferred jobs; a job can wait more than once.
+	JobIDs []int64
+	// Count is len(JobIDs).
+	Count int
+	// Parked counts those whose budget's slots reached past the horizon.
+	Parked int
+	// Shadow is set when the limits were in shadow mode: these jobs would
+	// have been deferred (would_defer) and ran anyway.
+	Shadow bool
+}
+
+// Outcome is how a job's run ended.
+type Outcome string
+
+// Outcomes of a run.
+const (
+	OutcomeCompleted Outcome = "completed"
+	OutcomeRetried   Outcome = "retried"
+	OutcomeFailed    Outcome = "failed"
+	OutcomeCancelled Outcome = "cancelled"
+	OutcomeSnoozed   Outcome = "snoozed"
+	OutcomeReleased  Outcome = "released"
+)
+
+// FinishEvent describes one finished run.
+type FinishEvent struct {
+	JobID   int64
+	Kind    string
+	Queue   string
+	Attempt int
+	Outcome Outcome
+	// Err is the handler's error, if any.
+	Err error
+	// Duration is how long the handler ran.
+	Duration time.Duration
+}
+
+// deferEvents groups a claim's deferrals by kind, in the order they came.
+func deferEvents(ds []store.Deferral, shadow bool) []DeferEvent {
+	var out []DeferEvent
+	index := map[string]int{}
+	for _, d := range ds {
+		i, ok := index[d.Kind]
+		if !ok {
+			i = len(out)
+			index[d.Kind] = i
+			out = append(out, DeferEvent{Kind: d.Kind, Shadow: shadow})
+		}
+		e := &out[i]
+		e.JobIDs = append(e.JobIDs, d.JobID)
+		e.Count++
+		if d.Parked {
+			e.Parked++
+		}
+		seen := false
+		for _, k := range e.Keys {
+			seen = seen || k == d.Key
+		}
+		if !seen {
+			e.Keys = append(e.Keys, d.Key)
+		}
+	}
+	return out
+}
+
+// report delivers a claim's deferral events to the hook and the debug log.
+func (w *Worker) report(res *store.ClaimResult) {
+	for _, batch := range []struct {
+		ds     []store.Deferral
+		shadow bool
+	}{{res.Deferred, false}, {res.Shadowed, true}} {
+		if len(batch.ds) == 0 {
+			continue
+		}
+		events := deferEvents(batch.ds, batch.shadow)
+		for _, e := range events {
+			if w.hooks.OnDefer != nil {
+				w.hooks.OnDefer(e)
+			}
+			if w.log.Enabled(context.Background(), slog.LevelDebug) {
+				msg := "sluice: deferred rate-limited jobs"
+				if e.Shadow {
+					msg = "sluice: would_defer (shadow mode; the jobs ran)"
+				}
+				w.log.Debug(msg, "kind", e.Kind, "keys", e.Keys, "job_ids", e.JobIDs, "count", e.Count, "parked", e.Parked)
+			}
+		}
+	}
+}

@@ -1,0 +1,198 @@
+package jobs
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"runtime/debug"
+	"time"
+
+	"github.com/sluicequeue/sluice/store"
+)
+
+// maxErrorBytes caps the error text kept with a job.
+const maxErrorBytes = 16 << 10
+
+// result is a run's outcome, on its way to the database.
+type result struct {
+	pid      int64
+	id       int64
+	complete bool
+	t        store.Transition
+}
+
+// execute runs one claimed job and decides what becomes of it.
+func (w *Worker) execute(ctx context.Context, j *store.Job) result {
+	began := time.Now()
+	res, err := w.run(ctx, j)
+	if w.hooks.OnFinish != nil {
+		w.hooks.OnFinish(FinishEvent{
+			JobID: j.ID, Kind: j.Kind, Queue: j.Queue, Attempt: j.Attempt,
+			Outcome: outcomeOf(res), Err: err, Duration: time.Since(began),
+		})
+	}
+	return res
+}
+
+func (w *Worker) run(ctx context.Context, j *store.Job) (result, error) {
+	k := w.reg.lookup(j.Kind)
+	if k == nil || k.work == nil {
+		if _, seen := w.unknown.LoadOrStore(j.Kind, true); !seen {
+			w.log.Error("sluice: no handler for a claimed job's kind; it is retried with backoff until a worker that has one claims it",
+				"kind", j.Kind, "job_id", j.ID)
+		}
+		err := fmt.Errorf("%w: no handler for kind %q in worker %q", ErrUnknownKind, j.Kind, w.cfg.Name)
+		return w.failure(j, err), err
+	}
+	args, err := k.decode(j.Args)
+	if err != nil {
+		err = fmt.Errorf("decode args of %s: %w", j.Kind, err)
+		return w.failure(j, err), err
+	}
+	timeout := w.cfg.JobTimeout
+	if k.cfg.timeout != 0 {
+		timeout = k.cfg.timeout
+	}
+	jctx, cancel := context.WithCancelCause(ctx)
+	defer cancel(nil)
+	if timeout > 0 {
+		t := w.clock.AfterFunc(timeout, func() { cancel(ErrJobTimeout) })
+		defer t.Stop()
+	}
+	err = call(jctx, k, j, args)
+	if err != nil && errors.Is(context.Cause(jctx), ErrJobTimeout) {
+		err = fmt.Errorf("%w after %s: %w", ErrJobTimeout, timeout, err)
+	}
+	return w.outcome(ctx, j, err), err
+}
+
+// call runs the handler, turning a panic into an error with its stack.
+func call(ctx context.Context, k *kind, j *store.Job, args any) (err error) {
+	defer func() {
+		if r := recover(); r != nil {
+			err = fmt.Errorf("panic: %v\n%s", r, debug.Stack())
+		}
+	}()
+	return k.work(ctx, j, args)
+}
+
+// outcome maps a handler's error to the job's next state.
+func (w *Worker) outcome(ctx context.Context, j *store.Job, err error) result {
+	var cancelled *cancelError
+	var snoozed *snoozeError
+	switch {
+	case err == nil:
+		return result{id: j.ID, complete: true}
+	case errors.Is(context.Cause(ctx), errShutdown):
+		return result{id: j.ID, t: store.Transition{ID: j.ID, State: store.StateReady, RunAt: w.clock.Now(), AttemptDelta: -1}}
+	case errors.As(err, &cancelled):
+		return result{id: j.ID, t: store.Transition{ID: j.ID, State: store.StateCancelled, Error: errorText(cancelled.err), Finished: true}}
+	case errors.As(err, &snoozed):
+		return result{id: j.ID, t: store.Transition{ID: j.ID, State: store.StateScheduled, RunAt: w.clock.Now().Add(snoozed.d), AttemptDelta: -1}}
+	default:
+		return w.failure(j, err)
+	}
+}
+
+// failure retries a failed attempt after its backoff, or keeps the job as
+// failed when it has no attempts left.
+func (w *Worker) failure(j *store.Job, err error) result {
+	if j.Attempt >= j.MaxAttempts {
+		return result{id: j.ID, t: store.Transition{ID: j.ID, State: store.StateFailed, Error: errorText(err), Finished: true}}
+	}
+	backoff := DefaultBackoff
+	if k := w.reg.lookup(j.Kind); k != nil && k.cfg.backoff != nil {
+		backoff = k.cfg.backoff
+	}
+	at := w.clock.Now().Add(jitter(backoff(j.Attempt)))
+	return result{id: j.ID, t: store.Transition{ID: j.ID, State: store.StateScheduled, RunAt: at, Error: errorText(err)}}
+}
+
+func errorText(err error) string {
+	s := err.Error()
+	if s == "" {
+		s = fmt.Sprintf("%T with no message", err)
+	}
+	if len(s) > maxErrorBytes {
+		s = s[:maxErrorBytes] + "… (truncated)"
+	}
+	return s
+}
+
+func outcomeOf(r result) Outcome {
+	switch {
+	case r.complete:
+		return OutcomeCompleted
+	case r.t.State == store.StateFailed:
+		return OutcomeFailed
+	case r.t.State == store.StateCancelled:
+		return OutcomeCancelled
+	case r.t.State == store.StateReady:
+		return OutcomeReleased
+	case r.t.AttemptDelta < 0:
+		return OutcomeSnoozed
+	default:
+		return OutcomeRetried
+	}
+}
+
+// complete writes results to the database until results is closed,
+// batching whatever has queued up while the previous write ran. A failed
+// write is retried until it lands: a result is never dropped while the
+// process lives.
+func (w *Worker) complete(done chan<- struct{}) {
+	defer close(done)
+	for r := range w.results {
+		batch := []result{r}
+	fill:
+		for len(batch) < 1000 {
+			select {
+			case r, ok := <-w.results:
+				if !ok {
+					break fill
+				}
+				batch = append(batch, r)
+			default:
+				break fill
+			}
+		}
+		w.flush(batch)
+	}
+}
+
+// flush writes one batch, grouped by the process id each job was claimed
+// under.
+func (w *Worker) flush(batch []result) {
+	byPID := map[int64][]result{}
+	for _, r := range batch {
+		byPID[r.pid] = append(byPID[r.pid], r)
+	}
+	for pid, rs := range byPID {
+		var completed []int64
+		var others []store.Transition
+		for _, r := range rs {
+			if r.complete {
+				completed = append(completed, r.id)
+			} else {
+				others = append(others, r.t)
+			}
+		}
+		pause := 100 * time.Millisecond
+		for attempt := 1; ; attempt++ {
+			ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+			err := w.store.Finish(ctx, pid, w.clock.Now(), completed, others)
+			cancel()
+			if err == nil {
+				break
+			}
+			if w.stopping.Load() && attempt >= 10 {
+				w.log.Error("sluice: could not record finished jobs before stopping; they run again once this process is presumed dead",
+					"err", err, "jobs", len(rs))
+				break
+			}
+			w.log.Error("sluice: record finished jobs; retrying", "err", err, "jobs", len(rs), "attempt", attempt)
+			time.Sleep(pause)
+			pause = min(pause*2, 10*time.Second)
+		}
+	}
+}

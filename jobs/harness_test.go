@@ -1,0 +1,119 @@
+package jobs_test
+
+import (
+	"context"
+	"io"
+	"log/slog"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/sluicequeue/sluice/clock"
+	"github.com/sluicequeue/sluice/internal/testdb"
+	"github.com/sluicequeue/sluice/jobs"
+	"github.com/sluicequeue/sluice/store"
+)
+
+var t0 = time.Date(2026, 3, 1, 12, 0, 0, 0, time.UTC)
+
+type noop struct{ N int }
+
+func (noop) Kind() string { return "noop" }
+
+type email struct {
+	To      string `json:"to"`
+	Subject string `json:"subject"`
+}
+
+func (email) Kind() string { return "email" }
+
+// harness is one backend's store with a fake clock, a registry and a
+// client.
+type harness struct {
+	t      *testing.T
+	store  *store.Store
+	clock  *clock.Fake
+	reg    *jobs.Registry
+	client *jobs.Client
+}
+
+func quiet() *slog.Logger { return slog.New(slog.NewTextHandler(io.Discard, nil)) }
+
+// each runs fn per backend with a fresh harness.
+func each(t *testing.T, fn func(t *testing.T, h *harness)) {
+	testdb.Each(t, func(t *testing.T, s *store.Store) {
+		c := clock.NewFake(t0)
+		reg := jobs.NewRegistry()
+		fn(t, &harness{t: t, store: s, clock: c, reg: reg, client: jobs.NewClient(s, reg, jobs.ClientConfig{Clock: c})})
+	})
+}
+
+func (h *harness) worker(cfg jobs.WorkerConfig) *jobs.Worker {
+	h.t.Helper()
+	if cfg.Clock == nil {
+		cfg.Clock = h.clock
+	}
+	if cfg.Logger == nil {
+		cfg.Logger = quiet()
+	}
+	w, err := jobs.NewWorker(h.store, h.reg, cfg)
+	require.NoError(h.t, err)
+	return w
+}
+
+func (h *harness) drain(cfg jobs.WorkerConfig) jobs.DrainResult {
+	h.t.Helper()
+	res, err := h.worker(cfg).Drain(context.Background())
+	require.NoError(h.t, err)
+	return res
+}
+
+func (h *harness) job(id int64) *store.JobInfo {
+	h.t.Helper()
+	j, err := h.store.GetJob(context.Background(), id)
+	require.NoError(h.t, err)
+	return j
+}
+
+func (h *harness) enqueue(args jobs.Args, opts ...jobs.EnqueueOption) int64 {
+	h.t.Helper()
+	id, err := h.client.Enqueue(context.Background(), args, opts...)
+	require.NoError(h.t, err)
+	return id
+}
+
+// run starts a worker's Run and returns a function that stops it and
+// waits for it to return.
+func (h *harness) run(w *jobs.Worker) (stop func()) {
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- w.Run(ctx) }()
+	return func() {
+		cancel()
+		select {
+		case err := <-done:
+			require.NoError(h.t, err)
+		case <-time.After(30 * time.Second):
+			h.t.Fatal("worker did not stop")
+		}
+	}
+}
+
+// receive reads n values from ch, failing if they do not come.
+func receive[T any](t *testing.T, ch <-chan T, n int) []T {
+	t.Helper()
+	out := make([]T, 0, n)
+	deadline := time.After(30 * time.Second)
+	for len(out) < n {
+		select {
+		case v := <-ch:
+			out = append(out, v)
+		case <-deadline:
+			t.Fatalf("got %d of %d events", len(out), n)
+		}
+	}
+	return out
+}
+
+func systemClock() clock.Clock { return clock.System() }

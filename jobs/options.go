@@ -1,0 +1,164 @@
+package jobs
+
+import (
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/sluicequeue/sluice/ratelimit"
+)
+
+// Defaults for a kind that does not say otherwise.
+const (
+	// DefaultQueue is the queue jobs go to.
+	DefaultQueue = "default"
+	// DefaultMaxAttempts is how many runs a job gets.
+	DefaultMaxAttempts = 25
+)
+
+// RegisterOption configures a kind at registration.
+type RegisterOption interface {
+	applyRegister(*kindConfig) error
+}
+
+// EnqueueOption configures one enqueued job.
+type EnqueueOption interface {
+	applyEnqueue(*enqueueConfig) error
+}
+
+// Option configures both: at registration it sets the kind's default, at
+// enqueue it overrides it for one job.
+type Option interface {
+	RegisterOption
+	EnqueueOption
+}
+
+// kindConfig is what registration options set.
+type kindConfig struct {
+	queue       string
+	priority    int
+	maxAttempts int
+	timeout     time.Duration
+	backoff     func(attempt int) time.Duration
+	rateLimits  []any // ratelimit.Limit[T] for the kind's T, checked at Register
+}
+
+// enqueueConfig is what enqueue options set; zero fields take the kind's.
+type enqueueConfig struct {
+	queue       string
+	priority    *int
+	maxAttempts int
+	runAt       time.Time
+	delay       time.Duration
+}
+
+type queueOption string
+
+// Queue puts jobs in the named queue. Defaults to "default".
+func Queue(name string) Option { return queueOption(name) }
+
+func (q queueOption) check() error {
+	if q == "" {
+		return errors.New("Queue: the name is empty")
+	}
+	return nil
+}
+func (q queueOption) applyRegister(c *kindConfig) error { c.queue = string(q); return q.check() }
+func (q queueOption) applyEnqueue(c *enqueueConfig) error {
+	c.queue = string(q)
+	return q.check()
+}
+
+type priorityOption int
+
+// Priority orders jobs within a queue: lower runs first. Defaults to 0.
+func Priority(p int) Option { return priorityOption(p) }
+
+func (p priorityOption) applyRegister(c *kindConfig) error { c.priority = int(p); return nil }
+func (p priorityOption) applyEnqueue(c *enqueueConfig) error {
+	v := int(p)
+	c.priority = &v
+	return nil
+}
+
+type maxAttemptsOption int
+
+// MaxAttempts is how many runs a job gets before it is kept as failed.
+// Defaults to 25.
+func MaxAttempts(n int) Option { return maxAttemptsOption(n) }
+
+func (m maxAttemptsOption) check() error {
+	if m < 1 {
+		return fmt.Errorf("MaxAttempts is %d; it must be at least 1", int(m))
+	}
+	return nil
+}
+func (m maxAttemptsOption) applyRegister(c *kindConfig) error {
+	c.maxAttempts = int(m)
+	return m.check()
+}
+func (m maxAttemptsOption) applyEnqueue(c *enqueueConfig) error {
+	c.maxAttempts = int(m)
+	return m.check()
+}
+
+type timeoutOption time.Duration
+
+// Timeout bounds one run of the kind's jobs: the handler's context is
+// cancelled when it passes. Overrides the worker's JobTimeout; a negative
+// value means no timeout.
+func Timeout(d time.Duration) RegisterOption { return timeoutOption(d) }
+
+func (t timeoutOption) applyRegister(c *kindConfig) error {
+	if t == 0 {
+		return errors.New("Timeout is 0; give a positive duration, or a negative one for none")
+	}
+	c.timeout = time.Duration(t)
+	return nil
+}
+
+type backoffOption func(int) time.Duration
+
+// Backoff replaces the retry delay after a failed attempt (1 for the first
+// failure). Defaults to DefaultBackoff.
+func Backoff(f func(attempt int) time.Duration) RegisterOption { return backoffOption(f) }
+
+func (b backoffOption) applyRegister(c *kindConfig) error {
+	if b == nil {
+		return errors.New("Backoff is nil")
+	}
+	c.backoff = b
+	return nil
+}
+
+type rateLimitOption struct{ limit any }
+
+// RateLimit limits how often the kind's jobs are claimed; see package
+// ratelimit. A kind may declare several limits (say, per minute and per
+// day): a job is admitted only when every one has room.
+func RateLimit[T Args](l ratelimit.Limit[T]) RegisterOption { return rateLimitOption{limit: l} }
+
+func (r rateLimitOption) applyRegister(c *kindConfig) error {
+	c.rateLimits = append(c.rateLimits, r.limit)
+	return nil
+}
+
+type runAtOption time.Time
+
+// RunAt schedules the job to run no earlier than t.
+func RunAt(t time.Time) EnqueueOption { return runAtOption(t) }
+
+func (r runAtOption) applyEnqueue(c *enqueueConfig) error { c.runAt = time.Time(r); return nil }
+
+type delayOption time.Duration
+
+// Delay schedules the job to run no earlier than d from now.
+func Delay(d time.Duration) EnqueueOption { return delayOption(d) }
+
+func (d delayOption) applyEnqueue(c *enqueueConfig) error {
+	if d < 0 {
+		return fmt.Errorf("Delay is %s; it must not be negative", time.Duration(d))
+	}
+	c.delay = time.Duration(d)
+	return nil
+}

@@ -1,0 +1,220 @@
+package jobs
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"reflect"
+	"sort"
+	"sync"
+
+	"github.com/sluicequeue/sluice/ratelimit"
+	"github.com/sluicequeue/sluice/store"
+)
+
+// ErrUnknownKind is returned when enqueueing args whose kind the registry
+// does not know.
+var ErrUnknownKind = errors.New("kind not registered")
+
+// Registry holds the kinds a process knows: their handlers, defaults and
+// limits. Register every kind before starting workers; a registry is safe
+// for concurrent use.
+type Registry struct {
+	mu    sync.RWMutex
+	kinds map[string]*kind
+	// limited is set once any kind declares a rate limit; until then
+	// claims run the plain queue's statements.
+	limited bool
+}
+
+// kind is one registered kind, with its type erased.
+type kind struct {
+	name     string
+	argsType reflect.Type
+	cfg      kindConfig
+	rules    []rateRule
+	byScope  map[string]ratelimit.Spec
+	decode   func([]byte) (any, error)
+	// work runs the handler; nil for a kind declared without one.
+	work func(ctx context.Context, j *store.Job, args any) error
+}
+
+// rateRule is a compiled rate limit with its type erased.
+type rateRule struct {
+	spec ratelimit.Spec
+	key  func(args any) (string, error)
+	cost func(args any) (int, error)
+}
+
+// NewRegistry returns an empty registry.
+func NewRegistry() *Registry { return &Registry{kinds: map[string]*kind{}} }
+
+// Register adds a handler function for the kind of T.
+func Register[T Args](r *Registry, work func(ctx context.Context, job *Job[T]) error, opts ...RegisterOption) error {
+	if work == nil {
+		return fmt.Errorf("jobs: register %s: the handler is nil", kindName[T]())
+	}
+	return register[T](r, HandlerFunc[T](work), opts)
+}
+
+// RegisterHandler adds a Handler for the kind of T.
+func RegisterHandler[T Args](r *Registry, h Handler[T], opts ...RegisterOption) error {
+	if h == nil {
+		return fmt.Errorf("jobs: register %s: the handler is nil", kindName[T]())
+	}
+	return register[T](r, h, opts)
+}
+
+// Declare adds the kind of T without a handler: for processes that enqueue
+// jobs other processes work. Enqueue needs the kind's options (its queue,
+// its limits' keys) even where nothing runs it.
+func Declare[T Args](r *Registry, opts ...RegisterOption) error {
+	return register[T](r, nil, opts)
+}
+
+func kindName[T Args]() (name string) {
+	defer func() {
+		if recover() != nil {
+			name = ""
+		}
+	}()
+	var zero T
+	return zero.Kind()
+}
+
+func register[T Args](r *Registry, h Handler[T], opts []RegisterOption) error {
+	name := kindName[T]()
+	var zero T
+	if name == "" {
+		return fmt.Errorf("jobs: register %T: Kind() returned an empty name or panicked on the zero value", zero)
+	}
+	fail := func(err error) error { return fmt.Errorf("jobs: register %s: %w", name, err) }
+	cfg := kindConfig{queue: DefaultQueue, maxAttempts: DefaultMaxAttempts}
+	for _, o := range opts {
+		if o == nil {
+			return fail(errors.New("nil option"))
+		}
+		if err := o.applyRegister(&cfg); err != nil {
+			return fail(err)
+		}
+	}
+	k := &kind{
+		name:     name,
+		argsType: reflect.TypeOf(zero),
+		cfg:      cfg,
+		byScope:  map[string]ratelimit.Spec{},
+		decode: func(b []byte) (any, error) {
+			var v T
+			err := json.Unmarshal(b, &v)
+			return v, err
+		},
+	}
+	for i, decl := range cfg.rateLimits {
+		rule, err := compileRate[T](name, decl)
+		if err != nil {
+			return fail(fmt.Errorf("RateLimit %d: %w", i+1, err))
+		}
+		if rule == nil {
+			continue // Key: nil turns the limit off
+		}
+		if _, dup := k.byScope[rule.spec.Scope]; dup {
+			return fail(fmt.Errorf("two rate limits share the budget scope %q; give each its own Group", rule.spec.Scope))
+		}
+		k.byScope[rule.spec.Scope] = rule.spec
+		k.rules = append(k.rules, *rule)
+	}
+	if h != nil {
+		k.work = func(ctx context.Context, j *store.Job, args any) error {
+			return h.Work(ctx, &Job[T]{
+				ID: j.ID, Args: args.(T), Kind: j.Kind, Queue: j.Queue, Priority: j.Priority,
+				Attempt: j.Attempt, MaxAttempts: j.MaxAttempts, CreatedAt: j.CreatedAt,
+			})
+		}
+	}
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if _, dup := r.kinds[name]; dup {
+		return fail(errors.New("the kind is already registered"))
+	}
+	r.kinds[name] = k
+	r.limited = r.limited || len(k.rules) > 0
+	return nil
+}
+
+func compileRate[T Args](name string, decl any) (*rateRule, error) {
+	l, ok := decl.(ratelimit.Limit[T])
+	if !ok {
+		var zero T
+		return nil, fmt.Errorf("declared as %T, but the kind's args are %T", decl, zero)
+	}
+	r, err := ratelimit.Compile(name, l)
+	if err != nil || r == nil {
+		return nil, err
+	}
+	return &rateRule{
+		spec: r.Spec,
+		key:  func(a any) (string, error) { return r.BudgetKey(a.(T)) },
+		cost: func(a any) (int, error) { return r.Cost(a.(T)) },
+	}, nil
+}
+
+func (r *Registry) lookup(name string) *kind {
+	r.mu.RLock()
+	defer r.mu.RUnlock()
+	return r.kinds[name]
+}
+
+// Kinds lists the registered kinds in name order.
+func (r *Registry) Kinds() []string {
+	r.mu.RLock()
+	defer r.mu.RUnlock()
+	out := make([]string, 0, len(r.kinds))
+	for n := range r.kinds {
+		out = append(out, n)
+	}
+	sort.Strings(out)
+	return out
+}
+
+// RateSpec returns the limit the kind declares for the scope of a budget
+// key; it implements store.Limits.
+func (r *Registry) RateSpec(kindName, budgetKey string) (ratelimit.Spec, bool) {
+	k := r.lookup(kindName)
+	if k == nil {
+		return ratelimit.Spec{}, false
+	}
+	s, ok := k.byScope[ratelimit.ScopeOf(budgetKey)]
+	return s, ok
+}
+
+// limits returns the registry as the claim's Limits, or nil when no kind
+// declares a limit, so that claims run exactly the plain statements.
+func (r *Registry) limits() store.Limits {
+	r.mu.RLock()
+	defer r.mu.RUnlock()
+	if !r.limited {
+		return nil
+	}
+	return r
+}
+
+// rateKeys computes a job's budget keys and costs at enqueue.
+func (k *kind) rateKeys(args any) ([]store.RateKey, error) {
+	if len(k.rules) == 0 {
+		return nil, nil
+	}
+	out := make([]store.RateKey, 0, len(k.rules))
+	for _, rule := range k.rules {
+		key, err := rule.key(args)
+		if err != nil {
+			return nil, err
+		}
+		cost, err := rule.cost(args)
+		if err != nil {
+			return nil, err
+		}
+		out = append(out, store.RateKey{Key: key, Cost: cost})
+	}
+	return out, nil
+}

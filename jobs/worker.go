@@ -1,0 +1,361 @@
+package jobs
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"os"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/sluicequeue/sluice/clock"
+	"github.com/sluicequeue/sluice/internal/heartbeat"
+	"github.com/sluicequeue/sluice/store"
+)
+
+// Worker defaults.
+const (
+	DefaultConcurrency       = 10
+	DefaultPollInterval      = 100 * time.Millisecond
+	DefaultJobTimeout        = time.Minute
+	DefaultShutdownTimeout   = 30 * time.Second
+	DefaultHeartbeatInterval = 60 * time.Second
+	DefaultDeadAfter         = 5 * time.Minute
+	// maxClaimsPerPoll bounds the claims a worker makes in a row when
+	// claims defer jobs and slots stay free.
+	maxClaimsPerPoll = 5
+)
+
+// WorkerConfig configures a Worker. The zero value works the "default"
+// queue with 10 goroutines.
+type WorkerConfig struct {
+	// Queues are claimed in order: a later queue's jobs are claimed only
+	// while the earlier ones have none ready. Defaults to ["default"].
+	Queues []string
+	// Concurrency is how many jobs run at once. Defaults to 10.
+	Concurrency int
+	// PollInterval is how often an idle worker looks for jobs; it also
+	// wakes at once when this process enqueues, when a slot frees after a
+	// full claim, and on PostgreSQL when any process enqueues. Defaults to
+	// 100ms.
+	PollInterval time.Duration
+	// JobTimeout bounds each run unless its kind sets Timeout; negative
+	// means none. Defaults to 1 minute.
+	JobTimeout time.Duration
+	// ShutdownTimeout is how long a stopping worker lets running jobs
+	// finish before cancelling them and releasing them back to ready.
+	// Defaults to 30s.
+	ShutdownTimeout time.Duration
+	// HeartbeatInterval is how often the worker stamps its process row and
+	// looks for dead processes. Defaults to 60s.
+	HeartbeatInterval time.Duration
+	// DeadAfter is how old a heartbeat must be before its process is
+	// presumed dead and its jobs released. Defaults to 5 minutes.
+	DeadAfter time.Duration
+	// Clock drives every time-based decision. Defaults to the system
+	// clock.
+	Clock clock.Clock
+	// HostClock decides rate limits on Clock instead of the database's
+	// clock. It is implied when Clock is not the system clock (tests).
+	HostClock bool
+	// Horizon is how far ahead rate-limit slots are handed out. Defaults
+	// to 5 minutes.
+	Horizon time.Duration
+	// Name labels the worker's process row. Defaults to the host name.
+	Name string
+	// Logger receives the worker's logs. Defaults to slog.Default().
+	Logger *slog.Logger
+	// Hooks are called as jobs are claimed, deferred and finished.
+	Hooks Hooks
+}
+
+// Worker claims and runs jobs. Create it with NewWorker and call Run.
+type Worker struct {
+	cfg   WorkerConfig
+	store *store.Store
+	reg   *Registry
+	clock clock.Clock
+	log   *slog.Logger
+	hooks Hooks
+
+	pid      atomic.Int64
+	stopping atomic.Bool
+
+	mu      sync.Mutex
+	running map[int64]*runningJob
+	jobs    sync.WaitGroup
+	freed   chan struct{}
+	results chan result
+
+	unknown sync.Map // kinds already logged as unknown
+}
+
+type runningJob struct {
+	job      *store.Job
+	released bool
+}
+
+// NewWorker returns a worker for the kinds in reg, claiming from s.
+func NewWorker(s *store.Store, reg *Registry, cfg WorkerConfig) (*Worker, error) {
+	if s == nil || reg == nil {
+		return nil, errors.New("jobs: NewWorker needs a store and a registry")
+	}
+	if len(cfg.Queues) == 0 {
+		cfg.Queues = []string{DefaultQueue}
+	}
+	for _, q := range cfg.Queues {
+		if q == "" {
+			return nil, errors.New("jobs: NewWorker: a queue name is empty")
+		}
+	}
+	if cfg.Concurrency < 0 {
+		return nil, fmt.Errorf("jobs: NewWorker: Concurrency is %d; it must be positive", cfg.Concurrency)
+	}
+	setDefault(&cfg.Concurrency, DefaultConcurrency)
+	setDefault(&cfg.PollInterval, DefaultPollInterval)
+	setDefault(&cfg.JobTimeout, DefaultJobTimeout)
+	setDefault(&cfg.ShutdownTimeout, DefaultShutdownTimeout)
+	setDefault(&cfg.HeartbeatInterval, DefaultHeartbeatInterval)
+	setDefault(&cfg.DeadAfter, DefaultDeadAfter)
+	setDefault(&cfg.Horizon, store.DefaultHorizon)
+	if cfg.Name == "" {
+		cfg.Name, _ = os.Hostname()
+	}
+	log := cfg.Logger
+	if log == nil {
+		log = slog.Default()
+	}
+	return &Worker{
+		cfg:     cfg,
+		store:   s,
+		reg:     reg,
+		clock:   clock.OrSystem(cfg.Clock),
+		log:     log,
+		hooks:   cfg.Hooks,
+		running: map[int64]*runningJob{},
+		freed:   make(chan struct{}, 1),
+		results: make(chan result, cfg.Concurrency),
+	}, nil
+}
+
+func setDefault[T comparable](v *T, def T) {
+	var zero T
+	if *v == zero {
+		*v = def
+	}
+}
+
+// ProcessID returns the worker's registered process id (0 before Run).
+func (w *Worker) ProcessID() int64 { return w.pid.Load() }
+
+// Run works jobs until ctx is done, then shuts down gracefully: it stops
+// claiming, lets running jobs finish for up to ShutdownTimeout, cancels the
+// rest and releases them back to ready. It refuses to start against a
+// database with pending migrations.
+func (w *Worker) Run(ctx context.Context) error {
+	if err := w.store.CheckSchema(ctx); err != nil {
+		return fmt.Errorf("jobs: worker: %w", err)
+	}
+	if err := w.register(ctx); err != nil {
+		return err
+	}
+	jobsCtx, stopJobs := context.WithCancelCause(context.WithoutCancel(ctx))
+	defer stopJobs(nil)
+	wake, unsubscribe := w.store.Subscribe(w.cfg.Queues)
+	defer unsubscribe()
+	completed := make(chan struct{})
+	go w.complete(completed)
+	beatCtx, stopBeat := context.WithCancel(context.WithoutCancel(ctx))
+	beaten := make(chan struct{})
+	go func() { defer close(beaten); w.heartbeat(beatCtx) }()
+	w.log.Info("sluice: worker started", "process_id", w.pid.Load(), "queues", w.cfg.Queues, "concurrency", w.cfg.Concurrency)
+
+	w.loop(ctx, jobsCtx, wake)
+
+	w.stopping.Store(true)
+	w.shutdown(stopJobs)
+	close(w.results)
+	<-completed
+	stopBeat()
+	<-beaten
+	bg, cancel := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Second)
+	defer cancel()
+	if err := w.store.DeregisterProcess(bg, w.pid.Load()); err != nil {
+		w.log.Warn("sluice: deregister", "err", err)
+	}
+	w.log.Info("sluice: worker stopped", "process_id", w.pid.Load())
+	return nil
+}
+
+func (w *Worker) register(ctx context.Context) error {
+	host, _ := os.Hostname()
+	pid, err := w.store.RegisterProcess(ctx, store.Process{
+		Kind: "worker", Name: w.cfg.Name, Hostname: host, PID: os.Getpid(), Queues: strings.Join(w.cfg.Queues, ","),
+	}, w.clock.Now())
+	if err != nil {
+		return fmt.Errorf("jobs: worker: %w", err)
+	}
+	w.pid.Store(pid)
+	return nil
+}
+
+// loop claims while there are free slots and waits otherwise, until ctx
+// is done.
+func (w *Worker) loop(ctx, jobsCtx context.Context, wake <-chan struct{}) {
+	failures := 0
+	for ctx.Err() == nil {
+		full, err := w.claimRound(ctx, jobsCtx)
+		pause := w.cfg.PollInterval
+		if err != nil {
+			if ctx.Err() != nil {
+				return
+			}
+			failures++
+			pause = min(pause<<min(failures, 6), 5*time.Second)
+			w.log.Error("sluice: claim failed", "err", err, "retry_in", pause)
+		} else {
+			failures = 0
+		}
+		var freed <-chan struct{}
+		if full && err == nil {
+			freed = w.freed // jobs are likely waiting: claim as soon as a slot frees
+		}
+		t := w.clock.NewTimer(pause)
+		select {
+		case <-ctx.Done():
+		case <-wake:
+		case <-freed:
+		case <-t.C():
+		}
+		t.Stop()
+	}
+}
+
+// claimRound claims for the free slots, claiming again at once (up to
+// maxClaimsPerPoll times) while claims defer jobs and slots stay free. It
+// reports whether the last claim filled every slot.
+func (w *Worker) claimRound(ctx, jobsCtx context.Context) (bool, error) {
+	for round := 0; round < maxClaimsPerPoll; round++ {
+		free := w.free()
+		if free == 0 {
+			return true, nil
+		}
+		began := time.Now()
+		res, err := w.store.Claim(ctx, store.ClaimParams{
+			ProcessID:     w.pid.Load(),
+			Queues:        w.cfg.Queues,
+			Max:           free,
+			Clock:         w.clock.Now,
+			Limits:        w.reg.limits(),
+			DatabaseClock: w.databaseClock(),
+			Horizon:       w.cfg.Horizon,
+		})
+		if err != nil {
+			return false, err
+		}
+		if w.hooks.OnClaim != nil {
+			w.hooks.OnClaim(ClaimEvent{Claimed: len(res.Jobs), Deferred: len(res.Deferred), Duration: time.Since(began)})
+		}
+		w.report(res)
+		for _, j := range res.Jobs {
+			w.start(jobsCtx, j)
+		}
+		if len(res.Jobs) == free {
+			return true, nil
+		}
+		if len(res.Deferred) == 0 {
+			return false, nil
+		}
+	}
+	return w.free() == 0, nil
+}
+
+func (w *Worker) databaseClock() bool { return !w.cfg.HostClock && clock.IsSystem(w.cfg.Clock) }
+
+func (w *Worker) free() int {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return w.cfg.Concurrency - len(w.running)
+}
+
+// start runs a claimed job in its own goroutine.
+func (w *Worker) start(ctx context.Context, j *store.Job) {
+	rj := &runningJob{job: j}
+	pid := w.pid.Load()
+	w.mu.Lock()
+	w.running[j.ID] = rj
+	w.mu.Unlock()
+	w.jobs.Add(1)
+	go func() {
+		defer w.jobs.Done()
+		res := w.execute(ctx, j)
+		res.pid = pid
+		w.mu.Lock()
+		delete(w.running, j.ID)
+		released := rj.released
+		w.mu.Unlock()
+		if !released {
+			w.results <- res
+		}
+		select {
+		case w.freed <- struct{}{}:
+		default:
+		}
+	}()
+}
+
+// shutdownGrace is how long cancelled jobs get to return before those still
+// running are released.
+const shutdownGrace = time.Second
+
+// errShutdown is the cause of a job's context when the worker's shutdown
+// timeout ran out.
+var errShutdown = errors.New("worker shutting down")
+
+// shutdown waits for running jobs up to the shutdown timeout, then cancels
+// them, gives them a moment to return, and releases those still running
+// back to ready.
+func (w *Worker) shutdown(stopJobs context.CancelCauseFunc) {
+	done := make(chan struct{})
+	go func() { w.jobs.Wait(); close(done) }()
+	t := w.clock.NewTimer(w.cfg.ShutdownTimeout)
+	defer t.Stop()
+	select {
+	case <-done:
+		return
+	case <-t.C():
+	}
+	stopJobs(errShutdown)
+	grace := w.clock.NewTimer(shutdownGrace)
+	select {
+	case <-done:
+	case <-grace.C():
+	}
+	grace.Stop()
+	w.mu.Lock()
+	var ids []int64
+	for id, rj := range w.running {
+		rj.released = true
+		ids = append(ids, id)
+	}
+	w.mu.Unlock()
+	if len(ids) == 0 {
+		return
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	if err := w.store.Release(ctx, w.pid.Load(), w.clock.Now(), ids); err != nil {
+		w.log.Error("sluice: release unfinished jobs; they come back when this process is presumed dead", "err", err, "jobs", ids)
+		return
+	}
+	w.log.Warn("sluice: released jobs still running at shutdown", "jobs", ids)
+}
+
+// heartbeat stamps the process row and reaps dead processes every
+// HeartbeatInterval until ctx is done.
+func (w *Worker) heartbeat(ctx context.Context) {
+	heartbeat.Run(ctx, w.store, w.clock, w.log, w.cfg.HeartbeatInterval, w.cfg.DeadAfter, &w.pid, w.register)
+}
