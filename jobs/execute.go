@@ -100,11 +100,11 @@ func (w *Worker) failure(j *store.Job, err error) result {
 	if j.Attempt >= j.MaxAttempts {
 		return result{id: j.ID, t: store.Transition{ID: j.ID, State: store.StateFailed, Error: errorText(err), Finished: true}}
 	}
-	backoff := DefaultBackoff
+	delay := jitter(DefaultBackoff(j.Attempt))
 	if k := w.reg.lookup(j.Kind); k != nil && k.cfg.backoff != nil {
-		backoff = k.cfg.backoff
+		delay = k.cfg.backoff(j.Attempt)
 	}
-	at := w.clock.Now().Add(jitter(backoff(j.Attempt)))
+	at := w.clock.Now().Add(delay)
 	return result{id: j.ID, t: store.Transition{ID: j.ID, State: store.StateScheduled, RunAt: at, Error: errorText(err)}}
 }
 

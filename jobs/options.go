@@ -120,7 +120,8 @@ func (t timeoutOption) applyRegister(c *kindConfig) error {
 type backoffOption func(int) time.Duration
 
 // Backoff replaces the retry delay after a failed attempt (1 for the first
-// failure). Defaults to DefaultBackoff.
+// failure), used exactly as returned. Defaults to DefaultBackoff with ±10%
+// jitter.
 func Backoff(f func(attempt int) time.Duration) RegisterOption { return backoffOption(f) }
 
 func (b backoffOption) applyRegister(c *kindConfig) error {

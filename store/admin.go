@@ -84,19 +84,25 @@ func (s *Store) Stats(ctx context.Context) ([]QueueStats, error) {
 	return out, rows.Err()
 }
 
-// ListJobs lists jobs, newest first, filtered by f.
+// ListJobs lists jobs, newest first, filtered by f. A zero Limit lists 50.
 func (s *Store) ListJobs(ctx context.Context, f JobFilter) ([]*JobInfo, error) {
+	return s.ListJobsVia(ctx, s.db, f)
+}
+
+// ListJobsVia is ListJobs through ex, such as a transaction that has not
+// committed yet.
+func (s *Store) ListJobsVia(ctx context.Context, ex Executor, f JobFilter) ([]*JobInfo, error) {
 	if f.Limit <= 0 {
 		f.Limit = 50
 	}
 	q, args := s.d.ListJobs(f)
-	return s.queryJobInfos(ctx, q, args)
+	return s.queryJobInfos(ctx, ex, q, args)
 }
 
 // GetJob reads one job.
 func (s *Store) GetJob(ctx context.Context, id int64) (*JobInfo, error) {
 	q, args := s.d.GetJob(id)
-	jobs, err := s.queryJobInfos(ctx, q, args)
+	jobs, err := s.queryJobInfos(ctx, s.db, q, args)
 	if err != nil {
 		return nil, err
 	}
@@ -106,8 +112,8 @@ func (s *Store) GetJob(ctx context.Context, id int64) (*JobInfo, error) {
 	return jobs[0], nil
 }
 
-func (s *Store) queryJobInfos(ctx context.Context, q string, args []any) ([]*JobInfo, error) {
-	rows, err := s.db.Query(ctx, q, args...)
+func (s *Store) queryJobInfos(ctx context.Context, ex Executor, q string, args []any) ([]*JobInfo, error) {
+	rows, err := ex.Query(ctx, q, args...)
 	if err != nil {
 		return nil, s.wrap(fmt.Errorf("list jobs: %w", err))
 	}

@@ -1,0 +1,250 @@
+// Package cli is sluice's command line, importable so that an app's own
+// main can offer its workers and dispatcher over its registry:
+//
+//	func main() {
+//		reg := jobs.NewRegistry()
+//		jobs.Register(reg, sendEmail)
+//		os.Exit(cli.Main(reg))
+//	}
+//
+// and then run `myapp worker --queues default,mail --concurrency 20` and
+// `myapp dispatcher`. The same program answers the operator's commands:
+// migrate, stats, jobs, retry, cancel, queues and budgets.
+//
+// The database comes from --database-url, else SLUICE_DATABASE_URL, else
+// the embedded SQLite file sluice.db.
+package cli
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"os"
+	"os/signal"
+	"sort"
+	"strings"
+	"syscall"
+
+	"github.com/sluicequeue/sluice/jobs"
+	"github.com/sluicequeue/sluice/store"
+	"github.com/sluicequeue/sluice/store/dburl"
+)
+
+// EnvDatabaseURL names the variable that holds the database URL.
+const EnvDatabaseURL = "SLUICE_DATABASE_URL"
+
+// Command is one subcommand.
+type Command struct {
+	// Name is the word that selects it.
+	Name string
+	// Summary is its one-line help.
+	Summary string
+	// Run runs it with the arguments after its name.
+	Run func(ctx context.Context, env *Env, args []string) error
+}
+
+// App is a command-line program.
+type App struct {
+	// Name is the program's name in help and errors. Defaults to the
+	// base name of os.Args[0].
+	Name string
+	// Registry holds the app's kinds. With it the app offers `worker`.
+	Registry *jobs.Registry
+	// Commands are added to the built-in ones (and replace one of the
+	// same name).
+	Commands []Command
+	// Stdout and Stderr default to the process's.
+	Stdout, Stderr io.Writer
+}
+
+// Env is what a command runs with.
+type Env struct {
+	App    *App
+	Stdout io.Writer
+	Stderr io.Writer
+}
+
+// Main runs the app over reg with the process's arguments and signals, and
+// returns the exit code.
+func Main(reg *jobs.Registry) int {
+	return (&App{Registry: reg}).Main()
+}
+
+// Main runs the app with os.Args, cancelling on SIGINT or SIGTERM, and
+// returns the exit code.
+func (a *App) Main() int {
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	return a.Run(ctx, os.Args[1:])
+}
+
+// usageError is an error in how the program was called: exit code 2.
+type usageError struct{ msg string }
+
+func (e usageError) Error() string { return e.msg }
+
+// Usagef returns an error that exits with code 2, for bad arguments.
+func Usagef(format string, args ...any) error { return usageError{fmt.Sprintf(format, args...)} }
+
+// Run runs one command line and returns the exit code: 0 on success, 1 on
+// failure, 2 on bad usage. Errors are one line on Stderr.
+func (a *App) Run(ctx context.Context, args []string) int {
+	env := &Env{App: a, Stdout: a.Stdout, Stderr: a.Stderr}
+	if env.Stdout == nil {
+		env.Stdout = os.Stdout
+	}
+	if env.Stderr == nil {
+		env.Stderr = os.Stderr
+	}
+	name := a.name()
+	cmds := a.commands()
+	if len(args) == 0 || args[0] == "-h" || args[0] == "--help" || args[0] == "help" {
+		a.usage(env.Stdout, cmds)
+		if len(args) == 0 {
+			return 2
+		}
+		return 0
+	}
+	cmd, ok := cmds[args[0]]
+	if !ok {
+		fmt.Fprintf(env.Stderr, "%s: unknown command %q (run %s help)\n", name, args[0], name)
+		return 2
+	}
+	err := cmd.Run(ctx, env, args[1:])
+	var ue usageError
+	switch {
+	case err == nil:
+		return 0
+	case errors.Is(err, flag.ErrHelp):
+		return 0
+	case errors.As(err, &ue):
+		fmt.Fprintf(env.Stderr, "%s %s: %s\n", name, cmd.Name, oneLine(err))
+		return 2
+	default:
+		fmt.Fprintf(env.Stderr, "%s %s: %s\n", name, cmd.Name, oneLine(err))
+		return 1
+	}
+}
+
+func oneLine(err error) string {
+	return strings.Join(strings.Fields(strings.ReplaceAll(err.Error(), "\n", " ")), " ")
+}
+
+func (a *App) name() string {
+	if a.Name != "" {
+		return a.Name
+	}
+	if len(os.Args) > 0 {
+		parts := strings.Split(os.Args[0], "/")
+		return parts[len(parts)-1]
+	}
+	return "sluice"
+}
+
+func (a *App) commands() map[string]Command {
+	out := map[string]Command{}
+	for _, c := range builtins() {
+		out[c.Name] = c
+	}
+	if a.Registry == nil {
+		delete(out, "worker")
+	}
+	for _, c := range a.Commands {
+		out[c.Name] = c
+	}
+	return out
+}
+
+func (a *App) usage(w io.Writer, cmds map[string]Command) {
+	fmt.Fprintf(w, "usage: %s COMMAND [flags]\n\ncommands:\n", a.name())
+	names := make([]string, 0, len(cmds))
+	for n := range cmds {
+		names = append(names, n)
+	}
+	sort.Strings(names)
+	for _, n := range names {
+		fmt.Fprintf(w, "  %-12s %s\n", n, cmds[n].Summary)
+	}
+	fmt.Fprintf(w, "\nThe database is --database-url, else $%s, else %s.\nRun %s COMMAND -h for a command's flags.\n", EnvDatabaseURL, dburl.Default, a.name())
+}
+
+func builtins() []Command {
+	return []Command{
+		{Name: "worker", Summary: "claim and run jobs", Run: runWorker},
+		{Name: "dispatcher", Summary: "promote scheduled jobs and keep rate-limited ones moving", Run: runDispatcher},
+		{Name: "migrate", Summary: "migrate up|down|status, or print the SQL (migrate sql --dialect D)", Run: runMigrate},
+		{Name: "stats", Summary: "jobs per queue and state", Run: runStats},
+		{Name: "jobs", Summary: "list jobs, filtered by state, kind and queue", Run: runJobs},
+		{Name: "retry", Summary: "run failed, cancelled or waiting jobs again now: retry ID...", Run: runRetry},
+		{Name: "cancel", Summary: "discard jobs that are not running: cancel ID...", Run: runCancel},
+		{Name: "queues", Summary: "list queues, or pause|resume QUEUE", Run: runQueues},
+		{Name: "budgets", Summary: "list rate-limit budgets, or clear-idle", Run: runBudgets},
+	}
+}
+
+// FlagSet returns a flag set for a command that writes its help to the
+// env's stderr and carries --database-url.
+func (e *Env) FlagSet(name, usage string) (*flag.FlagSet, *string) {
+	fs := flag.NewFlagSet(e.App.name()+" "+name, flag.ContinueOnError)
+	fs.SetOutput(e.Stderr)
+	fs.Usage = func() {
+		fmt.Fprintf(e.Stderr, "usage: %s %s\n", e.App.name(), usage)
+		fs.PrintDefaults()
+	}
+	def := os.Getenv(EnvDatabaseURL)
+	if def == "" {
+		def = dburl.Default
+	}
+	url := fs.String("database-url", def, "database URL: postgres://…, mysql://… or sqlite:PATH (env "+EnvDatabaseURL+")")
+	return fs, url
+}
+
+// Parse parses args, flags and positional arguments in any order (so
+// `queues pause mail --database-url …` works), turning flag errors into
+// usage errors. The positional arguments are left in fs.Args().
+func Parse(fs *flag.FlagSet, args []string) error {
+	var positional []string
+	for {
+		if err := fs.Parse(args); err != nil {
+			if errors.Is(err, flag.ErrHelp) {
+				return err
+			}
+			return usageError{err.Error()}
+		}
+		args = fs.Args()
+		if len(args) == 0 {
+			break
+		}
+		if args[0] == "--" {
+			positional = append(positional, args[1:]...)
+			break
+		}
+		positional = append(positional, args[0])
+		args = args[1:]
+	}
+	return fs.Parse(append([]string{"--"}, positional...))
+}
+
+// Open opens the store at url.
+func Open(ctx context.Context, url string) (*store.Store, error) {
+	s, err := dburl.Open(ctx, url)
+	if err != nil {
+		return nil, err
+	}
+	return s, nil
+}
+
+// OpenChecked opens the store at url and checks that it is migrated.
+func OpenChecked(ctx context.Context, url string) (*store.Store, error) {
+	s, err := Open(ctx, url)
+	if err != nil {
+		return nil, err
+	}
+	if err := s.CheckSchema(ctx); err != nil {
+		_ = s.Close()
+		return nil, err
+	}
+	return s, nil
+}

@@ -1,0 +1,319 @@
+package cli
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"strconv"
+	"strings"
+	"text/tabwriter"
+	"time"
+
+	"github.com/sluicequeue/sluice/store"
+)
+
+func printJSON(e *Env, v any) error {
+	enc := json.NewEncoder(e.Stdout)
+	enc.SetIndent("", "  ")
+	return enc.Encode(v)
+}
+
+func table(e *Env, header string, rows [][]string) error {
+	tw := tabwriter.NewWriter(e.Stdout, 0, 0, 2, ' ', 0)
+	fmt.Fprintln(tw, header)
+	for _, r := range rows {
+		fmt.Fprintln(tw, strings.Join(r, "\t"))
+	}
+	return tw.Flush()
+}
+
+func runStats(ctx context.Context, env *Env, args []string) error {
+	fs, url := env.FlagSet("stats", "stats [--json] [flags]")
+	asJSON := fs.Bool("json", false, "print JSON for scripts")
+	if err := Parse(fs, args); err != nil {
+		return err
+	}
+	s, err := OpenChecked(ctx, *url)
+	if err != nil {
+		return err
+	}
+	defer s.Close()
+	st, err := s.Stats(ctx)
+	if err != nil {
+		return err
+	}
+	if *asJSON {
+		out := map[string]map[store.State]int64{}
+		for _, q := range st {
+			out[q.Queue] = q.Counts
+		}
+		return printJSON(env, map[string]any{"queues": out})
+	}
+	rows := make([][]string, 0, len(st))
+	for _, q := range st {
+		row := []string{q.Queue}
+		for _, state := range store.States {
+			row = append(row, strconv.FormatInt(q.Counts[state], 10))
+		}
+		rows = append(rows, row)
+	}
+	header := "QUEUE"
+	for _, state := range store.States {
+		header += "\t" + strings.ToUpper(string(state))
+	}
+	return table(env, header, rows)
+}
+
+func runJobs(ctx context.Context, env *Env, args []string) error {
+	fs, url := env.FlagSet("jobs", "jobs [--state S] [--kind K] [--queue Q] [--limit N] [--json]")
+	state := fs.String("state", "", "only jobs in this state: ready, scheduled, parked, running, completed, failed, cancelled")
+	kind := fs.String("kind", "", "only jobs of this kind")
+	queue := fs.String("queue", "", "only jobs in this queue")
+	limit := fs.Int("limit", 50, "at most this many, newest first")
+	asJSON := fs.Bool("json", false, "print JSON for scripts")
+	if err := Parse(fs, args); err != nil {
+		return err
+	}
+	f := store.JobFilter{Kind: *kind, Queue: *queue, Limit: *limit}
+	if *state != "" {
+		st, err := store.ParseState(*state)
+		if err != nil {
+			return Usagef("--state: %v", err)
+		}
+		f.State = st
+	}
+	if *limit < 1 {
+		return Usagef("--limit must be at least 1")
+	}
+	s, err := OpenChecked(ctx, *url)
+	if err != nil {
+		return err
+	}
+	defer s.Close()
+	js, err := s.ListJobs(ctx, f)
+	if err != nil {
+		return err
+	}
+	if *asJSON {
+		out := make([]map[string]any, len(js))
+		for i, j := range js {
+			out[i] = jobJSON(j)
+		}
+		return printJSON(env, out)
+	}
+	now := time.Now()
+	rows := make([][]string, len(js))
+	for i, j := range js {
+		rows[i] = []string{strconv.FormatInt(j.ID, 10), j.Kind, j.Queue, describeState(j), fmt.Sprintf("%d/%d", j.Attempt, j.MaxAttempts),
+			fmtIn(j.RunAt, now), clip(j.LastError, 60)}
+	}
+	return table(env, "ID\tKIND\tQUEUE\tSTATE\tATTEMPT\tRUN AT\tLAST ERROR", rows)
+}
+
+// describeState says why a waiting job waits.
+func describeState(j *store.JobInfo) string {
+	switch {
+	case j.WaitKey != "" && j.State == store.StateScheduled:
+		return "scheduled (rate limited: " + j.WaitKey + ")"
+	case j.WaitKey != "" && j.State == store.StateParked:
+		return "parked (rate limited: " + j.WaitKey + ")"
+	}
+	return string(j.State)
+}
+
+func jobJSON(j *store.JobInfo) map[string]any {
+	m := map[string]any{
+		"id": j.ID, "kind": j.Kind, "queue": j.Queue, "priority": j.Priority, "state": j.State,
+		"attempt": j.Attempt, "max_attempts": j.MaxAttempts, "args": json.RawMessage(j.Args),
+		"created_at": j.CreatedAt, "run_at": j.RunAt,
+	}
+	if j.WaitKey != "" {
+		m["waiting_on"] = j.WaitKey
+		m["reason"] = "rate limited"
+	}
+	if j.LastError != "" {
+		m["last_error"] = j.LastError
+	}
+	if !j.FinishedAt.IsZero() {
+		m["finished_at"] = j.FinishedAt
+	}
+	return m
+}
+
+func clip(s string, n int) string {
+	s = strings.Join(strings.Fields(s), " ")
+	if len(s) > n {
+		return s[:n-1] + "…"
+	}
+	return s
+}
+
+func parseIDs(args []string) ([]int64, error) {
+	if len(args) == 0 {
+		return nil, Usagef("give at least one job id")
+	}
+	ids := make([]int64, len(args))
+	for i, a := range args {
+		id, err := strconv.ParseInt(a, 10, 64)
+		if err != nil || id < 1 {
+			return nil, Usagef("%q is not a job id", a)
+		}
+		ids[i] = id
+	}
+	return ids, nil
+}
+
+func runRetry(ctx context.Context, env *Env, args []string) error {
+	fs, url := env.FlagSet("retry", "retry ID... [flags]")
+	if err := Parse(fs, args); err != nil {
+		return err
+	}
+	ids, err := parseIDs(fs.Args())
+	if err != nil {
+		return err
+	}
+	s, err := OpenChecked(ctx, *url)
+	if err != nil {
+		return err
+	}
+	defer s.Close()
+	done, err := s.RetryJobs(ctx, time.Now(), ids)
+	for _, id := range done {
+		fmt.Fprintf(env.Stdout, "job %d is ready\n", id)
+	}
+	return err
+}
+
+func runCancel(ctx context.Context, env *Env, args []string) error {
+	fs, url := env.FlagSet("cancel", "cancel ID... [--reason TEXT] [flags]")
+	reason := fs.String("reason", "cancelled by an operator", "recorded as the job's last error")
+	if err := Parse(fs, args); err != nil {
+		return err
+	}
+	ids, err := parseIDs(fs.Args())
+	if err != nil {
+		return err
+	}
+	s, err := OpenChecked(ctx, *url)
+	if err != nil {
+		return err
+	}
+	defer s.Close()
+	done, err := s.CancelJobs(ctx, time.Now(), ids, *reason)
+	for _, id := range done {
+		fmt.Fprintf(env.Stdout, "job %d is cancelled\n", id)
+	}
+	return err
+}
+
+func runQueues(ctx context.Context, env *Env, args []string) error {
+	verb := "list"
+	if len(args) > 0 && !strings.HasPrefix(args[0], "-") {
+		verb, args = args[0], args[1:]
+	}
+	fs, url := env.FlagSet("queues "+verb, "queues [list|pause QUEUE|resume QUEUE] [flags]")
+	asJSON := fs.Bool("json", false, "print JSON for scripts")
+	if err := Parse(fs, args); err != nil {
+		return err
+	}
+	s, err := OpenChecked(ctx, *url)
+	if err != nil {
+		return err
+	}
+	defer s.Close()
+	switch verb {
+	case "list":
+		qs, err := s.ListQueues(ctx)
+		if err != nil {
+			return err
+		}
+		if *asJSON {
+			return printJSON(env, qs)
+		}
+		rows := make([][]string, len(qs))
+		for i, q := range qs {
+			rows[i] = []string{q.Name, map[bool]string{true: "paused", false: "active"}[q.Paused]}
+		}
+		return table(env, "QUEUE\tSTATE", rows)
+	case "pause", "resume":
+		if fs.NArg() != 1 {
+			return Usagef("%s takes one queue name", verb)
+		}
+		q := fs.Arg(0)
+		if verb == "pause" {
+			err = s.PauseQueue(ctx, q, time.Now())
+		} else {
+			err = s.ResumeQueue(ctx, q, time.Now())
+		}
+		if err != nil {
+			return err
+		}
+		fmt.Fprintf(env.Stdout, "queue %s is %sd\n", q, verb)
+		return nil
+	}
+	return Usagef("unknown queues action %q: use list, pause or resume", verb)
+}
+
+func runBudgets(ctx context.Context, env *Env, args []string) error {
+	verb := "list"
+	if len(args) > 0 && !strings.HasPrefix(args[0], "-") {
+		verb, args = args[0], args[1:]
+	}
+	fs, url := env.FlagSet("budgets "+verb, "budgets [list|clear-idle] [flags]")
+	asJSON := fs.Bool("json", false, "print JSON for scripts")
+	batch := fs.Int("batch-size", 500, "with clear-idle: rows deleted per batch")
+	pause := fs.Duration("pause", 0, "with clear-idle: pause between batches")
+	if err := Parse(fs, args); err != nil {
+		return err
+	}
+	s, err := OpenChecked(ctx, *url)
+	if err != nil {
+		return err
+	}
+	defer s.Close()
+	switch verb {
+	case "clear-idle":
+		n, err := s.ClearIdleBudgets(ctx, time.Now, *batch, *pause)
+		if err != nil {
+			return err
+		}
+		fmt.Fprintf(env.Stdout, "cleared %d idle budgets\n", n)
+		return nil
+	case "list":
+	default:
+		return Usagef("unknown budgets action %q: use list or clear-idle", verb)
+	}
+	bs, err := s.ListBudgets(ctx)
+	if err != nil {
+		return err
+	}
+	now := time.Now()
+	if *asJSON {
+		out := make([]map[string]any, len(bs))
+		for i, b := range bs {
+			out[i] = map[string]any{"key": b.Name, "waiting": b.Waiting, "parked": b.Parked, "limit": describeLimit(b),
+				"next_admission": b.NextAdmission(now), "next_slot": store.FromMicros(b.NextSlot)}
+		}
+		return printJSON(env, out)
+	}
+	rows := make([][]string, len(bs))
+	for i, b := range bs {
+		next := "paused"
+		if t := b.NextAdmission(now); !t.IsZero() {
+			next = fmtIn(t, now)
+		}
+		rows[i] = []string{b.Name, describeLimit(b), strconv.Itoa(b.Waiting), strconv.Itoa(b.Parked), next}
+	}
+	return table(env, "BUDGET\tLIMIT\tWAITING\tPARKED\tNEXT ADMISSION", rows)
+}
+
+// describeLimit prints the limit a budget was last charged under.
+func describeLimit(b store.BudgetInfo) string {
+	switch {
+	case b.IntervalUS == 0:
+		return "-"
+	case b.Burst == 0:
+		return "paused (To: 0)"
+	}
+	return fmt.Sprintf("1 per %s, burst %d", time.Duration(b.IntervalUS)*time.Microsecond, b.Burst)
+}

@@ -1,0 +1,22 @@
+// Command sluice is sluice's operator tool: migrate the schema, run a
+// dispatcher, inspect and repair jobs, see budgets, run the demo and the
+// benchmark. Workers run in your own program (see package cli), which
+// knows your job kinds.
+package main
+
+import (
+	"os"
+
+	"github.com/sluicequeue/sluice/cli"
+)
+
+func main() {
+	app := &cli.App{
+		Name: "sluice",
+		Commands: []cli.Command{
+			{Name: "demo", Summary: "run a self-contained demo on a fresh SQLite file", Run: runDemo},
+			{Name: "bench", Summary: "measure throughput: burn-down, continuous, rate-limited, latency", Run: runBench},
+		},
+	}
+	os.Exit(app.Main())
+}

@@ -1,0 +1,125 @@
+package dispatcher_test
+
+import (
+	"context"
+	"io"
+	"log/slog"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/sluicequeue/sluice/clock"
+	"github.com/sluicequeue/sluice/dispatcher"
+	"github.com/sluicequeue/sluice/internal/testdb"
+	"github.com/sluicequeue/sluice/store"
+)
+
+var t0 = time.Date(2026, 3, 1, 12, 0, 0, 0, time.UTC)
+
+func quiet() *slog.Logger { return slog.New(slog.NewTextHandler(io.Discard, nil)) }
+
+func scheduled(t *testing.T, s *store.Store, n int, at time.Time) []int64 {
+	t.Helper()
+	jobs := make([]store.NewJob, n)
+	for i := range jobs {
+		jobs[i] = store.NewJob{Kind: "k", Queue: "default", Args: []byte(`{}`), MaxAttempts: 1, RunAt: at}
+	}
+	ids, err := s.Enqueue(context.Background(), nil, t0, jobs)
+	require.NoError(t, err)
+	return ids
+}
+
+func TestTickPromotesInBatchesAndSaysWhenFull(t *testing.T) {
+	testdb.Each(t, func(t *testing.T, s *store.Store) {
+		c := clock.NewFake(t0)
+		scheduled(t, s, 1200, t0.Add(time.Second))
+		scheduled(t, s, 5, t0.Add(time.Hour))
+		d := dispatcher.New(s, dispatcher.Config{Clock: c, Logger: quiet()})
+		res, err := d.Tick(context.Background())
+		require.NoError(t, err)
+		require.Zero(t, res.Promoted, "nothing is due yet")
+		c.Advance(time.Second)
+		var got []int
+		for {
+			res, err := d.Tick(context.Background())
+			require.NoError(t, err)
+			got = append(got, res.Promoted)
+			if !res.Full {
+				break
+			}
+		}
+		require.Equal(t, []int{500, 500, 200}, got)
+	})
+}
+
+func TestSeveralDispatchersPromoteEachJobOnce(t *testing.T) {
+	testdb.Each(t, func(t *testing.T, s *store.Store) {
+		c := clock.NewFake(t0)
+		for i := 1; i <= 30; i++ {
+			scheduled(t, s, 40, t0.Add(time.Duration(i)*time.Minute))
+		}
+		var mu sync.Mutex
+		total := 0
+		var wg sync.WaitGroup
+		for k := 0; k < 3; k++ {
+			d := dispatcher.New(s, dispatcher.Config{Clock: c, Logger: quiet(), BatchSize: 25})
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				for step := 0; step < 40; step++ {
+					for {
+						res, err := d.Tick(context.Background())
+						require.NoError(t, err)
+						mu.Lock()
+						total += res.Promoted
+						mu.Unlock()
+						if !res.Full {
+							break
+						}
+					}
+				}
+			}()
+		}
+		for m := 0; m < 31; m++ {
+			c.Advance(time.Minute)
+		}
+		wg.Wait()
+		// Whatever the interleaving, a last tick after the clock passed
+		// every run time promotes what is left: each job exactly once.
+		res, err := dispatcher.New(s, dispatcher.Config{Clock: c, Logger: quiet(), BatchSize: 5000}).Tick(context.Background())
+		require.NoError(t, err)
+		require.Equal(t, 1200, total+res.Promoted)
+		st, err := s.Stats(context.Background())
+		require.NoError(t, err)
+		require.Equal(t, int64(1200), st[0].Counts[store.StateReady])
+	})
+}
+
+func TestRunPromotesOnItsInterval(t *testing.T) {
+	testdb.Each(t, func(t *testing.T, s *store.Store) {
+		c := clock.NewFake(t0)
+		id := scheduled(t, s, 1, t0.Add(3*time.Second))[0]
+		d := dispatcher.New(s, dispatcher.Config{Clock: c, Logger: quiet()})
+		ctx, cancel := context.WithCancel(context.Background())
+		done := make(chan error, 1)
+		go func() { done <- d.Run(ctx) }()
+		for i := 1; i <= 3; i++ {
+			<-c.WaitForTimerAt(t0.Add(time.Duration(i) * time.Second))
+			j, err := s.GetJob(context.Background(), id)
+			require.NoError(t, err)
+			require.Equal(t, store.StateScheduled, j.State, "not promoted before its time (tick %d)", i)
+			c.Advance(time.Second)
+		}
+		<-c.WaitForTimerAt(t0.Add(4 * time.Second)) // the tick at 3 s has run
+		j, err := s.GetJob(context.Background(), id)
+		require.NoError(t, err)
+		require.Equal(t, store.StateReady, j.State)
+		cancel()
+		require.NoError(t, <-done)
+		procs, err := s.ListProcesses(context.Background())
+		require.NoError(t, err)
+		require.Empty(t, procs, "it deregisters when it stops")
+	})
+}

@@ -1,0 +1,33 @@
+package jobs
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"time"
+
+	"github.com/sluicequeue/sluice/store"
+)
+
+// Perform runs the handler registered for the kind of args directly, as
+// the first attempt of a job: no database, no claim, no limits, no
+// retries. The args go through the same JSON encoding a stored job's do,
+// so a field that would not survive storage fails here too. Tests use it
+// to exercise a handler.
+func Perform[T Args](ctx context.Context, r *Registry, args T) error {
+	k := r.lookup(args.Kind())
+	if k == nil || k.work == nil {
+		return fmt.Errorf("jobs: perform: %w: no handler for %q", ErrUnknownKind, args.Kind())
+	}
+	body, err := json.Marshal(args)
+	if err != nil {
+		return fmt.Errorf("jobs: perform %s: encode args: %w", args.Kind(), err)
+	}
+	decoded, err := k.decode(body)
+	if err != nil {
+		return fmt.Errorf("jobs: perform %s: decode args: %w", args.Kind(), err)
+	}
+	j := &store.Job{Kind: k.name, Queue: k.cfg.queue, Priority: k.cfg.priority, Args: body,
+		Attempt: 1, MaxAttempts: k.cfg.maxAttempts, CreatedAt: time.Now()}
+	return call(ctx, k, j, decoded)
+}
