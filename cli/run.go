@@ -99,14 +99,6 @@ func splitList(s string) []string {
 	return out
 }
 
-// fmtTime prints a time for a table: UTC, to the second, or "-".
-func fmtTime(t time.Time) string {
-	if t.IsZero() {
-		return "-"
-	}
-	return t.UTC().Format("2006-01-02 15:04:05Z")
-}
-
 // fmtIn prints how far t is from now: "in 3s", "2m ago", or "now".
 func fmtIn(t, now time.Time) string {
 	if t.IsZero() {

@@ -53,6 +53,9 @@ type ClaimResult struct {
 	// Shadowed jobs were over a limit in shadow mode: they run, and this
 	// records that an enforcing limit would have deferred them.
 	Shadowed []Deferral
+	// DecidedAt is the time rate limits were decided at (read after the
+	// budget locks); zero when no candidate carried a limit.
+	DecidedAt time.Time
 }
 
 // Deferral records one job a rate limit held back.
@@ -105,13 +108,15 @@ func (s *Store) claim(ctx context.Context, tx Tx, p ClaimParams, res *ClaimResul
 	}
 	admitted := cands
 	var deferred []SetRow
-	now := p.Clock()
 	if p.Limits != nil {
 		var err error
-		admitted, deferred, now, err = s.applyLimits(ctx, tx, p, cands, res)
-		if err != nil {
+		if admitted, deferred, err = s.applyLimits(ctx, tx, p, cands, res); err != nil {
 			return err
 		}
+	}
+	now := res.DecidedAt
+	if now.IsZero() {
+		now = p.Clock()
 	}
 	if len(admitted) > 0 {
 		ids := make([]int64, len(admitted))

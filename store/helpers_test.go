@@ -2,7 +2,6 @@ package store_test
 
 import (
 	"context"
-	"sync"
 	"testing"
 	"time"
 
@@ -77,56 +76,3 @@ func spec(t testing.TB, scope string, to int, per time.Duration, burst int) rate
 	return ratelimit.Spec{Scope: scope, To: to, Per: per, Burst: b, Params: p}
 }
 
-// recorder is a DB that records every statement it runs.
-type recorder struct {
-	store.DB
-	mu    sync.Mutex
-	stmts []string
-}
-
-func (r *recorder) record(q string) {
-	r.mu.Lock()
-	r.stmts = append(r.stmts, q)
-	r.mu.Unlock()
-}
-
-func (r *recorder) Exec(ctx context.Context, q string, args ...any) (store.Result, error) {
-	r.record(q)
-	return r.DB.Exec(ctx, q, args...)
-}
-
-func (r *recorder) Query(ctx context.Context, q string, args ...any) (store.Rows, error) {
-	r.record(q)
-	return r.DB.Query(ctx, q, args...)
-}
-
-func (r *recorder) Begin(ctx context.Context) (store.Tx, error) {
-	tx, err := r.DB.Begin(ctx)
-	if err != nil {
-		return nil, err
-	}
-	return &recTx{Tx: tx, r: r}, nil
-}
-
-func (r *recorder) take() []string {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	out := r.stmts
-	r.stmts = nil
-	return out
-}
-
-type recTx struct {
-	store.Tx
-	r *recorder
-}
-
-func (t *recTx) Exec(ctx context.Context, q string, args ...any) (store.Result, error) {
-	t.r.record(q)
-	return t.Tx.Exec(ctx, q, args...)
-}
-
-func (t *recTx) Query(ctx context.Context, q string, args ...any) (store.Rows, error) {
-	t.r.record(q)
-	return t.Tx.Query(ctx, q, args...)
-}

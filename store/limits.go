@@ -21,10 +21,10 @@ type check struct {
 // after the locks, charges every budget of each admitted job, and gives
 // each denied job a slot on the budget that holds it longest, or parks it
 // there when that budget's slots reach past the horizon. It returns the
-// admitted jobs, the deferred jobs' transitions and the decision time.
-// Candidates without a limit cost nothing: with none among them it runs no
-// statement at all.
-func (s *Store) applyLimits(ctx context.Context, tx Tx, p ClaimParams, cands []*Job, res *ClaimResult) ([]*Job, []SetRow, time.Time, error) {
+// admitted jobs and the deferred jobs' transitions, and records the
+// decision time in res. Candidates without a limit cost nothing: with none
+// among them it runs no statement at all.
+func (s *Store) applyLimits(ctx context.Context, tx Tx, p ClaimParams, cands []*Job, res *ClaimResult) ([]*Job, []SetRow, error) {
 	checks := make([][]check, len(cands))
 	var keys []string
 	for i, j := range cands {
@@ -38,18 +38,19 @@ func (s *Store) applyLimits(ctx context.Context, tx Tx, p ClaimParams, cands []*
 		}
 	}
 	if len(keys) == 0 {
-		return cands, nil, p.Clock(), nil
+		return cands, nil, nil
 	}
 	slices.Sort(keys)
 	keys = slices.Compact(keys)
 	budgets, err := s.lockBudgets(ctx, tx, keys)
 	if err != nil {
-		return nil, nil, time.Time{}, err
+		return nil, nil, err
 	}
 	at, err := s.decisionTime(ctx, tx, p)
 	if err != nil {
-		return nil, nil, time.Time{}, err
+		return nil, nil, err
 	}
+	res.DecidedAt = at
 	now := Micros(at)
 	horizon := p.Horizon
 	if horizon <= 0 {
@@ -115,9 +116,9 @@ func (s *Store) applyLimits(ctx context.Context, tx Tx, p ClaimParams, cands []*
 		res.Deferred = append(res.Deferred, d)
 	}
 	if err := s.saveBudgets(ctx, tx, budgets, now); err != nil {
-		return nil, nil, time.Time{}, err
+		return nil, nil, err
 	}
-	return admitted, deferred, at, nil
+	return admitted, deferred, nil
 }
 
 // slot gives a denied job the next free slot on the budget that holds it,

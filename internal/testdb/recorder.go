@@ -1,0 +1,73 @@
+package testdb
+
+import (
+	"context"
+	"sync"
+
+	"github.com/sluicequeue/sluice/store"
+)
+
+// Recorder is a store pool that records the text of every statement run
+// through it, in its transactions too.
+type Recorder struct {
+	store.DB
+	mu    sync.Mutex
+	stmts []string
+}
+
+// Record returns a store over s's database whose statements r records.
+func Record(s *store.Store) (*store.Store, *Recorder) {
+	r := &Recorder{DB: s.DB()}
+	return store.New(s.Dialect(), r), r
+}
+
+func (r *Recorder) record(q string) {
+	r.mu.Lock()
+	r.stmts = append(r.stmts, q)
+	r.mu.Unlock()
+}
+
+// Exec records and runs a statement.
+func (r *Recorder) Exec(ctx context.Context, q string, args ...any) (store.Result, error) {
+	r.record(q)
+	return r.DB.Exec(ctx, q, args...)
+}
+
+// Query records and runs a statement.
+func (r *Recorder) Query(ctx context.Context, q string, args ...any) (store.Rows, error) {
+	r.record(q)
+	return r.DB.Query(ctx, q, args...)
+}
+
+// Begin starts a transaction whose statements are recorded too.
+func (r *Recorder) Begin(ctx context.Context) (store.Tx, error) {
+	tx, err := r.DB.Begin(ctx)
+	if err != nil {
+		return nil, err
+	}
+	return &recTx{Tx: tx, r: r}, nil
+}
+
+// Take returns the statements recorded since the last Take.
+func (r *Recorder) Take() []string {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	out := r.stmts
+	r.stmts = nil
+	return out
+}
+
+type recTx struct {
+	store.Tx
+	r *Recorder
+}
+
+func (t *recTx) Exec(ctx context.Context, q string, args ...any) (store.Result, error) {
+	t.r.record(q)
+	return t.Tx.Exec(ctx, q, args...)
+}
+
+func (t *recTx) Query(ctx context.Context, q string, args ...any) (store.Rows, error) {
+	t.r.record(q)
+	return t.Tx.Query(ctx, q, args...)
+}
