@@ -75,4 +75,3 @@ func spec(t testing.TB, scope string, to int, per time.Duration, burst int) rate
 	require.NoError(t, err)
 	return ratelimit.Spec{Scope: scope, To: to, Per: per, Burst: b, Params: p}
 }
-

@@ -91,14 +91,14 @@ func runBench(ctx context.Context, env *cli.Env, args []string) error {
 
 // bench is one benchmark run's state.
 type bench struct {
-	env     *cli.Env
-	f       benchFlags
-	store   *store.Store
-	reg     *jobs.Registry
-	client  *jobs.Client
-	limit   *ratelimit.Limit[benchLimited]
-	done    atomic.Int64
-	mu      sync.Mutex
+	env       *cli.Env
+	f         benchFlags
+	store     *store.Store
+	reg       *jobs.Registry
+	client    *jobs.Client
+	limit     *ratelimit.Limit[benchLimited]
+	done      atomic.Int64
+	mu        sync.Mutex
 	claims    map[int][]time.Time // starts of limited jobs, per budget key
 	latencies []time.Duration
 }
