@@ -44,8 +44,10 @@ func (w *Worker) Drain(ctx context.Context) (DrainResult, error) {
 				break
 			}
 		}
-		if _, err := w.store.Unpark(ctx, now, w.cfg.Horizon, 1000); err != nil {
-			return out, fmt.Errorf("jobs: drain: %w", err)
+		if w.reg.limits() != nil {
+			if _, err := w.store.Unpark(ctx, now, w.cfg.Horizon, 1000); err != nil {
+				return out, fmt.Errorf("jobs: drain: %w", err)
+			}
 		}
 		res, err := w.store.Claim(ctx, store.ClaimParams{
 			ProcessID: w.pid.Load(), Queues: w.cfg.Queues, Max: w.cfg.Concurrency, Clock: w.clock.Now,

@@ -26,6 +26,9 @@ type ClaimEvent struct {
 	Claimed, Deferred int
 	// Duration is how long the claim's transaction took.
 	Duration time.Duration
+	// DecidedAt is when rate limits were decided (on the database's clock
+	// by default); zero when no claimed job carried a limit.
+	DecidedAt time.Time
 }
 
 // DeferEvent describes the jobs of one kind a claim deferred.

@@ -257,7 +257,7 @@ func (w *Worker) claimRound(ctx, jobsCtx context.Context) (bool, error) {
 			return false, err
 		}
 		if w.hooks.OnClaim != nil {
-			w.hooks.OnClaim(ClaimEvent{Claimed: len(res.Jobs), Deferred: len(res.Deferred), Duration: time.Since(began)})
+			w.hooks.OnClaim(ClaimEvent{Claimed: len(res.Jobs), Deferred: len(res.Deferred), Duration: time.Since(began), DecidedAt: res.DecidedAt})
 		}
 		w.report(res)
 		for _, j := range res.Jobs {

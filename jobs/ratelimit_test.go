@@ -1,0 +1,323 @@
+package jobs_test
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"log/slog"
+	"sort"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/sluicequeue/sluice/clock"
+	"github.com/sluicequeue/sluice/dispatcher"
+	"github.com/sluicequeue/sluice/internal/testdb"
+	"github.com/sluicequeue/sluice/jobs"
+	"github.com/sluicequeue/sluice/ratelimit"
+	"github.com/sluicequeue/sluice/store"
+)
+
+type Account struct {
+	ID   int64
+	Name string
+}
+
+type syncArgs struct {
+	Account Account
+	Region  string
+	Items   int
+}
+
+func (syncArgs) Kind() string { return "sync" }
+
+type refundArgs struct{ Account Account }
+
+func (refundArgs) Kind() string { return "refund" }
+
+func keysOf(t *testing.T, h *harness, id int64) []store.RateKey {
+	t.Helper()
+	return h.job(id).RateKeys
+}
+
+func TestRateLimitKeysFollowTheKeyRules(t *testing.T) {
+	each(t, func(t *testing.T, h *harness) {
+		ctx := context.Background()
+		byAccount := func(a syncArgs) any { return a.Account }
+		require.NoError(t, jobs.Register(h.reg, func(context.Context, *jobs.Job[syncArgs]) error { return nil },
+			jobs.RateLimit(ratelimit.Limit[syncArgs]{To: 100, Per: time.Minute, Burst: 10, Key: byAccount}),
+			jobs.RateLimit(ratelimit.Limit[syncArgs]{To: 1000, Per: time.Hour, Key: func(a syncArgs) any {
+				return []any{a.Region, a.Account.ID}
+			}, Group: "regional"}),
+			jobs.RateLimit(ratelimit.Limit[syncArgs]{To: 5, Per: time.Second, Burst: 5, Key: "global", Group: "Stripe",
+				Cost: func(a syncArgs) int { return max(a.Items, 1) }}),
+			jobs.RateLimit(ratelimit.Limit[syncArgs]{To: 5, Per: time.Second, Key: nil, Group: "off"}),
+		))
+		id := h.enqueue(syncArgs{Account: Account{ID: 7}, Region: "eu", Items: 3})
+		require.Equal(t, []store.RateKey{
+			{Key: "sync/Account/7", Cost: 1},
+			{Key: "regional/eu/7", Cost: 1},
+			{Key: "Stripe/global", Cost: 3},
+		}, keysOf(t, h, id), "a nil Key turns its limit off")
+
+		id = h.enqueue(syncArgs{Region: "", Account: Account{}})
+		require.Equal(t, "sync/Account/0", keysOf(t, h, id)[0].Key)
+		require.Equal(t, "regional/0", keysOf(t, h, id)[1].Key, "empty parts are dropped")
+
+		_, err := h.client.Enqueue(ctx, syncArgs{Items: 6})
+		require.ErrorContains(t, err, "cost 6 is above the burst (5)")
+	})
+}
+
+type keyed struct{ Key string }
+
+func (keyed) Kind() string { return "keyed" }
+
+func TestAKeyFunctionThatFailsFailsTheEnqueue(t *testing.T) {
+	each(t, func(t *testing.T, h *harness) {
+		require.NoError(t, jobs.Register(h.reg, func(context.Context, *jobs.Job[keyed]) error { return nil },
+			jobs.RateLimit(ratelimit.Limit[keyed]{To: 1, Per: time.Second, Key: func(a keyed) (any, error) {
+				switch a.Key {
+				case "panic":
+					panic("no key for you")
+				case "error":
+					return nil, errors.New("account unknown")
+				case "":
+					return nil, nil // the bare kind's budget
+				}
+				return a.Key, nil
+			}})))
+		ctx := context.Background()
+		_, err := h.client.Enqueue(ctx, keyed{Key: "panic"})
+		require.ErrorContains(t, err, "key function panicked: no key for you")
+		_, err = h.client.Enqueue(ctx, keyed{Key: "error"})
+		require.ErrorContains(t, err, "account unknown")
+		id := h.enqueue(keyed{})
+		require.Equal(t, "keyed", keysOf(t, h, id)[0].Key)
+
+		long := strings.Repeat("k", 300)
+		id, err = h.client.Enqueue(ctx, keyed{Key: long})
+		if h.store.Dialect().Name() == "mysql" {
+			require.ErrorIs(t, err, store.ErrKeyTooLong)
+			require.ErrorContains(t, err, "rate-limit key is 306 characters; mysql holds at most 255")
+		} else {
+			require.NoError(t, err, "PostgreSQL and SQLite keys have no length limit")
+			require.Equal(t, "keyed/"+long, keysOf(t, h, id)[0].Key)
+		}
+		_, err = h.client.Enqueue(ctx, keyed{Key: "a\nb"})
+		require.ErrorContains(t, err, "contains a tab or a line break")
+	})
+}
+
+func TestAGroupSharesOneBudgetBetweenKinds(t *testing.T) {
+	each(t, func(t *testing.T, h *harness) {
+		var mu sync.Mutex
+		var starts []time.Time
+		record := func() { mu.Lock(); starts = append(starts, h.clock.Now()); mu.Unlock() }
+		require.NoError(t, jobs.Register(h.reg, func(context.Context, *jobs.Job[syncArgs]) error { record(); return nil },
+			jobs.RateLimit(ratelimit.Limit[syncArgs]{To: 2, Per: time.Second, Burst: 2, Key: "global", Group: "Stripe"})))
+		require.NoError(t, jobs.Register(h.reg, func(context.Context, *jobs.Job[refundArgs]) error { record(); return nil },
+			jobs.RateLimit(ratelimit.Limit[refundArgs]{To: 2, Per: time.Second, Burst: 2, Key: "global", Group: "Stripe"})))
+		for i := 0; i < 5; i++ {
+			h.enqueue(syncArgs{})
+			h.enqueue(refundArgs{})
+		}
+		// 2 at once, then one a second (To - Burst + 1 per Per).
+		for i := 0; i < 20; i++ {
+			h.drain(jobs.WorkerConfig{Concurrency: 50})
+			h.clock.Advance(500 * time.Millisecond)
+		}
+		require.Len(t, starts, 10)
+		require.Equal(t, t0.Add(8*time.Second), starts[9])
+		require.LessOrEqual(t, busiest(starts, time.Second), 2, "one budget for both kinds")
+		bs, err := h.store.ListBudgets(context.Background())
+		require.NoError(t, err)
+		require.Len(t, bs, 1)
+		require.Equal(t, "Stripe/global", bs[0].Name)
+	})
+}
+
+func busiest(times []time.Time, per time.Duration) int {
+	sort.Slice(times, func(i, j int) bool { return times[i].Before(times[j]) })
+	best, j := 0, 0
+	for i := range times {
+		for times[i].Sub(times[j]) >= per {
+			j++
+		}
+		best = max(best, i-j+1)
+	}
+	return best
+}
+
+func TestRetriesAndSnoozesAreChargedWhenTheyComeBack(t *testing.T) {
+	each(t, func(t *testing.T, h *harness) {
+		snoozed := false
+		require.NoError(t, jobs.Register(h.reg, func(_ context.Context, j *jobs.Job[keyed]) error {
+			switch {
+			case j.Args.Key == "retry" && j.Attempt == 1:
+				return errors.New("try again")
+			case j.Args.Key == "snooze" && !snoozed:
+				snoozed = true
+				return jobs.Snooze(time.Second)
+			}
+			return nil
+		}, jobs.Backoff(func(int) time.Duration { return time.Second }),
+			jobs.RateLimit(ratelimit.Limit[keyed]{To: 1, Per: time.Minute, Key: "global"})))
+		retry := h.enqueue(keyed{Key: "retry"})
+		require.Equal(t, 1, h.drain(jobs.WorkerConfig{}).Retried)
+		h.clock.Advance(time.Second)
+		res := h.drain(jobs.WorkerConfig{})
+		require.Zero(t, res.Ran(), "the retry is charged again: the budget is spent")
+		require.Equal(t, 1, res.Deferred)
+		j := h.job(retry)
+		require.Equal(t, t0.Add(time.Minute), j.RunAt)
+		require.Equal(t, "keyed/global", j.WaitKey)
+
+		snooze := h.enqueue(keyed{Key: "snooze"})
+		h.clock.Set(t0.Add(time.Minute))
+		require.Equal(t, 1, h.drain(jobs.WorkerConfig{}).Completed, "the retry runs at its slot")
+		h.clock.Set(t0.Add(2 * time.Minute))
+		require.Equal(t, 1, h.drain(jobs.WorkerConfig{}).Snoozed)
+		h.clock.Advance(time.Second)
+		require.Equal(t, 1, h.drain(jobs.WorkerConfig{}).Deferred, "a snoozed job is charged when it comes back")
+		require.Equal(t, t0.Add(3*time.Minute), h.job(snooze).RunAt)
+		require.Equal(t, 0, h.job(snooze).Attempt)
+	})
+}
+
+func TestDeferralsAreReportedToTheHookAndTheDebugLog(t *testing.T) {
+	each(t, func(t *testing.T, h *harness) {
+		require.NoError(t, jobs.Register(h.reg, func(context.Context, *jobs.Job[keyed]) error { return nil },
+			jobs.RateLimit(ratelimit.Limit[keyed]{To: 1, Per: time.Minute, Key: func(a keyed) any { return a.Key }})))
+		var ids []int64
+		for _, k := range []string{"a", "a", "a", "b", "b"} {
+			ids = append(ids, h.enqueue(keyed{Key: k}))
+		}
+		var events []jobs.DeferEvent
+		var log bytes.Buffer
+		h.drain(jobs.WorkerConfig{
+			Hooks:  jobs.Hooks{OnDefer: func(e jobs.DeferEvent) { events = append(events, e) }},
+			Logger: slog.New(slog.NewTextHandler(&log, &slog.HandlerOptions{Level: slog.LevelDebug})),
+		})
+		require.Len(t, events, 1)
+		require.Equal(t, jobs.DeferEvent{Kind: "keyed", Keys: []string{"keyed/a", "keyed/b"}, JobIDs: []int64{ids[1], ids[2], ids[4]}, Count: 3}, events[0])
+		require.Contains(t, log.String(), `msg="sluice: deferred rate-limited jobs" kind=keyed keys="[keyed/a keyed/b]"`)
+		require.Contains(t, log.String(), "count=3")
+	})
+}
+
+func TestAWorkerClaimsAgainAtOnceWhenAClaimDefers(t *testing.T) {
+	each(t, func(t *testing.T, h *harness) {
+		ran := make(chan string, 100)
+		require.NoError(t, jobs.Register(h.reg, func(_ context.Context, j *jobs.Job[keyed]) error { ran <- j.Args.Key; return nil },
+			jobs.RateLimit(ratelimit.Limit[keyed]{To: 1, Per: time.Hour, Key: "global"})))
+		require.NoError(t, jobs.Register(h.reg, func(_ context.Context, j *jobs.Job[noop]) error { ran <- "free"; return nil }))
+		for i := 0; i < 31; i++ {
+			h.enqueue(keyed{Key: "limited"})
+		}
+		for i := 0; i < 5; i++ {
+			h.enqueue(noop{})
+		}
+		// The poll never fires on the fake clock: only claiming again at
+		// once reaches the unlimited jobs behind the 30 that wait.
+		stop := h.run(h.worker(jobs.WorkerConfig{Concurrency: 10, PollInterval: time.Hour}))
+		defer stop()
+		got := receive(t, ran, 6)
+		require.ElementsMatch(t, []string{"limited", "free", "free", "free", "free", "free"}, got)
+	})
+}
+
+// TestConcurrentWorkersKeepTheLimitExactlyAndDrainAtItsRate runs several
+// workers, each with its own connection pool, and a dispatcher in real
+// time against the database's clock: no window of Per holds more than To
+// claims, and the backlog drains within 5% of To − Burst + 1 per Per.
+func TestConcurrentWorkersKeepTheLimitExactlyAndDrainAtItsRate(t *testing.T) {
+	for _, b := range testdb.Backends(t) {
+		t.Run(b.Name, func(t *testing.T) {
+			url := b.URL(t)
+			const backlog = 150
+			limit := ratelimit.Limit[keyed]{To: 50, Per: time.Second, Burst: 10, Key: "global"} // T = 24.4 ms
+			var mu sync.Mutex
+			var claims []time.Time
+			done := make(chan struct{}, backlog)
+			reg := jobs.NewRegistry()
+			require.NoError(t, jobs.Register(reg, func(context.Context, *jobs.Job[keyed]) error { done <- struct{}{}; return nil },
+				jobs.RateLimit(limit)))
+			open := func() *store.Store {
+				s, err := testdb.OpenURL(context.Background(), url)
+				require.NoError(t, err)
+				t.Cleanup(func() { _ = s.Close() })
+				return s
+			}
+			s := open()
+			_, err := s.MigrateUp(context.Background(), 0)
+			require.NoError(t, err)
+			items := make([]jobs.Item, backlog)
+			for i := range items {
+				items[i] = jobs.Item{Args: keyed{}}
+			}
+			_, err = jobs.NewClient(s, reg, jobs.ClientConfig{}).EnqueueMany(context.Background(), items)
+			require.NoError(t, err)
+
+			ctx, cancel := context.WithCancel(context.Background())
+			var wg sync.WaitGroup
+			for i := 0; i < 3; i++ {
+				w, err := jobs.NewWorker(open(), reg, jobs.WorkerConfig{Concurrency: 5, PollInterval: 20 * time.Millisecond, Logger: quiet(),
+					Hooks: jobs.Hooks{OnClaim: func(e jobs.ClaimEvent) {
+						mu.Lock()
+						for n := 0; n < e.Claimed; n++ {
+							claims = append(claims, e.DecidedAt)
+						}
+						mu.Unlock()
+					}}})
+				require.NoError(t, err)
+				wg.Add(1)
+				go func() { defer wg.Done(); _ = w.Run(ctx) }()
+			}
+			d := dispatcher.New(open(), dispatcher.Config{Interval: 50 * time.Millisecond, Logger: quiet()})
+			wg.Add(1)
+			go func() { defer wg.Done(); _ = d.Run(ctx) }()
+			receive(t, done, backlog)
+			cancel()
+			wg.Wait()
+
+			require.Len(t, claims, backlog)
+			require.LessOrEqual(t, busiest(claims, limit.Per), limit.To, "no window of Per holds more than To claims")
+			sort.Slice(claims, func(i, j int) bool { return claims[i].Before(claims[j]) })
+			afterBurst := claims[limit.Burst-1:]
+			span := afterBurst[len(afterBurst)-1].Sub(afterBurst[0])
+			rate := float64(len(afterBurst)-1) / span.Seconds()
+			theory := float64(limit.To-limit.Burst+1) / limit.Per.Seconds()
+			t.Logf("%s: drained %d after the burst at %.1f/s; theory %.1f/s", b.Name, len(afterBurst)-1, rate, theory)
+			require.InEpsilon(t, theory, rate, 0.05)
+		})
+	}
+}
+
+func TestNoLimitsRegisteredMeansThePlainClaim(t *testing.T) {
+	testdb.Each(t, func(t *testing.T, s *store.Store) {
+		rs, rec := testdb.Record(s)
+		reg := jobs.NewRegistry()
+		require.NoError(t, jobs.Register(reg, ok))
+		c := clock.NewFake(t0)
+		client := jobs.NewClient(rs, reg, jobs.ClientConfig{Clock: c})
+		_, err := client.Enqueue(context.Background(), noop{})
+		require.NoError(t, err)
+		w, err := jobs.NewWorker(rs, reg, jobs.WorkerConfig{Clock: c, Logger: quiet()})
+		require.NoError(t, err)
+		rec.Take()
+		res, err := w.Drain(context.Background())
+		require.NoError(t, err)
+		require.Equal(t, 1, res.Completed)
+		var claimStmts []string
+		for _, q := range rec.Take() {
+			if strings.Contains(q, "sluice_budgets") {
+				claimStmts = append(claimStmts, q)
+			}
+		}
+		require.Empty(t, claimStmts, "no statement touches the budgets")
+	})
+}
