@@ -41,6 +41,11 @@ type Config struct {
 	DeadAfter         time.Duration
 	// Clock drives every decision. Defaults to the system clock.
 	Clock clock.Clock
+	// ClearIdleBudgetsEvery is how often the dispatcher deletes rate-limit
+	// budgets that admit exactly as a missing row would (see
+	// store.ClearIdleBudgets), in batches of 500 with 300ms between them.
+	// Defaults to an hour; negative turns it off.
+	ClearIdleBudgetsEvery time.Duration
 	// Name labels the process row. Defaults to the host name.
 	Name string
 	// Logger receives the dispatcher's logs. Defaults to slog.Default().
@@ -54,6 +59,8 @@ type Dispatcher struct {
 	clock clock.Clock
 	log   *slog.Logger
 	pid   atomic.Int64
+	// nextClear is when idle budgets are next cleared.
+	nextClear time.Time
 }
 
 // New returns a dispatcher over s.
@@ -73,6 +80,9 @@ func New(s *store.Store, cfg Config) *Dispatcher {
 	if cfg.DeadAfter <= 0 {
 		cfg.DeadAfter = DefaultDeadAfter
 	}
+	if cfg.ClearIdleBudgetsEvery == 0 {
+		cfg.ClearIdleBudgetsEvery = time.Hour
+	}
 	if cfg.Name == "" {
 		cfg.Name, _ = os.Hostname()
 	}
@@ -91,21 +101,33 @@ type TickResult struct {
 	Unparked int
 	// Full is set when a promotion came back full: more may be due.
 	Full bool
+	// ClearedBudgets counts idle budgets deleted.
+	ClearedBudgets int
 }
 
-// Tick runs one round: it promotes one batch of due jobs and hands slots
-// to parked jobs whose budgets' horizons reached them.
+// Tick runs one round: it promotes one batch of due jobs, hands slots to
+// parked jobs whose budgets' horizons reached them, and, when it is time,
+// clears idle budgets.
 func (d *Dispatcher) Tick(ctx context.Context) (TickResult, error) {
 	now := d.clock.Now()
 	n, _, err := d.store.Promote(ctx, now, d.cfg.BatchSize)
 	if err != nil {
 		return TickResult{}, fmt.Errorf("dispatcher: %w", err)
 	}
-	u, err := d.store.Unpark(ctx, now, d.cfg.Horizon, 100)
-	if err != nil {
-		return TickResult{Promoted: n}, fmt.Errorf("dispatcher: %w", err)
+	res := TickResult{Promoted: n, Full: n == d.cfg.BatchSize}
+	if res.Unparked, err = d.store.Unpark(ctx, now, d.cfg.Horizon, 100); err != nil {
+		return res, fmt.Errorf("dispatcher: %w", err)
 	}
-	return TickResult{Promoted: n, Unparked: u, Full: n == d.cfg.BatchSize}, nil
+	if d.cfg.ClearIdleBudgetsEvery > 0 && !now.Before(d.nextClear) {
+		d.nextClear = now.Add(d.cfg.ClearIdleBudgetsEvery)
+		if res.ClearedBudgets, err = d.store.ClearIdleBudgets(ctx, d.clock.Now, 500, 300*time.Millisecond); err != nil {
+			return res, fmt.Errorf("dispatcher: %w", err)
+		}
+		if res.ClearedBudgets > 0 {
+			d.log.Info("sluice: cleared idle rate-limit budgets", "count", res.ClearedBudgets)
+		}
+	}
+	return res, nil
 }
 
 // Run ticks every Interval (at once again after a full batch) until ctx is

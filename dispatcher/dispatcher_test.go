@@ -123,3 +123,32 @@ func TestRunPromotesOnItsInterval(t *testing.T) {
 		require.Empty(t, procs, "it deregisters when it stops")
 	})
 }
+
+func TestIdleBudgetsAreClearedHourlyUnlessTurnedOff(t *testing.T) {
+	testdb.Each(t, func(t *testing.T, s *store.Store) {
+		ctx := context.Background()
+		c := clock.NewFake(t0)
+		// A budget row charged long ago: idle.
+		_, err := s.DB().Exec(ctx, "INSERT INTO sluice_budgets (name, tat, next_slot, interval_us, burst, updated_at) VALUES ('k/idle', 1, 1, 1000000, 1, 1)")
+		require.NoError(t, err)
+		off := dispatcher.New(s, dispatcher.Config{Clock: c, Logger: quiet(), ClearIdleBudgetsEvery: -1})
+		res, err := off.Tick(ctx)
+		require.NoError(t, err)
+		require.Zero(t, res.ClearedBudgets)
+
+		d := dispatcher.New(s, dispatcher.Config{Clock: c, Logger: quiet()})
+		res, err = d.Tick(ctx)
+		require.NoError(t, err)
+		require.Equal(t, 1, res.ClearedBudgets)
+		_, err = s.DB().Exec(ctx, "INSERT INTO sluice_budgets (name, tat, next_slot, interval_us, burst, updated_at) VALUES ('k/idle2', 1, 1, 1000000, 1, 1)")
+		require.NoError(t, err)
+		c.Advance(59 * time.Minute)
+		res, err = d.Tick(ctx)
+		require.NoError(t, err)
+		require.Zero(t, res.ClearedBudgets, "not before the hour")
+		c.Advance(time.Minute)
+		res, err = d.Tick(ctx)
+		require.NoError(t, err)
+		require.Equal(t, 1, res.ClearedBudgets)
+	})
+}
