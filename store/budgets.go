@@ -67,7 +67,7 @@ func scanBudget(rows Rows, extra ...any) (BudgetRow, error) {
 	return r, nil
 }
 
-func (s *Store) queryBudgets(ctx context.Context, ex Executor, q string, args []any) ([]BudgetRow, error) {
+func queryBudgets(ctx context.Context, ex Executor, q string, args []any) ([]BudgetRow, error) {
 	rows, err := ex.Query(ctx, q, args...)
 	if err != nil {
 		return nil, err
@@ -85,48 +85,71 @@ func (s *Store) queryBudgets(ctx context.Context, ex Executor, q string, args []
 }
 
 // lockBudgets locks the budget rows of keys (sorted), creating the missing
-// ones. A row that is still missing (cleared as idle in between) reads as
-// the empty state, which admits exactly as the cleared row did.
-func (s *Store) lockBudgets(ctx context.Context, tx Tx, keys []string) (map[string]*budget, error) {
+// ones, and then reads the time the claim decides at: the database's clock
+// when p asks for it and the database has one, else p.Clock. The time is
+// read after the last lock is taken; where the database can, in the same
+// round trip. A row that is still missing (cleared as idle in between)
+// reads as the empty state, which admits exactly as the cleared row did.
+func (s *Store) lockBudgets(ctx context.Context, tx Tx, keys []string, p ClaimParams) (map[string]*budget, time.Time, error) {
 	out := make(map[string]*budget, len(keys))
-	add := func(rows []BudgetRow) {
-		for _, r := range rows {
+	nowSQL := s.d.Now()
+	dbClock := p.DatabaseClock && nowSQL != ""
+	var dbNow int64
+	read := func(i int, rows Rows) error {
+		if i == 1 {
+			for rows.Next() {
+				if err := rows.Scan(&dbNow); err != nil {
+					return err
+				}
+			}
+			return nil
+		}
+		for rows.Next() {
+			r, err := scanBudget(rows)
+			if err != nil {
+				return err
+			}
 			out[r.Name] = &budget{row: r, state: ratelimit.State{TAT: r.TAT, NextSlot: r.NextSlot}}
 		}
+		return nil
 	}
-	q, args := s.d.LockBudgets(keys)
-	rows, err := s.queryBudgets(ctx, tx, q, args)
-	if err != nil {
-		return nil, fmt.Errorf("lock budgets: %w", err)
+	stmts := []Stmt{query(s.d.LockBudgets(keys))}
+	if dbClock {
+		stmts = append(stmts, query(nowSQL, nil))
 	}
-	add(rows)
+	if err := pipeline(ctx, tx, stmts, read); err != nil {
+		return nil, time.Time{}, fmt.Errorf("lock budgets: %w", err)
+	}
 	var missing []string
 	for _, k := range keys {
 		if out[k] == nil {
 			missing = append(missing, k)
 		}
 	}
-	if len(missing) == 0 {
-		return out, nil
-	}
-	q, args = s.d.InsertBudgets(missing)
-	if _, err := exec(ctx, tx, q, args); err != nil {
-		return nil, fmt.Errorf("create budgets: %w", err)
-	}
-	q, args = s.d.LockBudgets(missing)
-	if rows, err = s.queryBudgets(ctx, tx, q, args); err != nil {
-		return nil, fmt.Errorf("lock new budgets: %w", err)
-	}
-	add(rows)
-	for _, k := range missing {
-		if out[k] == nil {
-			out[k] = &budget{row: BudgetRow{Name: k}, dirty: true}
+	if len(missing) > 0 {
+		stmts := []Stmt{stmt(s.d.InsertBudgets(missing)), query(s.d.LockBudgets(missing))}
+		if dbClock {
+			stmts = append(stmts, query(nowSQL, nil))
+		}
+		err := pipeline(ctx, tx, stmts, func(i int, rows Rows) error { return read(i-1, rows) })
+		if err != nil {
+			return nil, time.Time{}, fmt.Errorf("create budgets: %w", err)
+		}
+		for _, k := range missing {
+			if out[k] == nil {
+				out[k] = &budget{row: BudgetRow{Name: k}, dirty: true}
+			}
 		}
 	}
-	return out, nil
+	if dbClock {
+		return out, FromMicros(dbNow), nil
+	}
+	return out, p.Clock(), nil
 }
 
-func (s *Store) saveBudgets(ctx context.Context, tx Tx, budgets map[string]*budget, now int64) error {
+// saveBudgets returns the statement that writes the changed budgets back,
+// in key order, or false when none changed.
+func (s *Store) saveBudgets(budgets map[string]*budget, now int64) (Stmt, bool) {
 	var rows []BudgetRow
 	for _, b := range budgets {
 		if b.dirty {
@@ -134,14 +157,10 @@ func (s *Store) saveBudgets(ctx context.Context, tx Tx, budgets map[string]*budg
 		}
 	}
 	if len(rows) == 0 {
-		return nil
+		return Stmt{}, false
 	}
 	slices.SortFunc(rows, func(a, b BudgetRow) int { return strings.Compare(a.Name, b.Name) })
-	q, args := s.d.SaveBudgets(rows)
-	if _, err := exec(ctx, tx, q, args); err != nil {
-		return fmt.Errorf("save budgets: %w", err)
-	}
-	return nil
+	return stmt(s.d.SaveBudgets(rows)), true
 }
 
 // ListBudgets returns every budget with how many jobs wait on it.

@@ -107,10 +107,10 @@ func (s *Store) claim(ctx context.Context, tx Tx, p ClaimParams, res *ClaimResul
 		return nil
 	}
 	admitted := cands
-	var deferred []SetRow
+	var writes []Stmt
 	if p.Limits != nil {
 		var err error
-		if admitted, deferred, err = s.applyLimits(ctx, tx, p, cands, res); err != nil {
+		if admitted, writes, err = s.applyLimits(ctx, tx, p, cands, res); err != nil {
 			return err
 		}
 	}
@@ -124,16 +124,10 @@ func (s *Store) claim(ctx context.Context, tx Tx, p ClaimParams, res *ClaimResul
 			ids[i] = j.ID
 			j.Attempt++
 		}
-		q, args := s.d.MarkRunning(ids, p.ProcessID, Micros(now))
-		if _, err := exec(ctx, tx, q, args); err != nil {
-			return fmt.Errorf("mark running: %w", err)
-		}
+		writes = append(writes, stmt(s.d.MarkRunning(ids, p.ProcessID, Micros(now))))
 	}
-	if len(deferred) > 0 {
-		q, args := s.d.SetJobs(StateReady, 0, Micros(now), deferred)
-		if _, err := exec(ctx, tx, q, args); err != nil {
-			return fmt.Errorf("defer rate-limited jobs: %w", err)
-		}
+	if err := pipeline(ctx, tx, writes, nil); err != nil {
+		return fmt.Errorf("claim and defer: %w", err)
 	}
 	res.Jobs = admitted
 	return nil
@@ -173,17 +167,3 @@ func scanJob(rows Rows, extra ...any) (*Job, error) {
 	return &j, nil
 }
 
-// decisionTime reads the time rate limits are decided at: after the
-// budget locks, from the database's clock or the given one.
-func (s *Store) decisionTime(ctx context.Context, tx Tx, p ClaimParams) (time.Time, error) {
-	if q := s.d.Now(); p.DatabaseClock && q != "" {
-		v, err := queryInt64s(ctx, tx, q, nil)
-		if err != nil {
-			return time.Time{}, fmt.Errorf("read the database clock: %w", err)
-		}
-		if len(v) == 1 {
-			return FromMicros(v[0]), nil
-		}
-	}
-	return p.Clock(), nil
-}

@@ -21,10 +21,10 @@ type check struct {
 // after the locks, charges every budget of each admitted job, and gives
 // each denied job a slot on the budget that holds it longest, or parks it
 // there when that budget's slots reach past the horizon. It returns the
-// admitted jobs and the deferred jobs' transitions, and records the
-// decision time in res. Candidates without a limit cost nothing: with none
-// among them it runs no statement at all.
-func (s *Store) applyLimits(ctx context.Context, tx Tx, p ClaimParams, cands []*Job, res *ClaimResult) ([]*Job, []SetRow, error) {
+// admitted jobs and the statements that write the budgets and the deferred
+// jobs, and records the decision time in res. Candidates without a limit
+// cost nothing: with none among them it runs no statement at all.
+func (s *Store) applyLimits(ctx context.Context, tx Tx, p ClaimParams, cands []*Job, res *ClaimResult) ([]*Job, []Stmt, error) {
 	checks := make([][]check, len(cands))
 	var keys []string
 	for i, j := range cands {
@@ -42,11 +42,7 @@ func (s *Store) applyLimits(ctx context.Context, tx Tx, p ClaimParams, cands []*
 	}
 	slices.Sort(keys)
 	keys = slices.Compact(keys)
-	budgets, err := s.lockBudgets(ctx, tx, keys)
-	if err != nil {
-		return nil, nil, err
-	}
-	at, err := s.decisionTime(ctx, tx, p)
+	budgets, at, err := s.lockBudgets(ctx, tx, keys, p)
 	if err != nil {
 		return nil, nil, err
 	}
@@ -115,10 +111,14 @@ func (s *Store) applyLimits(ctx context.Context, tx Tx, p ClaimParams, cands []*
 		b.dirty = true
 		res.Deferred = append(res.Deferred, d)
 	}
-	if err := s.saveBudgets(ctx, tx, budgets, now); err != nil {
-		return nil, nil, err
+	var writes []Stmt
+	if st, ok := s.saveBudgets(budgets, now); ok {
+		writes = append(writes, st)
 	}
-	return admitted, deferred, nil
+	if len(deferred) > 0 {
+		writes = append(writes, stmt(s.d.SetJobs(StateReady, 0, now, deferred)))
+	}
+	return admitted, writes, nil
 }
 
 // slot gives a denied job the next free slot on the budget that holds it,
@@ -155,7 +155,7 @@ func (s *Store) Unpark(ctx context.Context, now time.Time, horizon time.Duration
 	err := s.inTx(ctx, func(tx Tx) error {
 		total = 0
 		q, args := s.d.LockParkedBudgets(nowUS, until, limit)
-		rows, err := s.queryBudgets(ctx, tx, q, args)
+		rows, err := queryBudgets(ctx, tx, q, args)
 		if err != nil {
 			return fmt.Errorf("lock parked budgets: %w", err)
 		}
@@ -170,14 +170,18 @@ func (s *Store) Unpark(ctx context.Context, now time.Time, horizon time.Duration
 			}
 			moves = append(moves, got...)
 		}
+		var writes []Stmt
 		if len(moves) > 0 {
-			q, args := s.d.SetJobs(StateParked, 0, nowUS, moves)
-			if _, err := exec(ctx, tx, q, args); err != nil {
-				return fmt.Errorf("schedule parked jobs: %w", err)
-			}
+			writes = append(writes, stmt(s.d.SetJobs(StateParked, 0, nowUS, moves)))
+		}
+		if st, ok := s.saveBudgets(budgets, nowUS); ok {
+			writes = append(writes, st)
 		}
 		total = len(moves)
-		return s.saveBudgets(ctx, tx, budgets, nowUS)
+		if err := pipeline(ctx, tx, writes, nil); err != nil {
+			return fmt.Errorf("schedule parked jobs: %w", err)
+		}
+		return nil
 	})
 	if err != nil {
 		return 0, s.wrap(fmt.Errorf("unpark: %w", err))

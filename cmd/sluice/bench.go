@@ -6,6 +6,8 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"os"
+	"runtime/pprof"
 	"sort"
 	"strconv"
 	"strings"
@@ -52,6 +54,7 @@ type benchFlags struct {
 	latency     bool
 	finished    int
 	deleteDone  bool
+	cpuProfile  string
 }
 
 func runBench(ctx context.Context, env *cli.Env, args []string) error {
@@ -67,6 +70,7 @@ func runBench(ctx context.Context, env *cli.Env, args []string) error {
 	fs.BoolVar(&f.latency, "latency", false, "measure enqueue-to-start latency at light load (50 jobs/s for 10s)")
 	fs.IntVar(&f.finished, "finished", 0, "first make sure this many finished jobs are kept in the table")
 	fs.BoolVar(&f.deleteDone, "delete", false, "delete jobs as they complete instead of keeping them")
+	fs.StringVar(&f.cpuProfile, "cpuprofile", "", "write a CPU profile of the run to this file")
 	if err := cli.Parse(fs, args); err != nil {
 		return err
 	}
@@ -79,6 +83,17 @@ func runBench(ctx context.Context, env *cli.Env, args []string) error {
 		return err
 	}
 	defer b.close()
+	if f.cpuProfile != "" {
+		out, err := os.Create(f.cpuProfile)
+		if err != nil {
+			return err
+		}
+		defer out.Close()
+		if err := pprof.StartCPUProfile(out); err != nil {
+			return err
+		}
+		defer pprof.StopCPUProfile()
+	}
 	switch {
 	case f.latency:
 		return b.latency(ctx)
@@ -178,6 +193,13 @@ func (b *bench) reset(ctx context.Context) error {
 	}
 	if _, err := db.Exec(ctx, "DELETE FROM sluice_budgets WHERE name LIKE 'bench_%'"); err != nil {
 		return fmt.Errorf("clear the bench budgets: %w", err)
+	}
+	if b.store.Dialect().Name() == "postgres" {
+		// What autovacuum would do between runs (it may be off on a test
+		// server): without it every run pays for the last one's dead rows.
+		if _, err := db.Exec(ctx, "VACUUM ANALYZE sluice_jobs"); err != nil {
+			return fmt.Errorf("vacuum: %w", err)
+		}
 	}
 	if b.f.finished == 0 {
 		return nil

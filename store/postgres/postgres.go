@@ -181,3 +181,34 @@ func (Dialect) IsRetryable(err error) bool {
 	var e *pgconn.PgError
 	return errors.As(err, &e) && (e.Code == "40P01" || e.Code == "40001" || e.Code == "55P03")
 }
+
+// Pipeline sends stmts in one batch: one round trip.
+func (t Tx) Pipeline(ctx context.Context, stmts []store.Stmt, read func(int, store.Rows) error) error {
+	b := &pgx.Batch{}
+	for _, st := range stmts {
+		b.Queue(st.SQL, st.Args...)
+	}
+	br := t.tx.SendBatch(ctx, b)
+	for i, st := range stmts {
+		if !st.Rows {
+			if _, err := br.Exec(); err != nil {
+				_ = br.Close()
+				return err
+			}
+			continue
+		}
+		rows, err := br.Query()
+		if err == nil {
+			err = read(i, rows)
+			rows.Close()
+			if err == nil {
+				err = rows.Err()
+			}
+		}
+		if err != nil {
+			_ = br.Close()
+			return err
+		}
+	}
+	return br.Close()
+}
