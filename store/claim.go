@@ -166,4 +166,3 @@ func scanJob(rows Rows, extra ...any) (*Job, error) {
 	j.RateKeys = DecodeRateKeys(rateKeys.String)
 	return &j, nil
 }
-
