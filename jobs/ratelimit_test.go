@@ -215,14 +215,18 @@ func TestAWorkerClaimsAgainAtOnceWhenAClaimDefers(t *testing.T) {
 		require.NoError(t, jobs.Register(h.reg, func(_ context.Context, j *jobs.Job[keyed]) error { ran <- j.Args.Key; return nil },
 			jobs.RateLimit(ratelimit.Limit[keyed]{To: 1, Per: time.Hour, Key: "global"})))
 		require.NoError(t, jobs.Register(h.reg, func(_ context.Context, j *jobs.Job[noop]) error { ran <- "free"; return nil }))
-		for i := 0; i < 31; i++ {
-			h.enqueue(keyed{Key: "limited"})
+		items := make([]jobs.Item, 2000)
+		for i := range items {
+			items[i] = jobs.Item{Args: keyed{Key: "limited"}}
 		}
+		_, err := h.client.EnqueueMany(context.Background(), items)
+		require.NoError(t, err)
 		for i := 0; i < 5; i++ {
 			h.enqueue(noop{})
 		}
 		// The poll never fires on the fake clock: only claiming again at
-		// once reaches the unlimited jobs behind the 30 that wait.
+		// once, over a widening window, reaches the unlimited jobs behind
+		// the 1,999 that wait.
 		stop := h.run(h.worker(jobs.WorkerConfig{Concurrency: 10, PollInterval: time.Hour}))
 		defer stop()
 		got := receive(t, ran, 6)

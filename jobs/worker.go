@@ -27,6 +27,9 @@ const (
 	// maxClaimsPerPoll bounds the claims a worker makes in a row when
 	// claims defer jobs and slots stay free.
 	maxClaimsPerPoll = 5
+	// maxCandidates bounds how many ready jobs one claim decides when it
+	// widens its window to move waiting jobs out of the way.
+	maxCandidates = 1000
 )
 
 // WorkerConfig configures a Worker. The zero value works the "default"
@@ -235,9 +238,11 @@ func (w *Worker) loop(ctx, jobsCtx context.Context, wake <-chan struct{}) {
 }
 
 // claimRound claims for the free slots, claiming again at once (up to
-// maxClaimsPerPoll times) while claims defer jobs and slots stay free. It
-// reports whether the last claim filled every slot.
+// maxClaimsPerPoll times, each deciding up to 8 times more candidates)
+// while claims defer jobs and slots stay free. It reports whether the last
+// claim filled every slot.
 func (w *Worker) claimRound(ctx, jobsCtx context.Context) (bool, error) {
+	window := 0
 	for round := 0; round < maxClaimsPerPoll; round++ {
 		free := w.free()
 		if free == 0 {
@@ -248,6 +253,7 @@ func (w *Worker) claimRound(ctx, jobsCtx context.Context) (bool, error) {
 			ProcessID:     w.pid.Load(),
 			Queues:        w.cfg.Queues,
 			Max:           free,
+			Candidates:    window,
 			Clock:         w.clock.Now,
 			Limits:        w.reg.limits(),
 			DatabaseClock: w.databaseClock(),
@@ -269,6 +275,9 @@ func (w *Worker) claimRound(ctx, jobsCtx context.Context) (bool, error) {
 		if len(res.Deferred) == 0 {
 			return false, nil
 		}
+		// Jobs waiting on their limits stood in front: look further next
+		// time, so a deep backlog moves out of the way in a few claims.
+		window = min(max(window, free)*8, maxCandidates)
 	}
 	return w.free() == 0, nil
 }

@@ -25,10 +25,16 @@ type Limits interface {
 type ClaimParams struct {
 	// ProcessID is the claiming worker's registered id.
 	ProcessID int64
-	// Queues are tried in order until Max jobs are locked.
+	// Queues are tried in order until enough candidates are locked.
 	Queues []string
 	// Max is how many jobs to claim at most: the worker's free slots.
 	Max int
+	// Candidates is how many ready jobs a claim with Limits locks and
+	// decides, when more than Max: a wider window moves a backlog of
+	// waiting jobs out of the way faster. Candidates past the first Max
+	// admitted are left ready, unless their limit defers them. Ignored
+	// without Limits.
+	Candidates int
 	// Clock returns the current time. It stamps the claim, and decides
 	// rate limits unless DatabaseClock is set.
 	Clock func() time.Time
@@ -91,9 +97,13 @@ func (s *Store) Claim(ctx context.Context, p ClaimParams) (*ClaimResult, error) 
 }
 
 func (s *Store) claim(ctx context.Context, tx Tx, p ClaimParams, res *ClaimResult) error {
+	window := p.Max
+	if p.Limits != nil {
+		window = max(p.Max, p.Candidates)
+	}
 	var cands []*Job
 	for _, q := range p.Queues {
-		n := p.Max - len(cands)
+		n := window - len(cands)
 		if n <= 0 {
 			break
 		}

@@ -38,7 +38,7 @@ func (s *Store) applyLimits(ctx context.Context, tx Tx, p ClaimParams, cands []*
 		}
 	}
 	if len(keys) == 0 {
-		return cands, nil, nil
+		return cands[:min(len(cands), p.Max)], nil, nil
 	}
 	slices.Sort(keys)
 	keys = slices.Compact(keys)
@@ -54,12 +54,15 @@ func (s *Store) applyLimits(ctx context.Context, tx Tx, p ClaimParams, cands []*
 	}
 	until := now + horizon.Microseconds()
 
-	admitted := make([]*Job, 0, len(cands))
+	admitted := make([]*Job, 0, min(len(cands), p.Max))
 	var deferred []SetRow
 	for i, j := range cands {
+		full := len(admitted) == p.Max // past Max, only deferrals are taken
 		cs := checks[i]
 		if len(cs) == 0 {
-			admitted = append(admitted, j)
+			if !full {
+				admitted = append(admitted, j)
+			}
 			continue
 		}
 		var holder *check
@@ -79,6 +82,9 @@ func (s *Store) applyLimits(ctx context.Context, tx Tx, p ClaimParams, cands []*
 			case holder == nil || earliest > latest:
 				holder, latest = c, earliest
 			}
+		}
+		if holder == nil && full {
+			continue // it would be admitted, but the claim is full: it stays ready
 		}
 		if holder == nil {
 			// Admitted: charge every budget that admitted it. A shadow

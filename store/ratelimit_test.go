@@ -489,3 +489,27 @@ func TestADeepBacklogMovesEachJobAFixedNumberOfTimes(t *testing.T) {
 		require.LessOrEqual(t, perJob, 5.0, "each job moves a fixed number of times, whatever the backlog")
 	})
 }
+
+func TestAWiderWindowDefersPastMaxButClaimsOnlyMax(t *testing.T) {
+	testdb.Each(t, func(t *testing.T, s *store.Store) {
+		lim := limits{"k": spec(t, "k", 1, time.Hour, 1)}
+		got := enqueue(t, s, t0, limited("k", "k/x"), limited("k", "k/x"), job("free", "default", 0),
+			limited("k", "k/x"), job("free", "default", 0), job("free", "default", 0))
+		pid := register(t, s, t0)
+		res, err := s.Claim(context.Background(), store.ClaimParams{
+			ProcessID: pid, Queues: []string{"default"}, Max: 1, Candidates: 6, Clock: fixed(t0), Limits: lim,
+		})
+		require.NoError(t, err)
+		require.Equal(t, []int64{got[0]}, ids(res.Jobs))
+		require.Equal(t, []int64{got[1], got[3]}, []int64{res.Deferred[0].JobID, res.Deferred[1].JobID})
+		for _, i := range []int{2, 4, 5} {
+			require.Equal(t, store.StateReady, state(t, s, got[i]).State, "past Max, an admissible job stays ready")
+		}
+		// Without a keyed job among the candidates, still only Max.
+		res, err = s.Claim(context.Background(), store.ClaimParams{
+			ProcessID: pid, Queues: []string{"default"}, Max: 2, Candidates: 6, Clock: fixed(t0), Limits: lim,
+		})
+		require.NoError(t, err)
+		require.Equal(t, []int64{got[2], got[4]}, ids(res.Jobs))
+	})
+}
