@@ -181,6 +181,7 @@ func builtins() []Command {
 		{Name: "cancel", Summary: "discard jobs that are not running: cancel ID...", Run: runCancel},
 		{Name: "queues", Summary: "list queues, or pause|resume QUEUE", Run: runQueues},
 		{Name: "budgets", Summary: "list rate-limit budgets, or clear-idle", Run: runBudgets},
+		{Name: "semaphores", Summary: "list concurrency keys: slots free and taken, jobs blocked", Run: runSemaphores},
 	}
 }
 

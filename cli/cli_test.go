@@ -7,12 +7,14 @@ import (
 	"fmt"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/stretchr/testify/require"
 
 	"github.com/sluicequeue/sluice/cli"
 	"github.com/sluicequeue/sluice/internal/testdb"
 	"github.com/sluicequeue/sluice/jobs"
+	"github.com/sluicequeue/sluice/store"
 )
 
 type ping struct{ N int }
@@ -46,7 +48,7 @@ func TestOperatorCommandsEndToEnd(t *testing.T) {
 			require.Contains(t, out, "001      core         pending")
 			code, out, _ = run(t, "migrate", "up", db)
 			require.Equal(t, 0, code)
-			require.Contains(t, out, "applied 001_core\napplied 002_rate_limits\n")
+			require.Contains(t, out, "applied 001_core\napplied 002_rate_limits\napplied 003_concurrency\n")
 			code, out, _ = run(t, "migrate", "up", db)
 			require.Equal(t, 0, code)
 			require.Equal(t, "up to date\n", out)
@@ -62,9 +64,9 @@ func TestOperatorCommandsEndToEnd(t *testing.T) {
 
 			code, out, _ = run(t, "stats", db)
 			require.Equal(t, 0, code)
-			require.Equal(t, "QUEUE    READY  SCHEDULED  PARKED  RUNNING  COMPLETED  FAILED  CANCELLED\n"+
-				"default  2      0          0       0        0          0       0\n"+
-				"mail     1      0          0       0        0          0       0\n", out)
+			require.Equal(t, "QUEUE    READY  SCHEDULED  PARKED  BLOCKED  RUNNING  COMPLETED  FAILED  CANCELLED\n"+
+				"default  2      0          0       0        0        0          0       0\n"+
+				"mail     1      0          0       0        0        0          0       0\n", out)
 			code, out, _ = run(t, "stats", "--json", db)
 			require.Equal(t, 0, code)
 			var st struct{ Queues map[string]map[string]int }
@@ -98,6 +100,19 @@ func TestOperatorCommandsEndToEnd(t *testing.T) {
 			code, out, _ = run(t, "budgets", db)
 			require.Equal(t, 0, code)
 			require.Equal(t, "BUDGET  LIMIT  WAITING  PARKED  NEXT ADMISSION\n", out)
+
+			one := &store.Conc{Key: "acct/7", To: 1, Duration: time.Minute}
+			blocked, err := s.Enqueue(context.Background(), nil, time.Now(), []store.NewJob{
+				{Kind: "ping", Queue: "default", Args: []byte(`{}`), MaxAttempts: 1, Conc: one},
+				{Kind: "ping", Queue: "default", Args: []byte(`{}`), MaxAttempts: 1, Conc: one},
+			})
+			require.NoError(t, err)
+			code, out, _ = run(t, "semaphores", db)
+			require.Equal(t, 0, code)
+			require.Regexp(t, `^KEY\s+LIMIT\s+FREE\s+HOLDING\s+BLOCKED\s+EXPIRES\nacct/7\s+1\s+0\s+1\s+1\s+in 59\.\d+s\n$`, out)
+			code, out, _ = run(t, "jobs", db, "--state", "blocked")
+			require.Equal(t, 0, code)
+			require.Regexp(t, fmt.Sprintf(`\n%d\s+ping\s+default\s+blocked \(concurrency: acct/7\)`, blocked[1]), out)
 		})
 	}
 }

@@ -113,6 +113,8 @@ func runJobs(ctx context.Context, env *Env, args []string) error {
 // describeState says why a waiting job waits.
 func describeState(j *store.JobInfo) string {
 	switch {
+	case j.State == store.StateBlocked:
+		return "blocked (concurrency: " + j.ConcKey + ")"
 	case j.WaitKey != "" && j.State == store.StateScheduled:
 		return "scheduled (rate limited: " + j.WaitKey + ")"
 	case j.WaitKey != "" && j.State == store.StateParked:
@@ -130,6 +132,13 @@ func jobJSON(j *store.JobInfo) map[string]any {
 	if j.WaitKey != "" {
 		m["waiting_on"] = j.WaitKey
 		m["reason"] = "rate limited"
+	}
+	if j.ConcKey != "" {
+		m["concurrency_key"] = j.ConcKey
+		m["holds_slot"] = j.HoldsSlot
+		if j.State == store.StateBlocked {
+			m["reason"] = "concurrency limit"
+		}
 	}
 	if j.LastError != "" {
 		m["last_error"] = j.LastError
@@ -316,4 +325,39 @@ func describeLimit(b store.BudgetInfo) string {
 		return "paused (To: 0)"
 	}
 	return fmt.Sprintf("1 per %s, burst %d", time.Duration(b.IntervalUS)*time.Microsecond, b.Burst)
+}
+
+func runSemaphores(ctx context.Context, env *Env, args []string) error {
+	fs, url := env.FlagSet("semaphores", "semaphores [--json] [flags]")
+	asJSON := fs.Bool("json", false, "print JSON for scripts")
+	if err := Parse(fs, args); err != nil {
+		return err
+	}
+	s, err := OpenChecked(ctx, *url)
+	if err != nil {
+		return err
+	}
+	defer s.Close()
+	sems, err := s.ListSemaphores(ctx)
+	if err != nil {
+		return err
+	}
+	now := time.Now()
+	if *asJSON {
+		out := make([]map[string]any, len(sems))
+		for i, m := range sems {
+			out[i] = map[string]any{"key": m.Name, "limit": m.Limit, "free": m.Value, "holding": m.Holding,
+				"blocked": m.Blocked, "expires_at": store.FromMicros(m.ExpiresAt)}
+		}
+		return printJSON(env, out)
+	}
+	rows := make([][]string, len(sems))
+	for i, m := range sems {
+		expires := "-"
+		if m.Value < m.Limit {
+			expires = fmtIn(store.FromMicros(m.ExpiresAt), now)
+		}
+		rows[i] = []string{m.Name, strconv.Itoa(m.Limit), strconv.Itoa(m.Value), strconv.Itoa(m.Holding), strconv.Itoa(m.Blocked), expires}
+	}
+	return table(env, "KEY\tLIMIT\tFREE\tHOLDING\tBLOCKED\tEXPIRES", rows)
 }

@@ -1,6 +1,7 @@
 // Package dispatcher runs the work that no worker does: it promotes due
 // scheduled jobs to ready, hands rate-limit slots to parked jobs as the
-// horizon reaches them, and recovers the jobs of dead processes. Several
+// horizon reaches them, frees concurrency slots whose holders were lost,
+// and recovers the jobs of dead processes. Several
 // dispatchers may run against one database; each job is promoted once.
 package dispatcher
 
@@ -103,11 +104,15 @@ type TickResult struct {
 	Full bool
 	// ClearedBudgets counts idle budgets deleted.
 	ClearedBudgets int
+	// FreedKeys counts concurrency keys whose slots expired and were
+	// freed; Unblocked counts blocked jobs given a slot.
+	FreedKeys, Unblocked int
 }
 
 // Tick runs one round: it promotes one batch of due jobs, hands slots to
-// parked jobs whose budgets' horizons reached them, and, when it is time,
-// clears idle budgets.
+// parked jobs whose budgets' horizons reached them, frees expired
+// concurrency slots and hands free ones to blocked jobs, and, when it is
+// time, clears idle budgets.
 func (d *Dispatcher) Tick(ctx context.Context) (TickResult, error) {
 	now := d.clock.Now()
 	n, _, err := d.store.Promote(ctx, now, d.cfg.BatchSize)
@@ -117,6 +122,12 @@ func (d *Dispatcher) Tick(ctx context.Context) (TickResult, error) {
 	res := TickResult{Promoted: n, Full: n == d.cfg.BatchSize}
 	if res.Unparked, err = d.store.Unpark(ctx, now, d.cfg.Horizon, 100); err != nil {
 		return res, fmt.Errorf("dispatcher: %w", err)
+	}
+	if res.FreedKeys, res.Unblocked, err = d.store.MaintainSemaphores(ctx, now, 100); err != nil {
+		return res, fmt.Errorf("dispatcher: %w", err)
+	}
+	if res.FreedKeys > 0 {
+		d.log.Warn("sluice: freed concurrency slots whose holders were presumed lost", "keys", res.FreedKeys, "unblocked", res.Unblocked)
 	}
 	if d.cfg.ClearIdleBudgetsEvery > 0 && !now.Before(d.nextClear) {
 		d.nextClear = now.Add(d.cfg.ClearIdleBudgetsEvery)

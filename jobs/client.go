@@ -177,9 +177,13 @@ func (c *Client) newJob(it Item, now time.Time) (store.NewJob, error) {
 	if err != nil {
 		return store.NewJob{}, fmt.Errorf("%s: %w", name, err)
 	}
+	conc, err := k.concLimit(it.Args)
+	if err != nil {
+		return store.NewJob{}, fmt.Errorf("%s: %w", name, err)
+	}
 	j := store.NewJob{
 		Kind: name, Queue: k.cfg.queue, Priority: k.cfg.priority, Args: body,
-		MaxAttempts: k.cfg.maxAttempts, RateKeys: keys,
+		MaxAttempts: k.cfg.maxAttempts, RateKeys: keys, Conc: conc,
 	}
 	if cfg.queue != "" {
 		j.Queue = cfg.queue

@@ -19,12 +19,20 @@ type result struct {
 	id       int64
 	complete bool
 	t        store.Transition
+	// holdsSlot is set when the job held a concurrency slot when claimed.
+	holdsSlot bool
+}
+
+// final reports whether the outcome ends the job: its slot goes back.
+func (r result) final() bool {
+	return r.complete || r.t.State == store.StateFailed || r.t.State == store.StateCancelled
 }
 
 // execute runs one claimed job and decides what becomes of it.
 func (w *Worker) execute(ctx context.Context, j *store.Job) result {
 	began := time.Now()
 	res, err := w.run(ctx, j)
+	res.holdsSlot = j.HoldsSlot
 	if w.hooks.OnFinish != nil {
 		w.hooks.OnFinish(FinishEvent{
 			JobID: j.ID, Kind: j.Kind, Queue: j.Queue, Attempt: j.Attempt,
@@ -168,7 +176,7 @@ func (w *Worker) flush(batch []result) {
 		byPID[r.pid] = append(byPID[r.pid], r)
 	}
 	for pid, rs := range byPID {
-		var completed []int64
+		var completed, slotHolders []int64
 		var others []store.Transition
 		for _, r := range rs {
 			if r.complete {
@@ -176,11 +184,14 @@ func (w *Worker) flush(batch []result) {
 			} else {
 				others = append(others, r.t)
 			}
+			if r.holdsSlot && r.final() {
+				slotHolders = append(slotHolders, r.id)
+			}
 		}
 		pause := 100 * time.Millisecond
 		for attempt := 1; ; attempt++ {
 			ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-			err := w.store.Finish(ctx, pid, w.clock.Now(), completed, others)
+			err := w.store.Finish(ctx, pid, w.clock.Now(), completed, others, slotHolders)
 			cancel()
 			if err == nil {
 				break

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"time"
 
+	"github.com/sluicequeue/sluice/concurrency"
 	"github.com/sluicequeue/sluice/ratelimit"
 )
 
@@ -41,6 +42,7 @@ type kindConfig struct {
 	timeout     time.Duration
 	backoff     func(attempt int) time.Duration
 	rateLimits  []any // ratelimit.Limit[T] for the kind's T, checked at Register
+	concurrency []any // concurrency.Limit[T]
 }
 
 // enqueueConfig is what enqueue options set; zero fields take the kind's.
@@ -141,6 +143,19 @@ func RateLimit[T Args](l ratelimit.Limit[T]) RegisterOption { return rateLimitOp
 
 func (r rateLimitOption) applyRegister(c *kindConfig) error {
 	c.rateLimits = append(c.rateLimits, r.limit)
+	return nil
+}
+
+type concurrencyOption struct{ limit any }
+
+// ConcurrencyLimit lets at most To jobs of one key hold a slot (run, or
+// wait for a retry) at once; see package concurrency. A kind declares one.
+func ConcurrencyLimit[T Args](l concurrency.Limit[T]) RegisterOption {
+	return concurrencyOption{limit: l}
+}
+
+func (c concurrencyOption) applyRegister(k *kindConfig) error {
+	k.concurrency = append(k.concurrency, c.limit)
 	return nil
 }
 

@@ -9,6 +9,7 @@ import (
 	"sort"
 	"sync"
 
+	"github.com/sluicequeue/sluice/concurrency"
 	"github.com/sluicequeue/sluice/ratelimit"
 	"github.com/sluicequeue/sluice/store"
 )
@@ -35,6 +36,7 @@ type kind struct {
 	cfg      kindConfig
 	rules    []rateRule
 	byScope  map[string]ratelimit.Spec
+	conc     *concRule
 	decode   func([]byte) (any, error)
 	// work runs the handler; nil for a kind declared without one.
 	work func(ctx context.Context, j *store.Job, args any) error
@@ -45,6 +47,12 @@ type rateRule struct {
 	spec ratelimit.Spec
 	key  func(args any) (string, error)
 	cost func(args any) (int, error)
+}
+
+// concRule is a compiled concurrency limit with its type erased.
+type concRule struct {
+	spec concurrency.Spec
+	key  func(args any) (string, error)
 }
 
 // NewRegistry returns an empty registry.
@@ -124,6 +132,20 @@ func register[T Args](r *Registry, h Handler[T], opts []RegisterOption) error {
 		k.byScope[rule.spec.Scope] = rule.spec
 		k.rules = append(k.rules, *rule)
 	}
+	if len(cfg.concurrency) > 1 {
+		return fail(errors.New("ConcurrencyLimit is declared more than once; a kind has one"))
+	}
+	for _, decl := range cfg.concurrency {
+		rule, err := compileConc[T](name, decl)
+		if err != nil {
+			return fail(fmt.Errorf("ConcurrencyLimit: %w", err))
+		}
+		if rule != nil && rule.spec.Discard && len(k.rules) > 0 {
+			return fail(errors.New("ConcurrencyLimit with OnConflict: Discard cannot be combined with a RateLimit: " +
+				"a job that comes back from waiting on its rate to a taken slot would be discarded"))
+		}
+		k.conc = rule
+	}
 	if h != nil {
 		k.work = func(ctx context.Context, j *store.Job, args any) error {
 			return h.Work(ctx, &Job[T]{
@@ -157,6 +179,19 @@ func compileRate[T Args](name string, decl any) (*rateRule, error) {
 		key:  func(a any) (string, error) { return r.BudgetKey(a.(T)) },
 		cost: func(a any) (int, error) { return r.Cost(a.(T)) },
 	}, nil
+}
+
+func compileConc[T Args](name string, decl any) (*concRule, error) {
+	l, ok := decl.(concurrency.Limit[T])
+	if !ok {
+		var zero T
+		return nil, fmt.Errorf("declared as %T, but the kind's args are %T", decl, zero)
+	}
+	r, err := concurrency.Compile(name, l)
+	if err != nil || r == nil {
+		return nil, err
+	}
+	return &concRule{spec: r.Spec, key: func(a any) (string, error) { return r.SlotKey(a.(T)) }}, nil
 }
 
 func (r *Registry) lookup(name string) *kind {
@@ -197,6 +232,20 @@ func (r *Registry) limits() store.Limits {
 		return nil
 	}
 	return r
+}
+
+// concLimit computes a job's concurrency key at enqueue; nil without a
+// limit.
+func (k *kind) concLimit(args any) (*store.Conc, error) {
+	if k.conc == nil {
+		return nil, nil
+	}
+	key, err := k.conc.key(args)
+	if err != nil {
+		return nil, err
+	}
+	s := k.conc.spec
+	return &store.Conc{Key: key, To: s.To, Duration: s.Duration, Discard: s.Discard}, nil
 }
 
 // rateKeys computes a job's budget keys and costs at enqueue.

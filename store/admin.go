@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"time"
 )
 
@@ -123,11 +124,17 @@ func (s *Store) queryJobInfos(ctx context.Context, ex Executor, q string, args [
 		var state string
 		var attempted, finished, pid nullInt64
 		var lastErr, waitKey nullString
-		j, err := scanJob(rows, &state, &attempted, &finished, &pid, &lastErr, &waitKey)
+		var concLimit int
+		var concDuration int64
+		var concDiscard bool
+		j, err := scanJob(rows, &state, &attempted, &finished, &pid, &lastErr, &waitKey, &concLimit, &concDuration, &concDiscard)
 		if err != nil {
 			return nil, err
 		}
 		info := &JobInfo{Job: *j, State: State(state), ProcessID: pid.Int64, LastError: lastErr.String, WaitKey: waitKey.String}
+		if j.ConcKey != "" {
+			info.Conc = &Conc{Key: j.ConcKey, To: concLimit, Duration: time.Duration(concDuration) * time.Microsecond, Discard: concDiscard}
+		}
 		if attempted.Valid {
 			info.AttemptedAt = FromMicros(attempted.Int64)
 		}
@@ -139,49 +146,76 @@ func (s *Store) queryJobInfos(ctx context.Context, ex Executor, q string, args [
 	return out, rows.Err()
 }
 
-// RetryJobs makes failed, cancelled, scheduled or parked jobs ready now,
-// with their attempts reset. Running and completed jobs are refused. It
-// returns the jobs it moved.
+// RetryJobs makes failed, cancelled, scheduled, parked or blocked jobs
+// ready now, with their attempts reset. A job with a concurrency limit
+// takes a slot (unless it holds one), or is blocked. Running and completed
+// jobs are refused. It returns the jobs it moved.
 func (s *Store) RetryJobs(ctx context.Context, now time.Time, ids []int64) ([]int64, error) {
 	return s.operate(ctx, now, ids, "retry", []State{StateFailed, StateCancelled, StateScheduled, StateParked, StateReady},
-		func(j *JobInfo) Transition {
-			return Transition{ID: j.ID, State: StateReady, RunAt: now, AttemptDelta: -j.Attempt}
+		func(ctx context.Context, tx Tx, j *JobInfo) ([]Stmt, error) {
+			t := Transition{ID: j.ID, State: StateReady, RunAt: now, AttemptDelta: -j.Attempt}
+			var writes []Stmt
+			if j.Conc != nil && !j.HoldsSlot {
+				sl, err := s.lockSlots(ctx, tx, []string{j.Conc.Key}, Micros(now))
+				if err != nil {
+					return nil, err
+				}
+				if sl.take(j.Conc) {
+					writes = append(writes, stmt(s.d.MarkSlots([]int64{j.ID}, true)))
+				} else {
+					t.State = StateBlocked
+				}
+				writes = append(writes, sl.writes()...)
+			}
+			return append([]Stmt{stmt(s.d.SetJobs(j.State, 0, Micros(now), setRows([]Transition{t}, Micros(now))))}, writes...), nil
 		})
 }
 
 // CancelJobs discards jobs that have not finished and are not running,
-// recording reason. It returns the jobs it moved.
+// recording reason; a job that held a concurrency slot gives it back. It
+// returns the jobs it moved.
 func (s *Store) CancelJobs(ctx context.Context, now time.Time, ids []int64, reason string) ([]int64, error) {
 	if reason == "" {
 		reason = "cancelled by an operator"
 	}
-	return s.operate(ctx, now, ids, "cancel", []State{StateReady, StateScheduled, StateParked, StateFailed},
-		func(j *JobInfo) Transition {
-			return Transition{ID: j.ID, State: StateCancelled, Error: reason, Finished: true}
+	return s.operate(ctx, now, ids, "cancel", []State{StateReady, StateScheduled, StateParked, StateBlocked, StateFailed},
+		func(ctx context.Context, tx Tx, j *JobInfo) ([]Stmt, error) {
+			t := Transition{ID: j.ID, State: StateCancelled, Error: reason, Finished: true}
+			writes := []Stmt{stmt(s.d.SetJobs(j.State, 0, Micros(now), setRows([]Transition{t}, Micros(now))))}
+			if !j.HoldsSlot {
+				return writes, nil
+			}
+			gives, _, err := s.giveBack(ctx, tx, Micros(now), holders{j.ID: j.ConcKey})
+			return append(writes, gives...), err
 		})
 }
 
 // operate applies an operator's action to each job in turn, each in its
 // own transaction, refusing the first one that is not in an allowed state.
-func (s *Store) operate(ctx context.Context, now time.Time, ids []int64, verb string, allowed []State, to func(*JobInfo) Transition) ([]int64, error) {
+func (s *Store) operate(ctx context.Context, now time.Time, ids []int64, verb string, allowed []State,
+	act func(context.Context, Tx, *JobInfo) ([]Stmt, error)) ([]int64, error) {
 	var done []int64
 	for _, id := range ids {
-		j, err := s.GetJob(ctx, id)
-		if err != nil {
-			return done, fmt.Errorf("%s: %w", verb, err)
-		}
-		ok := false
-		for _, st := range allowed {
-			ok = ok || j.State == st
-		}
-		if !ok {
-			return done, fmt.Errorf("%s job %d: it is %s (only %s jobs can be)", verb, id, j.State, joinStates(allowed))
-		}
-		err = s.inTx(ctx, func(tx Tx) error {
-			return s.transition(ctx, tx, j.State, 0, Micros(now), []Transition{to(j)})
+		err := s.inTx(ctx, func(tx Tx) error {
+			q, args := s.d.LockJob(id)
+			js, err := s.queryJobInfos(ctx, tx, q, args)
+			if err != nil {
+				return err
+			}
+			if len(js) == 0 {
+				return fmt.Errorf("job %d: %w", id, ErrNotFound)
+			}
+			if j := js[0]; !slices.Contains(allowed, j.State) {
+				return fmt.Errorf("job %d: it is %s (only %s jobs can be)", id, j.State, joinStates(allowed))
+			}
+			writes, err := act(ctx, tx, js[0])
+			if err != nil {
+				return err
+			}
+			return pipeline(ctx, tx, writes, nil)
 		})
 		if err != nil {
-			return done, s.wrap(fmt.Errorf("%s job %d: %w", verb, id, err))
+			return done, s.wrap(fmt.Errorf("%s: %w", verb, err))
 		}
 		done = append(done, id)
 	}

@@ -92,59 +92,71 @@ func queryBudgets(ctx context.Context, ex Executor, q string, args []any) ([]Bud
 // reads as the empty state, which admits exactly as the cleared row did.
 func (s *Store) lockBudgets(ctx context.Context, tx Tx, keys []string, p ClaimParams) (map[string]*budget, time.Time, error) {
 	out := make(map[string]*budget, len(keys))
-	nowSQL := s.d.Now()
-	dbClock := p.DatabaseClock && nowSQL != ""
+	var after []Stmt
+	if q := s.d.Now(); p.DatabaseClock && q != "" {
+		after = append(after, query(q, nil))
+	}
 	var dbNow int64
-	read := func(i int, rows Rows) error {
-		if i == 1 {
+	err := s.lockByName(ctx, tx, keys, s.d.LockBudgets, s.d.InsertBudgets, after,
+		func(k string) bool { return out[k] != nil },
+		func(rows Rows) error {
+			r, err := scanBudget(rows)
+			if err == nil {
+				out[r.Name] = &budget{row: r, state: ratelimit.State{TAT: r.TAT, NextSlot: r.NextSlot}}
+			}
+			return err
+		},
+		func(rows Rows) error { return rows.Scan(&dbNow) })
+	if err != nil {
+		return nil, time.Time{}, fmt.Errorf("lock budgets: %w", err)
+	}
+	for _, k := range keys {
+		if out[k] == nil {
+			out[k] = &budget{row: BudgetRow{Name: k}, dirty: true}
+		}
+	}
+	if len(after) > 0 {
+		return out, FromMicros(dbNow), nil
+	}
+	return out, p.Clock(), nil
+}
+
+// lockByName locks rows by name, in sorted order: it runs lock(keys) and
+// then the after statements, in one round trip where the database can.
+// For keys that found says are still missing, it runs insert(missing),
+// lock(missing) and the after statements again, so that after always runs
+// after the last lock. scan reads each locked row; scanAfter each row of
+// an after statement.
+func (s *Store) lockByName(ctx context.Context, tx Executor, keys []string, lock, insert func([]string) (string, []any),
+	after []Stmt, found func(string) bool, scan, scanAfter func(Rows) error) error {
+	read := func(first int) func(i int, rows Rows) error {
+		return func(i int, rows Rows) error {
+			each := scanAfter
+			if i == first {
+				each = scan
+			}
 			for rows.Next() {
-				if err := rows.Scan(&dbNow); err != nil {
+				if err := each(rows); err != nil {
 					return err
 				}
 			}
 			return nil
 		}
-		for rows.Next() {
-			r, err := scanBudget(rows)
-			if err != nil {
-				return err
-			}
-			out[r.Name] = &budget{row: r, state: ratelimit.State{TAT: r.TAT, NextSlot: r.NextSlot}}
-		}
-		return nil
 	}
-	stmts := []Stmt{query(s.d.LockBudgets(keys))}
-	if dbClock {
-		stmts = append(stmts, query(nowSQL, nil))
-	}
-	if err := pipeline(ctx, tx, stmts, read); err != nil {
-		return nil, time.Time{}, fmt.Errorf("lock budgets: %w", err)
+	if err := pipeline(ctx, tx, append([]Stmt{query(lock(keys))}, after...), read(0)); err != nil {
+		return err
 	}
 	var missing []string
 	for _, k := range keys {
-		if out[k] == nil {
+		if !found(k) {
 			missing = append(missing, k)
 		}
 	}
-	if len(missing) > 0 {
-		stmts := []Stmt{stmt(s.d.InsertBudgets(missing)), query(s.d.LockBudgets(missing))}
-		if dbClock {
-			stmts = append(stmts, query(nowSQL, nil))
-		}
-		err := pipeline(ctx, tx, stmts, func(i int, rows Rows) error { return read(i-1, rows) })
-		if err != nil {
-			return nil, time.Time{}, fmt.Errorf("create budgets: %w", err)
-		}
-		for _, k := range missing {
-			if out[k] == nil {
-				out[k] = &budget{row: BudgetRow{Name: k}, dirty: true}
-			}
-		}
+	if len(missing) == 0 {
+		return nil
 	}
-	if dbClock {
-		return out, FromMicros(dbNow), nil
-	}
-	return out, p.Clock(), nil
+	stmts := append([]Stmt{stmt(insert(missing)), query(lock(missing))}, after...)
+	return pipeline(ctx, tx, stmts, read(1))
 }
 
 // saveBudgets returns the statement that writes the changed budgets back,

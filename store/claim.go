@@ -62,6 +62,9 @@ type ClaimResult struct {
 	// DecidedAt is the time rate limits were decided at (read after the
 	// budget locks); zero when no candidate carried a limit.
 	DecidedAt time.Time
+	// woke are queues whose blocked jobs took the slots deferred jobs gave
+	// back.
+	woke []string
 }
 
 // Deferral records one job a rate limit held back.
@@ -93,6 +96,7 @@ func (s *Store) Claim(ctx context.Context, p ClaimParams) (*ClaimResult, error) 
 	if err != nil {
 		return nil, s.wrap(fmt.Errorf("claim: %w", err))
 	}
+	s.Wake(res.woke...)
 	return res, nil
 }
 
@@ -118,15 +122,24 @@ func (s *Store) claim(ctx context.Context, tx Tx, p ClaimParams, res *ClaimResul
 	}
 	admitted := cands
 	var writes []Stmt
+	var gives holders
 	if p.Limits != nil {
 		var err error
-		if admitted, writes, err = s.applyLimits(ctx, tx, p, cands, res); err != nil {
+		if admitted, writes, gives, err = s.applyLimits(ctx, tx, p, cands, res); err != nil {
 			return err
 		}
 	}
 	now := res.DecidedAt
 	if now.IsZero() {
 		now = p.Clock()
+	}
+	if len(gives) > 0 {
+		stmts, queues, err := s.giveBack(ctx, tx, Micros(now), gives)
+		if err != nil {
+			return err
+		}
+		writes = append(writes, stmts...)
+		res.woke = queues
 	}
 	if len(admitted) > 0 {
 		ids := make([]int64, len(admitted))
@@ -164,12 +177,14 @@ func (s *Store) lockJobs(ctx context.Context, ex Executor, stmt func() (string, 
 
 func scanJob(rows Rows, extra ...any) (*Job, error) {
 	var j Job
-	var args, rateKeys nullString
+	var args, rateKeys, concKey nullString
 	var created, runAt int64
-	dest := append([]any{&j.ID, &j.Kind, &j.Queue, &j.Priority, &args, &j.Attempt, &j.MaxAttempts, &created, &runAt, &rateKeys}, extra...)
+	dest := append([]any{&j.ID, &j.Kind, &j.Queue, &j.Priority, &args, &j.Attempt, &j.MaxAttempts, &created, &runAt, &rateKeys,
+		&concKey, &j.HoldsSlot}, extra...)
 	if err := rows.Scan(dest...); err != nil {
 		return nil, fmt.Errorf("read job: %w", err)
 	}
+	j.ConcKey = concKey.String
 	j.Args = []byte(args.String)
 	j.CreatedAt = FromMicros(created)
 	j.RunAt = FromMicros(runAt)

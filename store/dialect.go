@@ -68,7 +68,8 @@ type Dialect interface {
 	SetJobs(from State, processID, now int64, rows []SetRow) (string, []any)
 
 	// LockDue selects and locks up to limit scheduled jobs due at now.
-	// Columns: id, queue.
+	// Columns: id, queue, conc_key, conc_limit, conc_duration, conc_discard,
+	// holds_slot.
 	LockDue(now int64, limit int) (string, []any)
 	// MarkReady makes locked jobs ready.
 	MarkReady(ids []int64) (string, []any)
@@ -86,7 +87,8 @@ type Dialect interface {
 	// older than before. Columns: id.
 	LockDeadProcesses(before int64, limit int) (string, []any)
 	// LockOrphans selects and locks running jobs whose process is gone or
-	// listed. Columns: id, queue, attempt, max_attempts.
+	// listed. Columns: id, queue, attempt, max_attempts, conc_key,
+	// holds_slot.
 	LockOrphans(processIDs []int64, limit int) (string, []any)
 	// DeleteProcesses removes processes by id.
 	DeleteProcesses(ids []int64) (string, []any)
@@ -129,20 +131,76 @@ type Dialect interface {
 	ListJobs(f JobFilter) (string, []any)
 	// GetJob reads one job. Columns: JobInfoColumns.
 	GetJob(id int64) (string, []any)
+	// LockJob reads and locks one job. Columns: JobInfoColumns.
+	LockJob(id int64) (string, []any)
 	// DeleteFinished deletes up to limit completed or cancelled jobs that
 	// finished before the given time.
 	DeleteFinished(before int64, limit int) (string, []any)
+
+	// LockSemaphores selects and locks semaphores in key order. Columns:
+	// SemaphoreColumns.
+	LockSemaphores(keys []string) (string, []any)
+	// InsertSemaphores inserts unused semaphore rows for keys, ignoring
+	// those that exist.
+	InsertSemaphores(keys []string) (string, []any)
+	// SaveSemaphores writes semaphores back.
+	SaveSemaphores(rows []SemaphoreRow) (string, []any)
+	// LockBlocked selects and locks, skipping locked rows, the first
+	// blocked jobs of a key by priority then id. Columns: id, queue.
+	LockBlocked(key string, limit int) (string, []any)
+	// MarkSlots records whether jobs hold a slot.
+	MarkSlots(ids []int64, holds bool) (string, []any)
+	// LockSlotHolders selects and locks, of the listed jobs, those that hold
+	// a slot (and, when processID is not 0, run for that process). Columns:
+	// id, conc_key.
+	LockSlotHolders(ids []int64, processID int64) (string, []any)
+	// LockExpiredSemaphores selects and locks, skipping locked rows,
+	// semaphores with taken slots that expired before now. Columns:
+	// SemaphoreColumns.
+	LockExpiredSemaphores(now int64, limit int) (string, []any)
+	// BlockedKeys selects keys with blocked jobs whose semaphore has a free
+	// slot or no row. Columns: conc_key.
+	BlockedKeys(limit int) (string, []any)
+	// ListSemaphores lists semaphores with their blocked and holding jobs.
+	// Columns: SemaphoreColumns, blocked, holding.
+	ListSemaphores() string
 }
 
 // JobColumns are the columns a claim reads, in Job's scan order.
-const JobColumns = "id, kind, queue, priority, args, attempt, max_attempts, created_at, run_at, rate_keys"
+const JobColumns = "id, kind, queue, priority, args, attempt, max_attempts, created_at, run_at, rate_keys, conc_key, holds_slot"
 
 // JobInfoColumns are the columns an inspection reads, in JobInfo's scan
 // order.
-const JobInfoColumns = JobColumns + ", state, attempted_at, finished_at, process_id, last_error, wait_key"
+const JobInfoColumns = JobColumns + ", state, attempted_at, finished_at, process_id, last_error, wait_key, conc_limit, conc_duration, conc_discard"
 
 // BudgetColumns are a budget row's columns, in BudgetRow's scan order.
 const BudgetColumns = "name, tat, next_slot, interval_us, burst, parked, updated_at"
+
+// SemaphoreColumns are a semaphore row's columns, in SemaphoreRow's scan
+// order.
+const SemaphoreColumns = "name, value, limit_to, duration_us, expires_at, updated_at"
+
+// SemaphoreRow is a concurrency key's stored state.
+type SemaphoreRow struct {
+	Name string
+	// Value is how many slots are free, 0 ≤ Value ≤ Limit.
+	Value int
+	// Limit is To, as last declared; 0 for a row not yet used.
+	Limit      int
+	DurationUS int64
+	// ExpiresAt is when the key's slots are presumed lost if nothing
+	// touches them before.
+	ExpiresAt int64
+	UpdatedAt int64
+}
+
+// DueRow is a scheduled job due for promotion.
+type DueRow struct {
+	ID        int64
+	Queue     string
+	Conc      *Conc
+	HoldsSlot bool
+}
 
 // ProcessColumns are a process row's columns, in ProcessRow's scan order.
 const ProcessColumns = "id, kind, name, hostname, pid, queues, started_at, heartbeat_at"
@@ -158,6 +216,15 @@ type InsertRow struct {
 	CreatedAt   int64
 	RunAt       int64
 	RateKeys    string
+	// The concurrency limit, and whether the job took a slot.
+	ConcKey      string
+	ConcLimit    int
+	ConcDuration int64
+	ConcDiscard  bool
+	HoldsSlot    bool
+	// LastError and FinishedAt are set for a job discarded at enqueue.
+	LastError  string
+	FinishedAt int64
 }
 
 // SetRow is one job's transition as SetJobs writes it. Empty strings and

@@ -43,15 +43,86 @@ func (s *Store) Enqueue(ctx context.Context, ex Executor, now time.Time, jobs []
 		}
 		rows[i] = row
 	}
+	var ids []int64
+	var err error
+	if !needsSlots(rows) {
+		ids, err = s.insertAll(ctx, ex, rows)
+	} else if ex == s.db {
+		err = s.inTx(ctx, func(tx Tx) error {
+			ids, err = s.insertWithSlots(ctx, tx, now, jobs, rows)
+			return err
+		})
+	} else {
+		ids, err = s.insertWithSlots(ctx, ex, now, jobs, rows)
+	}
+	if err != nil {
+		return nil, s.wrap(fmt.Errorf("enqueue: %w", err))
+	}
+	return ids, nil
+}
+
+// insertAll inserts rows in batches and returns their ids in order.
+func (s *Store) insertAll(ctx context.Context, ex Executor, rows []InsertRow) ([]int64, error) {
 	ids := make([]int64, 0, len(rows))
 	for start := 0; start < len(rows); {
 		end := s.batchEnd(rows, start)
 		got, err := s.insert(ctx, ex, rows[start:end])
 		if err != nil {
-			return nil, s.wrap(fmt.Errorf("enqueue: %w", err))
+			return nil, err
 		}
 		ids = append(ids, got...)
 		start = end
+	}
+	return ids, nil
+}
+
+// needsSlots reports whether any job is ready on arrival with a
+// concurrency limit: only then does an enqueue touch the semaphores.
+func needsSlots(rows []InsertRow) bool {
+	for _, r := range rows {
+		if r.ConcKey != "" && r.State == StateReady {
+			return true
+		}
+	}
+	return false
+}
+
+// insertWithSlots takes a slot for each job that is ready on arrival with
+// a concurrency limit, in order: a job that finds none free is blocked, or
+// discarded when its limit says so. Then it inserts the jobs and saves the
+// semaphores, in the caller's transaction.
+func (s *Store) insertWithSlots(ctx context.Context, ex Executor, now time.Time, jobs []NewJob, rows []InsertRow) ([]int64, error) {
+	var keys []string
+	for _, r := range rows {
+		if r.ConcKey != "" && r.State == StateReady {
+			keys = append(keys, r.ConcKey)
+		}
+	}
+	nowUS := Micros(now)
+	sl, err := s.lockSlots(ctx, ex, keys, nowUS)
+	if err != nil {
+		return nil, err
+	}
+	for i := range rows {
+		r := &rows[i]
+		if r.ConcKey == "" || r.State != StateReady {
+			continue
+		}
+		switch {
+		case sl.take(jobs[i].Conc):
+			r.HoldsSlot = true
+		case jobs[i].Conc.Discard:
+			r.State, r.LastError, r.FinishedAt = StateCancelled, DiscardedError+" for "+r.ConcKey, nowUS
+		default:
+			r.State = StateBlocked
+		}
+	}
+	ids, err := s.insertAll(ctx, ex, rows)
+	if err != nil {
+		return nil, err
+	}
+	if err := pipeline(ctx, ex, sl.writes(), nil); err != nil {
+		return nil, fmt.Errorf("save semaphores: %w", err)
 	}
 	return ids, nil
 }
@@ -86,6 +157,11 @@ func (s *Store) insertRow(j NewJob, now time.Time) (InsertRow, error) {
 			return InsertRow{}, err
 		}
 	}
+	if j.Conc != nil {
+		if err := s.checkKey("concurrency", j.Conc.Key); err != nil {
+			return InsertRow{}, err
+		}
+	}
 	for name, v := range map[string]string{"kind": j.Kind, "queue": j.Queue} {
 		if max := s.d.MaxKeyLength(); max > 0 && utf8.RuneCountInString(v) > max {
 			return InsertRow{}, fmt.Errorf("%w: %s is %d characters; %s holds at most %d", ErrKeyTooLong, name, utf8.RuneCountInString(v), s.d.Name(), max)
@@ -97,7 +173,7 @@ func (s *Store) insertRow(j NewJob, now time.Time) (InsertRow, error) {
 	if !j.RunAt.IsZero() && j.RunAt.After(now) {
 		runAt, state = Micros(j.RunAt), StateScheduled
 	}
-	return InsertRow{
+	row := InsertRow{
 		Kind:        j.Kind,
 		Queue:       j.Queue,
 		Priority:    j.Priority,
@@ -107,7 +183,11 @@ func (s *Store) insertRow(j NewJob, now time.Time) (InsertRow, error) {
 		CreatedAt:   created,
 		RunAt:       runAt,
 		RateKeys:    EncodeRateKeys(j.RateKeys),
-	}, nil
+	}
+	if c := j.Conc; c != nil {
+		row.ConcKey, row.ConcLimit, row.ConcDuration, row.ConcDiscard = c.Key, c.To, c.Duration.Microseconds(), c.Discard
+	}
+	return row, nil
 }
 
 // checkKey refuses a key the key columns cannot hold.

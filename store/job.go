@@ -21,6 +21,9 @@ const (
 	// out beyond the horizon; the dispatcher gives them slots in order as
 	// the horizon advances.
 	StateParked State = "parked"
+	// StateBlocked jobs wait for a concurrency slot of their key; the next
+	// slot given back goes to the first of them.
+	StateBlocked State = "blocked"
 	// StateRunning jobs are claimed by a live process.
 	StateRunning State = "running"
 	// StateCompleted jobs finished without error.
@@ -33,7 +36,7 @@ const (
 )
 
 // States lists every state, in the order of a job's life.
-var States = []State{StateReady, StateScheduled, StateParked, StateRunning, StateCompleted, StateFailed, StateCancelled}
+var States = []State{StateReady, StateScheduled, StateParked, StateBlocked, StateRunning, StateCompleted, StateFailed, StateCancelled}
 
 // ParseState checks a state's name.
 func ParseState(s string) (State, error) {
@@ -72,6 +75,19 @@ type NewJob struct {
 	RunAt time.Time
 	// RateKeys are the budgets the job draws on, each with its cost.
 	RateKeys []RateKey
+	// Conc is the job's concurrency limit, if its kind declares one.
+	Conc *Conc
+}
+
+// Conc is a job's concurrency limit: at most To jobs of Key hold a slot
+// at once.
+type Conc struct {
+	Key      string
+	To       int
+	Duration time.Duration
+	// Discard finishes the job as cancelled when no slot is free, instead
+	// of blocking it.
+	Discard bool
 }
 
 // RateKey is one budget a job draws on.
@@ -128,6 +144,10 @@ type Job struct {
 	CreatedAt   time.Time
 	RunAt       time.Time
 	RateKeys    []RateKey
+	// ConcKey is the job's concurrency key, and HoldsSlot whether it holds
+	// one of the key's slots.
+	ConcKey   string
+	HoldsSlot bool
 }
 
 // JobInfo is a stored job with everything an operator may want to see.
@@ -141,6 +161,8 @@ type JobInfo struct {
 	// WaitKey is the rate-limit budget a scheduled or parked job waits on,
 	// empty for other waits.
 	WaitKey string
+	// Conc is the job's concurrency limit, nil without one.
+	Conc *Conc
 }
 
 // Transition moves one job to a new state, as a handler's outcome or a

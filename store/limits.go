@@ -22,9 +22,10 @@ type check struct {
 // each denied job a slot on the budget that holds it longest, or parks it
 // there when that budget's slots reach past the horizon. It returns the
 // admitted jobs and the statements that write the budgets and the deferred
-// jobs, and records the decision time in res. Candidates without a limit
-// cost nothing: with none among them it runs no statement at all.
-func (s *Store) applyLimits(ctx context.Context, tx Tx, p ClaimParams, cands []*Job, res *ClaimResult) ([]*Job, []Stmt, error) {
+// jobs, the deferred jobs that hold concurrency slots (to give back), and
+// records the decision time in res. Candidates without a limit cost
+// nothing: with none among them it runs no statement at all.
+func (s *Store) applyLimits(ctx context.Context, tx Tx, p ClaimParams, cands []*Job, res *ClaimResult) ([]*Job, []Stmt, holders, error) {
 	checks := make([][]check, len(cands))
 	var keys []string
 	for i, j := range cands {
@@ -38,13 +39,13 @@ func (s *Store) applyLimits(ctx context.Context, tx Tx, p ClaimParams, cands []*
 		}
 	}
 	if len(keys) == 0 {
-		return cands[:min(len(cands), p.Max)], nil, nil
+		return cands[:min(len(cands), p.Max)], nil, nil, nil
 	}
 	slices.Sort(keys)
 	keys = slices.Compact(keys)
 	budgets, at, err := s.lockBudgets(ctx, tx, keys, p)
 	if err != nil {
-		return nil, nil, err
+		return nil, nil, nil, err
 	}
 	res.DecidedAt = at
 	now := Micros(at)
@@ -56,6 +57,7 @@ func (s *Store) applyLimits(ctx context.Context, tx Tx, p ClaimParams, cands []*
 
 	admitted := make([]*Job, 0, min(len(cands), p.Max))
 	var deferred []SetRow
+	gives := holders{} // deferred jobs give their concurrency slots back while they wait
 	for i, j := range cands {
 		full := len(admitted) == p.Max // past Max, only deferrals are taken
 		cs := checks[i]
@@ -116,6 +118,9 @@ func (s *Store) applyLimits(ctx context.Context, tx Tx, p ClaimParams, cands []*
 		}
 		b.dirty = true
 		res.Deferred = append(res.Deferred, d)
+		if j.HoldsSlot {
+			gives[j.ID] = j.ConcKey
+		}
 	}
 	var writes []Stmt
 	if st, ok := s.saveBudgets(budgets, now); ok {
@@ -124,7 +129,7 @@ func (s *Store) applyLimits(ctx context.Context, tx Tx, p ClaimParams, cands []*
 	if len(deferred) > 0 {
 		writes = append(writes, stmt(s.d.SetJobs(StateReady, 0, now, deferred)))
 	}
-	return admitted, writes, nil
+	return admitted, writes, gives, nil
 }
 
 // slot gives a denied job the next free slot on the budget that holds it,

@@ -70,9 +70,9 @@ func (s *Store) DeregisterProcess(ctx context.Context, id int64) error {
 func (s *Store) ReapDeadProcesses(ctx context.Context, now time.Time, threshold time.Duration) (int, error) {
 	nowUS := Micros(now)
 	released := 0
-	var queues []string
+	var queues, woke []string
 	err := s.inTx(ctx, func(tx Tx) error {
-		released, queues = 0, nil
+		released, queues, woke = 0, nil, nil
 		q, args := s.d.LockDeadProcesses(Micros(now.Add(-threshold)), 100)
 		dead, err := queryInt64s(ctx, tx, q, args)
 		if err != nil {
@@ -84,17 +84,23 @@ func (s *Store) ReapDeadProcesses(ctx context.Context, now time.Time, threshold 
 			return fmt.Errorf("find lost jobs: %w", err)
 		}
 		var ts []Transition
+		gives := holders{} // a job that fails for good gives its slot back; one released keeps it
 		for rows.Next() {
 			var id int64
 			var queue string
 			var attempt, maxAttempts int
-			if err := rows.Scan(&id, &queue, &attempt, &maxAttempts); err != nil {
+			var concKey nullString
+			var holdsSlot bool
+			if err := rows.Scan(&id, &queue, &attempt, &maxAttempts, &concKey, &holdsSlot); err != nil {
 				rows.Close()
 				return err
 			}
 			t := Transition{ID: id, State: StateReady, RunAt: now, Error: LostError}
 			if attempt >= maxAttempts {
 				t = Transition{ID: id, State: StateFailed, Error: LostError, Finished: true}
+				if holdsSlot {
+					gives[id] = concKey.String
+				}
 			} else if !slices.Contains(queues, queue) {
 				queues = append(queues, queue)
 			}
@@ -111,6 +117,14 @@ func (s *Store) ReapDeadProcesses(ctx context.Context, now time.Time, threshold 
 		if err := s.notify(ctx, tx, queues); err != nil {
 			return err
 		}
+		stmts, handed, err := s.giveBack(ctx, tx, nowUS, gives)
+		if err != nil {
+			return err
+		}
+		woke = handed
+		if err := pipeline(ctx, tx, stmts, nil); err != nil {
+			return err
+		}
 		if len(dead) > 0 {
 			q, args := s.d.DeleteProcesses(dead)
 			if _, err := exec(ctx, tx, q, args); err != nil {
@@ -122,7 +136,7 @@ func (s *Store) ReapDeadProcesses(ctx context.Context, now time.Time, threshold 
 	if err != nil {
 		return 0, s.wrap(fmt.Errorf("reap dead processes: %w", err))
 	}
-	s.Wake(queues...)
+	s.Wake(append(queues, woke...)...)
 	return released, nil
 }
 

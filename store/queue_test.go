@@ -200,7 +200,7 @@ func TestFinishOutcomes(t *testing.T) {
 			{ID: got[fail], State: store.StateFailed, Error: "fatal", Finished: true},
 			{ID: got[cancel], State: store.StateCancelled, Error: "discarded", Finished: true},
 			{ID: got[snooze], State: store.StateScheduled, RunAt: at(time.Hour), AttemptDelta: -1},
-		})
+		}, nil)
 		require.NoError(t, err)
 
 		j := state(t, s, got[done])
@@ -229,7 +229,7 @@ func TestFinishIgnoresJobsNoLongerOwned(t *testing.T) {
 		pid := register(t, s, t0)
 		other := register(t, s, t0)
 		require.Len(t, claim(t, s, pid, t0, 1).Jobs, 1)
-		require.NoError(t, s.Finish(context.Background(), other, t0, []int64{id}, nil))
+		require.NoError(t, s.Finish(context.Background(), other, t0, []int64{id}, nil, nil))
 		require.Equal(t, store.StateRunning, state(t, s, id).State, "another process cannot complete it")
 	})
 }
@@ -240,7 +240,7 @@ func TestDeleteOnComplete(t *testing.T) {
 		id := enqueue(t, s, t0, job("a", "default", 0))[0]
 		pid := register(t, s, t0)
 		claim(t, s, pid, t0, 1)
-		require.NoError(t, s.Finish(context.Background(), pid, t0, []int64{id}, nil))
+		require.NoError(t, s.Finish(context.Background(), pid, t0, []int64{id}, nil, nil))
 		_, err := s.GetJob(context.Background(), id)
 		require.ErrorIs(t, err, store.ErrNotFound)
 	})
@@ -360,7 +360,7 @@ func TestRetryAndCancelByOperator(t *testing.T) {
 		got := enqueue(t, s, t0, job("a", "default", 0), job("a", "default", 0))
 		pid := register(t, s, t0)
 		claim(t, s, pid, t0, 2)
-		require.NoError(t, s.Finish(ctx, pid, t0, nil, []store.Transition{{ID: got[0], State: store.StateFailed, Error: "x", Finished: true}}))
+		require.NoError(t, s.Finish(ctx, pid, t0, nil, []store.Transition{{ID: got[0], State: store.StateFailed, Error: "x", Finished: true}}, nil))
 
 		_, err := s.RetryJobs(ctx, at(time.Second), []int64{got[1]})
 		require.ErrorContains(t, err, "it is running")
@@ -386,8 +386,8 @@ func TestDeleteFinishedKeepsFailedAndRecent(t *testing.T) {
 		got := enqueue(t, s, t0, job("a", "default", 0), job("a", "default", 0), job("a", "default", 0))
 		pid := register(t, s, t0)
 		claim(t, s, pid, t0, 3)
-		require.NoError(t, s.Finish(ctx, pid, t0, []int64{got[0]}, []store.Transition{{ID: got[1], State: store.StateFailed, Finished: true}}))
-		require.NoError(t, s.Finish(ctx, pid, at(2*time.Hour), []int64{got[2]}, nil))
+		require.NoError(t, s.Finish(ctx, pid, t0, []int64{got[0]}, []store.Transition{{ID: got[1], State: store.StateFailed, Finished: true}}, nil))
+		require.NoError(t, s.Finish(ctx, pid, at(2*time.Hour), []int64{got[2]}, nil, nil))
 		n, err := s.DeleteFinished(ctx, at(time.Hour), 1)
 		require.NoError(t, err)
 		require.Equal(t, 1, n)

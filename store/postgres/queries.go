@@ -42,24 +42,28 @@ func (Dialect) ForgetMigration(version int) (string, []any) {
 // gained ready jobs (delivered at commit), and returns the ids.
 func (Dialect) InsertJobs(jobs []store.InsertRow) (string, []any) {
 	n := len(jobs)
-	kinds, queues, states, args, rateKeys := make([]string, n), make([]string, n), make([]string, n), make([]string, n), make([]string, n)
-	prios, maxAttempts := make([]int32, n), make([]int32, n)
-	created, runAt := make([]int64, n), make([]int64, n)
+	kinds, queues, states, args, rateKeys, concKeys, lastErrs := make([]string, n), make([]string, n), make([]string, n), make([]string, n), make([]string, n), make([]string, n), make([]string, n)
+	prios, maxAttempts, concLimits := make([]int32, n), make([]int32, n), make([]int32, n)
+	created, runAt, concDur, finished := make([]int64, n), make([]int64, n), make([]int64, n), make([]int64, n)
+	discard, holds := make([]bool, n), make([]bool, n)
 	for i, j := range jobs {
-		kinds[i], queues[i], states[i], args[i], rateKeys[i] = j.Kind, j.Queue, string(j.State), j.Args, j.RateKeys
-		prios[i], maxAttempts[i] = int32(j.Priority), int32(j.MaxAttempts)
-		created[i], runAt[i] = j.CreatedAt, j.RunAt
+		kinds[i], queues[i], states[i], args[i], rateKeys[i], concKeys[i], lastErrs[i] = j.Kind, j.Queue, string(j.State), j.Args, j.RateKeys, j.ConcKey, j.LastError
+		prios[i], maxAttempts[i], concLimits[i] = int32(j.Priority), int32(j.MaxAttempts), int32(j.ConcLimit)
+		created[i], runAt[i], concDur[i], finished[i] = j.CreatedAt, j.RunAt, j.ConcDuration, j.FinishedAt
+		discard[i], holds[i] = j.ConcDiscard, j.HoldsSlot
 	}
 	return `WITH ins AS (
-  INSERT INTO sluice_jobs (kind, queue, priority, state, args, max_attempts, created_at, run_at, rate_keys)
-  SELECT k, q, p, s, a, m, c, r, NULLIF(rk, '')
-  FROM unnest($1::text[], $2::text[], $3::int[], $4::text[], $5::text[], $6::int[], $7::bigint[], $8::bigint[], $9::text[])
-    AS u(k, q, p, s, a, m, c, r, rk)
+  INSERT INTO sluice_jobs (kind, queue, priority, state, args, max_attempts, created_at, run_at, rate_keys,
+    conc_key, conc_limit, conc_duration, conc_discard, holds_slot, last_error, finished_at)
+  SELECT k, q, p, s, a, m, c, r, NULLIF(rk, ''), NULLIF(ck, ''), cl, cd, cx, h, NULLIF(le, ''), NULLIF(f, 0)
+  FROM unnest($1::text[], $2::text[], $3::int[], $4::text[], $5::text[], $6::int[], $7::bigint[], $8::bigint[], $9::text[],
+    $10::text[], $11::int[], $12::bigint[], $13::bool[], $14::bool[], $15::text[], $16::bigint[])
+    AS u(k, q, p, s, a, m, c, r, rk, ck, cl, cd, cx, h, le, f)
   RETURNING id, queue, state),
 woke AS (
   SELECT pg_notify('` + Channel + `', queue) FROM (SELECT DISTINCT queue FROM ins WHERE state = 'ready') q)
 SELECT id FROM ins WHERE (SELECT count(*) FROM woke) >= 0`,
-		[]any{kinds, queues, prios, states, args, maxAttempts, created, runAt, rateKeys}
+		[]any{kinds, queues, prios, states, args, maxAttempts, created, runAt, rateKeys, concKeys, concLimits, concDur, discard, holds, lastErrs, finished}
 }
 
 // Now reads clock_timestamp(): the time now, not at the transaction's
@@ -119,7 +123,8 @@ WHERE j.id = v.id AND j.state = $8 AND ($9::bigint = 0 OR j.process_id = $9)`,
 
 // LockDue locks scheduled jobs that are due.
 func (Dialect) LockDue(now int64, limit int) (string, []any) {
-	return `SELECT id, queue FROM sluice_jobs WHERE state = 'scheduled' AND run_at <= $1
+	return `SELECT id, queue, conc_key, conc_limit, conc_duration, conc_discard, holds_slot FROM sluice_jobs
+WHERE state = 'scheduled' AND run_at <= $1
 ORDER BY run_at, id LIMIT $2 FOR UPDATE SKIP LOCKED`, []any{now, limit}
 }
 
@@ -159,7 +164,7 @@ func (Dialect) LockOrphans(processIDs []int64, limit int) (string, []any) {
 	if processIDs == nil {
 		processIDs = []int64{}
 	}
-	return `SELECT id, queue, attempt, max_attempts FROM sluice_jobs j WHERE state = 'running'
+	return `SELECT id, queue, attempt, max_attempts, conc_key, holds_slot FROM sluice_jobs j WHERE state = 'running'
   AND (process_id = ANY($1) OR NOT EXISTS (SELECT 1 FROM sluice_processes p WHERE p.id = j.process_id))
 ORDER BY id LIMIT $2 FOR UPDATE SKIP LOCKED`, []any{processIDs, limit}
 }
@@ -263,4 +268,71 @@ func (Dialect) GetJob(id int64) (string, []any) {
 func (Dialect) DeleteFinished(before int64, limit int) (string, []any) {
 	return `DELETE FROM sluice_jobs WHERE id = ANY(ARRAY(
   SELECT id FROM sluice_jobs WHERE state IN ('completed', 'cancelled') AND finished_at < $1 LIMIT $2))`, []any{before, limit}
+}
+
+// LockSemaphores locks semaphores in key order.
+func (Dialect) LockSemaphores(keys []string) (string, []any) {
+	return `SELECT ` + store.SemaphoreColumns + ` FROM sluice_semaphores WHERE name = ANY($1) ORDER BY name FOR UPDATE`, []any{keys}
+}
+
+// InsertSemaphores creates missing semaphores.
+func (Dialect) InsertSemaphores(keys []string) (string, []any) {
+	return `INSERT INTO sluice_semaphores (name) SELECT k FROM unnest($1::text[]) k ORDER BY k ON CONFLICT (name) DO NOTHING`, []any{keys}
+}
+
+// SaveSemaphores writes semaphores back.
+func (Dialect) SaveSemaphores(rows []store.SemaphoreRow) (string, []any) {
+	n := len(rows)
+	names := make([]string, n)
+	value, limit := make([]int32, n), make([]int32, n)
+	dur, exp, upd := make([]int64, n), make([]int64, n), make([]int64, n)
+	for i, r := range rows {
+		names[i], value[i], limit[i], dur[i], exp[i], upd[i] = r.Name, int32(r.Value), int32(r.Limit), r.DurationUS, r.ExpiresAt, r.UpdatedAt
+	}
+	return `INSERT INTO sluice_semaphores (` + store.SemaphoreColumns + `)
+SELECT * FROM unnest($1::text[], $2::int[], $3::int[], $4::bigint[], $5::bigint[], $6::bigint[])
+ON CONFLICT (name) DO UPDATE SET value = EXCLUDED.value, limit_to = EXCLUDED.limit_to, duration_us = EXCLUDED.duration_us,
+  expires_at = EXCLUDED.expires_at, updated_at = EXCLUDED.updated_at`, []any{names, value, limit, dur, exp, upd}
+}
+
+// LockBlocked locks a key's first blocked jobs.
+func (Dialect) LockBlocked(key string, limit int) (string, []any) {
+	return `SELECT id, queue FROM sluice_jobs WHERE state = 'blocked' AND conc_key = $1
+ORDER BY priority, id LIMIT $2 FOR UPDATE SKIP LOCKED`, []any{key, limit}
+}
+
+// MarkSlots records whether jobs hold a slot.
+func (Dialect) MarkSlots(ids []int64, holds bool) (string, []any) {
+	return `UPDATE sluice_jobs SET holds_slot = $1 WHERE id = ANY($2)`, []any{holds, ids}
+}
+
+// LockSlotHolders locks the listed jobs that hold a slot.
+func (Dialect) LockSlotHolders(ids []int64, processID int64) (string, []any) {
+	return `SELECT id, conc_key FROM sluice_jobs WHERE id = ANY($1) AND holds_slot
+  AND ($2::bigint = 0 OR (state = 'running' AND process_id = $2)) ORDER BY id FOR UPDATE`, []any{ids, processID}
+}
+
+// LockExpiredSemaphores locks semaphores whose taken slots expired.
+func (Dialect) LockExpiredSemaphores(now int64, limit int) (string, []any) {
+	return `SELECT ` + store.SemaphoreColumns + ` FROM sluice_semaphores WHERE value < limit_to AND expires_at < $1
+ORDER BY expires_at LIMIT $2 FOR UPDATE SKIP LOCKED`, []any{now, limit}
+}
+
+// BlockedKeys finds keys with blocked jobs and a free slot.
+func (Dialect) BlockedKeys(limit int) (string, []any) {
+	return `SELECT DISTINCT j.conc_key FROM sluice_jobs j LEFT JOIN sluice_semaphores s ON s.name = j.conc_key
+WHERE j.state = 'blocked' AND (s.name IS NULL OR s.value > 0) LIMIT $1`, []any{limit}
+}
+
+// ListSemaphores lists semaphores with their jobs.
+func (Dialect) ListSemaphores() string {
+	return `SELECT ` + store.SemaphoreColumns + `,
+  (SELECT count(*) FROM sluice_jobs j WHERE j.conc_key = s.name AND j.state = 'blocked'),
+  (SELECT count(*) FROM sluice_jobs j WHERE j.conc_key = s.name AND j.holds_slot)
+FROM sluice_semaphores s ORDER BY name`
+}
+
+// LockJob reads and locks one job.
+func (Dialect) LockJob(id int64) (string, []any) {
+	return `SELECT ` + store.JobInfoColumns + ` FROM sluice_jobs WHERE id = $1 FOR UPDATE`, []any{id}
 }

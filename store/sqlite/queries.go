@@ -38,12 +38,14 @@ func (Dialect) ForgetMigration(version int) (string, []any) {
 
 // InsertJobs inserts jobs and returns their ids.
 func (Dialect) InsertJobs(jobs []store.InsertRow) (string, []any) {
-	args := make([]any, 0, len(jobs)*9)
+	args := make([]any, 0, len(jobs)*16)
 	for _, j := range jobs {
-		args = append(args, j.Kind, j.Queue, j.Priority, string(j.State), j.Args, j.MaxAttempts, j.CreatedAt, j.RunAt, j.RateKeys)
+		args = append(args, j.Kind, j.Queue, j.Priority, string(j.State), j.Args, j.MaxAttempts, j.CreatedAt, j.RunAt, j.RateKeys,
+			j.ConcKey, j.ConcLimit, j.ConcDuration, sqlgen.Bool(j.ConcDiscard), sqlgen.Bool(j.HoldsSlot), j.LastError, j.FinishedAt)
 	}
-	return `INSERT INTO sluice_jobs (kind, queue, priority, state, args, max_attempts, created_at, run_at, rate_keys) VALUES ` +
-		sqlgen.Tuples(len(jobs), "(?, ?, ?, ?, ?, ?, ?, ?, NULLIF(?, ''))") + ` RETURNING id`, args
+	return `INSERT INTO sluice_jobs (kind, queue, priority, state, args, max_attempts, created_at, run_at, rate_keys,
+  conc_key, conc_limit, conc_duration, conc_discard, holds_slot, last_error, finished_at) VALUES ` +
+		sqlgen.Tuples(len(jobs), "(?, ?, ?, ?, ?, ?, ?, ?, NULLIF(?, ''), NULLIF(?, ''), ?, ?, ?, ?, NULLIF(?, ''), NULLIF(?, 0))") + ` RETURNING id`, args
 }
 
 // Now is empty: SQLite runs in this process, on the host's clock.
@@ -98,7 +100,8 @@ FROM v WHERE sluice_jobs.id = v.id AND sluice_jobs.state = ? AND (? = 0 OR sluic
 
 // LockDue selects scheduled jobs that are due.
 func (Dialect) LockDue(now int64, limit int) (string, []any) {
-	return `SELECT id, queue FROM sluice_jobs WHERE state = 'scheduled' AND run_at <= ? ORDER BY run_at, id LIMIT ?`, []any{now, limit}
+	return `SELECT id, queue, conc_key, conc_limit, conc_duration, conc_discard, holds_slot FROM sluice_jobs
+WHERE state = 'scheduled' AND run_at <= ? ORDER BY run_at, id LIMIT ?`, []any{now, limit}
 }
 
 // MarkReady makes scheduled jobs ready.
@@ -137,7 +140,7 @@ func (Dialect) LockOrphans(processIDs []int64, limit int) (string, []any) {
 	if len(processIDs) > 0 {
 		cond = `process_id IN (` + sqlgen.List(len(processIDs)) + `) OR ` + cond
 	}
-	return `SELECT id, queue, attempt, max_attempts FROM sluice_jobs WHERE state = 'running' AND (` + cond + `) ORDER BY id LIMIT ?`, append(args, limit)
+	return `SELECT id, queue, attempt, max_attempts, conc_key, holds_slot FROM sluice_jobs WHERE state = 'running' AND (` + cond + `) ORDER BY id LIMIT ?`, append(args, limit)
 }
 
 // DeleteProcesses removes processes.
@@ -231,4 +234,67 @@ func (Dialect) GetJob(id int64) (string, []any) {
 func (Dialect) DeleteFinished(before int64, limit int) (string, []any) {
 	return `DELETE FROM sluice_jobs WHERE id IN (
   SELECT id FROM sluice_jobs WHERE state IN ('completed', 'cancelled') AND finished_at < ? LIMIT ?)`, []any{before, limit}
+}
+
+// LockSemaphores locks semaphores in key order.
+func (Dialect) LockSemaphores(keys []string) (string, []any) {
+	return `SELECT ` + store.SemaphoreColumns + ` FROM sluice_semaphores WHERE name IN (` + sqlgen.List(len(keys)) + `) ORDER BY name`, sqlgen.Strings(keys)
+}
+
+// InsertSemaphores creates missing semaphores.
+func (Dialect) InsertSemaphores(keys []string) (string, []any) {
+	return `INSERT INTO sluice_semaphores (name) VALUES ` + sqlgen.Tuples(len(keys), "(?)") + ` ON CONFLICT (name) DO NOTHING`, sqlgen.Strings(keys)
+}
+
+// SaveSemaphores writes semaphores back.
+func (Dialect) SaveSemaphores(rows []store.SemaphoreRow) (string, []any) {
+	args := make([]any, 0, len(rows)*6)
+	for _, r := range rows {
+		args = append(args, r.Name, r.Value, r.Limit, r.DurationUS, r.ExpiresAt, r.UpdatedAt)
+	}
+	return `INSERT INTO sluice_semaphores (` + store.SemaphoreColumns + `) VALUES ` + sqlgen.Tuples(len(rows), "(?, ?, ?, ?, ?, ?)") + `
+ON CONFLICT (name) DO UPDATE SET value = excluded.value, limit_to = excluded.limit_to, duration_us = excluded.duration_us,
+  expires_at = excluded.expires_at, updated_at = excluded.updated_at`, args
+}
+
+// LockBlocked locks a key's first blocked jobs.
+func (Dialect) LockBlocked(key string, limit int) (string, []any) {
+	return `SELECT id, queue FROM sluice_jobs WHERE conc_key = ? AND state = 'blocked'
+ORDER BY priority, id LIMIT ?`, []any{key, limit}
+}
+
+// MarkSlots records whether jobs hold a slot.
+func (Dialect) MarkSlots(ids []int64, holds bool) (string, []any) {
+	return `UPDATE sluice_jobs SET holds_slot = ? WHERE id IN (` + sqlgen.List(len(ids)) + `)`, append([]any{sqlgen.Bool(holds)}, sqlgen.Int64s(ids)...)
+}
+
+// LockSlotHolders locks the listed jobs that hold a slot.
+func (Dialect) LockSlotHolders(ids []int64, processID int64) (string, []any) {
+	return `SELECT id, conc_key FROM sluice_jobs WHERE id IN (` + sqlgen.List(len(ids)) + `) AND holds_slot = 1
+  AND (? = 0 OR (state = 'running' AND process_id = ?)) ORDER BY id`, append(sqlgen.Int64s(ids), processID, processID)
+}
+
+// LockExpiredSemaphores locks semaphores whose taken slots expired.
+func (Dialect) LockExpiredSemaphores(now int64, limit int) (string, []any) {
+	return `SELECT ` + store.SemaphoreColumns + ` FROM sluice_semaphores WHERE value < limit_to AND expires_at < ?
+ORDER BY expires_at LIMIT ?`, []any{now, limit}
+}
+
+// BlockedKeys finds keys with blocked jobs and a free slot.
+func (Dialect) BlockedKeys(limit int) (string, []any) {
+	return `SELECT DISTINCT j.conc_key FROM sluice_jobs j LEFT JOIN sluice_semaphores s ON s.name = j.conc_key
+WHERE j.state = 'blocked' AND (s.name IS NULL OR s.value > 0) LIMIT ?`, []any{limit}
+}
+
+// ListSemaphores lists semaphores with their jobs.
+func (Dialect) ListSemaphores() string {
+	return `SELECT ` + store.SemaphoreColumns + `,
+  (SELECT count(*) FROM sluice_jobs j WHERE j.conc_key = s.name AND j.state = 'blocked'),
+  (SELECT count(*) FROM sluice_jobs j WHERE j.conc_key = s.name AND j.holds_slot = 1)
+FROM sluice_semaphores s ORDER BY name`
+}
+
+// LockJob reads and locks one job.
+func (Dialect) LockJob(id int64) (string, []any) {
+	return `SELECT ` + store.JobInfoColumns + ` FROM sluice_jobs WHERE id = ?`, []any{id}
 }

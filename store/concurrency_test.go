@@ -1,0 +1,277 @@
+package store_test
+
+import (
+	"context"
+	"fmt"
+	"math/rand/v2"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/sluicequeue/sluice/internal/testdb"
+	"github.com/sluicequeue/sluice/store"
+)
+
+func slotted(key string, to int) store.NewJob {
+	j := job("k", "default", 0)
+	j.Conc = &store.Conc{Key: key, To: to, Duration: 3 * time.Minute}
+	return j
+}
+
+func semaphore(t *testing.T, s *store.Store, key string) store.SemaphoreInfo {
+	t.Helper()
+	all, err := s.ListSemaphores(context.Background())
+	require.NoError(t, err)
+	for _, i := range all {
+		if i.Name == key {
+			return i
+		}
+	}
+	t.Fatalf("no semaphore %s in %+v", key, all)
+	return store.SemaphoreInfo{}
+}
+
+func TestAJobTakesASlotWhenReadyOrIsBlocked(t *testing.T) {
+	testdb.Each(t, func(t *testing.T, s *store.Store) {
+		got := enqueue(t, s, t0, slotted("acct/1", 2), slotted("acct/1", 2), slotted("acct/1", 2), slotted("acct/2", 2), slotted("acct/1", 2))
+		for i, want := range []store.State{store.StateReady, store.StateReady, store.StateBlocked, store.StateReady, store.StateBlocked} {
+			j := state(t, s, got[i])
+			require.Equal(t, want, j.State, "job %d", i)
+			require.Equal(t, want == store.StateReady, j.HoldsSlot, "job %d", i)
+		}
+		sem := semaphore(t, s, "acct/1")
+		require.Equal(t, 0, sem.Value)
+		require.Equal(t, 2, sem.Limit)
+		require.Equal(t, 2, sem.Blocked)
+		require.Equal(t, 2, sem.Holding)
+		require.Equal(t, store.Micros(at(3*time.Minute)), sem.ExpiresAt)
+		pid := register(t, s, t0)
+		require.ElementsMatch(t, []int64{got[0], got[1], got[3]}, ids(claim(t, s, pid, t0, 10).Jobs), "blocked jobs are not claimed")
+	})
+}
+
+func TestFinishingGivesTheSlotToTheFirstBlockedJob(t *testing.T) {
+	testdb.Each(t, func(t *testing.T, s *store.Store) {
+		ctx := context.Background()
+		low := slotted("a", 1)
+		low.Priority = 5
+		got := enqueue(t, s, t0, slotted("a", 1), low, slotted("a", 1))
+		pid := register(t, s, t0)
+		require.Equal(t, []int64{got[0]}, ids(claim(t, s, pid, t0, 10).Jobs))
+
+		// A retry keeps its slot while it waits.
+		require.NoError(t, s.Finish(ctx, pid, at(time.Second), nil,
+			[]store.Transition{{ID: got[0], State: store.StateScheduled, RunAt: at(time.Minute), Error: "again"}}, nil))
+		require.Equal(t, store.StateBlocked, state(t, s, got[2]).State)
+		require.True(t, state(t, s, got[0]).HoldsSlot)
+		n, _, err := s.Promote(ctx, at(time.Minute), 10)
+		require.NoError(t, err)
+		require.Equal(t, 1, n)
+		require.Equal(t, []int64{got[0]}, ids(claim(t, s, pid, at(time.Minute), 10).Jobs), "it comes back with its slot")
+
+		// Finishing for good hands the slot to the first blocked job, by
+		// priority then id.
+		require.NoError(t, s.Finish(ctx, pid, at(2*time.Minute), []int64{got[0]}, nil, []int64{got[0]}))
+		j := state(t, s, got[2])
+		require.Equal(t, store.StateReady, j.State)
+		require.True(t, j.HoldsSlot)
+		require.False(t, state(t, s, got[0]).HoldsSlot)
+		require.Equal(t, store.StateBlocked, state(t, s, got[1]).State)
+		require.Equal(t, 0, semaphore(t, s, "a").Value, "the slot passed on, not freed")
+
+		require.Equal(t, []int64{got[2]}, ids(claim(t, s, pid, at(2*time.Minute), 10).Jobs))
+		require.NoError(t, s.Finish(ctx, pid, at(3*time.Minute), nil,
+			[]store.Transition{{ID: got[2], State: store.StateFailed, Error: "x", Finished: true}}, []int64{got[2]}))
+		require.Equal(t, store.StateReady, state(t, s, got[1]).State, "a failure gives the slot back too")
+		require.Equal(t, []int64{got[1]}, ids(claim(t, s, pid, at(3*time.Minute), 10).Jobs))
+		require.NoError(t, s.Finish(ctx, pid, at(4*time.Minute), []int64{got[1]}, nil, []int64{got[1]}))
+		sem := semaphore(t, s, "a")
+		require.Equal(t, 1, sem.Value, "with nobody blocked, the slot is free")
+		require.Zero(t, sem.Holding)
+	})
+}
+
+func TestDiscardDiscardsAndSaysSo(t *testing.T) {
+	testdb.Each(t, func(t *testing.T, s *store.Store) {
+		d := slotted("a", 1)
+		d.Conc.Discard = true
+		got := enqueue(t, s, t0, d, d)
+		require.Equal(t, store.StateReady, state(t, s, got[0]).State)
+		j := state(t, s, got[1])
+		require.Equal(t, store.StateCancelled, j.State)
+		require.Equal(t, "discarded: no concurrency slot free for a", j.LastError)
+		require.Equal(t, t0, j.FinishedAt)
+	})
+}
+
+func TestAScheduledJobTakesItsSlotWhenPromoted(t *testing.T) {
+	testdb.Each(t, func(t *testing.T, s *store.Store) {
+		ctx := context.Background()
+		later := slotted("a", 1)
+		later.RunAt = at(time.Minute)
+		got := enqueue(t, s, t0, later, slotted("a", 1))
+		require.Equal(t, store.StateScheduled, state(t, s, got[0]).State)
+		require.True(t, state(t, s, got[1]).HoldsSlot, "the ready job took the only slot")
+		_, _, err := s.Promote(ctx, at(time.Minute), 10)
+		require.NoError(t, err)
+		require.Equal(t, store.StateBlocked, state(t, s, got[0]).State, "promoted to a taken slot: blocked")
+
+		d := slotted("b", 1)
+		d.Conc.Discard = true
+		d.RunAt = at(2 * time.Minute)
+		dd := enqueue(t, s, t0, d, slotted("b", 1))
+		_, _, err = s.Promote(ctx, at(2*time.Minute), 10)
+		require.NoError(t, err)
+		require.Equal(t, store.StateCancelled, state(t, s, dd[0]).State)
+
+		free := slotted("c", 1)
+		free.RunAt = at(3 * time.Minute)
+		c := enqueue(t, s, t0, free)
+		_, _, err = s.Promote(ctx, at(3*time.Minute), 10)
+		require.NoError(t, err)
+		j := state(t, s, c[0])
+		require.Equal(t, store.StateReady, j.State)
+		require.True(t, j.HoldsSlot)
+	})
+}
+
+func TestARateDeferralGivesTheSlotBack(t *testing.T) {
+	testdb.Each(t, func(t *testing.T, s *store.Store) {
+		ctx := context.Background()
+		lim := limits{"r": spec(t, "r", 1, time.Minute, 1)}
+		both := func() store.NewJob {
+			j := slotted("acct", 1)
+			j.RateKeys = []store.RateKey{{Key: "r/global", Cost: 1}}
+			return j
+		}
+		first := enqueue(t, s, t0, both())
+		pid := register(t, s, t0)
+		require.Len(t, claimLimited(t, s, pid, t0, 1, lim, 0).Jobs, 1) // spends the minute's budget
+		require.NoError(t, s.Finish(ctx, pid, t0, first, nil, first))
+
+		got := enqueue(t, s, at(time.Second), both(), both())
+		require.Equal(t, store.StateBlocked, state(t, s, got[1]).State)
+		res := claimLimited(t, s, pid, at(time.Second), 1, lim, 0)
+		require.Empty(t, res.Jobs)
+		require.Len(t, res.Deferred, 1)
+		j := state(t, s, got[0])
+		require.Equal(t, store.StateScheduled, j.State)
+		require.False(t, j.HoldsSlot, "waiting on its rate, it gives its slot back")
+		j = state(t, s, got[1])
+		require.Equal(t, store.StateReady, j.State, "the next blocked job takes it")
+		require.True(t, j.HoldsSlot)
+
+		// The first comes back at its slot and finds the slot taken.
+		_, _, err := s.Promote(ctx, at(time.Minute), 10)
+		require.NoError(t, err)
+		require.Equal(t, store.StateBlocked, state(t, s, got[0]).State)
+	})
+}
+
+func TestExpiredSlotsAreFreedAndBlockedJobsReleased(t *testing.T) {
+	testdb.Each(t, func(t *testing.T, s *store.Store) {
+		ctx := context.Background()
+		got := enqueue(t, s, t0, slotted("a", 1), slotted("a", 1))
+		dead := register(t, s, t0)
+		claim(t, s, dead, t0, 1) // its process dies holding the slot
+
+		freed, unblocked, err := s.MaintainSemaphores(ctx, at(3*time.Minute-time.Second), 100)
+		require.NoError(t, err)
+		require.Zero(t, freed+unblocked, "not expired yet")
+		freed, unblocked, err = s.MaintainSemaphores(ctx, at(3*time.Minute+time.Second), 100)
+		require.NoError(t, err)
+		require.Equal(t, 1, freed)
+		require.Equal(t, 1, unblocked)
+		j := state(t, s, got[1])
+		require.Equal(t, store.StateReady, j.State)
+		require.True(t, j.HoldsSlot)
+		require.Equal(t, 0, semaphore(t, s, "a").Value)
+
+		// The lost holder finishing later gives back a slot, never above To.
+		require.NoError(t, s.Finish(ctx, dead, at(4*time.Minute), got[:1], nil, got[:1]))
+		require.Equal(t, 1, semaphore(t, s, "a").Value)
+	})
+}
+
+func TestMaintenanceReleasesABlockedJobThatMissedAFreeSlot(t *testing.T) {
+	testdb.Each(t, func(t *testing.T, s *store.Store) {
+		ctx := context.Background()
+		got := enqueue(t, s, t0, slotted("a", 1), slotted("a", 1))
+		// As if the slot came back in a transaction that raced the block.
+		_, err := s.DB().Exec(ctx, "UPDATE sluice_semaphores SET value = 1 WHERE name = 'a'")
+		require.NoError(t, err)
+		_, unblocked, err := s.MaintainSemaphores(ctx, t0, 100)
+		require.NoError(t, err)
+		require.Equal(t, 1, unblocked)
+		require.Equal(t, store.StateReady, state(t, s, got[1]).State)
+		require.Equal(t, 0, semaphore(t, s, "a").Value)
+	})
+}
+
+func TestOperatorsCancelGivesBackAndRetryTakes(t *testing.T) {
+	testdb.Each(t, func(t *testing.T, s *store.Store) {
+		ctx := context.Background()
+		got := enqueue(t, s, t0, slotted("a", 1), slotted("a", 1))
+		_, err := s.CancelJobs(ctx, t0, got[:1], "")
+		require.NoError(t, err)
+		require.Equal(t, store.StateReady, state(t, s, got[1]).State, "cancelling the holder hands its slot on")
+		require.True(t, state(t, s, got[1]).HoldsSlot)
+
+		_, err = s.RetryJobs(ctx, t0, got[:1])
+		require.NoError(t, err)
+		require.Equal(t, store.StateBlocked, state(t, s, got[0]).State, "a retried job takes a slot or waits for one")
+		_, err = s.CancelJobs(ctx, t0, got[:1], "")
+		require.NoError(t, err, "a blocked job can be cancelled")
+	})
+}
+
+// TestSlotsStayWithinBoundsUnderConcurrency races enqueuers and finishers
+// over a few keys and checks the invariant: 0 ≤ free ≤ To, and free plus
+// holders is To.
+func TestSlotsStayWithinBoundsUnderConcurrency(t *testing.T) {
+	testdb.Each(t, func(t *testing.T, s *store.Store) {
+		ctx := context.Background()
+		keys := []string{"a", "b", "c"}
+		const to = 2
+		pid := register(t, s, t0)
+		var wg sync.WaitGroup
+		for w := 0; w < 4; w++ {
+			wg.Add(1)
+			go func(seed uint64) {
+				defer wg.Done()
+				r := rand.New(rand.NewPCG(seed, 1))
+				for i := 0; i < 25; i++ {
+					key := keys[r.IntN(len(keys))]
+					if _, err := s.Enqueue(ctx, nil, t0, []store.NewJob{slotted(key, to)}); !assertNoErr(t, err) {
+						return
+					}
+					res, err := s.Claim(ctx, store.ClaimParams{ProcessID: pid, Queues: []string{"default"}, Max: 2, Clock: fixed(t0)})
+					if !assertNoErr(t, err) {
+						return
+					}
+					var holders []int64
+					for _, j := range res.Jobs {
+						if j.HoldsSlot {
+							holders = append(holders, j.ID)
+						}
+					}
+					if !assertNoErr(t, s.Finish(ctx, pid, t0, ids(res.Jobs), nil, holders)) {
+						return
+					}
+				}
+			}(uint64(w))
+		}
+		wg.Wait()
+		for _, k := range keys {
+			sem := semaphore(t, s, k)
+			require.GreaterOrEqual(t, sem.Value, 0, k)
+			require.LessOrEqual(t, sem.Value, to, k)
+			require.Equal(t, to, sem.Value+sem.Holding, "%s: free %d, held %d", k, sem.Value, sem.Holding)
+			if sem.Blocked > 0 {
+				require.Zero(t, sem.Value, fmt.Sprintf("%s: a blocked job while a slot is free", k))
+			}
+		}
+	})
+}

@@ -1,0 +1,9 @@
+DROP TABLE sluice_semaphores;
+DROP INDEX sluice_jobs_holding;
+DROP INDEX sluice_jobs_blocked;
+ALTER TABLE sluice_jobs
+  DROP COLUMN holds_slot,
+  DROP COLUMN conc_discard,
+  DROP COLUMN conc_duration,
+  DROP COLUMN conc_limit,
+  DROP COLUMN conc_key;
