@@ -73,19 +73,19 @@ func TestOperatorCommandsEndToEnd(t *testing.T) {
 			require.NoError(t, json.Unmarshal([]byte(out), &st))
 			require.Equal(t, 2, st.Queues["default"]["ready"])
 
-			code, out, _ = run(t, "cancel", db, "--reason", "not needed", fmt.Sprint(ids[0]))
+			code, out, _ = run(t, "cancel", db, "--reason", "not needed", fmt.Sprint(ids[0].ID))
 			require.Equal(t, 0, code)
-			require.Equal(t, fmt.Sprintf("job %d is cancelled\n", ids[0]), out)
+			require.Equal(t, fmt.Sprintf("job %d is cancelled\n", ids[0].ID), out)
 			code, out, _ = run(t, "jobs", db, "--state", "cancelled")
 			require.Equal(t, 0, code)
 			lines := strings.Split(strings.TrimSpace(out), "\n")
 			require.Len(t, lines, 2)
 			require.Regexp(t, `^ID\s+KIND\s+QUEUE\s+STATE\s+ATTEMPT\s+RUN AT\s+LAST ERROR$`, lines[0])
-			require.Regexp(t, fmt.Sprintf(`^%d\s+ping\s+default\s+cancelled\s+0/25\s+.*not needed$`, ids[0]), lines[1])
+			require.Regexp(t, fmt.Sprintf(`^%d\s+ping\s+default\s+cancelled\s+0/25\s+.*not needed$`, ids[0].ID), lines[1])
 
-			code, out, stderr = run(t, "retry", db, fmt.Sprint(ids[0]))
+			code, out, stderr = run(t, "retry", db, fmt.Sprint(ids[0].ID))
 			require.Equal(t, 0, code, stderr)
-			require.Equal(t, fmt.Sprintf("job %d is ready\n", ids[0]), out)
+			require.Equal(t, fmt.Sprintf("job %d is ready\n", ids[0].ID), out)
 			code, _, stderr = run(t, "retry", db, "999999")
 			require.Equal(t, 1, code)
 			require.Contains(t, stderr, "job 999999: not found")
@@ -112,7 +112,7 @@ func TestOperatorCommandsEndToEnd(t *testing.T) {
 			require.Regexp(t, `^KEY\s+LIMIT\s+FREE\s+HOLDING\s+BLOCKED\s+EXPIRES\nacct/7\s+1\s+0\s+1\s+1\s+in 59\.\d+s\n$`, out)
 			code, out, _ = run(t, "jobs", db, "--state", "blocked")
 			require.Equal(t, 0, code)
-			require.Regexp(t, fmt.Sprintf(`\n%d\s+ping\s+default\s+blocked \(concurrency: acct/7\)`, blocked[1]), out)
+			require.Regexp(t, fmt.Sprintf(`\n%d\s+ping\s+default\s+blocked \(concurrency: acct/7\)`, blocked[1].ID), out)
 		})
 	}
 }

@@ -26,8 +26,12 @@ func scheduled(t *testing.T, s *store.Store, n int, at time.Time) []int64 {
 	for i := range jobs {
 		jobs[i] = store.NewJob{Kind: "k", Queue: "default", Args: []byte(`{}`), MaxAttempts: 1, RunAt: at}
 	}
-	ids, err := s.Enqueue(context.Background(), nil, t0, jobs)
+	res, err := s.Enqueue(context.Background(), nil, t0, jobs)
 	require.NoError(t, err)
+	ids := make([]int64, len(res))
+	for i, r := range res {
+		ids[i] = r.ID
+	}
 	return ids
 }
 

@@ -47,46 +47,51 @@ func NewClient(s *store.Store, reg *Registry, cfg ClientConfig) *Client {
 // Store returns the client's store.
 func (c *Client) Store() *store.Store { return c.store }
 
+// Enqueued is what became of one enqueued job: its id (a new job's, or the
+// pending job's it joined), whether it joined one, and its state.
+type Enqueued = store.Enqueued
+
 // Item is one job of an EnqueueMany.
 type Item struct {
 	Args    Args
 	Options []EnqueueOption
 }
 
-// Enqueue adds one job and returns its id.
-func (c *Client) Enqueue(ctx context.Context, args Args, opts ...EnqueueOption) (int64, error) {
-	ids, err := c.enqueue(ctx, nil, []Item{{Args: args, Options: opts}})
+// Enqueue adds one job and says what became of it: its id, and, for a
+// kind that coalesces, whether it joined a pending job.
+func (c *Client) Enqueue(ctx context.Context, args Args, opts ...EnqueueOption) (Enqueued, error) {
+	res, err := c.enqueue(ctx, nil, []Item{{Args: args, Options: opts}})
 	if err != nil {
-		return 0, err
+		return Enqueued{}, err
 	}
-	return ids[0], nil
+	return res[0], nil
 }
 
 // EnqueueTx adds one job inside the caller's transaction, so that it
 // commits or rolls back with the caller's own writes: a pgx.Tx on
 // PostgreSQL, a *sql.Tx on MySQL and SQLite.
-func (c *Client) EnqueueTx(ctx context.Context, tx any, args Args, opts ...EnqueueOption) (int64, error) {
+func (c *Client) EnqueueTx(ctx context.Context, tx any, args Args, opts ...EnqueueOption) (Enqueued, error) {
 	ex, err := c.wrapTx(tx)
 	if err != nil {
-		return 0, err
+		return Enqueued{}, err
 	}
-	ids, err := c.enqueue(ctx, ex, []Item{{Args: args, Options: opts}})
+	res, err := c.enqueue(ctx, ex, []Item{{Args: args, Options: opts}})
 	if err != nil {
-		return 0, err
+		return Enqueued{}, err
 	}
-	return ids[0], nil
+	return res[0], nil
 }
 
 // EnqueueMany adds jobs in as few statements as the database allows (one
-// multi-row insert per batch) and returns their ids in order. Every item
-// is checked first: one bad item writes none of them, and the error names
-// its index.
-func (c *Client) EnqueueMany(ctx context.Context, items []Item) ([]int64, error) {
+// multi-row insert per batch) and says what became of each, in order.
+// Every item is checked first: one bad item writes none of them, and the
+// error names its index.
+func (c *Client) EnqueueMany(ctx context.Context, items []Item) ([]Enqueued, error) {
 	return c.enqueue(ctx, nil, items)
 }
 
 // EnqueueManyTx is EnqueueMany inside the caller's transaction.
-func (c *Client) EnqueueManyTx(ctx context.Context, tx any, items []Item) ([]int64, error) {
+func (c *Client) EnqueueManyTx(ctx context.Context, tx any, items []Item) ([]Enqueued, error) {
 	ex, err := c.wrapTx(tx)
 	if err != nil {
 		return nil, err
@@ -105,7 +110,7 @@ func (c *Client) wrapTx(tx any) (store.Executor, error) {
 	return ex, nil
 }
 
-func (c *Client) enqueue(ctx context.Context, ex store.Executor, items []Item) ([]int64, error) {
+func (c *Client) enqueue(ctx context.Context, ex store.Executor, items []Item) ([]Enqueued, error) {
 	if len(items) == 0 {
 		return nil, nil
 	}
@@ -121,22 +126,22 @@ func (c *Client) enqueue(ctx context.Context, ex store.Executor, items []Item) (
 		}
 		rows[i] = row
 	}
-	ids, err := c.store.Enqueue(ctx, ex, now, rows)
+	res, err := c.store.Enqueue(ctx, ex, now, rows)
 	if err != nil {
 		return nil, fmt.Errorf("jobs: %w", err)
 	}
 	if ex == nil {
-		c.wakeReady(rows, now)
+		c.wakeReady(rows, res)
 	}
-	return ids, nil
+	return res, nil
 }
 
 // wakeReady wakes this process's workers for the queues that gained ready
 // jobs.
-func (c *Client) wakeReady(rows []store.NewJob, now time.Time) {
+func (c *Client) wakeReady(rows []store.NewJob, res []Enqueued) {
 	seen := map[string]bool{}
-	for _, r := range rows {
-		if !r.RunAt.After(now) && !seen[r.Queue] {
+	for i, r := range rows {
+		if res[i].State == store.StateReady && !seen[r.Queue] {
 			seen[r.Queue] = true
 			c.store.Wake(r.Queue)
 		}

@@ -82,7 +82,7 @@ func TestEnqueueManyReturnsIDsInOrder(t *testing.T) {
 		require.NoError(t, err)
 		require.Len(t, ids, len(items))
 		for _, i := range []int{0, 999, 1000, 2499} {
-			require.JSONEq(t, `{"N":`+strconv.Itoa(i)+`}`, string(h.job(ids[i]).Args))
+			require.JSONEq(t, `{"N":`+strconv.Itoa(i)+`}`, string(h.job(ids[i].ID).Args))
 		}
 	})
 }
@@ -114,15 +114,15 @@ func TestEnqueueTxCommitsAndRollsBackWithTheCaller(t *testing.T) {
 		id, err := h.client.EnqueueTx(ctx, tx, email{To: "gone"})
 		require.NoError(t, err)
 		rollback()
-		_, err = h.store.GetJob(ctx, id)
+		_, err = h.store.GetJob(ctx, id.ID)
 		require.ErrorIs(t, err, store.ErrNotFound)
 
 		tx, commit, _ := callerTx(t, h.store)
 		ids, err := h.client.EnqueueManyTx(ctx, tx, []jobs.Item{{Args: email{To: "kept"}}, {Args: email{To: "kept too"}}})
 		require.NoError(t, err)
 		commit()
-		require.Equal(t, store.StateReady, h.job(ids[0]).State)
-		require.Equal(t, store.StateReady, h.job(ids[1]).State)
+		require.Equal(t, store.StateReady, h.job(ids[0].ID).State)
+		require.Equal(t, store.StateReady, h.job(ids[1].ID).State)
 
 		var wrong any = &sql.Tx{}
 		want := "takes a pgx.Tx, not a *sql.Tx"

@@ -21,6 +21,8 @@ type result struct {
 	t        store.Transition
 	// holdsSlot is set when the job held a concurrency slot when claimed.
 	holdsSlot bool
+	// withCalls is set when the job collected calls.
+	withCalls bool
 }
 
 // final reports whether the outcome ends the job: its slot goes back.
@@ -32,7 +34,7 @@ func (r result) final() bool {
 func (w *Worker) execute(ctx context.Context, j *store.Job) result {
 	began := time.Now()
 	res, err := w.run(ctx, j)
-	res.holdsSlot = j.HoldsSlot
+	res.holdsSlot, res.withCalls = j.HoldsSlot, j.Calls > 1
 	if w.hooks.OnFinish != nil {
 		w.hooks.OnFinish(FinishEvent{
 			JobID: j.ID, Kind: j.Kind, Queue: j.Queue, Attempt: j.Attempt,
@@ -176,22 +178,24 @@ func (w *Worker) flush(batch []result) {
 		byPID[r.pid] = append(byPID[r.pid], r)
 	}
 	for pid, rs := range byPID {
-		var completed, slotHolders []int64
-		var others []store.Transition
+		var o store.Outcomes
 		for _, r := range rs {
 			if r.complete {
-				completed = append(completed, r.id)
+				o.Completed = append(o.Completed, r.id)
+				if r.withCalls {
+					o.WithCalls = append(o.WithCalls, r.id)
+				}
 			} else {
-				others = append(others, r.t)
+				o.Others = append(o.Others, r.t)
 			}
 			if r.holdsSlot && r.final() {
-				slotHolders = append(slotHolders, r.id)
+				o.SlotHolders = append(o.SlotHolders, r.id)
 			}
 		}
 		pause := 100 * time.Millisecond
 		for attempt := 1; ; attempt++ {
 			ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-			err := w.store.Finish(ctx, pid, w.clock.Now(), completed, others, slotHolders)
+			err := w.store.Finish(ctx, pid, w.clock.Now(), o)
 			cancel()
 			if err == nil {
 				break

@@ -78,9 +78,9 @@ func (h *harness) job(id int64) *store.JobInfo {
 
 func (h *harness) enqueue(args jobs.Args, opts ...jobs.EnqueueOption) int64 {
 	h.t.Helper()
-	id, err := h.client.Enqueue(context.Background(), args, opts...)
+	res, err := h.client.Enqueue(context.Background(), args, opts...)
 	require.NoError(h.t, err)
-	return id
+	return res.ID
 }
 
 // run starts a worker's Run and returns a function that stops it and

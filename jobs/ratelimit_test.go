@@ -99,7 +99,8 @@ func TestAKeyFunctionThatFailsFailsTheEnqueue(t *testing.T) {
 		require.Equal(t, "keyed", keysOf(t, h, id)[0].Key)
 
 		long := strings.Repeat("k", 300)
-		id, err = h.client.Enqueue(ctx, keyed{Key: long})
+		res, err := h.client.Enqueue(ctx, keyed{Key: long})
+		id = res.ID
 		if h.store.Dialect().Name() == "mysql" {
 			require.ErrorIs(t, err, store.ErrKeyTooLong)
 			require.ErrorContains(t, err, "rate-limit key is 306 characters; mysql holds at most 255")

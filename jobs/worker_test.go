@@ -195,7 +195,7 @@ func TestUnknownKindAndUndecodableArgsAreRetriedNotLost(t *testing.T) {
 		j := h.job(unknown)
 		require.Equal(t, store.StateScheduled, j.State)
 		require.Contains(t, j.LastError, `no handler for kind "email"`)
-		j = h.job(bad[0])
+		j = h.job(bad[0].ID)
 		require.Equal(t, store.StateScheduled, j.State)
 		require.Contains(t, j.LastError, "decode args of noop")
 	})

@@ -114,6 +114,12 @@ func (s *Store) GetJob(ctx context.Context, id int64) (*JobInfo, error) {
 }
 
 func (s *Store) queryJobInfos(ctx context.Context, ex Executor, q string, args []any) ([]*JobInfo, error) {
+	return s.queryJobInfosExtra(ctx, ex, q, args)
+}
+
+// queryJobInfosExtra reads JobInfoColumns and then, into extra, the
+// columns that follow them (of the last row).
+func (s *Store) queryJobInfosExtra(ctx context.Context, ex Executor, q string, args []any, extra ...any) ([]*JobInfo, error) {
 	rows, err := ex.Query(ctx, q, args...)
 	if err != nil {
 		return nil, s.wrap(fmt.Errorf("list jobs: %w", err))
@@ -127,7 +133,7 @@ func (s *Store) queryJobInfos(ctx context.Context, ex Executor, q string, args [
 		var concLimit int
 		var concDuration int64
 		var concDiscard bool
-		j, err := scanJob(rows, &state, &attempted, &finished, &pid, &lastErr, &waitKey, &concLimit, &concDuration, &concDiscard)
+		j, err := scanJob(rows, append([]any{&state, &attempted, &finished, &pid, &lastErr, &waitKey, &concLimit, &concDuration, &concDiscard}, extra...)...)
 		if err != nil {
 			return nil, err
 		}

@@ -152,6 +152,9 @@ func (s *Store) claim(ctx context.Context, tx Tx, p ClaimParams, res *ClaimResul
 	if err := pipeline(ctx, tx, writes, nil); err != nil {
 		return fmt.Errorf("claim and defer: %w", err)
 	}
+	if err := s.loadCalls(ctx, tx, admitted); err != nil {
+		return err
+	}
 	res.Jobs = admitted
 	return nil
 }
@@ -180,7 +183,7 @@ func scanJob(rows Rows, extra ...any) (*Job, error) {
 	var args, rateKeys, concKey nullString
 	var created, runAt int64
 	dest := append([]any{&j.ID, &j.Kind, &j.Queue, &j.Priority, &args, &j.Attempt, &j.MaxAttempts, &created, &runAt, &rateKeys,
-		&concKey, &j.HoldsSlot}, extra...)
+		&concKey, &j.HoldsSlot, &j.Calls}, extra...)
 	if err := rows.Scan(dest...); err != nil {
 		return nil, fmt.Errorf("read job: %w", err)
 	}

@@ -62,8 +62,7 @@ func TestFinishingGivesTheSlotToTheFirstBlockedJob(t *testing.T) {
 		require.Equal(t, []int64{got[0]}, ids(claim(t, s, pid, t0, 10).Jobs))
 
 		// A retry keeps its slot while it waits.
-		require.NoError(t, s.Finish(ctx, pid, at(time.Second), nil,
-			[]store.Transition{{ID: got[0], State: store.StateScheduled, RunAt: at(time.Minute), Error: "again"}}, nil))
+		require.NoError(t, s.Finish(ctx, pid, at(time.Second), store.Outcomes{Others: []store.Transition{{ID: got[0], State: store.StateScheduled, RunAt: at(time.Minute), Error: "again"}}}))
 		require.Equal(t, store.StateBlocked, state(t, s, got[2]).State)
 		require.True(t, state(t, s, got[0]).HoldsSlot)
 		n, _, err := s.Promote(ctx, at(time.Minute), 10)
@@ -73,7 +72,7 @@ func TestFinishingGivesTheSlotToTheFirstBlockedJob(t *testing.T) {
 
 		// Finishing for good hands the slot to the first blocked job, by
 		// priority then id.
-		require.NoError(t, s.Finish(ctx, pid, at(2*time.Minute), []int64{got[0]}, nil, []int64{got[0]}))
+		require.NoError(t, s.Finish(ctx, pid, at(2*time.Minute), store.Outcomes{Completed: []int64{got[0]}, SlotHolders: []int64{got[0]}}))
 		j := state(t, s, got[2])
 		require.Equal(t, store.StateReady, j.State)
 		require.True(t, j.HoldsSlot)
@@ -82,11 +81,10 @@ func TestFinishingGivesTheSlotToTheFirstBlockedJob(t *testing.T) {
 		require.Equal(t, 0, semaphore(t, s, "a").Value, "the slot passed on, not freed")
 
 		require.Equal(t, []int64{got[2]}, ids(claim(t, s, pid, at(2*time.Minute), 10).Jobs))
-		require.NoError(t, s.Finish(ctx, pid, at(3*time.Minute), nil,
-			[]store.Transition{{ID: got[2], State: store.StateFailed, Error: "x", Finished: true}}, []int64{got[2]}))
+		require.NoError(t, s.Finish(ctx, pid, at(3*time.Minute), store.Outcomes{Others: []store.Transition{{ID: got[2], State: store.StateFailed, Error: "x", Finished: true}}, SlotHolders: []int64{got[2]}}))
 		require.Equal(t, store.StateReady, state(t, s, got[1]).State, "a failure gives the slot back too")
 		require.Equal(t, []int64{got[1]}, ids(claim(t, s, pid, at(3*time.Minute), 10).Jobs))
-		require.NoError(t, s.Finish(ctx, pid, at(4*time.Minute), []int64{got[1]}, nil, []int64{got[1]}))
+		require.NoError(t, s.Finish(ctx, pid, at(4*time.Minute), store.Outcomes{Completed: []int64{got[1]}, SlotHolders: []int64{got[1]}}))
 		sem := semaphore(t, s, "a")
 		require.Equal(t, 1, sem.Value, "with nobody blocked, the slot is free")
 		require.Zero(t, sem.Holding)
@@ -149,7 +147,7 @@ func TestARateDeferralGivesTheSlotBack(t *testing.T) {
 		first := enqueue(t, s, t0, both())
 		pid := register(t, s, t0)
 		require.Len(t, claimLimited(t, s, pid, t0, 1, lim, 0).Jobs, 1) // spends the minute's budget
-		require.NoError(t, s.Finish(ctx, pid, t0, first, nil, first))
+		require.NoError(t, s.Finish(ctx, pid, t0, store.Outcomes{Completed: first, SlotHolders: first}))
 
 		got := enqueue(t, s, at(time.Second), both(), both())
 		require.Equal(t, store.StateBlocked, state(t, s, got[1]).State)
@@ -190,7 +188,7 @@ func TestExpiredSlotsAreFreedAndBlockedJobsReleased(t *testing.T) {
 		require.Equal(t, 0, semaphore(t, s, "a").Value)
 
 		// The lost holder finishing later gives back a slot, never above To.
-		require.NoError(t, s.Finish(ctx, dead, at(4*time.Minute), got[:1], nil, got[:1]))
+		require.NoError(t, s.Finish(ctx, dead, at(4*time.Minute), store.Outcomes{Completed: got[:1], SlotHolders: got[:1]}))
 		require.Equal(t, 1, semaphore(t, s, "a").Value)
 	})
 }
@@ -257,7 +255,7 @@ func TestSlotsStayWithinBoundsUnderConcurrency(t *testing.T) {
 							holders = append(holders, j.ID)
 						}
 					}
-					if !assertNoErr(t, s.Finish(ctx, pid, t0, ids(res.Jobs), nil, holders)) {
+					if !assertNoErr(t, s.Finish(ctx, pid, t0, store.Outcomes{Completed: ids(res.Jobs), SlotHolders: holders})) {
 						return
 					}
 				}

@@ -133,9 +133,12 @@ type Dialect interface {
 	GetJob(id int64) (string, []any)
 	// LockJob reads and locks one job. Columns: JobInfoColumns.
 	LockJob(id int64) (string, []any)
-	// DeleteFinished deletes up to limit completed or cancelled jobs that
-	// finished before the given time.
-	DeleteFinished(before int64, limit int) (string, []any)
+	// LockFinished selects, skipping locked rows, up to limit completed or
+	// cancelled jobs that finished before the given time. Columns: id,
+	// calls.
+	LockFinished(before int64, limit int) (string, []any)
+	// DeleteJobsByID deletes jobs.
+	DeleteJobsByID(ids []int64) (string, []any)
 
 	// LockSemaphores selects and locks semaphores in key order. Columns:
 	// SemaphoreColumns.
@@ -164,10 +167,28 @@ type Dialect interface {
 	// ListSemaphores lists semaphores with their blocked and holding jobs.
 	// Columns: SemaphoreColumns, blocked, holding.
 	ListSemaphores() string
+
+	// InsertCoalescing inserts one job that takes a coalesce key unless a
+	// pending job holds it: it returns the new id as a row (none on a
+	// conflict) when InsertReturnsIDs, else it affects no row on a
+	// conflict.
+	InsertCoalescing(job InsertRow) (string, []any)
+	// LockPending selects and locks the pending job that holds a coalesce
+	// key. Columns: JobInfoColumns, first_call_at.
+	LockPending(key string) (string, []any)
+	// UpdateCoalesced applies a joining call to the pending job.
+	UpdateCoalesced(u CoalesceUpdate) (string, []any)
+	// InsertCall stores one collected call.
+	InsertCall(jobID int64, seq int, args string, now int64) (string, []any)
+	// LoadCalls reads the collected calls of jobs. Columns: job_id, args,
+	// in job then call order.
+	LoadCalls(jobIDs []int64) (string, []any)
+	// DeleteCalls deletes the collected calls of jobs.
+	DeleteCalls(jobIDs []int64) (string, []any)
 }
 
 // JobColumns are the columns a claim reads, in Job's scan order.
-const JobColumns = "id, kind, queue, priority, args, attempt, max_attempts, created_at, run_at, rate_keys, conc_key, holds_slot"
+const JobColumns = "id, kind, queue, priority, args, attempt, max_attempts, created_at, run_at, rate_keys, conc_key, holds_slot, calls"
 
 // JobInfoColumns are the columns an inspection reads, in JobInfo's scan
 // order.
@@ -225,6 +246,31 @@ type InsertRow struct {
 	// LastError and FinishedAt are set for a job discarded at enqueue.
 	LastError  string
 	FinishedAt int64
+	// CoalesceKey is held while the job is pending; FirstCallAt is when
+	// its first call came.
+	CoalesceKey string
+	FirstCallAt int64
+}
+
+// PendingRow is a pending job that holds a coalesce key, as a joining call
+// finds it.
+type PendingRow struct {
+	JobInfo
+	FirstCallAt int64
+}
+
+// CoalesceUpdate is what a joining call changes in the pending job.
+type CoalesceUpdate struct {
+	ID int64
+	// Args, when not empty, replaces the job's args.
+	Args string
+	// Calls is the job's call count.
+	Calls int
+	// State and RunAt are the job's (RunAt 0 keeps it).
+	State State
+	RunAt int64
+	// ReleaseKey frees the coalesce key: the job is full.
+	ReleaseKey bool
 }
 
 // SetRow is one job's transition as SetJobs writes it. Empty strings and

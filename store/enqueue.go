@@ -19,10 +19,14 @@ var ErrKeyTooLong = errors.New("key too long")
 // Dialects that need it set it when they open.
 type IDStep interface{ IDStep() int64 }
 
-// Enqueue inserts jobs through ex (the store's pool when nil), in batches
-// of at most MaxInsertBatch, and returns their ids in the order given.
-// Every job is checked before anything is written.
-func (s *Store) Enqueue(ctx context.Context, ex Executor, now time.Time, jobs []NewJob) ([]int64, error) {
+// Enqueue adds jobs through ex (the store's pool when nil) and returns
+// what became of each, in the order given. Every job is checked before
+// anything is written. Plain jobs are inserted in batches of at most
+// MaxInsertBatch; a job that coalesces joins the pending job of its key
+// or creates it, and a job that is ready with a concurrency limit takes a
+// slot (or is blocked or discarded) — those in one transaction: the
+// caller's, or the store's own.
+func (s *Store) Enqueue(ctx context.Context, ex Executor, now time.Time, jobs []NewJob) ([]Enqueued, error) {
 	if len(jobs) == 0 {
 		return nil, nil
 	}
@@ -33,6 +37,7 @@ func (s *Store) Enqueue(ctx context.Context, ex Executor, now time.Time, jobs []
 		return nil, err
 	}
 	rows := make([]InsertRow, len(jobs))
+	plain := true
 	for i, j := range jobs {
 		row, err := s.insertRow(j, now)
 		if err != nil {
@@ -42,23 +47,31 @@ func (s *Store) Enqueue(ctx context.Context, ex Executor, now time.Time, jobs []
 			return nil, fmt.Errorf("enqueue %s: %w", j.Kind, err)
 		}
 		rows[i] = row
+		plain = plain && j.Coalesce == nil && !(row.ConcKey != "" && row.State == StateReady)
 	}
-	var ids []int64
+	var out []Enqueued
 	var err error
-	if !needsSlots(rows) {
-		ids, err = s.insertAll(ctx, ex, rows)
-	} else if ex == s.db {
+	switch {
+	case plain:
+		var ids []int64
+		if ids, err = s.insertAll(ctx, ex, rows); err == nil {
+			out = make([]Enqueued, len(ids))
+			for i, id := range ids {
+				out[i] = Enqueued{ID: id, State: rows[i].State}
+			}
+		}
+	case ex == s.db:
 		err = s.inTx(ctx, func(tx Tx) error {
-			ids, err = s.insertWithSlots(ctx, tx, now, jobs, rows)
+			out, err = s.enqueueTx(ctx, tx, now, jobs, rows)
 			return err
 		})
-	} else {
-		ids, err = s.insertWithSlots(ctx, ex, now, jobs, rows)
+	default:
+		out, err = s.enqueueTx(ctx, ex, now, jobs, rows)
 	}
 	if err != nil {
 		return nil, s.wrap(fmt.Errorf("enqueue: %w", err))
 	}
-	return ids, nil
+	return out, nil
 }
 
 // insertAll inserts rows in batches and returns their ids in order.
@@ -72,57 +85,6 @@ func (s *Store) insertAll(ctx context.Context, ex Executor, rows []InsertRow) ([
 		}
 		ids = append(ids, got...)
 		start = end
-	}
-	return ids, nil
-}
-
-// needsSlots reports whether any job is ready on arrival with a
-// concurrency limit: only then does an enqueue touch the semaphores.
-func needsSlots(rows []InsertRow) bool {
-	for _, r := range rows {
-		if r.ConcKey != "" && r.State == StateReady {
-			return true
-		}
-	}
-	return false
-}
-
-// insertWithSlots takes a slot for each job that is ready on arrival with
-// a concurrency limit, in order: a job that finds none free is blocked, or
-// discarded when its limit says so. Then it inserts the jobs and saves the
-// semaphores, in the caller's transaction.
-func (s *Store) insertWithSlots(ctx context.Context, ex Executor, now time.Time, jobs []NewJob, rows []InsertRow) ([]int64, error) {
-	var keys []string
-	for _, r := range rows {
-		if r.ConcKey != "" && r.State == StateReady {
-			keys = append(keys, r.ConcKey)
-		}
-	}
-	nowUS := Micros(now)
-	sl, err := s.lockSlots(ctx, ex, keys, nowUS)
-	if err != nil {
-		return nil, err
-	}
-	for i := range rows {
-		r := &rows[i]
-		if r.ConcKey == "" || r.State != StateReady {
-			continue
-		}
-		switch {
-		case sl.take(jobs[i].Conc):
-			r.HoldsSlot = true
-		case jobs[i].Conc.Discard:
-			r.State, r.LastError, r.FinishedAt = StateCancelled, DiscardedError+" for "+r.ConcKey, nowUS
-		default:
-			r.State = StateBlocked
-		}
-	}
-	ids, err := s.insertAll(ctx, ex, rows)
-	if err != nil {
-		return nil, err
-	}
-	if err := pipeline(ctx, ex, sl.writes(), nil); err != nil {
-		return nil, fmt.Errorf("save semaphores: %w", err)
 	}
 	return ids, nil
 }
@@ -159,6 +121,11 @@ func (s *Store) insertRow(j NewJob, now time.Time) (InsertRow, error) {
 	}
 	if j.Conc != nil {
 		if err := s.checkKey("concurrency", j.Conc.Key); err != nil {
+			return InsertRow{}, err
+		}
+	}
+	if j.Coalesce != nil {
+		if err := s.checkKey("coalesce", j.Coalesce.Key); err != nil {
 			return InsertRow{}, err
 		}
 	}

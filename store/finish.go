@@ -7,36 +7,52 @@ import (
 	"time"
 )
 
+// Outcomes are what became of the jobs a process ran.
+type Outcomes struct {
+	// Completed jobs' handlers returned nil.
+	Completed []int64
+	// Others move elsewhere: retried, snoozed, failed, cancelled.
+	Others []Transition
+	// SlotHolders are the jobs among them that held a concurrency slot
+	// when claimed and now finish for good (completed, failed, cancelled):
+	// their slots are given back, each to the first job blocked on its
+	// key.
+	SlotHolders []int64
+	// WithCalls are the completed jobs that collected calls: with
+	// DeleteOnComplete their calls are deleted with them.
+	WithCalls []int64
+}
+
 // Finish records the outcomes of jobs the process ran, in one transaction:
 // the completed ones in one statement (deleted instead when
-// DeleteOnComplete is set), the rest as transitions. slotHolders lists the
-// jobs among them that held a concurrency slot when claimed and now finish
-// for good (completed, failed, cancelled): their slots are given back,
-// each to the first job blocked on its key. A job that is no longer
-// running for this process (released as lost, or by a shutdown that timed
-// out) is left as it is, its slot too.
-func (s *Store) Finish(ctx context.Context, processID int64, now time.Time, completed []int64, others []Transition, slotHolders []int64) error {
-	if len(completed) == 0 && len(others) == 0 {
+// DeleteOnComplete is set), the rest as transitions. A job that is no
+// longer running for this process (released as lost, or by a shutdown
+// that timed out) is left as it is, its slot too.
+func (s *Store) Finish(ctx context.Context, processID int64, now time.Time, o Outcomes) error {
+	if len(o.Completed) == 0 && len(o.Others) == 0 {
 		return nil
 	}
 	nowUS := Micros(now)
 	var woke []string
 	err := s.inTx(ctx, func(tx Tx) error {
 		woke = nil
-		hs, err := s.lockHolders(ctx, tx, slotHolders, processID)
+		hs, err := s.lockHolders(ctx, tx, o.SlotHolders, processID)
 		if err != nil {
 			return err
 		}
 		var writes []Stmt
-		if len(completed) > 0 {
+		if len(o.Completed) > 0 {
 			if s.DeleteOnComplete {
-				writes = append(writes, stmt(s.d.DeleteJobs(completed, processID)))
+				if len(o.WithCalls) > 0 {
+					writes = append(writes, stmt(s.d.DeleteCalls(o.WithCalls)))
+				}
+				writes = append(writes, stmt(s.d.DeleteJobs(o.Completed, processID)))
 			} else {
-				writes = append(writes, stmt(s.d.CompleteJobs(completed, processID, nowUS)))
+				writes = append(writes, stmt(s.d.CompleteJobs(o.Completed, processID, nowUS)))
 			}
 		}
-		if len(others) > 0 {
-			writes = append(writes, stmt(s.d.SetJobs(StateRunning, processID, nowUS, setRows(others, nowUS))))
+		if len(o.Others) > 0 {
+			writes = append(writes, stmt(s.d.SetJobs(StateRunning, processID, nowUS, setRows(o.Others, nowUS))))
 		}
 		gives, queues, err := s.giveBack(ctx, tx, nowUS, hs)
 		if err != nil {
@@ -117,64 +133,73 @@ func (s *Store) Promote(ctx context.Context, now time.Time, batch int) (int, []s
 		if err != nil {
 			return fmt.Errorf("lock due jobs: %w", err)
 		}
-		if len(due) == 0 {
-			return nil
-		}
-		var ready, slotted []int64
-		var keys []string
-		for _, d := range due {
-			if d.Conc != nil && !d.HoldsSlot {
-				keys = append(keys, d.Conc.Key)
-			}
-		}
-		var sl *slots
-		if len(keys) > 0 {
-			if sl, err = s.lockSlots(ctx, tx, keys, nowUS); err != nil {
-				return err
-			}
-		}
-		var others []SetRow
-		for _, d := range due {
-			switch {
-			case d.Conc == nil || d.HoldsSlot:
-			case sl.take(d.Conc):
-				slotted = append(slotted, d.ID)
-			case d.Conc.Discard:
-				others = append(others, SetRow{ID: d.ID, State: StateCancelled, Error: DiscardedError + " for " + d.Conc.Key, FinishedAt: nowUS})
-				continue
-			default:
-				others = append(others, SetRow{ID: d.ID, State: StateBlocked})
-				continue
-			}
-			ready = append(ready, d.ID)
-			if !slices.Contains(queues, d.Queue) {
-				queues = append(queues, d.Queue)
-			}
-		}
-		var writes []Stmt
-		if len(ready) > 0 {
-			writes = append(writes, stmt(s.d.MarkReady(ready)))
-		}
-		if len(slotted) > 0 {
-			writes = append(writes, stmt(s.d.MarkSlots(slotted, true)))
-		}
-		if len(others) > 0 {
-			writes = append(writes, stmt(s.d.SetJobs(StateScheduled, 0, nowUS, others)))
-		}
-		if sl != nil {
-			writes = append(writes, sl.writes()...)
-		}
-		if q, args := s.d.Notify(queues); q != "" && len(queues) > 0 {
-			writes = append(writes, stmt(q, args))
-		}
 		n = len(due)
-		return pipeline(ctx, tx, writes, nil)
+		queues, err = s.promote(ctx, tx, due, nowUS)
+		return err
 	})
 	if err != nil {
 		return 0, nil, s.wrap(fmt.Errorf("promote: %w", err))
 	}
 	s.Wake(queues...)
 	return n, queues, nil
+}
+
+// promote makes locked scheduled jobs ready, taking a concurrency slot for
+// each that needs one (blocking or discarding it when none is free), and
+// returns the queues that gained ready jobs.
+func (s *Store) promote(ctx context.Context, ex Executor, due []DueRow, nowUS int64) ([]string, error) {
+	if len(due) == 0 {
+		return nil, nil
+	}
+	var ready, slotted []int64
+	var keys, queues []string
+	for _, d := range due {
+		if d.Conc != nil && !d.HoldsSlot {
+			keys = append(keys, d.Conc.Key)
+		}
+	}
+	var sl *slots
+	if len(keys) > 0 {
+		var err error
+		if sl, err = s.lockSlots(ctx, ex, keys, nowUS); err != nil {
+			return nil, err
+		}
+	}
+	var others []SetRow
+	for _, d := range due {
+		switch {
+		case d.Conc == nil || d.HoldsSlot:
+		case sl.take(d.Conc):
+			slotted = append(slotted, d.ID)
+		case d.Conc.Discard:
+			others = append(others, SetRow{ID: d.ID, State: StateCancelled, Error: DiscardedError + " for " + d.Conc.Key, FinishedAt: nowUS})
+			continue
+		default:
+			others = append(others, SetRow{ID: d.ID, State: StateBlocked})
+			continue
+		}
+		ready = append(ready, d.ID)
+		if !slices.Contains(queues, d.Queue) {
+			queues = append(queues, d.Queue)
+		}
+	}
+	var writes []Stmt
+	if len(ready) > 0 {
+		writes = append(writes, stmt(s.d.MarkReady(ready)))
+	}
+	if len(slotted) > 0 {
+		writes = append(writes, stmt(s.d.MarkSlots(slotted, true)))
+	}
+	if len(others) > 0 {
+		writes = append(writes, stmt(s.d.SetJobs(StateScheduled, 0, nowUS, others)))
+	}
+	if sl != nil {
+		writes = append(writes, sl.writes()...)
+	}
+	if q, args := s.d.Notify(queues); q != "" && len(queues) > 0 {
+		writes = append(writes, stmt(q, args))
+	}
+	return queues, pipeline(ctx, ex, writes, nil)
 }
 
 // scanDue reads LockDue's rows.
@@ -219,21 +244,51 @@ func (s *Store) notify(ctx context.Context, ex Executor, queues []string) error 
 }
 
 // DeleteFinished deletes, batch at a time, completed and cancelled jobs
-// that finished before the given time, and returns how many it deleted.
-// Failed jobs are kept until retried or cancelled.
+// that finished before the given time, with the calls they collected, and
+// returns how many it deleted. Failed jobs are kept until retried or
+// cancelled.
 func (s *Store) DeleteFinished(ctx context.Context, before time.Time, batch int) (int, error) {
 	if batch <= 0 {
 		batch = 500
 	}
 	total := 0
 	for {
-		q, args := s.d.DeleteFinished(Micros(before), batch)
-		res, err := exec(ctx, s.db, q, args)
+		var n int
+		err := s.inTx(ctx, func(tx Tx) error {
+			q, args := s.d.LockFinished(Micros(before), batch)
+			rows, err := tx.Query(ctx, q, args...)
+			if err != nil {
+				return err
+			}
+			var ids, withCalls []int64
+			for rows.Next() {
+				var id int64
+				var calls int
+				if err := rows.Scan(&id, &calls); err != nil {
+					rows.Close()
+					return err
+				}
+				ids = append(ids, id)
+				if calls > 1 {
+					withCalls = append(withCalls, id)
+				}
+			}
+			rows.Close()
+			if err := rows.Err(); err != nil || len(ids) == 0 {
+				return err
+			}
+			var writes []Stmt
+			if len(withCalls) > 0 {
+				writes = append(writes, stmt(s.d.DeleteCalls(withCalls)))
+			}
+			n = len(ids)
+			return pipeline(ctx, tx, append(writes, stmt(s.d.DeleteJobsByID(ids))), nil)
+		})
 		if err != nil {
 			return total, s.wrap(fmt.Errorf("delete finished jobs: %w", err))
 		}
-		total += int(res.RowsAffected)
-		if res.RowsAffected < int64(batch) || ctx.Err() != nil {
+		total += n
+		if n < batch || ctx.Err() != nil {
 			return total, ctx.Err()
 		}
 	}

@@ -23,9 +23,13 @@ func job(kind, queue string, prio int) store.NewJob {
 
 func enqueue(t *testing.T, s *store.Store, now time.Time, jobs ...store.NewJob) []int64 {
 	t.Helper()
-	ids, err := s.Enqueue(context.Background(), nil, now, jobs)
+	res, err := s.Enqueue(context.Background(), nil, now, jobs)
 	require.NoError(t, err)
-	require.Len(t, ids, len(jobs))
+	require.Len(t, res, len(jobs))
+	ids := make([]int64, len(res))
+	for i, r := range res {
+		ids[i] = r.ID
+	}
 	return ids
 }
 

@@ -5,6 +5,8 @@ import (
 	"strconv"
 	"strings"
 	"time"
+
+	"github.com/sluicequeue/sluice/coalesce"
 )
 
 // State is where a job is in its life. Every job is in exactly one.
@@ -77,6 +79,28 @@ type NewJob struct {
 	RateKeys []RateKey
 	// Conc is the job's concurrency limit, if its kind declares one.
 	Conc *Conc
+	// Coalesce is the job's coalescing rule, if its kind declares one.
+	Coalesce *Coalesce
+}
+
+// Coalesce is a job's coalescing rule and key: while a job holding Key is
+// pending, this one joins it instead of being inserted.
+type Coalesce struct {
+	Key  string
+	Rule coalesce.Spec
+}
+
+// Enqueued is what became of one enqueued job.
+type Enqueued struct {
+	// ID is the job's id: a new job's, or the pending job's it joined.
+	ID int64
+	// Joined is set when the call joined a pending job instead of adding
+	// one.
+	Joined bool
+	// State is the job's state after the enqueue: ready or scheduled, or
+	// blocked (no concurrency slot free), or cancelled (discarded by its
+	// concurrency limit).
+	State State
 }
 
 // Conc is a job's concurrency limit: at most To jobs of Key hold a slot
@@ -148,6 +172,11 @@ type Job struct {
 	// one of the key's slots.
 	ConcKey   string
 	HoldsSlot bool
+	// Calls counts the calls the job collected (1 for most jobs), and
+	// CallArgs holds every call's args, oldest first, when it is more
+	// than one; Args is the first.
+	Calls    int
+	CallArgs [][]byte
 }
 
 // JobInfo is a stored job with everything an operator may want to see.

@@ -54,7 +54,7 @@ func TestEnqueueInsideATransaction(t *testing.T) {
 		rolled, err := s.Enqueue(ctx, tx, t0, []store.NewJob{job("email", "default", 0)})
 		require.NoError(t, err)
 		require.NoError(t, tx.Rollback(ctx))
-		_, err = s.GetJob(ctx, rolled[0])
+		_, err = s.GetJob(ctx, rolled[0].ID)
 		require.ErrorIs(t, err, store.ErrNotFound)
 
 		tx, err = s.DB().Begin(ctx)
@@ -62,7 +62,7 @@ func TestEnqueueInsideATransaction(t *testing.T) {
 		kept, err := s.Enqueue(ctx, tx, t0, []store.NewJob{job("email", "default", 0)})
 		require.NoError(t, err)
 		require.NoError(t, tx.Commit(ctx))
-		require.Equal(t, store.StateReady, state(t, s, kept[0]).State)
+		require.Equal(t, store.StateReady, state(t, s, kept[0].ID).State)
 	})
 }
 
@@ -195,12 +195,12 @@ func TestFinishOutcomes(t *testing.T) {
 		got := enqueue(t, s, t0, job("a", "default", 0), job("a", "default", 0), job("a", "default", 0), job("a", "default", 0), job("a", "default", 0))
 		pid := register(t, s, t0)
 		require.Len(t, claim(t, s, pid, t0, 10).Jobs, 5)
-		err := s.Finish(ctx, pid, at(time.Second), []int64{got[done]}, []store.Transition{
+		err := s.Finish(ctx, pid, at(time.Second), store.Outcomes{Completed: []int64{got[done]}, Others: []store.Transition{
 			{ID: got[retry], State: store.StateScheduled, RunAt: at(time.Minute), Error: "boom"},
 			{ID: got[fail], State: store.StateFailed, Error: "fatal", Finished: true},
 			{ID: got[cancel], State: store.StateCancelled, Error: "discarded", Finished: true},
 			{ID: got[snooze], State: store.StateScheduled, RunAt: at(time.Hour), AttemptDelta: -1},
-		}, nil)
+		}})
 		require.NoError(t, err)
 
 		j := state(t, s, got[done])
@@ -229,7 +229,7 @@ func TestFinishIgnoresJobsNoLongerOwned(t *testing.T) {
 		pid := register(t, s, t0)
 		other := register(t, s, t0)
 		require.Len(t, claim(t, s, pid, t0, 1).Jobs, 1)
-		require.NoError(t, s.Finish(context.Background(), other, t0, []int64{id}, nil, nil))
+		require.NoError(t, s.Finish(context.Background(), other, t0, store.Outcomes{Completed: []int64{id}}))
 		require.Equal(t, store.StateRunning, state(t, s, id).State, "another process cannot complete it")
 	})
 }
@@ -240,7 +240,7 @@ func TestDeleteOnComplete(t *testing.T) {
 		id := enqueue(t, s, t0, job("a", "default", 0))[0]
 		pid := register(t, s, t0)
 		claim(t, s, pid, t0, 1)
-		require.NoError(t, s.Finish(context.Background(), pid, t0, []int64{id}, nil, nil))
+		require.NoError(t, s.Finish(context.Background(), pid, t0, store.Outcomes{Completed: []int64{id}}))
 		_, err := s.GetJob(context.Background(), id)
 		require.ErrorIs(t, err, store.ErrNotFound)
 	})
@@ -360,7 +360,7 @@ func TestRetryAndCancelByOperator(t *testing.T) {
 		got := enqueue(t, s, t0, job("a", "default", 0), job("a", "default", 0))
 		pid := register(t, s, t0)
 		claim(t, s, pid, t0, 2)
-		require.NoError(t, s.Finish(ctx, pid, t0, nil, []store.Transition{{ID: got[0], State: store.StateFailed, Error: "x", Finished: true}}, nil))
+		require.NoError(t, s.Finish(ctx, pid, t0, store.Outcomes{Others: []store.Transition{{ID: got[0], State: store.StateFailed, Error: "x", Finished: true}}}))
 
 		_, err := s.RetryJobs(ctx, at(time.Second), []int64{got[1]})
 		require.ErrorContains(t, err, "it is running")
@@ -386,8 +386,8 @@ func TestDeleteFinishedKeepsFailedAndRecent(t *testing.T) {
 		got := enqueue(t, s, t0, job("a", "default", 0), job("a", "default", 0), job("a", "default", 0))
 		pid := register(t, s, t0)
 		claim(t, s, pid, t0, 3)
-		require.NoError(t, s.Finish(ctx, pid, t0, []int64{got[0]}, []store.Transition{{ID: got[1], State: store.StateFailed, Finished: true}}, nil))
-		require.NoError(t, s.Finish(ctx, pid, at(2*time.Hour), []int64{got[2]}, nil, nil))
+		require.NoError(t, s.Finish(ctx, pid, t0, store.Outcomes{Completed: []int64{got[0]}, Others: []store.Transition{{ID: got[1], State: store.StateFailed, Finished: true}}}))
+		require.NoError(t, s.Finish(ctx, pid, at(2*time.Hour), store.Outcomes{Completed: []int64{got[2]}}))
 		n, err := s.DeleteFinished(ctx, at(time.Hour), 1)
 		require.NoError(t, err)
 		require.Equal(t, 1, n)

@@ -70,7 +70,8 @@ ORDER BY priority, id LIMIT ? FOR UPDATE SKIP LOCKED`, []any{queue, queue, limit
 
 // MarkRunning claims jobs for a process.
 func (Dialect) MarkRunning(ids []int64, processID, now int64) (string, []any) {
-	return `UPDATE sluice_jobs SET state = 'running', attempt = attempt + 1, process_id = ?, attempted_at = ?, wait_key = NULL
+	return `UPDATE sluice_jobs SET state = 'running', attempt = attempt + 1, process_id = ?, attempted_at = ?, wait_key = NULL,
+  coalesce_key = NULL
 WHERE id IN (` + sqlgen.List(len(ids)) + `)`, append([]any{processID, now}, sqlgen.Int64s(ids)...)
 }
 
@@ -102,7 +103,8 @@ SET j.state = v.state,
   j.wait_key = NULLIF(v.wait_key, ''),
   j.last_error = COALESCE(NULLIF(v.last_error, ''), j.last_error),
   j.attempt = j.attempt + v.attempt_delta,
-  j.finished_at = NULLIF(v.finished_at, 0)
+  j.finished_at = NULLIF(v.finished_at, 0),
+  j.coalesce_key = IF(v.state IN ('completed', 'failed', 'cancelled'), NULL, j.coalesce_key)
 WHERE j.state = ? AND (? = 0 OR j.process_id = ?)`, args
 }
 
@@ -245,9 +247,15 @@ func (Dialect) GetJob(id int64) (string, []any) {
 	return `SELECT ` + store.JobInfoColumns + ` FROM sluice_jobs WHERE id = ?`, []any{id}
 }
 
-// DeleteFinished deletes old completed and cancelled jobs.
-func (Dialect) DeleteFinished(before int64, limit int) (string, []any) {
-	return `DELETE FROM sluice_jobs WHERE state IN ('completed', 'cancelled') AND finished_at < ? LIMIT ?`, []any{before, limit}
+// LockFinished locks old completed and cancelled jobs.
+func (Dialect) LockFinished(before int64, limit int) (string, []any) {
+	return `SELECT id, calls FROM sluice_jobs WHERE state IN ('completed', 'cancelled') AND finished_at < ?
+LIMIT ? FOR UPDATE SKIP LOCKED`, []any{before, limit}
+}
+
+// DeleteJobsByID deletes jobs.
+func (Dialect) DeleteJobsByID(ids []int64) (string, []any) {
+	return `DELETE FROM sluice_jobs WHERE id IN (` + sqlgen.List(len(ids)) + `)`, sqlgen.Int64s(ids)
 }
 
 // LockSemaphores locks semaphores in key order.
@@ -311,4 +319,46 @@ FROM sluice_semaphores s ORDER BY name`
 // LockJob reads and locks one job.
 func (Dialect) LockJob(id int64) (string, []any) {
 	return `SELECT ` + store.JobInfoColumns + ` FROM sluice_jobs WHERE id = ? FOR UPDATE`, []any{id}
+}
+
+// InsertCoalescing inserts a job unless a pending job holds its coalesce
+// key.
+func (Dialect) InsertCoalescing(j store.InsertRow) (string, []any) {
+	return `INSERT INTO sluice_jobs (kind, queue, priority, state, args, max_attempts, created_at, run_at, rate_keys,
+  conc_key, conc_limit, conc_duration, conc_discard, holds_slot, coalesce_key, first_call_at)
+VALUES (?, ?, ?, ?, ?, ?, ?, ?, NULLIF(?, ''), NULLIF(?, ''), ?, ?, ?, ?, ?, ?)
+ON DUPLICATE KEY UPDATE coalesce_key = coalesce_key`,
+		[]any{j.Kind, j.Queue, j.Priority, string(j.State), j.Args, j.MaxAttempts, j.CreatedAt, j.RunAt, j.RateKeys,
+			j.ConcKey, j.ConcLimit, j.ConcDuration, sqlgen.Bool(j.ConcDiscard), sqlgen.Bool(j.HoldsSlot), j.CoalesceKey, j.FirstCallAt}
+}
+
+// LockPending locks the pending job that holds a coalesce key.
+func (Dialect) LockPending(key string) (string, []any) {
+	return `SELECT ` + store.JobInfoColumns + `, first_call_at FROM sluice_jobs WHERE coalesce_key = ? FOR UPDATE`, []any{key}
+}
+
+// UpdateCoalesced applies a joining call to the pending job.
+func (Dialect) UpdateCoalesced(u store.CoalesceUpdate) (string, []any) {
+	return `UPDATE sluice_jobs SET
+  args = IF(? = '', args, ?),
+  calls = ?,
+  state = ?,
+  run_at = IF(? = 0, run_at, ?),
+  coalesce_key = IF(?, NULL, coalesce_key)
+WHERE id = ?`, []any{u.Args, u.Args, u.Calls, string(u.State), u.RunAt, u.RunAt, sqlgen.Bool(u.ReleaseKey), u.ID}
+}
+
+// InsertCall stores one collected call.
+func (Dialect) InsertCall(jobID int64, seq int, args string, now int64) (string, []any) {
+	return `INSERT INTO sluice_calls (job_id, seq, args, created_at) VALUES (?, ?, ?, ?)`, []any{jobID, seq, args, now}
+}
+
+// LoadCalls reads collected calls.
+func (Dialect) LoadCalls(jobIDs []int64) (string, []any) {
+	return `SELECT job_id, args FROM sluice_calls WHERE job_id IN (` + sqlgen.List(len(jobIDs)) + `) ORDER BY job_id, seq`, sqlgen.Int64s(jobIDs)
+}
+
+// DeleteCalls deletes collected calls.
+func (Dialect) DeleteCalls(jobIDs []int64) (string, []any) {
+	return `DELETE FROM sluice_calls WHERE job_id IN (` + sqlgen.List(len(jobIDs)) + `)`, sqlgen.Int64s(jobIDs)
 }

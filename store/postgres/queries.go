@@ -82,7 +82,8 @@ ORDER BY priority, id LIMIT $2 FOR UPDATE SKIP LOCKED`, []any{queue, limit}
 
 // MarkRunning claims jobs for a process.
 func (Dialect) MarkRunning(ids []int64, processID, now int64) (string, []any) {
-	return `UPDATE sluice_jobs SET state = 'running', attempt = attempt + 1, process_id = $1, attempted_at = $2, wait_key = NULL
+	return `UPDATE sluice_jobs SET state = 'running', attempt = attempt + 1, process_id = $1, attempted_at = $2, wait_key = NULL,
+  coalesce_key = NULL
 WHERE id = ANY($3)`, []any{processID, now, ids}
 }
 
@@ -114,7 +115,8 @@ func (Dialect) SetJobs(from store.State, processID, now int64, rows []store.SetR
   wait_key = NULLIF(v.wait_key, ''),
   last_error = COALESCE(NULLIF(v.last_error, ''), j.last_error),
   attempt = j.attempt + v.attempt_delta,
-  finished_at = NULLIF(v.finished_at, 0)
+  finished_at = NULLIF(v.finished_at, 0),
+  coalesce_key = CASE WHEN v.state IN ('completed', 'failed', 'cancelled') THEN NULL ELSE j.coalesce_key END
 FROM unnest($1::bigint[], $2::text[], $3::bigint[], $4::text[], $5::text[], $6::int[], $7::bigint[])
   AS v(id, state, run_at, wait_key, last_error, attempt_delta, finished_at)
 WHERE j.id = v.id AND j.state = $8 AND ($9::bigint = 0 OR j.process_id = $9)`,
@@ -264,10 +266,15 @@ func (Dialect) GetJob(id int64) (string, []any) {
 	return `SELECT ` + store.JobInfoColumns + ` FROM sluice_jobs WHERE id = $1`, []any{id}
 }
 
-// DeleteFinished deletes old completed and cancelled jobs.
-func (Dialect) DeleteFinished(before int64, limit int) (string, []any) {
-	return `DELETE FROM sluice_jobs WHERE id = ANY(ARRAY(
-  SELECT id FROM sluice_jobs WHERE state IN ('completed', 'cancelled') AND finished_at < $1 LIMIT $2))`, []any{before, limit}
+// LockFinished locks old completed and cancelled jobs.
+func (Dialect) LockFinished(before int64, limit int) (string, []any) {
+	return `SELECT id, calls FROM sluice_jobs WHERE state IN ('completed', 'cancelled') AND finished_at < $1
+LIMIT $2 FOR UPDATE SKIP LOCKED`, []any{before, limit}
+}
+
+// DeleteJobsByID deletes jobs.
+func (Dialect) DeleteJobsByID(ids []int64) (string, []any) {
+	return `DELETE FROM sluice_jobs WHERE id = ANY($1)`, []any{ids}
 }
 
 // LockSemaphores locks semaphores in key order.
@@ -335,4 +342,50 @@ FROM sluice_semaphores s ORDER BY name`
 // LockJob reads and locks one job.
 func (Dialect) LockJob(id int64) (string, []any) {
 	return `SELECT ` + store.JobInfoColumns + ` FROM sluice_jobs WHERE id = $1 FOR UPDATE`, []any{id}
+}
+
+// InsertCoalescing inserts a job unless a pending job holds its coalesce
+// key, and wakes listeners if it is ready.
+func (Dialect) InsertCoalescing(j store.InsertRow) (string, []any) {
+	return `WITH ins AS (
+  INSERT INTO sluice_jobs (kind, queue, priority, state, args, max_attempts, created_at, run_at, rate_keys,
+    conc_key, conc_limit, conc_duration, conc_discard, holds_slot, coalesce_key, first_call_at)
+  VALUES ($1, $2, $3, $4, $5, $6, $7, $8, NULLIF($9, ''), NULLIF($10, ''), $11, $12, $13, $14, $15, $16)
+  ON CONFLICT (coalesce_key) WHERE coalesce_key IS NOT NULL DO NOTHING
+  RETURNING id, queue, state),
+woke AS (SELECT pg_notify('` + Channel + `', queue) FROM ins WHERE state = 'ready')
+SELECT id FROM ins WHERE (SELECT count(*) FROM woke) >= 0`,
+		[]any{j.Kind, j.Queue, j.Priority, string(j.State), j.Args, j.MaxAttempts, j.CreatedAt, j.RunAt, j.RateKeys,
+			j.ConcKey, j.ConcLimit, j.ConcDuration, j.ConcDiscard, j.HoldsSlot, j.CoalesceKey, j.FirstCallAt}
+}
+
+// LockPending locks the pending job that holds a coalesce key.
+func (Dialect) LockPending(key string) (string, []any) {
+	return `SELECT ` + store.JobInfoColumns + `, first_call_at FROM sluice_jobs WHERE coalesce_key = $1 FOR UPDATE`, []any{key}
+}
+
+// UpdateCoalesced applies a joining call to the pending job.
+func (Dialect) UpdateCoalesced(u store.CoalesceUpdate) (string, []any) {
+	return `UPDATE sluice_jobs SET
+  args = CASE WHEN $2 = '' THEN args ELSE $2 END,
+  calls = $3,
+  state = $4,
+  run_at = CASE WHEN $5::bigint = 0 THEN run_at ELSE $5 END,
+  coalesce_key = CASE WHEN $6 THEN NULL ELSE coalesce_key END
+WHERE id = $1`, []any{u.ID, u.Args, u.Calls, string(u.State), u.RunAt, u.ReleaseKey}
+}
+
+// InsertCall stores one collected call.
+func (Dialect) InsertCall(jobID int64, seq int, args string, now int64) (string, []any) {
+	return `INSERT INTO sluice_calls (job_id, seq, args, created_at) VALUES ($1, $2, $3, $4)`, []any{jobID, seq, args, now}
+}
+
+// LoadCalls reads collected calls.
+func (Dialect) LoadCalls(jobIDs []int64) (string, []any) {
+	return `SELECT job_id, args FROM sluice_calls WHERE job_id = ANY($1) ORDER BY job_id, seq`, []any{jobIDs}
+}
+
+// DeleteCalls deletes collected calls.
+func (Dialect) DeleteCalls(jobIDs []int64) (string, []any) {
+	return `DELETE FROM sluice_calls WHERE job_id = ANY($1)`, []any{jobIDs}
 }

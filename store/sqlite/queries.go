@@ -62,7 +62,8 @@ ORDER BY priority, id LIMIT ?`, []any{queue, queue, limit}
 
 // MarkRunning claims jobs for a process.
 func (Dialect) MarkRunning(ids []int64, processID, now int64) (string, []any) {
-	return `UPDATE sluice_jobs SET state = 'running', attempt = attempt + 1, process_id = ?, attempted_at = ?, wait_key = NULL
+	return `UPDATE sluice_jobs SET state = 'running', attempt = attempt + 1, process_id = ?, attempted_at = ?, wait_key = NULL,
+  coalesce_key = NULL
 WHERE id IN (` + sqlgen.List(len(ids)) + `)`, append([]any{processID, now}, sqlgen.Int64s(ids)...)
 }
 
@@ -94,7 +95,8 @@ UPDATE sluice_jobs SET
   wait_key = NULLIF(v.wait_key, ''),
   last_error = COALESCE(NULLIF(v.last_error, ''), sluice_jobs.last_error),
   attempt = sluice_jobs.attempt + v.attempt_delta,
-  finished_at = NULLIF(v.finished_at, 0)
+  finished_at = NULLIF(v.finished_at, 0),
+  coalesce_key = CASE WHEN v.state IN ('completed', 'failed', 'cancelled') THEN NULL ELSE sluice_jobs.coalesce_key END
 FROM v WHERE sluice_jobs.id = v.id AND sluice_jobs.state = ? AND (? = 0 OR sluice_jobs.process_id = ?)`, args
 }
 
@@ -230,10 +232,15 @@ func (Dialect) GetJob(id int64) (string, []any) {
 	return `SELECT ` + store.JobInfoColumns + ` FROM sluice_jobs WHERE id = ?`, []any{id}
 }
 
-// DeleteFinished deletes old completed and cancelled jobs.
-func (Dialect) DeleteFinished(before int64, limit int) (string, []any) {
-	return `DELETE FROM sluice_jobs WHERE id IN (
-  SELECT id FROM sluice_jobs WHERE state IN ('completed', 'cancelled') AND finished_at < ? LIMIT ?)`, []any{before, limit}
+// LockFinished locks old completed and cancelled jobs.
+func (Dialect) LockFinished(before int64, limit int) (string, []any) {
+	return `SELECT id, calls FROM sluice_jobs WHERE state IN ('completed', 'cancelled') AND finished_at < ?
+LIMIT ?`, []any{before, limit}
+}
+
+// DeleteJobsByID deletes jobs.
+func (Dialect) DeleteJobsByID(ids []int64) (string, []any) {
+	return `DELETE FROM sluice_jobs WHERE id IN (` + sqlgen.List(len(ids)) + `)`, sqlgen.Int64s(ids)
 }
 
 // LockSemaphores locks semaphores in key order.
@@ -297,4 +304,46 @@ FROM sluice_semaphores s ORDER BY name`
 // LockJob reads and locks one job.
 func (Dialect) LockJob(id int64) (string, []any) {
 	return `SELECT ` + store.JobInfoColumns + ` FROM sluice_jobs WHERE id = ?`, []any{id}
+}
+
+// InsertCoalescing inserts a job unless a pending job holds its coalesce
+// key.
+func (Dialect) InsertCoalescing(j store.InsertRow) (string, []any) {
+	return `INSERT INTO sluice_jobs (kind, queue, priority, state, args, max_attempts, created_at, run_at, rate_keys,
+  conc_key, conc_limit, conc_duration, conc_discard, holds_slot, coalesce_key, first_call_at)
+VALUES (?, ?, ?, ?, ?, ?, ?, ?, NULLIF(?, ''), NULLIF(?, ''), ?, ?, ?, ?, ?, ?)
+ON CONFLICT (coalesce_key) WHERE coalesce_key IS NOT NULL DO NOTHING RETURNING id`,
+		[]any{j.Kind, j.Queue, j.Priority, string(j.State), j.Args, j.MaxAttempts, j.CreatedAt, j.RunAt, j.RateKeys,
+			j.ConcKey, j.ConcLimit, j.ConcDuration, sqlgen.Bool(j.ConcDiscard), sqlgen.Bool(j.HoldsSlot), j.CoalesceKey, j.FirstCallAt}
+}
+
+// LockPending locks the pending job that holds a coalesce key.
+func (Dialect) LockPending(key string) (string, []any) {
+	return `SELECT ` + store.JobInfoColumns + `, first_call_at FROM sluice_jobs WHERE coalesce_key = ?`, []any{key}
+}
+
+// UpdateCoalesced applies a joining call to the pending job.
+func (Dialect) UpdateCoalesced(u store.CoalesceUpdate) (string, []any) {
+	return `UPDATE sluice_jobs SET
+  args = CASE WHEN ? = '' THEN args ELSE ? END,
+  calls = ?,
+  state = ?,
+  run_at = CASE WHEN ? = 0 THEN run_at ELSE ? END,
+  coalesce_key = CASE WHEN ? THEN NULL ELSE coalesce_key END
+WHERE id = ?`, []any{u.Args, u.Args, u.Calls, string(u.State), u.RunAt, u.RunAt, sqlgen.Bool(u.ReleaseKey), u.ID}
+}
+
+// InsertCall stores one collected call.
+func (Dialect) InsertCall(jobID int64, seq int, args string, now int64) (string, []any) {
+	return `INSERT INTO sluice_calls (job_id, seq, args, created_at) VALUES (?, ?, ?, ?)`, []any{jobID, seq, args, now}
+}
+
+// LoadCalls reads collected calls.
+func (Dialect) LoadCalls(jobIDs []int64) (string, []any) {
+	return `SELECT job_id, args FROM sluice_calls WHERE job_id IN (` + sqlgen.List(len(jobIDs)) + `) ORDER BY job_id, seq`, sqlgen.Int64s(jobIDs)
+}
+
+// DeleteCalls deletes collected calls.
+func (Dialect) DeleteCalls(jobIDs []int64) (string, []any) {
+	return `DELETE FROM sluice_calls WHERE job_id IN (` + sqlgen.List(len(jobIDs)) + `)`, sqlgen.Int64s(jobIDs)
 }

@@ -1,0 +1,6 @@
+DROP TABLE sluice_calls;
+DROP INDEX sluice_jobs_coalesce;
+ALTER TABLE sluice_jobs
+  DROP COLUMN first_call_at,
+  DROP COLUMN calls,
+  DROP COLUMN coalesce_key;
