@@ -186,9 +186,13 @@ func (c *Client) newJob(it Item, now time.Time) (store.NewJob, error) {
 	if err != nil {
 		return store.NewJob{}, fmt.Errorf("%s: %w", name, err)
 	}
+	co, err := k.coalesceKey(it.Args)
+	if err != nil {
+		return store.NewJob{}, fmt.Errorf("%s: %w", name, err)
+	}
 	j := store.NewJob{
 		Kind: name, Queue: k.cfg.queue, Priority: k.cfg.priority, Args: body,
-		MaxAttempts: k.cfg.maxAttempts, RateKeys: keys, Conc: conc,
+		MaxAttempts: k.cfg.maxAttempts, RateKeys: keys, Conc: conc, Coalesce: co,
 	}
 	if cfg.queue != "" {
 		j.Queue = cfg.queue

@@ -59,6 +59,15 @@ func (w *Worker) run(ctx context.Context, j *store.Job) (result, error) {
 		err = fmt.Errorf("decode args of %s: %w", j.Kind, err)
 		return w.failure(j, err), err
 	}
+	var more []any
+	for i, body := range j.CallArgs[min(1, len(j.CallArgs)):] {
+		c, err := k.decode(body)
+		if err != nil {
+			err = fmt.Errorf("decode call %d of %s: %w", i+2, j.Kind, err)
+			return w.failure(j, err), err
+		}
+		more = append(more, c)
+	}
 	timeout := w.cfg.JobTimeout
 	if k.cfg.timeout != 0 {
 		timeout = k.cfg.timeout
@@ -69,7 +78,7 @@ func (w *Worker) run(ctx context.Context, j *store.Job) (result, error) {
 		t := w.clock.AfterFunc(timeout, func() { cancel(ErrJobTimeout) })
 		defer t.Stop()
 	}
-	err = call(jctx, k, j, args)
+	err = call(jctx, k, j, args, more)
 	if err != nil && errors.Is(context.Cause(jctx), ErrJobTimeout) {
 		err = fmt.Errorf("%w after %s: %w", ErrJobTimeout, timeout, err)
 	}
@@ -77,13 +86,13 @@ func (w *Worker) run(ctx context.Context, j *store.Job) (result, error) {
 }
 
 // call runs the handler, turning a panic into an error with its stack.
-func call(ctx context.Context, k *kind, j *store.Job, args any) (err error) {
+func call(ctx context.Context, k *kind, j *store.Job, args any, more []any) (err error) {
 	defer func() {
 		if r := recover(); r != nil {
 			err = fmt.Errorf("panic: %v\n%s", r, debug.Stack())
 		}
 	}()
-	return k.work(ctx, j, args)
+	return k.work(ctx, j, args, more)
 }
 
 // outcome maps a handler's error to the job's next state.

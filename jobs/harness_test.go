@@ -117,3 +117,12 @@ func receive[T any](t *testing.T, ch <-chan T, n int) []T {
 }
 
 func systemClock() clock.Clock { return clock.System() }
+
+// assertNoErr reports an error from a goroutine without stopping it.
+func assertNoErr(t *testing.T, err error) bool {
+	if err != nil {
+		t.Errorf("unexpected error: %v", err)
+		return false
+	}
+	return true
+}

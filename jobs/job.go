@@ -48,12 +48,19 @@ type Job[T Args] struct {
 	MaxAttempts int
 	// CreatedAt is when the job was enqueued.
 	CreatedAt time.Time
+	// Calls are the args of every call the job collected, oldest first,
+	// for a kind that coalesces with OnConflict: Collect; Args is the
+	// first. For other jobs it holds Args alone.
+	Calls []T
 }
 
 // Handler is implemented by types that work jobs of one kind.
 type Handler[T Args] interface {
 	Work(ctx context.Context, job *Job[T]) error
 }
+
+// CallsHandler works the calls a coalescing job collected.
+type CallsHandler[T Args] func(ctx context.Context, job *Job[T], calls []T) error
 
 // HandlerFunc adapts a function to Handler.
 type HandlerFunc[T Args] func(ctx context.Context, job *Job[T]) error

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"time"
 
+	"github.com/sluicequeue/sluice/coalesce"
 	"github.com/sluicequeue/sluice/concurrency"
 	"github.com/sluicequeue/sluice/ratelimit"
 )
@@ -43,6 +44,7 @@ type kindConfig struct {
 	backoff     func(attempt int) time.Duration
 	rateLimits  []any // ratelimit.Limit[T] for the kind's T, checked at Register
 	concurrency []any // concurrency.Limit[T]
+	coalesce    []any // coalesce.Rule[T]
 }
 
 // enqueueConfig is what enqueue options set; zero fields take the kind's.
@@ -156,6 +158,18 @@ func ConcurrencyLimit[T Args](l concurrency.Limit[T]) RegisterOption {
 
 func (c concurrencyOption) applyRegister(k *kindConfig) error {
 	k.concurrency = append(k.concurrency, c.limit)
+	return nil
+}
+
+type coalesceOption struct{ rule any }
+
+// Coalesce makes calls with one key share one pending job; see package
+// coalesce. A kind declares one rule. With OnConflict: Collect, register
+// the kind with RegisterCalls, whose handler receives every call.
+func Coalesce[T Args](r coalesce.Rule[T]) RegisterOption { return coalesceOption{rule: r} }
+
+func (c coalesceOption) applyRegister(k *kindConfig) error {
+	k.coalesce = append(k.coalesce, c.rule)
 	return nil
 }
 

@@ -9,6 +9,7 @@ import (
 	"sort"
 	"sync"
 
+	"github.com/sluicequeue/sluice/coalesce"
 	"github.com/sluicequeue/sluice/concurrency"
 	"github.com/sluicequeue/sluice/ratelimit"
 	"github.com/sluicequeue/sluice/store"
@@ -38,8 +39,17 @@ type kind struct {
 	byScope  map[string]ratelimit.Spec
 	conc     *concRule
 	decode   func([]byte) (any, error)
-	// work runs the handler; nil for a kind declared without one.
-	work func(ctx context.Context, j *store.Job, args any) error
+	// work runs the handler with the job's args (and its collected calls,
+	// decoded); nil for a kind declared without one.
+	work func(ctx context.Context, j *store.Job, args any, calls []any) error
+	// coalesce is the kind's coalescing rule; nil without one.
+	coalesce *coalesceRule
+}
+
+// coalesceRule is a compiled coalescing rule with its type erased.
+type coalesceRule struct {
+	spec coalesce.Spec
+	key  func(args any) (string, error)
 }
 
 // rateRule is a compiled rate limit with its type erased.
@@ -63,7 +73,7 @@ func Register[T Args](r *Registry, work func(ctx context.Context, job *Job[T]) e
 	if work == nil {
 		return fmt.Errorf("jobs: register %s: the handler is nil", kindName[T]())
 	}
-	return register[T](r, HandlerFunc[T](work), opts)
+	return register[T](r, HandlerFunc[T](work), nil, opts)
 }
 
 // RegisterHandler adds a Handler for the kind of T.
@@ -71,14 +81,24 @@ func RegisterHandler[T Args](r *Registry, h Handler[T], opts ...RegisterOption) 
 	if h == nil {
 		return fmt.Errorf("jobs: register %s: the handler is nil", kindName[T]())
 	}
-	return register[T](r, h, opts)
+	return register[T](r, h, nil, opts)
+}
+
+// RegisterCalls adds a handler for a kind that coalesces with OnConflict:
+// Collect: it receives every call the job collected, oldest first, and a
+// retry runs all of them again.
+func RegisterCalls[T Args](r *Registry, work CallsHandler[T], opts ...RegisterOption) error {
+	if work == nil {
+		return fmt.Errorf("jobs: register %s: the handler is nil", kindName[T]())
+	}
+	return register[T](r, nil, work, opts)
 }
 
 // Declare adds the kind of T without a handler: for processes that enqueue
 // jobs other processes work. Enqueue needs the kind's options (its queue,
 // its limits' keys) even where nothing runs it.
 func Declare[T Args](r *Registry, opts ...RegisterOption) error {
-	return register[T](r, nil, opts)
+	return register[T](r, nil, nil, opts)
 }
 
 func kindName[T Args]() (name string) {
@@ -91,7 +111,7 @@ func kindName[T Args]() (name string) {
 	return zero.Kind()
 }
 
-func register[T Args](r *Registry, h Handler[T], opts []RegisterOption) error {
+func register[T Args](r *Registry, h Handler[T], calls CallsHandler[T], opts []RegisterOption) error {
 	name := kindName[T]()
 	var zero T
 	if name == "" {
@@ -146,12 +166,37 @@ func register[T Args](r *Registry, h Handler[T], opts []RegisterOption) error {
 		}
 		k.conc = rule
 	}
-	if h != nil {
-		k.work = func(ctx context.Context, j *store.Job, args any) error {
-			return h.Work(ctx, &Job[T]{
+	if len(cfg.coalesce) > 1 {
+		return fail(errors.New("Coalesce is declared more than once; a kind has one rule"))
+	}
+	for _, decl := range cfg.coalesce {
+		rule, err := compileCoalesce[T](name, decl)
+		if err != nil {
+			return fail(fmt.Errorf("Coalesce: %w", err))
+		}
+		k.coalesce = rule
+	}
+	collects := k.coalesce != nil && k.coalesce.spec.OnConflict == coalesce.Collect
+	switch {
+	case collects && h != nil:
+		return fail(errors.New("Coalesce with OnConflict: Collect needs a handler for every call: register it with jobs.RegisterCalls"))
+	case !collects && calls != nil:
+		return fail(errors.New("RegisterCalls is for kinds that Coalesce with OnConflict: Collect"))
+	}
+	if h != nil || calls != nil {
+		k.work = func(ctx context.Context, j *store.Job, args any, more []any) error {
+			job := &Job[T]{
 				ID: j.ID, Args: args.(T), Kind: j.Kind, Queue: j.Queue, Priority: j.Priority,
 				Attempt: j.Attempt, MaxAttempts: j.MaxAttempts, CreatedAt: j.CreatedAt,
-			})
+				Calls: []T{args.(T)},
+			}
+			for _, c := range more {
+				job.Calls = append(job.Calls, c.(T))
+			}
+			if calls != nil {
+				return calls(ctx, job, job.Calls)
+			}
+			return h.Work(ctx, job)
 		}
 	}
 	r.mu.Lock()
@@ -192,6 +237,19 @@ func compileConc[T Args](name string, decl any) (*concRule, error) {
 		return nil, err
 	}
 	return &concRule{spec: r.Spec, key: func(a any) (string, error) { return r.SlotKey(a.(T)) }}, nil
+}
+
+func compileCoalesce[T Args](name string, decl any) (*coalesceRule, error) {
+	rule, ok := decl.(coalesce.Rule[T])
+	if !ok {
+		var zero T
+		return nil, fmt.Errorf("declared as %T, but the kind's args are %T", decl, zero)
+	}
+	c, err := coalesce.Compile(name, rule)
+	if err != nil || c == nil {
+		return nil, err
+	}
+	return &coalesceRule{spec: c.Spec, key: func(a any) (string, error) { return c.CoalesceKey(a.(T)) }}, nil
 }
 
 func (r *Registry) lookup(name string) *kind {
@@ -246,6 +304,19 @@ func (k *kind) concLimit(args any) (*store.Conc, error) {
 	}
 	s := k.conc.spec
 	return &store.Conc{Key: key, To: s.To, Duration: s.Duration, Discard: s.Discard}, nil
+}
+
+// coalesceKey computes a job's coalescing key at enqueue; nil without a
+// rule.
+func (k *kind) coalesceKey(args any) (*store.Coalesce, error) {
+	if k.coalesce == nil {
+		return nil, nil
+	}
+	key, err := k.coalesce.key(args)
+	if err != nil {
+		return nil, err
+	}
+	return &store.Coalesce{Key: key, Rule: k.coalesce.spec}, nil
 }
 
 // rateKeys computes a job's budget keys and costs at enqueue.

@@ -15,6 +15,7 @@ import (
 	"time"
 
 	"github.com/sluicequeue/sluice/clock"
+	"github.com/sluicequeue/sluice/dispatcher"
 	"github.com/sluicequeue/sluice/jobs"
 	"github.com/sluicequeue/sluice/store"
 	"github.com/sluicequeue/sluice/store/sqlite"
@@ -114,4 +115,30 @@ func TempStore(ctx context.Context) (s *store.Store, closeFn func(), err error) 
 		return nil, nil, fmt.Errorf("example database: %w", err)
 	}
 	return s, func() { _ = s.Close(); _ = os.RemoveAll(dir) }, nil
+}
+
+// Timeline works the queues on the fake clock for d, one step at a time:
+// each step it calls arrive (to enqueue what arrives then), lets the
+// dispatcher tick and works every job that is ready, then advances the
+// clock by step.
+func Timeline(ctx context.Context, s *store.Store, reg *jobs.Registry, l *Log, step, d time.Duration, arrive func(c *jobs.Client, now time.Time) error) error {
+	quiet := slog.New(slog.NewTextHandler(io.Discard, nil))
+	c := jobs.NewClient(s, reg, jobs.ClientConfig{Clock: l.Clock})
+	w, err := jobs.NewWorker(s, reg, jobs.WorkerConfig{Clock: l.Clock, Concurrency: 100, Logger: quiet})
+	if err != nil {
+		return err
+	}
+	disp := dispatcher.New(s, dispatcher.Config{Clock: l.Clock, Logger: quiet})
+	for end := l.Clock.Now().Add(d); l.Clock.Now().Before(end); l.Clock.Advance(step) {
+		if err := arrive(c, l.Clock.Now()); err != nil {
+			return err
+		}
+		if _, err := disp.Tick(ctx); err != nil {
+			return err
+		}
+		if _, err := w.Drain(ctx); err != nil {
+			return err
+		}
+	}
+	return nil
 }
