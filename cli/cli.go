@@ -27,6 +27,7 @@ import (
 	"strings"
 	"syscall"
 
+	"github.com/sluicequeue/sluice/dispatcher"
 	"github.com/sluicequeue/sluice/jobs"
 	"github.com/sluicequeue/sluice/store"
 	"github.com/sluicequeue/sluice/store/dburl"
@@ -52,6 +53,9 @@ type App struct {
 	Name string
 	// Registry holds the app's kinds. With it the app offers `worker`.
 	Registry *jobs.Registry
+	// Tasks are recurring tasks declared in code; the app's dispatcher
+	// runs them (with those of a --config file).
+	Tasks []dispatcher.Task
 	// Commands are added to the built-in ones (and replace one of the
 	// same name).
 	Commands []Command
@@ -182,6 +186,7 @@ func builtins() []Command {
 		{Name: "queues", Summary: "list queues, or pause|resume QUEUE", Run: runQueues},
 		{Name: "budgets", Summary: "list rate-limit budgets, or clear-idle", Run: runBudgets},
 		{Name: "semaphores", Summary: "list concurrency keys: slots free and taken, jobs blocked", Run: runSemaphores},
+		{Name: "recurring", Summary: "list recurring tasks with their last and next runs", Run: runRecurring},
 	}
 }
 

@@ -2,14 +2,17 @@ package cli
 
 import (
 	"context"
+	"errors"
 	"flag"
 	"fmt"
 	"log/slog"
+	"os"
 	"strings"
 	"time"
 
 	"github.com/sluicequeue/sluice/dispatcher"
 	"github.com/sluicequeue/sluice/jobs"
+	"github.com/sluicequeue/sluice/store"
 )
 
 // logFlag adds --log-level to fs.
@@ -64,9 +67,10 @@ func runWorker(ctx context.Context, env *Env, args []string) error {
 }
 
 func runDispatcher(ctx context.Context, env *Env, args []string) error {
-	fs, url := env.FlagSet("dispatcher", "dispatcher [--interval 1s] [--batch-size 500] [flags]")
+	fs, url := env.FlagSet("dispatcher", "dispatcher [--interval 1s] [--batch-size 500] [--config FILE] [flags]")
 	interval := fs.Duration("interval", dispatcher.DefaultInterval, "how often to look for due jobs")
 	batch := fs.Int("batch-size", dispatcher.DefaultBatchSize, "jobs one promotion moves")
+	config := configFlag(fs)
 	level := logFlag(fs)
 	if err := Parse(fs, args); err != nil {
 		return err
@@ -86,7 +90,88 @@ func runDispatcher(ctx context.Context, env *Env, args []string) error {
 		return err
 	}
 	defer s.Close()
-	return dispatcher.New(s, dispatcher.Config{Interval: *interval, BatchSize: *batch, Logger: log}).Run(ctx)
+	d, err := env.dispatcher(s, *config, dispatcher.Config{Interval: *interval, BatchSize: *batch, Logger: log})
+	if err != nil {
+		return err
+	}
+	return d.Run(ctx)
+}
+
+// configFlag adds --config to fs.
+func configFlag(fs *flag.FlagSet) *string {
+	return fs.String("config", "", "JSON file of recurring tasks and maintenance schedules (see docs/recurring.md)")
+}
+
+// dispatcher builds the app's dispatcher: its tasks declared in code and
+// those of the config file, if any.
+func (e *Env) dispatcher(s *store.Store, configPath string, cfg dispatcher.Config) (*dispatcher.Dispatcher, error) {
+	cfg.Tasks = append(cfg.Tasks, e.App.Tasks...)
+	if configPath != "" {
+		f, err := os.Open(configPath)
+		if err != nil {
+			return nil, err
+		}
+		defer f.Close()
+		fc, err := dispatcher.LoadConfig(f, e.App.Registry)
+		if err != nil {
+			return nil, err
+		}
+		cfg.Tasks = append(cfg.Tasks, fc.Tasks...)
+		cfg.Maintenance = fc.Maintenance
+	}
+	if len(cfg.Tasks) > 0 {
+		if e.App.Registry == nil {
+			return nil, errors.New("recurring tasks need the app's registry (cli.App.Registry) to enqueue their jobs")
+		}
+		cfg.Client = jobs.NewClient(s, e.App.Registry, jobs.ClientConfig{})
+	}
+	return dispatcher.New(s, cfg)
+}
+
+func runRecurring(ctx context.Context, env *Env, args []string) error {
+	fs, url := env.FlagSet("recurring", "recurring [--config FILE] [--json] [flags]")
+	config := configFlag(fs)
+	asJSON := fs.Bool("json", false, "print JSON for scripts")
+	if err := Parse(fs, args); err != nil {
+		return err
+	}
+	s, err := OpenChecked(ctx, *url)
+	if err != nil {
+		return err
+	}
+	defer s.Close()
+	d, err := env.dispatcher(s, *config, dispatcher.Config{})
+	if err != nil {
+		return err
+	}
+	tasks, err := d.Tasks(ctx)
+	if err != nil {
+		return err
+	}
+	if *asJSON {
+		out := make([]map[string]any, len(tasks))
+		for i, t := range tasks {
+			out[i] = map[string]any{"key": t.Key, "schedule": t.Schedule, "kind": t.Kind, "next": t.Next}
+			if !t.Last.RunAt.IsZero() {
+				out[i]["last"] = t.Last.RunAt
+				out[i]["last_job_id"] = t.Last.JobID
+			}
+		}
+		return printJSON(env, out)
+	}
+	now := time.Now()
+	rows := make([][]string, len(tasks))
+	for i, t := range tasks {
+		kind, last := t.Kind, "-"
+		if kind == "" {
+			kind = "(built in)"
+		}
+		if !t.Last.RunAt.IsZero() {
+			last = fmtIn(t.Last.RunAt, now)
+		}
+		rows[i] = []string{t.Key, t.Schedule, kind, last, fmtIn(t.Next, now)}
+	}
+	return table(env, "TASK\tSCHEDULE\tKIND\tLAST RUN\tNEXT RUN", rows)
 }
 
 func splitList(s string) []string {

@@ -15,6 +15,7 @@ import (
 
 	"github.com/sluicequeue/sluice/clock"
 	"github.com/sluicequeue/sluice/internal/heartbeat"
+	"github.com/sluicequeue/sluice/jobs"
 	"github.com/sluicequeue/sluice/store"
 )
 
@@ -42,11 +43,15 @@ type Config struct {
 	DeadAfter         time.Duration
 	// Clock drives every decision. Defaults to the system clock.
 	Clock clock.Clock
-	// ClearIdleBudgetsEvery is how often the dispatcher deletes rate-limit
-	// budgets that admit exactly as a missing row would (see
-	// store.ClearIdleBudgets), in batches of 500 with 300ms between them.
-	// Defaults to an hour; negative turns it off.
-	ClearIdleBudgetsEvery time.Duration
+	// Tasks are recurring tasks: a job enqueued at each tick of a cron
+	// schedule, once however many dispatchers run.
+	Tasks []Task
+	// Client enqueues the tasks' jobs, with the registry that knows their
+	// kinds. Required when Tasks are given.
+	Client *jobs.Client
+	// Maintenance configures the built-in tasks: clearing idle rate-limit
+	// budgets and finished jobs, freeing lost concurrency slots.
+	Maintenance Maintenance
 	// Name labels the process row. Defaults to the host name.
 	Name string
 	// Logger receives the dispatcher's logs. Defaults to slog.Default().
@@ -60,12 +65,12 @@ type Dispatcher struct {
 	clock clock.Clock
 	log   *slog.Logger
 	pid   atomic.Int64
-	// nextClear is when idle budgets are next cleared.
-	nextClear time.Time
+	tasks []*task
 }
 
-// New returns a dispatcher over s.
-func New(s *store.Store, cfg Config) *Dispatcher {
+// New returns a dispatcher over s. It fails, naming the task, when a
+// recurring task is invalid (a bad schedule, a missing key or args).
+func New(s *store.Store, cfg Config) (*Dispatcher, error) {
 	if cfg.Interval <= 0 {
 		cfg.Interval = DefaultInterval
 	}
@@ -81,9 +86,7 @@ func New(s *store.Store, cfg Config) *Dispatcher {
 	if cfg.DeadAfter <= 0 {
 		cfg.DeadAfter = DefaultDeadAfter
 	}
-	if cfg.ClearIdleBudgetsEvery == 0 {
-		cfg.ClearIdleBudgetsEvery = time.Hour
-	}
+
 	if cfg.Name == "" {
 		cfg.Name, _ = os.Hostname()
 	}
@@ -91,7 +94,11 @@ func New(s *store.Store, cfg Config) *Dispatcher {
 	if log == nil {
 		log = slog.Default()
 	}
-	return &Dispatcher{cfg: cfg, store: s, clock: clock.OrSystem(cfg.Clock), log: log}
+	d := &Dispatcher{cfg: cfg, store: s, clock: clock.OrSystem(cfg.Clock), log: log}
+	if err := d.compileTasks(cfg); err != nil {
+		return nil, err
+	}
+	return d, nil
 }
 
 // TickResult counts what one tick did.
@@ -102,17 +109,13 @@ type TickResult struct {
 	Unparked int
 	// Full is set when a promotion came back full: more may be due.
 	Full bool
-	// ClearedBudgets counts idle budgets deleted.
-	ClearedBudgets int
-	// FreedKeys counts concurrency keys whose slots expired and were
-	// freed; Unblocked counts blocked jobs given a slot.
-	FreedKeys, Unblocked int
+	// Tasks counts the recurring and built-in tasks this tick ran.
+	Tasks int
 }
 
 // Tick runs one round: it promotes one batch of due jobs, hands slots to
-// parked jobs whose budgets' horizons reached them, frees expired
-// concurrency slots and hands free ones to blocked jobs, and, when it is
-// time, clears idle budgets.
+// parked jobs whose budgets' horizons reached them, and runs the recurring
+// and built-in tasks whose ticks have come.
 func (d *Dispatcher) Tick(ctx context.Context) (TickResult, error) {
 	now := d.clock.Now()
 	n, _, err := d.store.Promote(ctx, now, d.cfg.BatchSize)
@@ -123,20 +126,8 @@ func (d *Dispatcher) Tick(ctx context.Context) (TickResult, error) {
 	if res.Unparked, err = d.store.Unpark(ctx, now, d.cfg.Horizon, 100); err != nil {
 		return res, fmt.Errorf("dispatcher: %w", err)
 	}
-	if res.FreedKeys, res.Unblocked, err = d.store.MaintainSemaphores(ctx, now, 100); err != nil {
+	if res.Tasks, err = d.runTasks(ctx, now); err != nil {
 		return res, fmt.Errorf("dispatcher: %w", err)
-	}
-	if res.FreedKeys > 0 {
-		d.log.Warn("sluice: freed concurrency slots whose holders were presumed lost", "keys", res.FreedKeys, "unblocked", res.Unblocked)
-	}
-	if d.cfg.ClearIdleBudgetsEvery > 0 && !now.Before(d.nextClear) {
-		d.nextClear = now.Add(d.cfg.ClearIdleBudgetsEvery)
-		if res.ClearedBudgets, err = d.store.ClearIdleBudgets(ctx, d.clock.Now, 500, 300*time.Millisecond); err != nil {
-			return res, fmt.Errorf("dispatcher: %w", err)
-		}
-		if res.ClearedBudgets > 0 {
-			d.log.Info("sluice: cleared idle rate-limit budgets", "count", res.ClearedBudgets)
-		}
 	}
 	return res, nil
 }

@@ -40,7 +40,7 @@ func TestTickPromotesInBatchesAndSaysWhenFull(t *testing.T) {
 		c := clock.NewFake(t0)
 		scheduled(t, s, 1200, t0.Add(time.Second))
 		scheduled(t, s, 5, t0.Add(time.Hour))
-		d := dispatcher.New(s, dispatcher.Config{Clock: c, Logger: quiet()})
+		d := newDispatcher(t, s, dispatcher.Config{Clock: c, Logger: quiet()})
 		res, err := d.Tick(context.Background())
 		require.NoError(t, err)
 		require.Zero(t, res.Promoted, "nothing is due yet")
@@ -68,7 +68,7 @@ func TestSeveralDispatchersPromoteEachJobOnce(t *testing.T) {
 		total := 0
 		var wg sync.WaitGroup
 		for k := 0; k < 3; k++ {
-			d := dispatcher.New(s, dispatcher.Config{Clock: c, Logger: quiet(), BatchSize: 25})
+			d := newDispatcher(t, s, dispatcher.Config{Clock: c, Logger: quiet(), BatchSize: 25})
 			wg.Add(1)
 			go func() {
 				defer wg.Done()
@@ -92,7 +92,7 @@ func TestSeveralDispatchersPromoteEachJobOnce(t *testing.T) {
 		wg.Wait()
 		// Whatever the interleaving, a last tick after the clock passed
 		// every run time promotes what is left: each job exactly once.
-		res, err := dispatcher.New(s, dispatcher.Config{Clock: c, Logger: quiet(), BatchSize: 5000}).Tick(context.Background())
+		res, err := newDispatcher(t, s, dispatcher.Config{Clock: c, Logger: quiet(), BatchSize: 5000}).Tick(context.Background())
 		require.NoError(t, err)
 		require.Equal(t, 1200, total+res.Promoted)
 		st, err := s.Stats(context.Background())
@@ -105,7 +105,7 @@ func TestRunPromotesOnItsInterval(t *testing.T) {
 	testdb.Each(t, func(t *testing.T, s *store.Store) {
 		c := clock.NewFake(t0)
 		id := scheduled(t, s, 1, t0.Add(3*time.Second))[0]
-		d := dispatcher.New(s, dispatcher.Config{Clock: c, Logger: quiet()})
+		d := newDispatcher(t, s, dispatcher.Config{Clock: c, Logger: quiet()})
 		ctx, cancel := context.WithCancel(context.Background())
 		done := make(chan error, 1)
 		go func() { done <- d.Run(ctx) }()
@@ -131,28 +131,44 @@ func TestRunPromotesOnItsInterval(t *testing.T) {
 func TestIdleBudgetsAreClearedHourlyUnlessTurnedOff(t *testing.T) {
 	testdb.Each(t, func(t *testing.T, s *store.Store) {
 		ctx := context.Background()
-		c := clock.NewFake(t0)
-		// A budget row charged long ago: idle.
-		_, err := s.DB().Exec(ctx, "INSERT INTO sluice_budgets (name, tat, next_slot, interval_us, burst, updated_at) VALUES ('k/idle', 1, 1, 1000000, 1, 1)")
-		require.NoError(t, err)
-		off := dispatcher.New(s, dispatcher.Config{Clock: c, Logger: quiet(), ClearIdleBudgetsEvery: -1})
-		res, err := off.Tick(ctx)
-		require.NoError(t, err)
-		require.Zero(t, res.ClearedBudgets)
-
-		d := dispatcher.New(s, dispatcher.Config{Clock: c, Logger: quiet()})
-		res, err = d.Tick(ctx)
-		require.NoError(t, err)
-		require.Equal(t, 1, res.ClearedBudgets)
-		_, err = s.DB().Exec(ctx, "INSERT INTO sluice_budgets (name, tat, next_slot, interval_us, burst, updated_at) VALUES ('k/idle2', 1, 1, 1000000, 1, 1)")
-		require.NoError(t, err)
+		c := clock.NewFake(t0) // 12:00:00: the first hourly tick is 13:00
+		idle := func(name string) {
+			_, err := s.DB().Exec(ctx, "INSERT INTO sluice_budgets (name, tat, next_slot, interval_us, burst, updated_at) VALUES ('"+name+"', 1, 1, 1000000, 1, 1)")
+			require.NoError(t, err)
+		}
+		budgets := func() int {
+			bs, err := s.ListBudgets(ctx)
+			require.NoError(t, err)
+			return len(bs)
+		}
+		idle("k/a")
+		off := newDispatcher(t, s, dispatcher.Config{Clock: c, Logger: quiet(), Maintenance: dispatcher.Maintenance{ClearIdleBudgets: dispatcher.MaintenanceTask{Off: true}}})
+		d := newDispatcher(t, s, dispatcher.Config{Clock: c, Logger: quiet()})
 		c.Advance(59 * time.Minute)
-		res, err = d.Tick(ctx)
+		_, err := d.Tick(ctx)
 		require.NoError(t, err)
-		require.Zero(t, res.ClearedBudgets, "not before the hour")
+		require.Equal(t, 1, budgets(), "not before the hour")
 		c.Advance(time.Minute)
-		res, err = d.Tick(ctx)
+		_, err = off.Tick(ctx)
 		require.NoError(t, err)
-		require.Equal(t, 1, res.ClearedBudgets)
+		require.Equal(t, 1, budgets(), "turned off")
+		_, err = d.Tick(ctx)
+		require.NoError(t, err)
+		require.Zero(t, budgets(), "cleared at 13:00")
+		idle("k/b")
+		c.Advance(30 * time.Minute)
+		_, err = d.Tick(ctx)
+		require.NoError(t, err)
+		require.Equal(t, 1, budgets(), "the next run is at 14:00")
 	})
+}
+
+// newDispatcher makes a dispatcher, failing the test on an error.
+func newDispatcher(t testing.TB, s *store.Store, cfg dispatcher.Config) *dispatcher.Dispatcher {
+	t.Helper()
+	d, err := dispatcher.New(s, cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return d
 }

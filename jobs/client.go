@@ -99,6 +99,16 @@ func (c *Client) EnqueueManyTx(ctx context.Context, tx any, items []Item) ([]Enq
 	return c.enqueue(ctx, ex, items)
 }
 
+// EnqueueIn is EnqueueMany through a transaction of the store's own (a
+// store.Tx), for sluice's components that enqueue alongside other writes;
+// callers with their own pgx.Tx or *sql.Tx use EnqueueManyTx.
+func (c *Client) EnqueueIn(ctx context.Context, ex store.Executor, items []Item) ([]Enqueued, error) {
+	if ex == nil {
+		return nil, errors.New("jobs: EnqueueIn: the executor is nil")
+	}
+	return c.enqueue(ctx, ex, items)
+}
+
 func (c *Client) wrapTx(tx any) (store.Executor, error) {
 	if tx == nil {
 		return nil, errors.New("jobs: EnqueueTx: the transaction is nil")

@@ -283,7 +283,7 @@ func TestOnePendingAndOneRunningPerAccountUnderOneQuota(t *testing.T) {
 			}
 		}
 		require.Len(t, pending, 4)
-		d := dispatcher.New(h.store, dispatcher.Config{Clock: h.clock, Logger: quiet()})
+		d := newDispatcher(t, h.store, dispatcher.Config{Clock: h.clock, Logger: quiet()})
 		for step := 0; step < 20; step++ {
 			h.drain(jobs.WorkerConfig{Concurrency: 10})
 			_, err := d.Tick(context.Background())
@@ -307,7 +307,7 @@ func TestBulkCallsBatchWhileTheyWait(t *testing.T) {
 		},
 			jobs.Coalesce(coalesce.Rule[pushSKU]{Key: byShopP, OnConflict: coalesce.Collect, MaxCalls: 100}),
 			jobs.RateLimit(ratelimit.Limit[pushSKU]{To: 10, Per: time.Minute, Burst: 2, Key: byShopP})))
-		d := dispatcher.New(h.store, dispatcher.Config{Clock: h.clock, Logger: quiet()})
+		d := newDispatcher(t, h.store, dispatcher.Config{Clock: h.clock, Logger: quiet()})
 		sent := 0
 		// 5 calls a second for 60 s, against 2 requests at once and then one
 		// every 6.7 s.

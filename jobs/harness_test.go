@@ -10,6 +10,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/sluicequeue/sluice/clock"
+	"github.com/sluicequeue/sluice/dispatcher"
 	"github.com/sluicequeue/sluice/internal/testdb"
 	"github.com/sluicequeue/sluice/jobs"
 	"github.com/sluicequeue/sluice/store"
@@ -125,4 +126,14 @@ func assertNoErr(t *testing.T, err error) bool {
 		return false
 	}
 	return true
+}
+
+// newDispatcher makes a dispatcher, failing the test on an error.
+func newDispatcher(t testing.TB, s *store.Store, cfg dispatcher.Config) *dispatcher.Dispatcher {
+	t.Helper()
+	d, err := dispatcher.New(s, cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return d
 }

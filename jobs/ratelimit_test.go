@@ -284,7 +284,7 @@ func TestConcurrentWorkersKeepTheLimitExactlyAndDrainAtItsRate(t *testing.T) {
 				wg.Add(1)
 				go func() { defer wg.Done(); _ = w.Run(ctx) }()
 			}
-			d := dispatcher.New(open(), dispatcher.Config{Interval: 50 * time.Millisecond, Logger: quiet()})
+			d := newDispatcher(t, open(), dispatcher.Config{Interval: 50 * time.Millisecond, Logger: quiet()})
 			wg.Add(1)
 			go func() { defer wg.Done(); _ = d.Run(ctx) }()
 			receive(t, done, backlog)

@@ -258,6 +258,23 @@ func (r *Registry) lookup(name string) *kind {
 	return r.kinds[name]
 }
 
+// ArgsFromJSON decodes args for a kind by name, as a config file gives
+// them: for recurring tasks declared outside code.
+func (r *Registry) ArgsFromJSON(kindName string, raw []byte) (Args, error) {
+	k := r.lookup(kindName)
+	if k == nil {
+		return nil, fmt.Errorf("%w: %q", ErrUnknownKind, kindName)
+	}
+	if len(raw) == 0 {
+		raw = []byte("{}")
+	}
+	v, err := k.decode(raw)
+	if err != nil {
+		return nil, fmt.Errorf("decode args of %s: %w", kindName, err)
+	}
+	return v.(Args), nil
+}
+
 // Kinds lists the registered kinds in name order.
 func (r *Registry) Kinds() []string {
 	r.mu.RLock()

@@ -185,6 +185,17 @@ type Dialect interface {
 	LoadCalls(jobIDs []int64) (string, []any)
 	// DeleteCalls deletes the collected calls of jobs.
 	DeleteCalls(jobIDs []int64) (string, []any)
+
+	// InsertTick records a recurring task's tick unless it is recorded; it
+	// affects no row when it is.
+	InsertTick(task string, runAt, now int64) (string, []any)
+	// SetTickJob records the job a tick enqueued.
+	SetTickJob(task string, runAt, jobID int64) (string, []any)
+	// LastTicks lists each task's latest recorded tick. Columns: task,
+	// run_at, ran_at, job_id.
+	LastTicks() string
+	// DeleteTicks deletes the records of ticks before the given time.
+	DeleteTicks(before int64) (string, []any)
 }
 
 // JobColumns are the columns a claim reads, in Job's scan order.

@@ -4,12 +4,16 @@ import (
 	"context"
 	"fmt"
 	"math/rand/v2"
+	"runtime"
+	"sync"
+	"sync/atomic"
 	"sort"
 	"testing"
 	"time"
 
 	"github.com/stretchr/testify/require"
 
+	"github.com/sluicequeue/sluice/clock"
 	"github.com/sluicequeue/sluice/internal/testdb"
 	"github.com/sluicequeue/sluice/ratelimit"
 	"github.com/sluicequeue/sluice/store"
@@ -511,5 +515,84 @@ func TestAWiderWindowDefersPastMaxButClaimsOnlyMax(t *testing.T) {
 		})
 		require.NoError(t, err)
 		require.Equal(t, []int64{got[2], got[4]}, ids(res.Jobs))
+	})
+}
+
+// TestClearingIdleBudgetsWhileClaimingKeepsTheLimit races the idle-budget
+// cleaner against claims: bursts on three budgets, each budget idle between
+// them, the cleaner deleting idle rows as fast as it can. A row it deleted
+// must admit exactly as it would have, so no window of a budget may hold
+// more than To claims.
+func TestClearingIdleBudgetsWhileClaimingKeepsTheLimit(t *testing.T) {
+	testdb.Each(t, func(t *testing.T, s *store.Store) {
+		ctx := context.Background()
+		const per = 50 * time.Millisecond
+		lim := limits{"k": spec(t, "k", 5, per, 5)} // 5 at once, then one every 50 ms
+		clk := clock.NewFake(t0)
+		pid := register(t, s, t0)
+		admitted := map[string][]time.Time{}
+		done := make(chan struct{})
+		var wg sync.WaitGroup
+		var cleared atomic.Int64
+		stopped := make(chan struct{})
+		wg.Add(1)
+		go func() { // the cleaner, as often as it can
+			defer wg.Done()
+			defer close(stopped)
+			for {
+				select {
+				case <-done:
+					return
+				default:
+				}
+				n, err := s.ClearIdleBudgets(ctx, clk.Now, 10, 0)
+				if !assertNoErr(t, err) {
+					return
+				}
+				cleared.Add(int64(n))
+			}
+		}()
+		total := 0
+		for round := 0; round < 8; round++ {
+			var jobs []store.NewJob
+			for i := 0; i < 21; i++ {
+				jobs = append(jobs, limited("k", fmt.Sprintf("k/%d", i%3)))
+			}
+			enqueue(t, s, clk.Now(), jobs...)
+			for got := 0; got < len(jobs); {
+				_, _, err := s.Promote(ctx, clk.Now(), 1000)
+				require.NoError(t, err)
+				res, err := s.Claim(ctx, store.ClaimParams{ProcessID: pid, Queues: []string{"default"}, Max: 50, Clock: clk.Now, Limits: lim})
+				require.NoError(t, err)
+				for _, j := range res.Jobs {
+					admitted[j.RateKeys[0].Key] = append(admitted[j.RateKeys[0].Key], res.DecidedAt)
+				}
+				got += len(res.Jobs)
+				clk.Advance(5 * time.Millisecond)
+			}
+			total += len(jobs)
+			clk.Advance(time.Second) // every budget goes idle
+			for cleared.Load() < int64(3*(round+1)) { // the cleaner clears the three rows
+				select {
+				case <-stopped:
+					t.Fatal("the cleaner stopped")
+				default:
+					runtime.Gosched()
+				}
+			}
+		}
+		close(done)
+		wg.Wait()
+		t.Logf("%s: the cleaner deleted %d idle budget rows while %d jobs were claimed", s.Dialect().Name(), cleared.Load(), total)
+		for key, times := range admitted {
+			best, j := 0, 0
+			for i := range times {
+				for times[i].Sub(times[j]) >= per {
+					j++
+				}
+				best = max(best, i-j+1)
+			}
+			require.LessOrEqual(t, best, 5, "%s: a cleared row let a burst through", key)
+		}
 	})
 }

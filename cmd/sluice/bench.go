@@ -269,7 +269,8 @@ func (b *bench) workers(ctx context.Context, s *store.Store) (stop func()) {
 		go func() { defer wg.Done(); _ = w.Run(ctx) }()
 	}
 	if b.limit != nil {
-		d := dispatcher.New(s, dispatcher.Config{Interval: 100 * time.Millisecond, Logger: quiet})
+		d, err := dispatcher.New(s, dispatcher.Config{Interval: 100 * time.Millisecond, Logger: quiet})
+		must(err)
 		wg.Add(1)
 		go func() { defer wg.Done(); _ = d.Run(ctx) }()
 	}

@@ -149,7 +149,10 @@ func runDemo(ctx context.Context, env *cli.Env, args []string) error {
 	if err != nil {
 		return err
 	}
-	d := dispatcher.New(s, dispatcher.Config{Interval: 200 * time.Millisecond, Logger: quiet, Name: "demo-dispatcher"})
+	d, err := dispatcher.New(s, dispatcher.Config{Interval: 200 * time.Millisecond, Logger: quiet, Name: "demo-dispatcher"})
+	if err != nil {
+		return err
+	}
 	runCtx, stop := context.WithCancel(ctx)
 	var wg sync.WaitGroup
 	wg.Add(2)

@@ -97,7 +97,11 @@ func run(ctx context.Context, s *store.Store, accounts, jobsPerAccount int, work
 		wg.Add(1)
 		go func() { defer wg.Done(); _ = w.Run(runCtx) }()
 	}
-	d := dispatcher.New(s, dispatcher.Config{Interval: 100 * time.Millisecond, Logger: quiet})
+	d, err := dispatcher.New(s, dispatcher.Config{Interval: 100 * time.Millisecond, Logger: quiet})
+	if err != nil {
+		stop()
+		return report{}, err
+	}
 	wg.Add(1)
 	go func() { defer wg.Done(); _ = d.Run(runCtx) }()
 	for range items {

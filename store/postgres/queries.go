@@ -389,3 +389,25 @@ func (Dialect) LoadCalls(jobIDs []int64) (string, []any) {
 func (Dialect) DeleteCalls(jobIDs []int64) (string, []any) {
 	return `DELETE FROM sluice_calls WHERE job_id = ANY($1)`, []any{jobIDs}
 }
+
+// InsertTick records a recurring task's tick unless it is recorded.
+func (Dialect) InsertTick(task string, runAt, now int64) (string, []any) {
+	return `INSERT INTO sluice_recurring_runs (task, run_at, ran_at) VALUES ($1, $2, $3) ON CONFLICT (task, run_at) DO NOTHING`, []any{task, runAt, now}
+}
+
+// SetTickJob records the job a tick enqueued.
+func (Dialect) SetTickJob(task string, runAt, jobID int64) (string, []any) {
+	return `UPDATE sluice_recurring_runs SET job_id = $1 WHERE task = $2 AND run_at = $3`, []any{jobID, task, runAt}
+}
+
+// LastTicks lists each task's latest tick.
+func (Dialect) LastTicks() string {
+	return `SELECT r.task, r.run_at, r.ran_at, r.job_id FROM sluice_recurring_runs r
+JOIN (SELECT task, MAX(run_at) AS run_at FROM sluice_recurring_runs GROUP BY task) l ON l.task = r.task AND l.run_at = r.run_at
+ORDER BY r.task`
+}
+
+// DeleteTicks deletes old tick records.
+func (Dialect) DeleteTicks(before int64) (string, []any) {
+	return `DELETE FROM sluice_recurring_runs WHERE run_at < $1`, []any{before}
+}

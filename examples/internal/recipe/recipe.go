@@ -128,7 +128,10 @@ func Timeline(ctx context.Context, s *store.Store, reg *jobs.Registry, l *Log, s
 	if err != nil {
 		return err
 	}
-	disp := dispatcher.New(s, dispatcher.Config{Clock: l.Clock, Logger: quiet})
+	disp, err := dispatcher.New(s, dispatcher.Config{Clock: l.Clock, Logger: quiet})
+	if err != nil {
+		return err
+	}
 	for end := l.Clock.Now().Add(d); l.Clock.Now().Before(end); l.Clock.Advance(step) {
 		if err := arrive(c, l.Clock.Now()); err != nil {
 			return err

@@ -1,0 +1,111 @@
+package dispatcher
+
+import (
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"time"
+
+	"github.com/sluicequeue/sluice/jobs"
+)
+
+// FileConfig is what a dispatcher's JSON config file declares: recurring
+// tasks, by kind name and raw args, and the built-in tasks' schedules.
+//
+//	{
+//	  "tasks": [
+//	    {"key": "nightly-report", "schedule": "0 3 * * *", "kind": "build_report",
+//	     "args": {"period": "daily"}, "queue": "reports", "priority": 1}
+//	  ],
+//	  "maintenance": {
+//	    "clear_idle_budgets": {"schedule": "27 * * * *"},
+//	    "clear_finished_jobs": {"retention": "48h"},
+//	    "free_expired_slots": {"off": true}
+//	  }
+//	}
+type FileConfig struct {
+	Tasks       []Task
+	Maintenance Maintenance
+}
+
+type fileTask struct {
+	Key      string          `json:"key"`
+	Schedule string          `json:"schedule"`
+	Kind     string          `json:"kind"`
+	Args     json.RawMessage `json:"args"`
+	Queue    string          `json:"queue"`
+	Priority *int            `json:"priority"`
+}
+
+type fileMaintenanceTask struct {
+	Schedule  string `json:"schedule"`
+	Off       bool   `json:"off"`
+	Retention string `json:"retention"`
+}
+
+type fileConfig struct {
+	Tasks       []fileTask `json:"tasks"`
+	Maintenance struct {
+		ClearIdleBudgets  fileMaintenanceTask `json:"clear_idle_budgets"`
+		ClearFinishedJobs fileMaintenanceTask `json:"clear_finished_jobs"`
+		FreeExpiredSlots  fileMaintenanceTask `json:"free_expired_slots"`
+	} `json:"maintenance"`
+}
+
+// LoadConfig reads a config file. The tasks' kinds must be registered in
+// reg, which decodes their args: a task whose kind a binary does not know
+// is refused rather than enqueued without its limits.
+func LoadConfig(r io.Reader, reg *jobs.Registry) (FileConfig, error) {
+	var raw fileConfig
+	dec := json.NewDecoder(r)
+	dec.DisallowUnknownFields()
+	if err := dec.Decode(&raw); err != nil {
+		return FileConfig{}, fmt.Errorf("dispatcher config: %w", err)
+	}
+	var out FileConfig
+	for i, t := range raw.Tasks {
+		name := t.Key
+		if name == "" {
+			name = fmt.Sprintf("#%d", i+1)
+		}
+		if t.Kind == "" {
+			return FileConfig{}, fmt.Errorf("dispatcher config: task %s: kind is missing", name)
+		}
+		if _, err := ParseSchedule(t.Schedule); err != nil {
+			return FileConfig{}, fmt.Errorf("dispatcher config: task %s: schedule %q: %w", name, t.Schedule, err)
+		}
+		if reg == nil {
+			return FileConfig{}, fmt.Errorf("dispatcher config: task %s: kind %s is not registered in this program; run the dispatcher from your app (cli.Main) so that its kinds are known", name, t.Kind)
+		}
+		args, err := reg.ArgsFromJSON(t.Kind, t.Args)
+		if errors.Is(err, jobs.ErrUnknownKind) {
+			return FileConfig{}, fmt.Errorf("dispatcher config: task %s: kind %s is not registered in this program; run the dispatcher from your app (cli.Main) so that its kinds are known", name, t.Kind)
+		}
+		if err != nil {
+			return FileConfig{}, fmt.Errorf("dispatcher config: task %s: %w", name, err)
+		}
+		var opts []jobs.EnqueueOption
+		if t.Queue != "" {
+			opts = append(opts, jobs.Queue(t.Queue))
+		}
+		if t.Priority != nil {
+			opts = append(opts, jobs.Priority(*t.Priority))
+		}
+		out.Tasks = append(out.Tasks, Task{Key: t.Key, Schedule: t.Schedule, Args: args, Options: opts})
+	}
+	m := raw.Maintenance
+	out.Maintenance = Maintenance{
+		ClearIdleBudgets:  MaintenanceTask{Schedule: m.ClearIdleBudgets.Schedule, Off: m.ClearIdleBudgets.Off},
+		ClearFinishedJobs: MaintenanceTask{Schedule: m.ClearFinishedJobs.Schedule, Off: m.ClearFinishedJobs.Off},
+		FreeExpiredSlots:  MaintenanceTask{Schedule: m.FreeExpiredSlots.Schedule, Off: m.FreeExpiredSlots.Off},
+	}
+	if m.ClearFinishedJobs.Retention != "" {
+		d, err := time.ParseDuration(m.ClearFinishedJobs.Retention)
+		if err != nil || d <= 0 {
+			return FileConfig{}, fmt.Errorf("dispatcher config: clear_finished_jobs: retention %q is not a positive duration", m.ClearFinishedJobs.Retention)
+		}
+		out.Maintenance.Retention = d
+	}
+	return out, nil
+}

@@ -1,0 +1,252 @@
+package dispatcher
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sort"
+	"time"
+
+	"github.com/robfig/cron/v3"
+
+	"github.com/sluicequeue/sluice/jobs"
+	"github.com/sluicequeue/sluice/store"
+)
+
+// Task is a recurring task: at every tick of Schedule one job of Args is
+// enqueued, exactly once however many dispatchers run. Ticks missed while
+// no dispatcher ran are not replayed.
+type Task struct {
+	// Key names the task; it must be unique.
+	Key string
+	// Schedule is a cron expression with an optional seconds field
+	// ("0 3 * * *", "*/30 * * * * *") or a descriptor ("@hourly",
+	// "@every 5m").
+	Schedule string
+	// Args are the job's args; its kind must be registered.
+	Args jobs.Args
+	// Options apply to each enqueue (queue, priority, …).
+	Options []jobs.EnqueueOption
+}
+
+// MaintenanceTask is a built-in task's schedule.
+type MaintenanceTask struct {
+	// Schedule overrides the task's default schedule.
+	Schedule string
+	// Off turns the task off.
+	Off bool
+}
+
+// Maintenance configures the dispatcher's built-in tasks.
+type Maintenance struct {
+	// ClearIdleBudgets deletes rate-limit budgets that admit exactly as a
+	// missing row would, 500 at a time with 300ms between batches. Defaults
+	// to "@hourly".
+	ClearIdleBudgets MaintenanceTask
+	// ClearFinishedJobs deletes completed and cancelled jobs older than
+	// Retention, in batches of 500, and the records of old ticks. Defaults
+	// to "@hourly".
+	ClearFinishedJobs MaintenanceTask
+	// Retention is how long finished jobs are kept. Defaults to 24 hours.
+	Retention time.Duration
+	// FreeExpiredSlots frees concurrency slots whose holders were
+	// presumed lost and hands free slots to blocked jobs. It is idempotent
+	// and runs in every dispatcher. Defaults to "@every 1s".
+	FreeExpiredSlots MaintenanceTask
+}
+
+// Names of the built-in tasks.
+const (
+	TaskClearIdleBudgets  = "sluice.clear_idle_budgets"
+	TaskClearFinishedJobs = "sluice.clear_finished_jobs"
+	TaskFreeExpiredSlots  = "sluice.free_expired_slots"
+)
+
+// DefaultRetention is how long finished jobs are kept.
+const DefaultRetention = 24 * time.Hour
+
+var parser = cron.NewParser(cron.SecondOptional | cron.Minute | cron.Hour | cron.Dom | cron.Month | cron.Dow | cron.Descriptor)
+
+// ParseSchedule parses a cron expression or descriptor as tasks take them.
+func ParseSchedule(spec string) (cron.Schedule, error) {
+	if spec == "" {
+		return nil, errors.New("the schedule is empty")
+	}
+	return parser.Parse(spec)
+}
+
+// task is a compiled recurring task.
+type task struct {
+	key      string
+	spec     string
+	schedule cron.Schedule
+	item     *jobs.Item // a job to enqueue each tick, or
+	run      func(ctx context.Context, now time.Time) (int, error)
+	// once records each tick, so it runs once across dispatchers.
+	once bool
+	next time.Time
+}
+
+// compileTasks checks every task and built-in, failing with the name of
+// the first bad one.
+func (d *Dispatcher) compileTasks(cfg Config) error {
+	seen := map[string]bool{}
+	for _, t := range cfg.Tasks {
+		switch {
+		case t.Key == "":
+			return fmt.Errorf("dispatcher: a recurring task has no Key (schedule %q)", t.Schedule)
+		case seen[t.Key]:
+			return fmt.Errorf("dispatcher: recurring task %s is declared twice", t.Key)
+		case t.Args == nil:
+			return fmt.Errorf("dispatcher: recurring task %s has no Args", t.Key)
+		case cfg.Client == nil:
+			return fmt.Errorf("dispatcher: recurring task %s needs Config.Client to enqueue its jobs", t.Key)
+		}
+		seen[t.Key] = true
+		sched, err := ParseSchedule(t.Schedule)
+		if err != nil {
+			return fmt.Errorf("dispatcher: recurring task %s: schedule %q: %w", t.Key, t.Schedule, err)
+		}
+		item := jobs.Item{Args: t.Args, Options: t.Options}
+		d.tasks = append(d.tasks, &task{key: t.Key, spec: t.Schedule, schedule: sched, item: &item, once: true})
+	}
+	m := cfg.Maintenance
+	retention := m.Retention
+	if retention <= 0 {
+		retention = DefaultRetention
+	}
+	builtins := []struct {
+		key  string
+		mt   MaintenanceTask
+		def  string
+		once bool
+		run  func(ctx context.Context, now time.Time) (int, error)
+	}{
+		{TaskClearIdleBudgets, m.ClearIdleBudgets, "@hourly", true, func(ctx context.Context, now time.Time) (int, error) {
+			n, err := d.store.ClearIdleBudgets(ctx, d.clock.Now, 500, 300*time.Millisecond)
+			if n > 0 {
+				d.log.Info("sluice: cleared idle rate-limit budgets", "count", n)
+			}
+			return n, err
+		}},
+		{TaskClearFinishedJobs, m.ClearFinishedJobs, "@hourly", true, func(ctx context.Context, now time.Time) (int, error) {
+			n, err := d.store.DeleteFinished(ctx, now.Add(-retention), 500)
+			if err != nil {
+				return n, err
+			}
+			if n > 0 {
+				d.log.Info("sluice: deleted finished jobs", "count", n, "older_than", retention)
+			}
+			_, err = d.store.DeleteTicks(ctx, now.Add(-max(retention, 7*24*time.Hour)))
+			return n, err
+		}},
+		{TaskFreeExpiredSlots, m.FreeExpiredSlots, "@every 1s", false, func(ctx context.Context, now time.Time) (int, error) {
+			freed, unblocked, err := d.store.MaintainSemaphores(ctx, now, 100)
+			if freed > 0 {
+				d.log.Warn("sluice: freed concurrency slots whose holders were presumed lost", "keys", freed, "unblocked", unblocked)
+			}
+			return unblocked, err
+		}},
+	}
+	for _, b := range builtins {
+		if b.mt.Off {
+			continue
+		}
+		spec := b.mt.Schedule
+		if spec == "" {
+			spec = b.def
+		}
+		sched, err := ParseSchedule(spec)
+		if err != nil {
+			return fmt.Errorf("dispatcher: built-in task %s: schedule %q: %w", b.key, spec, err)
+		}
+		d.tasks = append(d.tasks, &task{key: b.key, spec: spec, schedule: sched, run: b.run, once: b.once})
+	}
+	now := d.clock.Now()
+	for _, t := range d.tasks {
+		t.next = t.schedule.Next(now)
+	}
+	return nil
+}
+
+// runTasks runs each task whose next tick has come: the latest tick not
+// after now (ticks that passed unrun are not replayed).
+func (d *Dispatcher) runTasks(ctx context.Context, now time.Time) (int, error) {
+	ran := 0
+	var errs []error
+	for _, t := range d.tasks {
+		if now.Before(t.next) {
+			continue
+		}
+		tick := t.next
+		for n := t.schedule.Next(tick); !n.After(now); n = t.schedule.Next(n) {
+			tick = n
+		}
+		ok, err := d.runTick(ctx, t, tick, now)
+		if err != nil {
+			errs = append(errs, err)
+			continue // the same tick is tried again on the next round
+		}
+		t.next = t.schedule.Next(now)
+		if ok {
+			ran++
+		}
+	}
+	return ran, errors.Join(errs...)
+}
+
+func (d *Dispatcher) runTick(ctx context.Context, t *task, tick, now time.Time) (bool, error) {
+	switch {
+	case t.item != nil:
+		return d.store.RunTick(ctx, t.key, tick, now, func(ex store.Executor) (int64, error) {
+			res, err := d.cfg.Client.EnqueueIn(ctx, ex, []jobs.Item{*t.item})
+			if err != nil {
+				return 0, err
+			}
+			return res[0].ID, nil
+		})
+	case t.once:
+		ok, err := d.store.RunTick(ctx, t.key, tick, now, nil)
+		if err != nil || !ok {
+			return ok, err
+		}
+		_, err = t.run(ctx, now)
+		return true, err
+	default:
+		_, err := t.run(ctx, now)
+		return err == nil, err
+	}
+}
+
+// TaskInfo describes a recurring task for listings.
+type TaskInfo struct {
+	Key      string
+	Schedule string
+	// Kind is the enqueued job's kind; empty for built-in tasks.
+	Kind string
+	// Next is the next tick after now.
+	Next time.Time
+	// Last is the latest recorded tick, zero if none (or for tasks that
+	// run in every dispatcher without recording ticks).
+	Last store.Tick
+}
+
+// Tasks lists the dispatcher's tasks, in key order, with their next ticks
+// and, from the database, their latest recorded ones.
+func (d *Dispatcher) Tasks(ctx context.Context) ([]TaskInfo, error) {
+	last, err := d.store.LastTicks(ctx)
+	if err != nil {
+		return nil, err
+	}
+	now := d.clock.Now()
+	out := make([]TaskInfo, 0, len(d.tasks))
+	for _, t := range d.tasks {
+		info := TaskInfo{Key: t.key, Schedule: t.spec, Next: t.schedule.Next(now), Last: last[t.key]}
+		if t.item != nil {
+			info.Kind = t.item.Args.Kind()
+		}
+		out = append(out, info)
+	}
+	sort.Slice(out, func(i, j int) bool { return out[i].Key < out[j].Key })
+	return out, nil
+}

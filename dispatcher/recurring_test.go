@@ -1,0 +1,222 @@
+package dispatcher_test
+
+import (
+	"context"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/sluicequeue/sluice/clock"
+	"github.com/sluicequeue/sluice/dispatcher"
+	"github.com/sluicequeue/sluice/internal/testdb"
+	"github.com/sluicequeue/sluice/jobs"
+	"github.com/sluicequeue/sluice/store"
+)
+
+type report struct {
+	Period string `json:"period"`
+}
+
+func (report) Kind() string { return "report" }
+
+func registry(t *testing.T) *jobs.Registry {
+	reg := jobs.NewRegistry()
+	require.NoError(t, jobs.Declare[report](reg, jobs.Queue("reports")))
+	return reg
+}
+
+func reports(t *testing.T, s *store.Store) []*store.JobInfo {
+	t.Helper()
+	js, err := s.ListJobs(context.Background(), store.JobFilter{Kind: "report", Limit: 10000})
+	require.NoError(t, err)
+	return js
+}
+
+func TestSeveralDispatchersEnqueueEachTickOnce(t *testing.T) {
+	testdb.Each(t, func(t *testing.T, s *store.Store) {
+		c := clock.NewFake(t0) // 12:00
+		client := jobs.NewClient(s, registry(t), jobs.ClientConfig{Clock: c})
+		cfg := dispatcher.Config{Clock: c, Logger: quiet(), Client: client, Tasks: []dispatcher.Task{
+			{Key: "every-10m", Schedule: "*/10 * * * *", Args: report{Period: "10m"}},
+			{Key: "hourly", Schedule: "@hourly", Args: report{Period: "1h"}, Options: []jobs.EnqueueOption{jobs.Priority(2)}},
+		}}
+		ds := []*dispatcher.Dispatcher{newDispatcher(t, s, cfg), newDispatcher(t, s, cfg), newDispatcher(t, s, cfg)}
+		for step := 0; step < 3*60; step++ { // three hours, a minute at a time
+			c.Advance(time.Minute)
+			var wg sync.WaitGroup
+			for _, d := range ds {
+				wg.Add(1)
+				go func() {
+					defer wg.Done()
+					_, err := d.Tick(context.Background())
+					assert(t, err)
+				}()
+			}
+			wg.Wait()
+		}
+		js := reports(t, s)
+		count := map[string]int{}
+		runAt := map[string]bool{}
+		for _, j := range js {
+			var p string
+			if strings.Contains(string(j.Args), "10m") {
+				p = "10m"
+			} else {
+				p = "1h"
+				require.Equal(t, 2, j.Priority)
+			}
+			count[p]++
+			require.Equal(t, "reports", j.Queue)
+			key := p + j.CreatedAt.String()
+			require.False(t, runAt[key], "a tick enqueued twice")
+			runAt[key] = true
+		}
+		require.Equal(t, map[string]int{"10m": 18, "1h": 3}, count, "every tick of 3 hours, once")
+	})
+}
+
+func assert(t *testing.T, err error) {
+	if err != nil {
+		t.Error(err)
+	}
+}
+
+func TestARestartMidHourNeitherLosesNorRepeatsATick(t *testing.T) {
+	testdb.Each(t, func(t *testing.T, s *store.Store) {
+		ctx := context.Background()
+		c := clock.NewFake(t0) // 12:00
+		client := jobs.NewClient(s, registry(t), jobs.ClientConfig{Clock: c})
+		cfg := dispatcher.Config{Clock: c, Logger: quiet(), Client: client,
+			Tasks: []dispatcher.Task{{Key: "hourly", Schedule: "0 * * * *", Args: report{}}}}
+		step := func(d *dispatcher.Dispatcher, to time.Duration) {
+			for c.Now().Before(t0.Add(to)) {
+				c.Advance(time.Minute)
+				_, err := d.Tick(ctx)
+				require.NoError(t, err)
+			}
+		}
+		d := newDispatcher(t, s, cfg)
+		step(d, 90*time.Minute) // ran 13:00
+		require.Len(t, reports(t, s), 1)
+		d = newDispatcher(t, s, cfg) // restarted at 13:30
+		step(d, 3*time.Hour)         // runs 14:00 and 15:00
+		require.Len(t, reports(t, s), 3)
+		// Restarted a second after a tick ran: it does not run it again.
+		c.Advance(time.Second)
+		d = newDispatcher(t, s, cfg)
+		_, err := d.Tick(ctx)
+		require.NoError(t, err)
+		require.Len(t, reports(t, s), 3)
+		step(d, 4*time.Hour)
+		require.Len(t, reports(t, s), 4, "and it runs the next")
+
+		infos, err := d.Tasks(ctx)
+		require.NoError(t, err)
+		var hourly dispatcher.TaskInfo
+		for _, i := range infos {
+			if i.Key == "hourly" {
+				hourly = i
+			}
+		}
+		require.Equal(t, t0.Add(4*time.Hour), hourly.Last.RunAt)
+		require.Equal(t, t0.Add(5*time.Hour), hourly.Next)
+		require.NotZero(t, hourly.Last.JobID)
+	})
+}
+
+func TestTicksMissedWhileNoDispatcherRanAreNotReplayed(t *testing.T) {
+	testdb.Each(t, func(t *testing.T, s *store.Store) {
+		ctx := context.Background()
+		c := clock.NewFake(t0)
+		client := jobs.NewClient(s, registry(t), jobs.ClientConfig{Clock: c})
+		d := newDispatcher(t, s, dispatcher.Config{Clock: c, Logger: quiet(), Client: client,
+			Tasks: []dispatcher.Task{{Key: "every-minute", Schedule: "@every 1m", Args: report{}}}})
+		c.Advance(10 * time.Minute) // ten ticks pass with no tick run
+		_, err := d.Tick(ctx)
+		require.NoError(t, err)
+		require.Len(t, reports(t, s), 1, "only the latest tick runs")
+	})
+}
+
+func TestInvalidTasksFailAtStartNamingTheTask(t *testing.T) {
+	s := testdb.Backends(t)[0].Open(t)
+	client := jobs.NewClient(s, registry(t), jobs.ClientConfig{})
+	for _, c := range []struct {
+		task dispatcher.Task
+		want string
+	}{
+		{dispatcher.Task{Key: "nightly", Schedule: "61 * * * *", Args: report{}}, `recurring task nightly: schedule "61 * * * *"`},
+		{dispatcher.Task{Key: "nightly", Schedule: "", Args: report{}}, "recurring task nightly: schedule \"\": the schedule is empty"},
+		{dispatcher.Task{Schedule: "@hourly", Args: report{}}, "a recurring task has no Key"},
+		{dispatcher.Task{Key: "x", Schedule: "@hourly"}, "recurring task x has no Args"},
+	} {
+		_, err := dispatcher.New(s, dispatcher.Config{Client: client, Tasks: []dispatcher.Task{c.task}})
+		require.ErrorContains(t, err, c.want)
+	}
+	_, err := dispatcher.New(s, dispatcher.Config{Client: client, Tasks: []dispatcher.Task{
+		{Key: "a", Schedule: "@hourly", Args: report{}}, {Key: "a", Schedule: "@daily", Args: report{}}}})
+	require.ErrorContains(t, err, "recurring task a is declared twice")
+	_, err = dispatcher.New(s, dispatcher.Config{Maintenance: dispatcher.Maintenance{ClearFinishedJobs: dispatcher.MaintenanceTask{Schedule: "whenever"}}})
+	require.ErrorContains(t, err, `built-in task sluice.clear_finished_jobs: schedule "whenever"`)
+}
+
+func TestLoadConfig(t *testing.T) {
+	reg := registry(t)
+	fc, err := dispatcher.LoadConfig(strings.NewReader(`{
+  "tasks": [{"key": "nightly", "schedule": "0 3 * * *", "kind": "report", "args": {"period": "daily"}, "queue": "slow", "priority": 3}],
+  "maintenance": {"clear_finished_jobs": {"retention": "48h"}, "free_expired_slots": {"off": true}, "clear_idle_budgets": {"schedule": "27 * * * *"}}
+}`), reg)
+	require.NoError(t, err)
+	require.Len(t, fc.Tasks, 1)
+	require.Equal(t, report{Period: "daily"}, fc.Tasks[0].Args)
+	require.Len(t, fc.Tasks[0].Options, 2)
+	require.Equal(t, 48*time.Hour, fc.Maintenance.Retention)
+	require.True(t, fc.Maintenance.FreeExpiredSlots.Off)
+	require.Equal(t, "27 * * * *", fc.Maintenance.ClearIdleBudgets.Schedule)
+
+	for _, c := range []struct{ json, want string }{
+		{`{"tasks": [{"key": "x", "schedule": "@hourly", "kind": "nope"}]}`, "task x: kind nope is not registered in this program"},
+		{`{"tasks": [{"key": "x", "schedule": "every day", "kind": "report"}]}`, `task x: schedule "every day"`},
+		{`{"tasks": [{"key": "x", "schedule": "@hourly", "kind": "report", "args": {"period": 5}}]}`, "task x: decode args of report"},
+		{`{"tasks": [{"key": "x", "schedule": "@hourly", "kinds": "report"}]}`, `unknown field "kinds"`},
+		{`{"maintenance": {"clear_finished_jobs": {"retention": "a day"}}}`, `retention "a day" is not a positive duration`},
+	} {
+		_, err := dispatcher.LoadConfig(strings.NewReader(c.json), reg)
+		require.ErrorContains(t, err, c.want, c.json)
+	}
+	_, err = dispatcher.LoadConfig(strings.NewReader(`{"tasks": [{"key": "x", "schedule": "@hourly", "kind": "report"}]}`), nil)
+	require.ErrorContains(t, err, "run the dispatcher from your app")
+}
+
+func TestFinishedJobsAreClearedAfterTheirRetention(t *testing.T) {
+	testdb.Each(t, func(t *testing.T, s *store.Store) {
+		ctx := context.Background()
+		c := clock.NewFake(t0)
+		res, err := s.Enqueue(ctx, nil, t0, []store.NewJob{
+			{Kind: "k", Queue: "q", Args: []byte(`{}`), MaxAttempts: 1},
+			{Kind: "k", Queue: "q", Args: []byte(`{}`), MaxAttempts: 1},
+			{Kind: "k", Queue: "q", Args: []byte(`{}`), MaxAttempts: 1},
+		})
+		require.NoError(t, err)
+		pid, err := s.RegisterProcess(ctx, store.Process{Kind: "worker", PID: 1}, t0)
+		require.NoError(t, err)
+		_, err = s.Claim(ctx, store.ClaimParams{ProcessID: pid, Queues: []string{"q"}, Max: 3, Clock: c.Now})
+		require.NoError(t, err)
+		require.NoError(t, s.Finish(ctx, pid, t0, store.Outcomes{Completed: []int64{res[0].ID},
+			Others: []store.Transition{{ID: res[1].ID, State: store.StateFailed, Finished: true}}}))
+		require.NoError(t, s.Finish(ctx, pid, t0.Add(2*time.Hour), store.Outcomes{Completed: []int64{res[2].ID}}))
+		d := newDispatcher(t, s, dispatcher.Config{Clock: c, Logger: quiet(), Maintenance: dispatcher.Maintenance{Retention: 24 * time.Hour}})
+		c.Set(t0.Add(25 * time.Hour)) // the 13:00 tick of the next day
+		_, err = d.Tick(ctx)
+		require.NoError(t, err)
+		_, err = s.GetJob(ctx, res[0].ID)
+		require.ErrorIs(t, err, store.ErrNotFound, "completed 25 h ago: deleted")
+		for _, i := range []int{1, 2} {
+			_, err = s.GetJob(ctx, res[i].ID)
+			require.NoError(t, err, "failed jobs, and jobs younger than the retention, are kept")
+		}
+	})
+}
