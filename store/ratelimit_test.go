@@ -5,9 +5,9 @@ import (
 	"fmt"
 	"math/rand/v2"
 	"runtime"
+	"sort"
 	"sync"
 	"sync/atomic"
-	"sort"
 	"testing"
 	"time"
 
@@ -571,7 +571,7 @@ func TestClearingIdleBudgetsWhileClaimingKeepsTheLimit(t *testing.T) {
 				clk.Advance(5 * time.Millisecond)
 			}
 			total += len(jobs)
-			clk.Advance(time.Second) // every budget goes idle
+			clk.Advance(time.Second)                  // every budget goes idle
 			for cleared.Load() < int64(3*(round+1)) { // the cleaner clears the three rows
 				select {
 				case <-stopped:
