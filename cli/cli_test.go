@@ -5,6 +5,10 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"io"
+	"log/slog"
+	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -14,6 +18,7 @@ import (
 	"github.com/sluicequeue/sluice/cli"
 	"github.com/sluicequeue/sluice/internal/testdb"
 	"github.com/sluicequeue/sluice/jobs"
+	"github.com/sluicequeue/sluice/ratelimit"
 	"github.com/sluicequeue/sluice/store"
 )
 
@@ -152,4 +157,64 @@ func TestMigrateSQLPrintsEachDialect(t *testing.T) {
 	code, out, _ := run(t, "migrate", "sql", "--dialect", "postgres", "--down")
 	require.Equal(t, 0, code)
 	require.Less(t, strings.Index(out, "002_rate_limits (down)"), strings.Index(out, "001_core (down)"))
+}
+
+func TestStatsShowBudgetsAndRecurringListsTasks(t *testing.T) {
+	for _, b := range testdb.Backends(t) {
+		t.Run(b.Name, func(t *testing.T) {
+			ctx := context.Background()
+			url := b.URL(t)
+			db := "--database-url=" + url
+			code, _, _ := run(t, "migrate", "up", db)
+			require.Equal(t, 0, code)
+			s, err := testdb.OpenURL(ctx, url)
+			require.NoError(t, err)
+			defer s.Close()
+			reg := jobs.NewRegistry()
+			require.NoError(t, jobs.Register(reg, func(context.Context, *jobs.Job[ping]) error { return nil },
+				jobs.RateLimit(ratelimit.Limit[ping]{To: 1, Per: time.Hour, Key: "global"})))
+			c := jobs.NewClient(s, reg, jobs.ClientConfig{})
+			_, err = c.EnqueueMany(ctx, []jobs.Item{{Args: ping{1}}, {Args: ping{2}}})
+			require.NoError(t, err)
+			w, err := jobs.NewWorker(s, reg, jobs.WorkerConfig{Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
+			require.NoError(t, err)
+			res, err := w.Drain(ctx)
+			require.NoError(t, err)
+			require.Equal(t, 1, res.Deferred)
+
+			code, out, _ := run(t, "stats", db)
+			require.Equal(t, 0, code)
+			require.Regexp(t, `\n\nBUDGET\s+WAITING\s+NEXT ADMISSION\nping/global\s+1\s+in 59m59\.\d+s\n$`, out)
+			code, out, _ = run(t, "stats", "--json", db)
+			require.Equal(t, 0, code)
+			var st struct {
+				Budgets []struct {
+					Key     string
+					Waiting int
+				}
+			}
+			require.NoError(t, json.Unmarshal([]byte(out), &st))
+			require.Equal(t, "ping/global", st.Budgets[0].Key)
+			require.Equal(t, 1, st.Budgets[0].Waiting)
+
+			config := filepath.Join(t.TempDir(), "tasks.json")
+			require.NoError(t, os.WriteFile(config, []byte(`{"tasks": [{"key": "nightly-ping", "schedule": "0 3 * * *", "kind": "ping", "args": {"N": 7}}],
+  "maintenance": {"free_expired_slots": {"off": true}}}`), 0o600))
+			code, out, stderr := run(t, "recurring", db, "--config", config)
+			require.Equal(t, 0, code, stderr)
+			lines := strings.Split(strings.TrimSpace(out), "\n")
+			require.Len(t, lines, 4, out)
+			require.Regexp(t, `^TASK\s+SCHEDULE\s+KIND\s+LAST RUN\s+NEXT RUN$`, lines[0])
+			require.Regexp(t, `^nightly-ping\s+0 3 \* \* \*\s+ping\s+-\s+in \d+h`, lines[1])
+			require.Regexp(t, `^sluice\.clear_finished_jobs\s+@hourly\s+\(built in\)\s+-\s+in `, lines[2])
+			require.Regexp(t, `^sluice\.clear_idle_budgets\s+@hourly\s+\(built in\)\s+-\s+in `, lines[3])
+
+			// The sluice binary knows no kinds: it refuses the task, in one line.
+			var errOut bytes.Buffer
+			app := &cli.App{Name: "sluice", Stdout: io.Discard, Stderr: &errOut}
+			require.Equal(t, 1, app.Run(ctx, []string{"dispatcher", db, "--config", config}))
+			require.Contains(t, errOut.String(), "kind ping is not registered in this program; run the dispatcher from your app")
+			require.Equal(t, 1, strings.Count(errOut.String(), "\n"))
+		})
+	}
 }

@@ -42,12 +42,21 @@ func runStats(ctx context.Context, env *Env, args []string) error {
 	if err != nil {
 		return err
 	}
+	bs, err := s.ListBudgets(ctx)
+	if err != nil {
+		return err
+	}
+	now := time.Now()
 	if *asJSON {
-		out := map[string]map[store.State]int64{}
+		queues := map[string]map[store.State]int64{}
 		for _, q := range st {
-			out[q.Queue] = q.Counts
+			queues[q.Queue] = q.Counts
 		}
-		return printJSON(env, map[string]any{"queues": out})
+		budgets := make([]map[string]any, len(bs))
+		for i, b := range bs {
+			budgets[i] = map[string]any{"key": b.Name, "waiting": b.Waiting, "next_admission": b.NextAdmission(now)}
+		}
+		return printJSON(env, map[string]any{"queues": queues, "budgets": budgets})
 	}
 	rows := make([][]string, 0, len(st))
 	for _, q := range st {
@@ -61,7 +70,23 @@ func runStats(ctx context.Context, env *Env, args []string) error {
 	for _, state := range store.States {
 		header += "\t" + strings.ToUpper(string(state))
 	}
-	return table(env, header, rows)
+	if err := table(env, header, rows); err != nil || len(bs) == 0 {
+		return err
+	}
+	rows = rows[:0]
+	for _, b := range bs {
+		rows = append(rows, []string{b.Name, strconv.Itoa(b.Waiting), nextAdmission(b, now)})
+	}
+	fmt.Fprintln(env.Stdout)
+	return table(env, "BUDGET\tWAITING\tNEXT ADMISSION", rows)
+}
+
+// nextAdmission says when a budget next admits a job.
+func nextAdmission(b store.BudgetInfo, now time.Time) string {
+	if t := b.NextAdmission(now); !t.IsZero() {
+		return fmtIn(t, now)
+	}
+	return "paused"
 }
 
 func runJobs(ctx context.Context, env *Env, args []string) error {
@@ -307,11 +332,7 @@ func runBudgets(ctx context.Context, env *Env, args []string) error {
 	}
 	rows := make([][]string, len(bs))
 	for i, b := range bs {
-		next := "paused"
-		if t := b.NextAdmission(now); !t.IsZero() {
-			next = fmtIn(t, now)
-		}
-		rows[i] = []string{b.Name, describeLimit(b), strconv.Itoa(b.Waiting), strconv.Itoa(b.Parked), next}
+		rows[i] = []string{b.Name, describeLimit(b), strconv.Itoa(b.Waiting), strconv.Itoa(b.Parked), nextAdmission(b, now)}
 	}
 	return table(env, "BUDGET\tLIMIT\tWAITING\tPARKED\tNEXT ADMISSION", rows)
 }

@@ -26,14 +26,26 @@ type ClientConfig struct {
 	// MaxArgsBytes caps the encoded size of one job's args. Defaults to
 	// DefaultMaxArgsBytes (1 MiB).
 	MaxArgsBytes int
+	// OnEnqueue, if set, is called for each job an enqueue wrote or
+	// joined, after it was written (for EnqueueTx, before the caller's
+	// commit).
+	OnEnqueue func(EnqueueEvent)
+}
+
+// EnqueueEvent describes one enqueued job.
+type EnqueueEvent struct {
+	Kind  string
+	Queue string
+	Enqueued
 }
 
 // Client enqueues jobs. It is safe for concurrent use.
 type Client struct {
-	store   *store.Store
-	reg     *Registry
-	clock   clock.Clock
-	maxArgs int
+	store     *store.Store
+	reg       *Registry
+	clock     clock.Clock
+	maxArgs   int
+	onEnqueue func(EnqueueEvent)
 }
 
 // NewClient returns a client that enqueues into s the kinds reg knows.
@@ -41,7 +53,7 @@ func NewClient(s *store.Store, reg *Registry, cfg ClientConfig) *Client {
 	if cfg.MaxArgsBytes <= 0 {
 		cfg.MaxArgsBytes = DefaultMaxArgsBytes
 	}
-	return &Client{store: s, reg: reg, clock: clock.OrSystem(cfg.Clock), maxArgs: cfg.MaxArgsBytes}
+	return &Client{store: s, reg: reg, clock: clock.OrSystem(cfg.Clock), maxArgs: cfg.MaxArgsBytes, onEnqueue: cfg.OnEnqueue}
 }
 
 // Store returns the client's store.
@@ -142,6 +154,11 @@ func (c *Client) enqueue(ctx context.Context, ex store.Executor, items []Item) (
 	}
 	if ex == nil {
 		c.wakeReady(rows, res)
+	}
+	if c.onEnqueue != nil {
+		for i, r := range rows {
+			c.onEnqueue(EnqueueEvent{Kind: r.Kind, Queue: r.Queue, Enqueued: res[i]})
+		}
 	}
 	return res, nil
 }

@@ -3,8 +3,6 @@ package jobs
 import (
 	"context"
 	"fmt"
-
-	"github.com/sluicequeue/sluice/store"
 )
 
 // DrainResult counts what a Drain did.
@@ -49,14 +47,10 @@ func (w *Worker) Drain(ctx context.Context) (DrainResult, error) {
 				return out, fmt.Errorf("jobs: drain: %w", err)
 			}
 		}
-		res, err := w.store.Claim(ctx, store.ClaimParams{
-			ProcessID: w.pid.Load(), Queues: w.cfg.Queues, Max: w.cfg.Concurrency, Clock: w.clock.Now,
-			Limits: w.reg.limits(), DatabaseClock: w.databaseClock(), Horizon: w.cfg.Horizon,
-		})
+		res, err := w.claim(ctx, w.cfg.Concurrency, 0)
 		if err != nil {
 			return out, fmt.Errorf("jobs: drain: %w", err)
 		}
-		w.report(res)
 		out.Deferred += len(res.Deferred)
 		if len(res.Jobs) == 0 {
 			if len(res.Deferred) > 0 {

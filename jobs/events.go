@@ -5,6 +5,7 @@ import (
 	"log/slog"
 	"time"
 
+	"github.com/sluicequeue/sluice/ratelimit"
 	"github.com/sluicequeue/sluice/store"
 )
 
@@ -18,6 +19,25 @@ type Hooks struct {
 	OnDefer func(DeferEvent)
 	// OnFinish is called when a job's run ends.
 	OnFinish func(FinishEvent)
+}
+
+// Join returns hooks that call h's and then o's.
+func (h Hooks) Join(o Hooks) Hooks {
+	return Hooks{
+		OnClaim:  join(h.OnClaim, o.OnClaim),
+		OnDefer:  join(h.OnDefer, o.OnDefer),
+		OnFinish: join(h.OnFinish, o.OnFinish),
+	}
+}
+
+func join[E any](a, b func(E)) func(E) {
+	switch {
+	case a == nil:
+		return b
+	case b == nil:
+		return a
+	}
+	return func(e E) { a(e); b(e) }
 }
 
 // ClaimEvent describes one claim.
@@ -42,6 +62,9 @@ type DeferEvent struct {
 	Count int
 	// Parked counts those whose budget's slots reached past the horizon.
 	Parked int
+	// PerLimit counts the jobs per limit that held them: the budget key's
+	// scope (the group, or the kind).
+	PerLimit map[string]int
 	// Shadow is set when the limits were in shadow mode: these jobs would
 	// have been deferred (would_defer) and ran anyway.
 	Shadow bool
@@ -87,6 +110,10 @@ func deferEvents(ds []store.Deferral, shadow bool) []DeferEvent {
 		e := &out[i]
 		e.JobIDs = append(e.JobIDs, d.JobID)
 		e.Count++
+		if e.PerLimit == nil {
+			e.PerLimit = map[string]int{}
+		}
+		e.PerLimit[ratelimit.ScopeOf(d.Key)]++
 		if d.Parked {
 			e.Parked++
 		}

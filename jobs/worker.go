@@ -248,24 +248,10 @@ func (w *Worker) claimRound(ctx, jobsCtx context.Context) (bool, error) {
 		if free == 0 {
 			return true, nil
 		}
-		began := time.Now()
-		res, err := w.store.Claim(ctx, store.ClaimParams{
-			ProcessID:     w.pid.Load(),
-			Queues:        w.cfg.Queues,
-			Max:           free,
-			Candidates:    window,
-			Clock:         w.clock.Now,
-			Limits:        w.reg.limits(),
-			DatabaseClock: w.databaseClock(),
-			Horizon:       w.cfg.Horizon,
-		})
+		res, err := w.claim(ctx, free, window)
 		if err != nil {
 			return false, err
 		}
-		if w.hooks.OnClaim != nil {
-			w.hooks.OnClaim(ClaimEvent{Claimed: len(res.Jobs), Deferred: len(res.Deferred), Duration: time.Since(began), DecidedAt: res.DecidedAt})
-		}
-		w.report(res)
 		for _, j := range res.Jobs {
 			w.start(jobsCtx, j)
 		}
@@ -280,6 +266,30 @@ func (w *Worker) claimRound(ctx, jobsCtx context.Context) (bool, error) {
 		window = min(max(window, free)*8, maxCandidates)
 	}
 	return w.free() == 0, nil
+}
+
+// claim takes up to max ready jobs (deciding up to window of them against
+// their limits) and reports the claim to the hooks and the log.
+func (w *Worker) claim(ctx context.Context, max, window int) (*store.ClaimResult, error) {
+	began := time.Now()
+	res, err := w.store.Claim(ctx, store.ClaimParams{
+		ProcessID:     w.pid.Load(),
+		Queues:        w.cfg.Queues,
+		Max:           max,
+		Candidates:    window,
+		Clock:         w.clock.Now,
+		Limits:        w.reg.limits(),
+		DatabaseClock: w.databaseClock(),
+		Horizon:       w.cfg.Horizon,
+	})
+	if err != nil {
+		return nil, err
+	}
+	if w.hooks.OnClaim != nil {
+		w.hooks.OnClaim(ClaimEvent{Claimed: len(res.Jobs), Deferred: len(res.Deferred), Duration: time.Since(began), DecidedAt: res.DecidedAt})
+	}
+	w.report(res)
+	return res, nil
 }
 
 func (w *Worker) databaseClock() bool { return !w.cfg.HostClock && clock.IsSystem(w.cfg.Clock) }

@@ -65,7 +65,49 @@ type QueueStats struct {
 
 // Stats counts jobs per queue and state, queues in name order.
 func (s *Store) Stats(ctx context.Context) ([]QueueStats, error) {
-	rows, err := s.db.Query(ctx, s.d.JobsByState())
+	return s.countByState(ctx, s.d.JobsByState())
+}
+
+// Depth counts the jobs that are not completed or cancelled, per queue and
+// state: what a metrics scrape asks for, without counting the finished
+// jobs kept.
+func (s *Store) Depth(ctx context.Context) ([]QueueStats, error) {
+	return s.countByState(ctx, s.d.UnfinishedByState())
+}
+
+// Oldest is the oldest job waiting to run in a queue.
+type Oldest struct {
+	Queue string
+	// Throttled is set for jobs a limit holds: waiting on a rate limit, or
+	// blocked on a concurrency slot.
+	Throttled bool
+	CreatedAt time.Time
+}
+
+// OldestWaiting returns, per queue, the oldest job waiting to run, split by
+// whether a limit holds it, so that an alert on a stuck queue need not
+// fire because a limit is working.
+func (s *Store) OldestWaiting(ctx context.Context) ([]Oldest, error) {
+	rows, err := s.db.Query(ctx, s.d.OldestWaiting())
+	if err != nil {
+		return nil, s.wrap(fmt.Errorf("oldest waiting jobs: %w", err))
+	}
+	defer rows.Close()
+	var out []Oldest
+	for rows.Next() {
+		var o Oldest
+		var throttled, created int64
+		if err := rows.Scan(&o.Queue, &throttled, &created); err != nil {
+			return nil, err
+		}
+		o.Throttled, o.CreatedAt = throttled == 1, FromMicros(created)
+		out = append(out, o)
+	}
+	return out, rows.Err()
+}
+
+func (s *Store) countByState(ctx context.Context, q string) ([]QueueStats, error) {
+	rows, err := s.db.Query(ctx, q)
 	if err != nil {
 		return nil, s.wrap(fmt.Errorf("stats: %w", err))
 	}

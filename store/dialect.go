@@ -126,6 +126,13 @@ type Dialect interface {
 	// JobsByState counts jobs per queue and state. Columns: queue, state,
 	// count.
 	JobsByState() string
+	// UnfinishedByState counts the jobs that are not completed or
+	// cancelled, per queue and state. Columns: queue, state, count.
+	UnfinishedByState() string
+	// OldestWaiting finds, per queue, the oldest job waiting to run, split
+	// by whether a limit holds it (a rate-limit wait or a concurrency
+	// block). Columns: queue, throttled (0 or 1), created_at.
+	OldestWaiting() string
 	// ListJobs lists jobs, newest first, filtered by whichever of state,
 	// kind and queue are set. Columns: JobInfoColumns.
 	ListJobs(f JobFilter) (string, []any)

@@ -384,3 +384,18 @@ ORDER BY r.task`
 func (Dialect) DeleteTicks(before int64) (string, []any) {
 	return `DELETE FROM sluice_recurring_runs WHERE run_at < ?`, []any{before}
 }
+
+// UnfinishedByState counts unfinished jobs per queue and state.
+func (Dialect) UnfinishedByState() string {
+	return `SELECT queue, state, count(*) FROM sluice_jobs
+WHERE state IN ('ready', 'scheduled', 'parked', 'blocked', 'running', 'failed')
+GROUP BY queue, state ORDER BY queue, state`
+}
+
+// OldestWaiting finds each queue's oldest waiting job, throttled or not.
+func (Dialect) OldestWaiting() string {
+	return `SELECT queue, CASE WHEN wait_key IS NOT NULL OR state = 'blocked' THEN 1 ELSE 0 END AS throttled, MIN(created_at)
+FROM sluice_jobs
+WHERE state IN ('ready', 'blocked') OR (state IN ('scheduled', 'parked') AND wait_key IS NOT NULL)
+GROUP BY queue, throttled`
+}
