@@ -187,6 +187,8 @@ func builtins() []Command {
 		{Name: "budgets", Summary: "list rate-limit budgets, or clear-idle", Run: runBudgets},
 		{Name: "semaphores", Summary: "list concurrency keys: slots free and taken, jobs blocked", Run: runSemaphores},
 		{Name: "recurring", Summary: "list recurring tasks with their last and next runs", Run: runRecurring},
+		{Name: "limits", Summary: "list rate-limit overrides, or set|clear one without a restart", Run: runLimits},
+		{Name: "check", Summary: "check the app's limits against the database (codes E…, W…)", Run: runCheck},
 	}
 }
 

@@ -50,7 +50,7 @@ func TestOperatorCommandsEndToEnd(t *testing.T) {
 
 			code, out, _ := run(t, "migrate", "status", db)
 			require.Equal(t, 0, code)
-			require.Contains(t, out, "001      core         pending")
+			require.Regexp(t, `\n001\s+core\s+pending\n`, out)
 			code, out, _ = run(t, "migrate", "up", db)
 			require.Equal(t, 0, code)
 			require.Contains(t, out, "applied 001_core\napplied 002_rate_limits\napplied 003_concurrency\n")

@@ -8,13 +8,17 @@ import (
 // DrainResult counts what a Drain did.
 type DrainResult struct {
 	Completed, Retried, Failed, Cancelled, Snoozed int
+	// Throttled counts runs an upstream refused (RetryAfter).
+	Throttled int
 	// Deferred counts deferrals by rate limits (a job may wait more than
 	// once).
 	Deferred int
 }
 
 // Ran is how many runs ended, whatever their outcome.
-func (r DrainResult) Ran() int { return r.Completed + r.Retried + r.Failed + r.Cancelled + r.Snoozed }
+func (r DrainResult) Ran() int {
+	return r.Completed + r.Retried + r.Failed + r.Cancelled + r.Snoozed + r.Throttled
+}
 
 // Drain works the worker's queues inline until no job is ready, then
 // returns. Before each claim it promotes due scheduled jobs and hands
@@ -42,8 +46,11 @@ func (w *Worker) Drain(ctx context.Context) (DrainResult, error) {
 				break
 			}
 		}
-		if w.reg.limits() != nil {
+		if w.limits != nil {
 			if _, err := w.store.Unpark(ctx, now, w.cfg.Horizon, 1000); err != nil {
+				return out, fmt.Errorf("jobs: drain: %w", err)
+			}
+			if err := w.limits.refresh(ctx, w.store); err != nil {
 				return out, fmt.Errorf("jobs: drain: %w", err)
 			}
 		}
@@ -74,6 +81,8 @@ func (w *Worker) Drain(ctx context.Context) (DrainResult, error) {
 				out.Cancelled++
 			case OutcomeSnoozed:
 				out.Snoozed++
+			case OutcomeThrottled:
+				out.Throttled++
 			}
 		}
 		w.flush(batch)

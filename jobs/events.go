@@ -81,6 +81,9 @@ const (
 	OutcomeCancelled Outcome = "cancelled"
 	OutcomeSnoozed   Outcome = "snoozed"
 	OutcomeReleased  Outcome = "released"
+	// OutcomeThrottled is a run an upstream refused with a 429: the job
+	// and its budgets wait, and no attempt is spent.
+	OutcomeThrottled Outcome = "throttled"
 )
 
 // FinishEvent describes one finished run.

@@ -23,6 +23,10 @@ type result struct {
 	holdsSlot bool
 	// withCalls is set when the job collected calls.
 	withCalls bool
+	// throttled is set when an upstream refused the run (RetryAfter), and
+	// pushes hold the job's budgets back until the wait is over.
+	throttled bool
+	pushes    []store.BudgetPush
 }
 
 // final reports whether the outcome ends the job: its slot goes back.
@@ -99,6 +103,7 @@ func call(ctx context.Context, k *kind, j *store.Job, args any, more []any) (err
 func (w *Worker) outcome(ctx context.Context, j *store.Job, err error) result {
 	var cancelled *cancelError
 	var snoozed *snoozeError
+	var retryAfter *retryAfterError
 	switch {
 	case err == nil:
 		return result{id: j.ID, complete: true}
@@ -108,9 +113,35 @@ func (w *Worker) outcome(ctx context.Context, j *store.Job, err error) result {
 		return result{id: j.ID, t: store.Transition{ID: j.ID, State: store.StateCancelled, Error: errorText(cancelled.err), Finished: true}}
 	case errors.As(err, &snoozed):
 		return result{id: j.ID, t: store.Transition{ID: j.ID, State: store.StateScheduled, RunAt: w.clock.Now().Add(snoozed.d), AttemptDelta: -1}}
+	case errors.As(err, &retryAfter):
+		return w.waitUpstream(j, retryAfter)
 	default:
 		return w.failure(j, err)
 	}
+}
+
+// waitUpstream sends a job an upstream refused (a 429) back to wait
+// without spending an attempt, and holds back every budget it ran under
+// until then.
+func (w *Worker) waitUpstream(j *store.Job, e *retryAfterError) result {
+	now := w.clock.Now()
+	until := now.Add(min(e.wait(now), w.cfg.MaxRetryAfter))
+	t := store.Transition{ID: j.ID, State: store.StateScheduled, RunAt: until, AttemptDelta: -1, Error: errorText(e)}
+	var pushes []store.BudgetPush
+	if w.limits != nil {
+		for _, rk := range j.RateKeys {
+			if spec, ok := w.limits.RateSpec(j.Kind, rk.Key); ok {
+				pushes = append(pushes, store.BudgetPush{Key: rk.Key, Until: until, Params: spec.Params})
+			}
+		}
+		for _, l := range w.limits.QueueLimits(j.Queue) {
+			pushes = append(pushes, store.BudgetPush{Key: l.Key, Until: until, Params: l.Spec.Params})
+		}
+	}
+	if len(pushes) > 0 {
+		t.WaitKey = pushes[0].Key
+	}
+	return result{id: j.ID, t: t, throttled: true, pushes: pushes}
 }
 
 // failure retries a failed attempt after its backoff, or keeps the job as
@@ -148,6 +179,8 @@ func outcomeOf(r result) Outcome {
 		return OutcomeCancelled
 	case r.t.State == store.StateReady:
 		return OutcomeReleased
+	case r.throttled:
+		return OutcomeThrottled
 	case r.t.AttemptDelta < 0:
 		return OutcomeSnoozed
 	default:
@@ -197,6 +230,7 @@ func (w *Worker) flush(batch []result) {
 			} else {
 				o.Others = append(o.Others, r.t)
 			}
+			o.Pushes = append(o.Pushes, r.pushes...)
 			if r.holdsSlot && r.final() {
 				o.SlotHolders = append(o.SlotHolders, r.id)
 			}

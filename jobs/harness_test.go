@@ -137,3 +137,5 @@ func newDispatcher(t testing.TB, s *store.Store, cfg dispatcher.Config) *dispatc
 	}
 	return d
 }
+
+func backends(t *testing.T) []testdb.Backend { return testdb.Backends(t) }

@@ -23,8 +23,9 @@ var ErrUnknownKind = errors.New("kind not registered")
 // limits. Register every kind before starting workers; a registry is safe
 // for concurrent use.
 type Registry struct {
-	mu    sync.RWMutex
-	kinds map[string]*kind
+	mu     sync.RWMutex
+	kinds  map[string]*kind
+	queues map[string][]store.QueueLimit
 	// limited is set once any kind declares a rate limit; until then
 	// claims run the plain queue's statements.
 	limited bool
@@ -66,7 +67,35 @@ type concRule struct {
 }
 
 // NewRegistry returns an empty registry.
-func NewRegistry() *Registry { return &Registry{kinds: map[string]*kind{}} }
+func NewRegistry() *Registry {
+	return &Registry{kinds: map[string]*kind{}, queues: map[string][]store.QueueLimit{}}
+}
+
+// LimitQueue declares a rate limit on a whole queue: every job claimed from
+// it, whatever its kind, draws on the queue's one budget ("@queue/NAME"),
+// combined with its kind's own limits. A queue takes one limit.
+func (r *Registry) LimitQueue(queue string, l ratelimit.QueueLimit) error {
+	spec, err := l.Compile(queue)
+	if err != nil {
+		return fmt.Errorf("jobs: limit queue %s: %w", queue, err)
+	}
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if len(r.queues[queue]) > 0 {
+		return fmt.Errorf("jobs: limit queue %s: the queue is already limited", queue)
+	}
+	r.queues[queue] = []store.QueueLimit{{Key: store.QueueScope + "/" + queue, Spec: spec}}
+	r.limited = true
+	return nil
+}
+
+// QueueLimits returns the limits declared on a queue; it implements
+// store.Limits.
+func (r *Registry) QueueLimits(queue string) []store.QueueLimit {
+	r.mu.RLock()
+	defer r.mu.RUnlock()
+	return r.queues[queue]
+}
 
 // Register adds a handler function for the kind of T.
 func Register[T Args](r *Registry, work func(ctx context.Context, job *Job[T]) error, opts ...RegisterOption) error {

@@ -67,6 +67,16 @@ type WorkerConfig struct {
 	// Horizon is how far ahead rate-limit slots are handed out. Defaults
 	// to 5 minutes.
 	Horizon time.Duration
+	// ShadowLimits runs every rate limit in shadow mode: each decision is
+	// computed and recorded (a would_defer event and debug line), and the
+	// job runs anyway. Budgets advance as if enforcing.
+	ShadowLimits bool
+	// OverrideRefresh is how often the worker reads the rate-limit
+	// overrides set at run time (sluice limits set). Defaults to 5s.
+	OverrideRefresh time.Duration
+	// MaxRetryAfter caps the wait a handler's RetryAfter error asks for.
+	// Defaults to 1 hour.
+	MaxRetryAfter time.Duration
 	// Name labels the worker's process row. Defaults to the host name.
 	Name string
 	// Logger receives the worker's logs. Defaults to slog.Default().
@@ -94,6 +104,9 @@ type Worker struct {
 	results chan result
 
 	unknown sync.Map // kinds already logged as unknown
+
+	// limits is what claims decide against; nil when no limit is declared.
+	limits *limitsView
 }
 
 type runningJob struct {
@@ -124,6 +137,8 @@ func NewWorker(s *store.Store, reg *Registry, cfg WorkerConfig) (*Worker, error)
 	setDefault(&cfg.HeartbeatInterval, DefaultHeartbeatInterval)
 	setDefault(&cfg.DeadAfter, DefaultDeadAfter)
 	setDefault(&cfg.Horizon, store.DefaultHorizon)
+	setDefault(&cfg.OverrideRefresh, 5*time.Second)
+	setDefault(&cfg.MaxRetryAfter, time.Hour)
 	if cfg.Name == "" {
 		cfg.Name, _ = os.Hostname()
 	}
@@ -131,7 +146,12 @@ func NewWorker(s *store.Store, reg *Registry, cfg WorkerConfig) (*Worker, error)
 	if log == nil {
 		log = slog.Default()
 	}
+	var limits *limitsView
+	if reg.limits() != nil {
+		limits = &limitsView{reg: reg, shadowAll: cfg.ShadowLimits}
+	}
 	return &Worker{
+		limits:  limits,
 		cfg:     cfg,
 		store:   s,
 		reg:     reg,
@@ -174,6 +194,12 @@ func (w *Worker) Run(ctx context.Context) error {
 	beatCtx, stopBeat := context.WithCancel(context.WithoutCancel(ctx))
 	beaten := make(chan struct{})
 	go func() { defer close(beaten); w.heartbeat(beatCtx) }()
+	if w.limits != nil {
+		if err := w.limits.refresh(ctx, w.store); err != nil {
+			w.log.Warn("sluice: read rate-limit overrides", "err", err)
+		}
+		go w.refreshOverrides(beatCtx)
+	}
 	w.log.Info("sluice: worker started", "process_id", w.pid.Load(), "queues", w.cfg.Queues, "concurrency", w.cfg.Concurrency)
 
 	w.loop(ctx, jobsCtx, wake)
@@ -278,7 +304,7 @@ func (w *Worker) claim(ctx context.Context, max, window int) (*store.ClaimResult
 		Max:           max,
 		Candidates:    window,
 		Clock:         w.clock.Now,
-		Limits:        w.reg.limits(),
+		Limits:        w.claimLimits(),
 		DatabaseClock: w.databaseClock(),
 		Horizon:       w.cfg.Horizon,
 	})
@@ -290,6 +316,33 @@ func (w *Worker) claim(ctx context.Context, max, window int) (*store.ClaimResult
 	}
 	w.report(res)
 	return res, nil
+}
+
+// claimLimits returns the limits claims decide against, or nil (a plain
+// claim) when no limit is declared.
+func (w *Worker) claimLimits() store.Limits {
+	if w.limits == nil {
+		return nil
+	}
+	return w.limits
+}
+
+// refreshOverrides reads the rate-limit overrides every OverrideRefresh
+// until ctx is done.
+func (w *Worker) refreshOverrides(ctx context.Context) {
+	t := w.clock.NewTimer(w.cfg.OverrideRefresh)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C():
+		}
+		if err := w.limits.refresh(ctx, w.store); err != nil && ctx.Err() == nil {
+			w.log.Warn("sluice: read rate-limit overrides", "err", err)
+		}
+		t.Reset(w.cfg.OverrideRefresh)
+	}
 }
 
 func (w *Worker) databaseClock() bool { return !w.cfg.HostClock && clock.IsSystem(w.cfg.Clock) }

@@ -178,3 +178,25 @@ func ScopeOf(budgetKey string) string {
 	}
 	return budgetKey
 }
+
+// QueueLimit declares a rate limit on a whole queue: every job claimed
+// from it, whatever its kind, draws on the queue's one budget, stored as
+// "@queue/NAME", on top of its kind's own limits.
+type QueueLimit struct {
+	To     int
+	Per    time.Duration
+	Burst  int
+	Shadow bool
+}
+
+// Compile checks a queue limit.
+func (q QueueLimit) Compile(queue string) (Spec, error) {
+	if queue == "" {
+		return Spec{}, fmt.Errorf("%w: the queue name is empty", ErrInvalid)
+	}
+	p, burst, err := NewParams(q.To, q.Per, q.Burst)
+	if err != nil {
+		return Spec{}, err
+	}
+	return Spec{Scope: "@queue", To: q.To, Per: q.Per, Burst: burst, Params: p, Shadow: q.Shadow}, nil
+}

@@ -19,7 +19,20 @@ type Limits interface {
 	// budget key's scope, or false when it declares none (for example,
 	// the job was enqueued under a limit that has since been removed).
 	RateSpec(kind, budgetKey string) (ratelimit.Spec, bool)
+	// QueueLimits returns the limits on a queue, which cover every job
+	// claimed from it whatever its kind; none for most queues.
+	QueueLimits(queue string) []QueueLimit
 }
+
+// QueueLimit is a limit on a whole queue and the budget it draws on.
+type QueueLimit struct {
+	Key  string
+	Spec ratelimit.Spec
+}
+
+// QueueScope is the scope of queue limits' budget keys: a queue's budget
+// is "@queue/NAME".
+const QueueScope = "@queue"
 
 // ClaimParams says what a claim takes and how it decides.
 type ClaimParams struct {

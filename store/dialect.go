@@ -203,6 +203,23 @@ type Dialect interface {
 	LastTicks() string
 	// DeleteTicks deletes the records of ticks before the given time.
 	DeleteTicks(before int64) (string, []any)
+
+	// SaveOverride sets a rate-limit override.
+	SaveOverride(o OverrideRow) (string, []any)
+	// DeleteOverride removes one.
+	DeleteOverride(target string) (string, []any)
+	// ListOverrides lists them. Columns: target, to_count, per_us, burst,
+	// updated_at.
+	ListOverrides() string
+}
+
+// OverrideRow is a stored rate-limit override.
+type OverrideRow struct {
+	Target    string
+	To        int
+	PerUS     int64
+	Burst     int
+	UpdatedAt int64
 }
 
 // JobColumns are the columns a claim reads, in Job's scan order.

@@ -5,6 +5,8 @@ import (
 	"fmt"
 	"slices"
 	"time"
+
+	"github.com/sluicequeue/sluice/ratelimit"
 )
 
 // Outcomes are what became of the jobs a process ran.
@@ -21,6 +23,17 @@ type Outcomes struct {
 	// WithCalls are the completed jobs that collected calls: with
 	// DeleteOnComplete their calls are deleted with them.
 	WithCalls []int64
+	// Pushes hold budgets back after an upstream asked to wait (a 429):
+	// none of their jobs is admitted before Until.
+	Pushes []BudgetPush
+}
+
+// BudgetPush holds a budget back until a time.
+type BudgetPush struct {
+	Key   string
+	Until time.Time
+	// Params is the limit the budget is charged under.
+	Params ratelimit.Params
 }
 
 // Finish records the outcomes of jobs the process ran, in one transaction:
@@ -54,6 +67,13 @@ func (s *Store) Finish(ctx context.Context, processID int64, now time.Time, o Ou
 		if len(o.Others) > 0 {
 			writes = append(writes, stmt(s.d.SetJobs(StateRunning, processID, nowUS, setRows(o.Others, nowUS))))
 		}
+		if len(o.Pushes) > 0 {
+			st, err := s.pushBudgets(ctx, tx, nowUS, o.Pushes)
+			if err != nil {
+				return err
+			}
+			writes = append(writes, st)
+		}
 		gives, queues, err := s.giveBack(ctx, tx, nowUS, hs)
 		if err != nil {
 			return err
@@ -66,6 +86,38 @@ func (s *Store) Finish(ctx context.Context, processID int64, now time.Time, o Ou
 	}
 	s.Wake(woke...)
 	return nil
+}
+
+// pushBudgets locks the pushed budgets (in key order) and moves each so
+// that nothing is admitted before its Until: its TAT to Until plus the
+// tolerance, and its slot cursor to Until. It returns the statement that
+// saves them.
+func (s *Store) pushBudgets(ctx context.Context, tx Tx, now int64, pushes []BudgetPush) (Stmt, error) {
+	byKey := map[string]BudgetPush{}
+	keys := make([]string, 0, len(pushes))
+	for _, p := range pushes {
+		if prev, ok := byKey[p.Key]; !ok || p.Until.After(prev.Until) {
+			if !ok {
+				keys = append(keys, p.Key)
+			}
+			byKey[p.Key] = p
+		}
+	}
+	slices.Sort(keys)
+	budgets, _, err := s.lockBudgets(ctx, tx, keys, ClaimParams{Clock: func() time.Time { return FromMicros(now) }})
+	if err != nil {
+		return Stmt{}, err
+	}
+	for _, k := range keys {
+		p, b := byKey[k], budgets[k]
+		b.prepare(p.Params, now)
+		until := Micros(p.Until)
+		b.state.TAT = max(b.state.TAT, until+p.Params.Tolerance())
+		b.state.NextSlot = max(b.state.NextSlot, until)
+		b.dirty = true
+	}
+	st, _ := s.saveBudgets(budgets, now)
+	return st, nil
 }
 
 // Release puts jobs the process claimed but did not finish back to ready,

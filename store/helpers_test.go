@@ -73,6 +73,14 @@ func (l limits) RateSpec(_, key string) (ratelimit.Spec, bool) {
 	return s, ok
 }
 
+func (l limits) QueueLimits(queue string) []store.QueueLimit {
+	key := store.QueueScope + "/" + queue
+	if s, ok := l[key]; ok {
+		return []store.QueueLimit{{Key: key, Spec: s}}
+	}
+	return nil
+}
+
 func spec(t testing.TB, scope string, to int, per time.Duration, burst int) ratelimit.Spec {
 	t.Helper()
 	p, b, err := ratelimit.NewParams(to, per, burst)

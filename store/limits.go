@@ -28,6 +28,7 @@ type check struct {
 func (s *Store) applyLimits(ctx context.Context, tx Tx, p ClaimParams, cands []*Job, res *ClaimResult) ([]*Job, []Stmt, holders, error) {
 	checks := make([][]check, len(cands))
 	var keys []string
+	queueLimits := map[string][]QueueLimit{}
 	for i, j := range cands {
 		for _, rk := range j.RateKeys {
 			spec, ok := p.Limits.RateSpec(j.Kind, rk.Key)
@@ -36,6 +37,15 @@ func (s *Store) applyLimits(ctx context.Context, tx Tx, p ClaimParams, cands []*
 			}
 			checks[i] = append(checks[i], check{key: rk.Key, spec: spec, cost: rk.Cost})
 			keys = append(keys, rk.Key)
+		}
+		ql, seen := queueLimits[j.Queue]
+		if !seen {
+			ql = p.Limits.QueueLimits(j.Queue)
+			queueLimits[j.Queue] = ql
+		}
+		for _, l := range ql {
+			checks[i] = append(checks[i], check{key: l.Key, spec: l.Spec, cost: 1})
+			keys = append(keys, l.Key)
 		}
 	}
 	if len(keys) == 0 {
@@ -139,9 +149,9 @@ func (s *Store) applyLimits(ctx context.Context, tx Tx, p ClaimParams, cands []*
 func (s *Store) slot(b *budget, c *check, earliest, now, until int64) (int64, bool) {
 	if earliest == ratelimit.Never {
 		if b.state.NextSlot > now {
-			return 0, false
+			return 0, false // a probe is out
 		}
-		b.state.NextSlot = until + 1
+		b.state.NextSlot = until // the probe's own slot: when it returns, it probes again
 		return until, true
 	}
 	if max(earliest, b.state.NextSlot) > until {
@@ -232,7 +242,7 @@ func (s *Store) unparkBudget(ctx context.Context, tx Tx, b *budget, now, until i
 		var slot int64
 		if p.Paused {
 			slot = until
-			b.state.NextSlot = until + 1
+			b.state.NextSlot = until
 		} else {
 			slot = p.Slot(&b.state, first, 1)
 		}

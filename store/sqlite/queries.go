@@ -384,3 +384,19 @@ FROM sluice_jobs
 WHERE state IN ('ready', 'blocked') OR (state IN ('scheduled', 'parked') AND wait_key IS NOT NULL)
 GROUP BY queue, throttled`
 }
+
+// SaveOverride sets a rate-limit override.
+func (Dialect) SaveOverride(o store.OverrideRow) (string, []any) {
+	return `INSERT INTO sluice_limit_overrides (target, to_count, per_us, burst, updated_at) VALUES (?, ?, ?, ?, ?)
+ON CONFLICT (target) DO UPDATE SET to_count = excluded.to_count, per_us = excluded.per_us, burst = excluded.burst, updated_at = excluded.updated_at`, []any{o.Target, o.To, o.PerUS, o.Burst, o.UpdatedAt}
+}
+
+// DeleteOverride removes a rate-limit override.
+func (Dialect) DeleteOverride(target string) (string, []any) {
+	return `DELETE FROM sluice_limit_overrides WHERE target = ?`, []any{target}
+}
+
+// ListOverrides lists rate-limit overrides.
+func (Dialect) ListOverrides() string {
+	return `SELECT target, to_count, per_us, burst, updated_at FROM sluice_limit_overrides ORDER BY target`
+}

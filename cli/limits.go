@@ -1,0 +1,114 @@
+package cli
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/sluicequeue/sluice/jobs"
+	"github.com/sluicequeue/sluice/store"
+)
+
+func runLimits(ctx context.Context, env *Env, args []string) error {
+	verb := "list"
+	if len(args) > 0 && !strings.HasPrefix(args[0], "-") {
+		verb, args = args[0], args[1:]
+	}
+	fs, url := env.FlagSet("limits "+verb, "limits [list | set TARGET --to N --per D [--burst B] | clear TARGET] [flags]")
+	to := fs.Int("to", -1, "with set: how many jobs any window of --per admits (0 pauses)")
+	per := fs.Duration("per", 0, "with set: the window")
+	burst := fs.Int("burst", 1, "with set: how many a quiet budget admits at once")
+	asJSON := fs.Bool("json", false, "print JSON for scripts")
+	if err := Parse(fs, args); err != nil {
+		return err
+	}
+	s, err := OpenChecked(ctx, *url)
+	if err != nil {
+		return err
+	}
+	defer s.Close()
+	switch verb {
+	case "set":
+		if fs.NArg() != 1 {
+			return Usagef("set takes one target: a budget key (Stripe/Account/7) or a scope (Stripe)")
+		}
+		if *to < 0 || *per <= 0 {
+			return Usagef("set needs --to and --per")
+		}
+		o := store.Override{Target: fs.Arg(0), To: *to, Per: *per, Burst: *burst}
+		if err := s.SetOverride(ctx, o, time.Now()); err != nil {
+			return err
+		}
+		fmt.Fprintf(env.Stdout, "%s: %d per %s, burst %d (workers apply it within seconds)\n", o.Target, o.To, o.Per, o.Burst)
+		return nil
+	case "clear":
+		if fs.NArg() != 1 {
+			return Usagef("clear takes one target")
+		}
+		if err := s.ClearOverride(ctx, fs.Arg(0)); err != nil {
+			return err
+		}
+		fmt.Fprintf(env.Stdout, "%s: the declared limit applies again\n", fs.Arg(0))
+		return nil
+	case "list":
+	default:
+		return Usagef("unknown limits action %q: use list, set or clear", verb)
+	}
+	list, err := s.ListOverrides(ctx)
+	if err != nil {
+		return err
+	}
+	if *asJSON {
+		out := make([]map[string]any, len(list))
+		for i, o := range list {
+			out[i] = map[string]any{"target": o.Target, "to": o.To, "per": o.Per.String(), "burst": o.Burst, "updated_at": o.UpdatedAt}
+		}
+		return printJSON(env, out)
+	}
+	rows := make([][]string, len(list))
+	for i, o := range list {
+		rows[i] = []string{o.Target, strconv.Itoa(o.To), o.Per.String(), strconv.Itoa(o.Burst), fmtIn(o.UpdatedAt, time.Now())}
+	}
+	return table(env, "TARGET\tTO\tPER\tBURST\tSET", rows)
+}
+
+// errFindings makes check exit non-zero.
+var errFindings = errors.New("check found problems")
+
+func runCheck(ctx context.Context, env *Env, args []string) error {
+	fs, url := env.FlagSet("check", "check [--strict] [flags]")
+	strict := fs.Bool("strict", false, "fail on warnings too")
+	if err := Parse(fs, args); err != nil {
+		return err
+	}
+	s, err := Open(ctx, *url)
+	if err != nil {
+		return err
+	}
+	defer s.Close()
+	reg := env.App.Registry
+	if reg == nil {
+		reg = jobs.NewRegistry()
+	}
+	findings, err := jobs.Check(ctx, reg, s)
+	if err != nil {
+		return err
+	}
+	errs, warns := 0, 0
+	for _, f := range findings {
+		fmt.Fprintln(env.Stdout, f)
+		if f.Severity == jobs.SeverityError {
+			errs++
+		} else {
+			warns++
+		}
+	}
+	fmt.Fprintf(env.Stdout, "%d errors, %d warnings\n", errs, warns)
+	if errs > 0 || *strict && warns > 0 {
+		return fmt.Errorf("%w: %d errors, %d warnings", errFindings, errs, warns)
+	}
+	return nil
+}

@@ -1,0 +1,201 @@
+package jobs
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"slices"
+	"sort"
+	"strings"
+	"unicode"
+
+	"golang.org/x/text/unicode/norm"
+
+	"github.com/sluicequeue/sluice/ratelimit"
+	"github.com/sluicequeue/sluice/store"
+)
+
+// Severity says whether a finding stops a deploy.
+type Severity string
+
+// Severities of findings.
+const (
+	SeverityError   Severity = "error"
+	SeverityWarning Severity = "warning"
+)
+
+// Finding is one thing Check found, with a stable code to look it up by.
+type Finding struct {
+	Code     string
+	Severity Severity
+	Message  string
+}
+
+// String prints the finding as "W002 warning: …".
+func (f Finding) String() string { return fmt.Sprintf("%s %s: %s", f.Code, f.Severity, f.Message) }
+
+// The codes Check reports.
+const (
+	// CodePendingMigrations: the schema is missing or older than this
+	// version of sluice needs.
+	CodePendingMigrations = "E001"
+	// CodeFoldedScopes: two limits' scopes differ only by case or accents,
+	// which MySQL's default collation would merge.
+	CodeFoldedScopes = "W001"
+	// CodeGroupMismatch: kinds in one rate-limit group declare different
+	// limits, so each job is charged with its own kind's.
+	CodeGroupMismatch = "W002"
+	// CodeUnclaimedQueue: a queue has a limit but no running worker claims
+	// it.
+	CodeUnclaimedQueue = "W003"
+	// CodeStrayOverride: an override names no declared limit.
+	CodeStrayOverride = "W004"
+	// CodeConcurrencyGroupMismatch: kinds in one concurrency group declare
+	// different limits.
+	CodeConcurrencyGroupMismatch = "W005"
+)
+
+// Check validates a registry against a database at start-up, as
+// `sluice check` does. Errors should stop a deploy; warnings name
+// declarations that are probably not what was meant.
+func Check(ctx context.Context, r *Registry, s *store.Store) ([]Finding, error) {
+	var out []Finding
+	add := func(code string, sev Severity, format string, args ...any) {
+		out = append(out, Finding{Code: code, Severity: sev, Message: fmt.Sprintf(format, args...)})
+	}
+	if err := s.CheckSchema(ctx); err != nil {
+		if !errors.Is(err, store.ErrPendingMigrations) {
+			return nil, err
+		}
+		add(CodePendingMigrations, SeverityError, "%v", err)
+		return out, nil
+	}
+
+	r.mu.RLock()
+	scopes := map[string]map[string]ratelimit.Spec{} // rate scope → kind → spec
+	concScopes := map[string]map[string]int{}        // concurrency scope → kind → To
+	for name, k := range r.kinds {
+		for _, rule := range k.rules {
+			if scopes[rule.spec.Scope] == nil {
+				scopes[rule.spec.Scope] = map[string]ratelimit.Spec{}
+			}
+			scopes[rule.spec.Scope][name] = rule.spec
+		}
+		if k.conc != nil {
+			if concScopes[k.conc.spec.Scope] == nil {
+				concScopes[k.conc.spec.Scope] = map[string]int{}
+			}
+			concScopes[k.conc.spec.Scope][name] = k.conc.spec.To
+		}
+	}
+	queues := make([]string, 0, len(r.queues))
+	for q := range r.queues {
+		queues = append(queues, q)
+		scopes[store.QueueScope+"/"+q] = nil
+	}
+	r.mu.RUnlock()
+
+	names := make([]string, 0, len(scopes))
+	for sc := range scopes {
+		names = append(names, sc)
+	}
+	sort.Strings(names)
+	folded := map[string]string{}
+	for _, sc := range names {
+		f := fold(sc)
+		if other, ok := folded[f]; ok {
+			add(CodeFoldedScopes, SeverityWarning, "rate-limit scopes %q and %q differ only by case or accents: "+
+				"they are two budgets here, but MySQL's default collation would merge them; rename one", other, sc)
+			continue
+		}
+		folded[f] = sc
+	}
+	for _, sc := range names {
+		kinds := scopes[sc]
+		if len(kinds) < 2 {
+			continue
+		}
+		var desc []string
+		seen := map[string]bool{}
+		for _, kind := range sortedKeys(kinds) {
+			d := kinds[kind].String()
+			seen[d] = true
+			desc = append(desc, kind+": "+d)
+		}
+		if len(seen) > 1 {
+			add(CodeGroupMismatch, SeverityWarning, "group %s is declared with different limits (%s); each job is charged with its own kind's, "+
+				"so the group can admit more than the stricter one", sc, strings.Join(desc, "; "))
+		}
+	}
+	for _, sc := range sortedKeys(concScopes) {
+		kinds := concScopes[sc]
+		tos := map[int]bool{}
+		for _, to := range kinds {
+			tos[to] = true
+		}
+		if len(tos) > 1 {
+			var desc []string
+			for _, kind := range sortedKeys(kinds) {
+				desc = append(desc, fmt.Sprintf("%s: To %d", kind, kinds[kind]))
+			}
+			add(CodeConcurrencyGroupMismatch, SeverityWarning, "concurrency group %s is declared with different limits (%s); "+
+				"each job takes slots with its own kind's", sc, strings.Join(desc, "; "))
+		}
+	}
+
+	procs, err := s.ListProcesses(ctx)
+	if err != nil {
+		return nil, err
+	}
+	claimed := map[string]bool{}
+	for _, p := range procs {
+		if p.Kind == "worker" {
+			for _, q := range strings.Split(p.Queues, ",") {
+				claimed[q] = true
+			}
+		}
+	}
+	sort.Strings(queues)
+	for _, q := range queues {
+		if !claimed[q] {
+			add(CodeUnclaimedQueue, SeverityWarning, "queue %s has a rate limit, but no running worker claims it", q)
+		}
+	}
+
+	overrides, err := s.ListOverrides(ctx)
+	if err != nil {
+		return nil, err
+	}
+	for _, o := range overrides {
+		if _, ok := scopes[o.Target]; ok {
+			continue
+		}
+		if _, ok := scopes[ratelimit.ScopeOf(o.Target)]; ok && !strings.HasPrefix(o.Target, store.QueueScope) {
+			continue
+		}
+		add(CodeStrayOverride, SeverityWarning, "the override of %s names no declared limit; it changes nothing", o.Target)
+	}
+	return out, nil
+}
+
+// fold drops case and the accents of Latin and Greek letters, as MySQL's
+// default collation compares.
+func fold(s string) string {
+	var b strings.Builder
+	for _, r := range norm.NFD.String(s) {
+		if unicode.Is(unicode.Mn, r) {
+			continue
+		}
+		b.WriteRune(unicode.ToLower(r))
+	}
+	return b.String()
+}
+
+func sortedKeys[V any](m map[string]V) []string {
+	out := make([]string, 0, len(m))
+	for k := range m {
+		out = append(out, k)
+	}
+	slices.Sort(out)
+	return out
+}

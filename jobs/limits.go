@@ -1,0 +1,70 @@
+package jobs
+
+import (
+	"context"
+	"sync/atomic"
+
+	"github.com/sluicequeue/sluice/ratelimit"
+	"github.com/sluicequeue/sluice/store"
+)
+
+// limitsView is what a worker's claims decide against: the registry's
+// limits, with the overrides stored in the database and the worker's
+// shadow switch applied.
+type limitsView struct {
+	reg       *Registry
+	shadowAll bool
+	overrides atomic.Pointer[map[string]store.Override]
+}
+
+// RateSpec implements store.Limits.
+func (v *limitsView) RateSpec(kind, key string) (ratelimit.Spec, bool) {
+	s, ok := v.reg.RateSpec(kind, key)
+	if !ok {
+		return s, false
+	}
+	return v.apply(key, s), true
+}
+
+// QueueLimits implements store.Limits.
+func (v *limitsView) QueueLimits(queue string) []store.QueueLimit {
+	declared := v.reg.QueueLimits(queue)
+	if len(declared) == 0 {
+		return nil
+	}
+	out := make([]store.QueueLimit, len(declared))
+	for i, l := range declared {
+		out[i] = store.QueueLimit{Key: l.Key, Spec: v.apply(l.Key, l.Spec)}
+	}
+	return out
+}
+
+// apply puts a budget's own override, else its scope's, in place of the
+// declared limit, and shadow mode on when the worker asks for it.
+func (v *limitsView) apply(key string, s ratelimit.Spec) ratelimit.Spec {
+	if m := v.overrides.Load(); m != nil {
+		if o, ok := (*m)[key]; ok {
+			s = o.Spec(s)
+		} else if o, ok := (*m)[ratelimit.ScopeOf(key)]; ok {
+			s = o.Spec(s)
+		}
+	}
+	if v.shadowAll {
+		s.Shadow = true
+	}
+	return s
+}
+
+// refresh reads the overrides from the database.
+func (v *limitsView) refresh(ctx context.Context, s *store.Store) error {
+	list, err := s.ListOverrides(ctx)
+	if err != nil {
+		return err
+	}
+	m := make(map[string]store.Override, len(list))
+	for _, o := range list {
+		m[o.Target] = o
+	}
+	v.overrides.Store(&m)
+	return nil
+}
