@@ -218,3 +218,43 @@ func TestStatsShowBudgetsAndRecurringListsTasks(t *testing.T) {
 		})
 	}
 }
+
+func TestLimitsAndCheckCommands(t *testing.T) {
+	for _, b := range testdb.Backends(t) {
+		t.Run(b.Name, func(t *testing.T) {
+			db := "--database-url=" + b.URL(t)
+			code, out, _ := run(t, "check", db)
+			require.Equal(t, 1, code)
+			require.Contains(t, out, "E001 error: ")
+			require.Contains(t, out, "1 errors, 0 warnings")
+
+			code, _, _ = run(t, "migrate", "up", db)
+			require.Equal(t, 0, code)
+			code, out, _ = run(t, "check", db)
+			require.Equal(t, 0, code)
+			require.Equal(t, "0 errors, 0 warnings\n", out)
+
+			code, out, _ = run(t, "limits", "set", "ping/premium", "--to", "120", "--per", "1m", "--burst", "5", db)
+			require.Equal(t, 0, code)
+			require.Equal(t, "ping/premium: 120 per 1m0s, burst 5 (workers apply it within seconds)\n", out)
+			code, out, _ = run(t, "limits", db)
+			require.Equal(t, 0, code)
+			require.Regexp(t, `^TARGET\s+TO\s+PER\s+BURST\s+SET\nping/premium\s+120\s+1m0s\s+5\s+`, out)
+			code, _, stderr := run(t, "limits", "set", "ping/x", "--to", "10", "--per", "1s", "--burst", "11", db)
+			require.Equal(t, 1, code)
+			require.Contains(t, stderr, "Burst is 11; it must be between 1 and To (10)")
+
+			// The app declares no limit on ping: the override is a stray.
+			code, out, _ = run(t, "check", "--strict", db)
+			require.Equal(t, 1, code)
+			require.Contains(t, out, "W004 warning: the override of ping/premium names no declared limit")
+
+			code, out, _ = run(t, "limits", "clear", "ping/premium", db)
+			require.Equal(t, 0, code)
+			require.Equal(t, "ping/premium: the declared limit applies again\n", out)
+			code, _, stderr = run(t, "limits", "clear", "ping/premium", db)
+			require.Equal(t, 1, code)
+			require.Contains(t, stderr, "no override is set")
+		})
+	}
+}
