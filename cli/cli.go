@@ -235,6 +235,15 @@ func Parse(fs *flag.FlagSet, args []string) error {
 	return fs.Parse(append([]string{"--"}, positional...))
 }
 
+// open parses a command's args and opens the migrated store its
+// --database-url names; the caller closes it.
+func (e *Env) open(ctx context.Context, fs *flag.FlagSet, url *string, args []string) (*store.Store, error) {
+	if err := Parse(fs, args); err != nil {
+		return nil, err
+	}
+	return OpenChecked(ctx, *url)
+}
+
 // Open opens the store at url.
 func Open(ctx context.Context, url string) (*store.Store, error) {
 	s, err := dburl.Open(ctx, url)

@@ -3,6 +3,7 @@ package cli
 import (
 	"context"
 	"encoding/json"
+	"flag"
 	"fmt"
 	"strconv"
 	"strings"
@@ -30,10 +31,7 @@ func table(e *Env, header string, rows [][]string) error {
 func runStats(ctx context.Context, env *Env, args []string) error {
 	fs, url := env.FlagSet("stats", "stats [--json] [flags]")
 	asJSON := fs.Bool("json", false, "print JSON for scripts")
-	if err := Parse(fs, args); err != nil {
-		return err
-	}
-	s, err := OpenChecked(ctx, *url)
+	s, err := env.open(ctx, fs, url, args)
 	if err != nil {
 		return err
 	}
@@ -199,28 +197,23 @@ func parseIDs(args []string) ([]int64, error) {
 
 func runRetry(ctx context.Context, env *Env, args []string) error {
 	fs, url := env.FlagSet("retry", "retry ID... [flags]")
-	if err := Parse(fs, args); err != nil {
-		return err
-	}
-	ids, err := parseIDs(fs.Args())
-	if err != nil {
-		return err
-	}
-	s, err := OpenChecked(ctx, *url)
-	if err != nil {
-		return err
-	}
-	defer s.Close()
-	done, err := s.RetryJobs(ctx, time.Now(), ids)
-	for _, id := range done {
-		fmt.Fprintf(env.Stdout, "job %d is ready\n", id)
-	}
-	return err
+	return operateJobs(ctx, env, fs, url, args, "ready", func(s *store.Store, ids []int64) ([]int64, error) {
+		return s.RetryJobs(ctx, time.Now(), ids)
+	})
 }
 
 func runCancel(ctx context.Context, env *Env, args []string) error {
 	fs, url := env.FlagSet("cancel", "cancel ID... [--reason TEXT] [flags]")
 	reason := fs.String("reason", "cancelled by an operator", "recorded as the job's last error")
+	return operateJobs(ctx, env, fs, url, args, "cancelled", func(s *store.Store, ids []int64) ([]int64, error) {
+		return s.CancelJobs(ctx, time.Now(), ids, *reason)
+	})
+}
+
+// operateJobs runs an operator's action on the job ids among args and
+// says, per job, what it became.
+func operateJobs(ctx context.Context, env *Env, fs *flag.FlagSet, url *string, args []string, became string,
+	op func(*store.Store, []int64) ([]int64, error)) error {
 	if err := Parse(fs, args); err != nil {
 		return err
 	}
@@ -233,9 +226,9 @@ func runCancel(ctx context.Context, env *Env, args []string) error {
 		return err
 	}
 	defer s.Close()
-	done, err := s.CancelJobs(ctx, time.Now(), ids, *reason)
+	done, err := op(s, ids)
 	for _, id := range done {
-		fmt.Fprintf(env.Stdout, "job %d is cancelled\n", id)
+		fmt.Fprintf(env.Stdout, "job %d is %s\n", id, became)
 	}
 	return err
 }
@@ -247,10 +240,7 @@ func runQueues(ctx context.Context, env *Env, args []string) error {
 	}
 	fs, url := env.FlagSet("queues "+verb, "queues [list|pause QUEUE|resume QUEUE] [flags]")
 	asJSON := fs.Bool("json", false, "print JSON for scripts")
-	if err := Parse(fs, args); err != nil {
-		return err
-	}
-	s, err := OpenChecked(ctx, *url)
+	s, err := env.open(ctx, fs, url, args)
 	if err != nil {
 		return err
 	}
@@ -297,10 +287,7 @@ func runBudgets(ctx context.Context, env *Env, args []string) error {
 	asJSON := fs.Bool("json", false, "print JSON for scripts")
 	batch := fs.Int("batch-size", 500, "with clear-idle: rows deleted per batch")
 	pause := fs.Duration("pause", 0, "with clear-idle: pause between batches")
-	if err := Parse(fs, args); err != nil {
-		return err
-	}
-	s, err := OpenChecked(ctx, *url)
+	s, err := env.open(ctx, fs, url, args)
 	if err != nil {
 		return err
 	}
@@ -351,10 +338,7 @@ func describeLimit(b store.BudgetInfo) string {
 func runSemaphores(ctx context.Context, env *Env, args []string) error {
 	fs, url := env.FlagSet("semaphores", "semaphores [--json] [flags]")
 	asJSON := fs.Bool("json", false, "print JSON for scripts")
-	if err := Parse(fs, args); err != nil {
-		return err
-	}
-	s, err := OpenChecked(ctx, *url)
+	s, err := env.open(ctx, fs, url, args)
 	if err != nil {
 		return err
 	}

@@ -22,10 +22,7 @@ func runLimits(ctx context.Context, env *Env, args []string) error {
 	per := fs.Duration("per", 0, "with set: the window")
 	burst := fs.Int("burst", 1, "with set: how many a quiet budget admits at once")
 	asJSON := fs.Bool("json", false, "print JSON for scripts")
-	if err := Parse(fs, args); err != nil {
-		return err
-	}
-	s, err := OpenChecked(ctx, *url)
+	s, err := env.open(ctx, fs, url, args)
 	if err != nil {
 		return err
 	}

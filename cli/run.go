@@ -132,10 +132,7 @@ func runRecurring(ctx context.Context, env *Env, args []string) error {
 	fs, url := env.FlagSet("recurring", "recurring [--config FILE] [--json] [flags]")
 	config := configFlag(fs)
 	asJSON := fs.Bool("json", false, "print JSON for scripts")
-	if err := Parse(fs, args); err != nil {
-		return err
-	}
-	s, err := OpenChecked(ctx, *url)
+	s, err := env.open(ctx, fs, url, args)
 	if err != nil {
 		return err
 	}

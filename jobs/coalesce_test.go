@@ -216,12 +216,7 @@ func TestConcurrentEnqueuersShareOnePendingJobAndLoseNoCall(t *testing.T) {
 				got = append(got, calls...)
 				return nil
 			}, jobs.Coalesce(coalesce.Rule[pushSKU]{Key: byShopP, OnConflict: coalesce.Collect})))
-			open := func() *store.Store {
-				s, err := testdb.OpenURL(context.Background(), url)
-				require.NoError(t, err)
-				t.Cleanup(func() { _ = s.Close() })
-				return s
-			}
+			open := testdb.Opener(t, url)
 			s := open()
 			_, err := s.MigrateUp(context.Background(), 0)
 			require.NoError(t, err)
@@ -291,7 +286,7 @@ func TestOnePendingAndOneRunningPerAccountUnderOneQuota(t *testing.T) {
 			h.clock.Advance(250 * time.Millisecond)
 		}
 		require.Equal(t, map[int]int{0: 1, 1: 1, 2: 1, 3: 1}, ran, "one run per shop for its 10 calls")
-		require.LessOrEqual(t, busiest(starts, time.Second), 2, "the quota holds")
+		require.LessOrEqual(t, ratelimit.BusiestWindow(starts, time.Second), 2, "the quota holds")
 	})
 }
 

@@ -80,12 +80,7 @@ func TestNoMoreThanToJobsOfAKeyRunAtOnce(t *testing.T) {
 				done <- struct{}{}
 				return nil
 			}, jobs.ConcurrencyLimit(concurrency.Limit[wideJob]{Key: func(a wideJob) any { return a.Account }, To: 3})))
-			open := func() *store.Store {
-				s, err := testdb.OpenURL(context.Background(), url)
-				require.NoError(t, err)
-				t.Cleanup(func() { _ = s.Close() })
-				return s
-			}
+			open := testdb.Opener(t, url)
 			s := open()
 			_, err := s.MigrateUp(context.Background(), 0)
 			require.NoError(t, err)
@@ -210,7 +205,7 @@ func TestOneAtATimePerAccountUnderOneQuota(t *testing.T) {
 			h.clock.Advance(500 * time.Millisecond)
 		}
 		require.Len(t, starts, 20, "every job ran")
-		require.LessOrEqual(t, busiest(starts, time.Second), 3, "the quota holds across accounts")
+		require.LessOrEqual(t, ratelimit.BusiestWindow(starts, time.Second), 3, "the quota holds across accounts")
 		for acct, ts := range perAccount {
 			require.Len(t, ts, 4, fmt.Sprint(acct))
 		}

@@ -50,7 +50,7 @@ func TestAQueueLimitThrottlesEveryKindOnIt(t *testing.T) {
 			h.clock.Advance(500 * time.Millisecond)
 		}
 		require.Len(t, starts, 8)
-		require.LessOrEqual(t, busiest(starts, time.Second), 2, "both kinds share the queue's budget")
+		require.LessOrEqual(t, ratelimit.BusiestWindow(starts, time.Second), 2, "both kinds share the queue's budget")
 		require.Equal(t, 4, other)
 		bs, err := h.store.ListBudgets(context.Background())
 		require.NoError(t, err)

@@ -133,24 +133,12 @@ func TestAGroupSharesOneBudgetBetweenKinds(t *testing.T) {
 		}
 		require.Len(t, starts, 10)
 		require.Equal(t, t0.Add(8*time.Second), starts[9])
-		require.LessOrEqual(t, busiest(starts, time.Second), 2, "one budget for both kinds")
+		require.LessOrEqual(t, ratelimit.BusiestWindow(starts, time.Second), 2, "one budget for both kinds")
 		bs, err := h.store.ListBudgets(context.Background())
 		require.NoError(t, err)
 		require.Len(t, bs, 1)
 		require.Equal(t, "Stripe/global", bs[0].Name)
 	})
-}
-
-func busiest(times []time.Time, per time.Duration) int {
-	sort.Slice(times, func(i, j int) bool { return times[i].Before(times[j]) })
-	best, j := 0, 0
-	for i := range times {
-		for times[i].Sub(times[j]) >= per {
-			j++
-		}
-		best = max(best, i-j+1)
-	}
-	return best
 }
 
 func TestRetriesAndSnoozesAreChargedWhenTheyComeBack(t *testing.T) {
@@ -254,12 +242,7 @@ func TestConcurrentWorkersKeepTheLimitExactlyAndDrainAtItsRate(t *testing.T) {
 			reg := jobs.NewRegistry()
 			require.NoError(t, jobs.Register(reg, func(context.Context, *jobs.Job[keyed]) error { done <- struct{}{}; return nil },
 				jobs.RateLimit(limit)))
-			open := func() *store.Store {
-				s, err := testdb.OpenURL(context.Background(), url)
-				require.NoError(t, err)
-				t.Cleanup(func() { _ = s.Close() })
-				return s
-			}
+			open := testdb.Opener(t, url)
 			s := open()
 			_, err := s.MigrateUp(context.Background(), 0)
 			require.NoError(t, err)
@@ -293,7 +276,7 @@ func TestConcurrentWorkersKeepTheLimitExactlyAndDrainAtItsRate(t *testing.T) {
 			wg.Wait()
 
 			require.Len(t, claims, backlog)
-			require.LessOrEqual(t, busiest(claims, limit.Per), limit.To, "no window of Per holds more than To claims")
+			require.LessOrEqual(t, ratelimit.BusiestWindow(claims, limit.Per), limit.To, "no window of Per holds more than To claims")
 			sort.Slice(claims, func(i, j int) bool { return claims[i].Before(claims[j]) })
 			afterBurst := claims[limit.Burst-1:]
 			span := afterBurst[len(afterBurst)-1].Sub(afterBurst[0])

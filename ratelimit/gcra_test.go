@@ -265,3 +265,12 @@ func TestPropertyBacklogDrainsAtDeclaredRate(t *testing.T) {
 		}
 	})
 }
+
+func TestBusiestWindowIsHalfOpen(t *testing.T) {
+	at := func(ms int) time.Time { return time.Unix(0, 0).Add(time.Duration(ms) * time.Millisecond) }
+	times := []time.Time{at(1000), at(0), at(999), at(500)}
+	require.Equal(t, 3, ratelimit.BusiestWindow(times, time.Second), "0, 500 and 999 ms share a window; 1000 starts the next")
+	require.Equal(t, 4, ratelimit.BusiestWindow(times, time.Second+time.Millisecond))
+	require.Zero(t, ratelimit.BusiestWindow(nil, time.Second))
+	require.Equal(t, at(1000), times[0], "the input is left as it was")
+}

@@ -3,7 +3,6 @@ package store_test
 import (
 	"context"
 	"fmt"
-	"sort"
 	"sync"
 	"testing"
 	"time"
@@ -11,20 +10,9 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/sluicequeue/sluice/internal/testdb"
+	"github.com/sluicequeue/sluice/ratelimit"
 	"github.com/sluicequeue/sluice/store"
 )
-
-func busiestIn(times []time.Time, per time.Duration) int {
-	sort.Slice(times, func(i, j int) bool { return times[i].Before(times[j]) })
-	best, j := 0, 0
-	for i := range times {
-		for times[i].Sub(times[j]) >= per {
-			j++
-		}
-		best = max(best, i-j+1)
-	}
-	return best
-}
 
 // TestOverlappingLimitsHoldAcrossClaimersWithoutDeadlock runs claimers on
 // their own connection pools over jobs that each draw on two budgets —
@@ -39,12 +27,7 @@ func TestOverlappingLimitsHoldAcrossClaimersWithoutDeadlock(t *testing.T) {
 				"acct": spec(t, "acct", 4, 100*time.Millisecond, 2), // per account
 				"api":  spec(t, "api", 6, 100*time.Millisecond, 3),  // all accounts
 			}
-			open := func() *store.Store {
-				s, err := testdb.OpenURL(ctx, url)
-				require.NoError(t, err)
-				t.Cleanup(func() { _ = s.Close() })
-				return s
-			}
+			open := testdb.Opener(t, url)
 			s := open()
 			_, err := s.MigrateUp(ctx, 0)
 			require.NoError(t, err)
@@ -103,9 +86,9 @@ func TestOverlappingLimitsHoldAcrossClaimersWithoutDeadlock(t *testing.T) {
 			}
 			wg.Wait()
 			require.Equal(t, n, total, "every job was admitted, and no claimer stopped on an error")
-			require.LessOrEqual(t, busiestIn(admitted["api/global"], 100*time.Millisecond), 6)
+			require.LessOrEqual(t, ratelimit.BusiestWindow(admitted["api/global"], 100*time.Millisecond), 6)
 			for a := 0; a < 3; a++ {
-				require.LessOrEqual(t, busiestIn(admitted[fmt.Sprintf("acct/%d", a)], 100*time.Millisecond), 4)
+				require.LessOrEqual(t, ratelimit.BusiestWindow(admitted[fmt.Sprintf("acct/%d", a)], 100*time.Millisecond), 4)
 			}
 		})
 	}

@@ -428,7 +428,7 @@ func (b *bench) rateReport(elapsed time.Duration) {
 	// a little jitter so that it is not mistaken for the limit's.
 	most, total := 0, 0
 	for _, starts := range b.claims {
-		most = max(most, busiest(starts, b.limit.Per-b.limit.Per/50))
+		most = max(most, ratelimit.BusiestWindow(starts, b.limit.Per-b.limit.Per/50))
 		total += len(starts)
 	}
 	theory := float64(b.f.keys) * float64(b.limit.To-b.limit.Burst+1) / b.limit.Per.Seconds()

@@ -208,7 +208,7 @@ func (d *demoStats) verify(env *cli.Env) error {
 		}
 		// The handler records its start a moment after its claim; claims
 		// are what the limit counts, so allow for that jitter.
-		most := busiest(d.starts[b], per-20*time.Millisecond)
+		most := ratelimit.BusiestWindow(d.starts[b], per-20*time.Millisecond)
 		fmt.Fprintf(env.Stdout, "  %-28s busiest %s window: %2d starts (limit %d)\n", b, per, most, to)
 		if most > to {
 			over = append(over, b)
@@ -219,20 +219,6 @@ func (d *demoStats) verify(env *cli.Env) error {
 	}
 	fmt.Fprintf(env.Stdout, "\nThe file is kept: try `go run ./cmd/sluice jobs --database-url sqlite:sluice-demo.db --kind geocode`.\n")
 	return nil
-}
-
-// busiest returns the most times that fall in any half-open window of
-// length per.
-func busiest(times []time.Time, per time.Duration) int {
-	sort.Slice(times, func(i, j int) bool { return times[i].Before(times[j]) })
-	best, j := 0, 0
-	for i := range times {
-		for times[i].Sub(times[j]) >= per {
-			j++
-		}
-		best = max(best, i-j+1)
-	}
-	return best
 }
 
 func describe(to int, per time.Duration, burst int) string {

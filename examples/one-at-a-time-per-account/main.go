@@ -116,7 +116,7 @@ func run(ctx context.Context, s *store.Store, accounts, jobsPerAccount int, work
 	stop()
 	wg.Wait()
 	sort.Slice(starts, func(i, j int) bool { return starts[i].Before(starts[j]) })
-	return report{MostAtOnce: most, Busiest: recipe.Busiest(starts, time.Second), Ran: len(starts)}, nil
+	return report{MostAtOnce: most, Busiest: ratelimit.BusiestWindow(starts, time.Second), Ran: len(starts)}, nil
 }
 
 func main() {

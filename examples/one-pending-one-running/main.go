@@ -70,7 +70,7 @@ func run(ctx context.Context, s *store.Store) (report, error) {
 	if err != nil {
 		return r, err
 	}
-	r.Syncs, r.Busiest = len(l.All()), recipe.Busiest(l.All(), time.Second)
+	r.Syncs, r.Busiest = len(l.All()), ratelimit.BusiestWindow(l.All(), time.Second)
 	return r, nil
 }
 

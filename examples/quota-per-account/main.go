@@ -58,7 +58,7 @@ func run(ctx context.Context, s *store.Store) (map[string]int, map[string]time.D
 	}
 	busiest, last := map[string]int{}, map[string]time.Duration{}
 	for budget, times := range l.Times {
-		busiest[budget] = recipe.Busiest(times, time.Second)
+		busiest[budget] = ratelimit.BusiestWindow(times, time.Second)
 		last[budget] = times[len(times)-1].Sub(recipe.Start)
 	}
 	return busiest, last, nil

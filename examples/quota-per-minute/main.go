@@ -51,7 +51,7 @@ func run(ctx context.Context, s *store.Store) (perMinute []int, busiest int, err
 	if err := recipe.Simulate(ctx, s, reg, l, items, 200*time.Millisecond, 3*time.Minute); err != nil {
 		return nil, 0, err
 	}
-	return recipe.PerWindow(l.All(), time.Minute, 3), recipe.Busiest(l.All(), time.Minute), nil
+	return recipe.PerWindow(l.All(), time.Minute, 3), ratelimit.BusiestWindow(l.All(), time.Minute), nil
 }
 
 func main() {

@@ -65,6 +65,21 @@ func (b Backend) OpenRaw(t testing.TB) *store.Store {
 	return s
 }
 
+// Opener returns a function that opens another store (its own connection
+// pool) on the database at u, closed when the test ends: for tests of
+// several processes sharing one database.
+func Opener(t testing.TB, u string) func() *store.Store {
+	return func() *store.Store {
+		t.Helper()
+		s, err := OpenURL(context.Background(), u)
+		if err != nil {
+			t.Fatalf("open %s: %v", u, err)
+		}
+		t.Cleanup(func() { _ = s.Close() })
+		return s
+	}
+}
+
 // OpenURL opens a store from one of the URLs a Backend returns.
 func OpenURL(ctx context.Context, u string) (*store.Store, error) {
 	switch {

@@ -85,20 +85,6 @@ func PerWindow(times []time.Time, per time.Duration, windows int) []int {
 	return out
 }
 
-// Busiest returns the most times in any half-open window of length per.
-func Busiest(times []time.Time, per time.Duration) int {
-	sorted := append([]time.Time(nil), times...)
-	sort.Slice(sorted, func(i, j int) bool { return sorted[i].Before(sorted[j]) })
-	best, j := 0, 0
-	for i := range sorted {
-		for sorted[i].Sub(sorted[j]) >= per {
-			j++
-		}
-		best = max(best, i-j+1)
-	}
-	return best
-}
-
 // TempStore opens a migrated SQLite store in a temporary directory, for
 // the example programs; close removes it.
 func TempStore(ctx context.Context) (s *store.Store, closeFn func(), err error) {

@@ -1,0 +1,23 @@
+package ratelimit
+
+import (
+	"slices"
+	"time"
+)
+
+// BusiestWindow returns the most of times that fall in any half-open window
+// [t, t+per): the number a limit of To per Per must keep at or below To.
+// It is for checking a limit from the outside — admission times recorded
+// by a test, a benchmark or a log — and does not change times.
+func BusiestWindow(times []time.Time, per time.Duration) int {
+	sorted := slices.Clone(times)
+	slices.SortFunc(sorted, func(a, b time.Time) int { return a.Compare(b) })
+	best, j := 0, 0
+	for i := range sorted {
+		for sorted[i].Sub(sorted[j]) >= per {
+			j++
+		}
+		best = max(best, i-j+1)
+	}
+	return best
+}
