@@ -63,7 +63,7 @@ func (Dialect) Now() string {
 // LockReady locks the next ready jobs of an unpaused queue.
 func (Dialect) LockReady(queue string, limit int) (string, []any) {
 	return `SELECT ` + store.JobColumns + ` FROM sluice_jobs
-WHERE state = 'ready' AND queue = ?
+WHERE ready_queue = ?
   AND NOT EXISTS (SELECT 1 FROM sluice_queues WHERE name = ? AND paused = 1)
 ORDER BY priority, id LIMIT ? FOR UPDATE SKIP LOCKED`, []any{queue, queue, limit}
 }
@@ -116,8 +116,8 @@ func repeatUnion(n int) string {
 // LockDue locks scheduled jobs that are due.
 func (Dialect) LockDue(now int64, limit int) (string, []any) {
 	return `SELECT id, queue, conc_key, conc_limit, conc_duration, conc_discard, holds_slot FROM sluice_jobs
-WHERE state = 'scheduled' AND run_at <= ?
-ORDER BY run_at, id LIMIT ? FOR UPDATE SKIP LOCKED`, []any{now, limit}
+WHERE due_at <= ?
+ORDER BY due_at, id LIMIT ? FOR UPDATE SKIP LOCKED`, []any{now, limit}
 }
 
 // MarkReady makes scheduled jobs ready.
@@ -151,13 +151,13 @@ func (Dialect) LockDeadProcesses(before int64, limit int) (string, []any) {
 
 // LockOrphans locks running jobs of listed or vanished processes.
 func (Dialect) LockOrphans(processIDs []int64, limit int) (string, []any) {
-	cond := `NOT EXISTS (SELECT 1 FROM sluice_processes p WHERE p.id = j.process_id)`
+	cond := `NOT EXISTS (SELECT 1 FROM sluice_processes p WHERE p.id = j.running_process)`
 	args := sqlgen.Int64s(processIDs)
 	if len(processIDs) > 0 {
-		cond = `j.process_id IN (` + sqlgen.List(len(processIDs)) + `) OR ` + cond
+		cond = `j.running_process IN (` + sqlgen.List(len(processIDs)) + `) OR ` + cond
 	}
-	return `SELECT id, queue, attempt, max_attempts, conc_key, holds_slot FROM sluice_jobs j WHERE state = 'running' AND (` + cond + `)
-ORDER BY id LIMIT ? FOR UPDATE SKIP LOCKED`, append(args, limit)
+	return `SELECT id, queue, attempt, max_attempts, conc_key, holds_slot FROM sluice_jobs j WHERE running_process IS NOT NULL AND (` + cond + `)
+ORDER BY running_process, id LIMIT ? FOR UPDATE SKIP LOCKED`, append(args, limit)
 }
 
 // DeleteProcesses removes processes.
@@ -214,7 +214,7 @@ ORDER BY next_slot LIMIT ? FOR UPDATE SKIP LOCKED`, []any{now, until, limit}
 
 // LockParked locks a budget's first parked jobs.
 func (Dialect) LockParked(key string, limit int) (string, []any) {
-	return `SELECT id FROM sluice_jobs WHERE wait_key = ? AND state = 'parked'
+	return `SELECT id FROM sluice_jobs WHERE parked_key = ?
 ORDER BY priority, id LIMIT ? FOR UPDATE SKIP LOCKED`, []any{key, limit}
 }
 
@@ -249,7 +249,7 @@ func (Dialect) GetJob(id int64) (string, []any) {
 
 // LockFinished locks old completed and cancelled jobs.
 func (Dialect) LockFinished(before int64, limit int) (string, []any) {
-	return `SELECT id, calls FROM sluice_jobs WHERE state IN ('completed', 'cancelled') AND finished_at < ?
+	return `SELECT id, calls FROM sluice_jobs WHERE done_at < ?
 LIMIT ? FOR UPDATE SKIP LOCKED`, []any{before, limit}
 }
 
@@ -281,7 +281,7 @@ ON DUPLICATE KEY UPDATE value = VALUES(value), limit_to = VALUES(limit_to), dura
 
 // LockBlocked locks a key's first blocked jobs.
 func (Dialect) LockBlocked(key string, limit int) (string, []any) {
-	return `SELECT id, queue FROM sluice_jobs WHERE conc_key = ? AND state = 'blocked'
+	return `SELECT id, queue FROM sluice_jobs WHERE blocked_key = ?
 ORDER BY priority, id LIMIT ? FOR UPDATE SKIP LOCKED`, []any{key, limit}
 }
 
@@ -304,14 +304,14 @@ ORDER BY expires_at LIMIT ? FOR UPDATE SKIP LOCKED`, []any{now, limit}
 
 // BlockedKeys finds keys with blocked jobs and a free slot.
 func (Dialect) BlockedKeys(limit int) (string, []any) {
-	return `SELECT DISTINCT j.conc_key FROM sluice_jobs j LEFT JOIN sluice_semaphores s ON s.name = j.conc_key
-WHERE j.state = 'blocked' AND (s.name IS NULL OR s.value > 0) LIMIT ?`, []any{limit}
+	return `SELECT DISTINCT j.blocked_key FROM sluice_jobs j LEFT JOIN sluice_semaphores s ON s.name = j.blocked_key
+WHERE j.blocked_key IS NOT NULL AND (s.name IS NULL OR s.value > 0) LIMIT ?`, []any{limit}
 }
 
 // ListSemaphores lists semaphores with their jobs.
 func (Dialect) ListSemaphores() string {
 	return `SELECT ` + store.SemaphoreColumns + `,
-  (SELECT count(*) FROM sluice_jobs j WHERE j.conc_key = s.name AND j.state = 'blocked'),
+  (SELECT count(*) FROM sluice_jobs j WHERE j.blocked_key = s.name),
   (SELECT count(*) FROM sluice_jobs j WHERE j.conc_key = s.name AND j.holds_slot = 1)
 FROM sluice_semaphores s ORDER BY name`
 }
@@ -385,19 +385,26 @@ func (Dialect) DeleteTicks(before int64) (string, []any) {
 	return `DELETE FROM sluice_recurring_runs WHERE run_at < ?`, []any{before}
 }
 
-// UnfinishedByState counts unfinished jobs per queue and state.
+// UnfinishedByState counts unfinished jobs per queue and state, each state
+// through its own key, so finished jobs are never read.
 func (Dialect) UnfinishedByState() string {
-	return `SELECT queue, state, count(*) FROM sluice_jobs
-WHERE state IN ('ready', 'scheduled', 'parked', 'blocked', 'running', 'failed')
-GROUP BY queue, state ORDER BY queue, state`
+	return `SELECT ready_queue, 'ready', count(*) FROM sluice_jobs WHERE ready_queue IS NOT NULL GROUP BY ready_queue
+UNION ALL SELECT queue, 'scheduled', count(*) FROM sluice_jobs WHERE due_at IS NOT NULL GROUP BY queue
+UNION ALL SELECT queue, 'parked', count(*) FROM sluice_jobs WHERE parked_key IS NOT NULL GROUP BY queue
+UNION ALL SELECT queue, 'blocked', count(*) FROM sluice_jobs WHERE blocked_key IS NOT NULL GROUP BY queue
+UNION ALL SELECT queue, 'running', count(*) FROM sluice_jobs WHERE running_process IS NOT NULL GROUP BY queue
+UNION ALL SELECT failed_queue, 'failed', count(*) FROM sluice_jobs WHERE failed_queue IS NOT NULL GROUP BY failed_queue
+ORDER BY 1, 2`
 }
 
-// OldestWaiting finds each queue's oldest waiting job, throttled or not.
+// OldestWaiting finds each queue's oldest waiting job, throttled or not:
+// ready jobs, blocked jobs, and jobs a rate limit holds.
 func (Dialect) OldestWaiting() string {
-	return `SELECT queue, CASE WHEN wait_key IS NOT NULL OR state = 'blocked' THEN 1 ELSE 0 END AS throttled, MIN(created_at)
-FROM sluice_jobs
-WHERE state IN ('ready', 'blocked') OR (state IN ('scheduled', 'parked') AND wait_key IS NOT NULL)
-GROUP BY queue, throttled`
+	return `SELECT queue, throttled, MIN(created_at) FROM (
+  SELECT queue, wait_key IS NOT NULL AS throttled, created_at FROM sluice_jobs WHERE ready_queue IS NOT NULL
+  UNION ALL SELECT queue, 1, created_at FROM sluice_jobs WHERE blocked_key IS NOT NULL
+  UNION ALL SELECT queue, 1, created_at FROM sluice_jobs WHERE wait_key IS NOT NULL AND state IN ('scheduled', 'parked')
+) w GROUP BY queue, throttled`
 }
 
 // SaveOverride sets a rate-limit override.

@@ -370,19 +370,27 @@ func (Dialect) DeleteTicks(before int64) (string, []any) {
 	return `DELETE FROM sluice_recurring_runs WHERE run_at < ?`, []any{before}
 }
 
-// UnfinishedByState counts unfinished jobs per queue and state.
+// UnfinishedByState counts unfinished jobs per queue and state, each state
+// through its partial index, so finished jobs are never read.
 func (Dialect) UnfinishedByState() string {
-	return `SELECT queue, state, count(*) FROM sluice_jobs
-WHERE state IN ('ready', 'scheduled', 'parked', 'blocked', 'running', 'failed')
-GROUP BY queue, state ORDER BY queue, state`
+	return `SELECT queue, state, count(*) FROM sluice_jobs WHERE state = 'ready' GROUP BY queue, state
+UNION ALL SELECT queue, state, count(*) FROM sluice_jobs WHERE state = 'scheduled' GROUP BY queue, state
+UNION ALL SELECT queue, state, count(*) FROM sluice_jobs WHERE state = 'parked' GROUP BY queue, state
+UNION ALL SELECT queue, state, count(*) FROM sluice_jobs WHERE state = 'blocked' GROUP BY queue, state
+UNION ALL SELECT queue, state, count(*) FROM sluice_jobs WHERE state = 'running' GROUP BY queue, state
+UNION ALL SELECT queue, state, count(*) FROM sluice_jobs WHERE state = 'failed' GROUP BY queue, state
+ORDER BY 1, 2`
 }
 
-// OldestWaiting finds each queue's oldest waiting job, throttled or not.
+// OldestWaiting finds each queue's oldest waiting job, throttled or not:
+// ready jobs, blocked jobs, and jobs a rate limit holds, each through a
+// partial index.
 func (Dialect) OldestWaiting() string {
-	return `SELECT queue, CASE WHEN wait_key IS NOT NULL OR state = 'blocked' THEN 1 ELSE 0 END AS throttled, MIN(created_at)
-FROM sluice_jobs
-WHERE state IN ('ready', 'blocked') OR (state IN ('scheduled', 'parked') AND wait_key IS NOT NULL)
-GROUP BY queue, throttled`
+	return `SELECT queue, throttled, MIN(created_at) FROM (
+  SELECT queue, CASE WHEN wait_key IS NOT NULL THEN 1 ELSE 0 END AS throttled, created_at FROM sluice_jobs WHERE state = 'ready'
+  UNION ALL SELECT queue, 1, created_at FROM sluice_jobs WHERE state = 'blocked'
+  UNION ALL SELECT queue, 1, created_at FROM sluice_jobs WHERE wait_key IS NOT NULL AND state IN ('scheduled', 'parked')
+) w GROUP BY queue, throttled`
 }
 
 // SaveOverride sets a rate-limit override.
