@@ -338,7 +338,7 @@ func (b *bench) continuous(ctx context.Context) error {
 	b.say("bench: continuous for %s on %s, %d workers × %d concurrency", b.f.duration, b.store.Dialect().Name(), b.f.workers, b.f.concurrency)
 	ctx, cancel := context.WithTimeout(ctx, b.f.duration)
 	defer cancel()
-	var inserted atomic.Int64
+	var inserted, failed atomic.Int64
 	var wg sync.WaitGroup
 	// Two producers keep a backlog of about 20,000 ready jobs.
 	for p := 0; p < 2; p++ {
@@ -356,6 +356,9 @@ func (b *bench) continuous(ctx context.Context) error {
 				}
 				if _, err := b.client.EnqueueMany(ctx, items); err == nil {
 					inserted.Add(int64(len(items)))
+				} else if ctx.Err() == nil {
+					failed.Add(1)
+					b.say("bench: enqueue: %v", err)
 				}
 			}
 		}()
@@ -371,7 +374,7 @@ func (b *bench) continuous(ctx context.Context) error {
 	wg.Wait()
 	close(stopProgress)
 	b.rateReport(elapsed)
-	b.say("inserted %d and worked %d jobs in %s", inserted.Load(), n, elapsed.Round(time.Millisecond))
+	b.say("inserted %d and worked %d jobs in %s; %d enqueue batches failed", inserted.Load(), n, elapsed.Round(time.Millisecond), failed.Load())
 	b.say("jobs/s: %.0f", float64(n)/elapsed.Seconds())
 	return nil
 }
