@@ -107,10 +107,11 @@ func TestOperatorCommandsEndToEnd(t *testing.T) {
 			require.Equal(t, "BUDGET  LIMIT  WAITING  PARKED  NEXT ADMISSION\n", out)
 
 			one := &store.Conc{Key: "acct/7", To: 1, Duration: time.Minute}
-			blocked, err := s.Enqueue(context.Background(), nil, time.Now(), []store.NewJob{
+			blocked, err := s.Enqueue(context.Background(), nil, store.At(time.Now()), []store.NewJob{
 				{Kind: "ping", Queue: "default", Args: []byte(`{}`), MaxAttempts: 1, Conc: one},
 				{Kind: "ping", Queue: "default", Args: []byte(`{}`), MaxAttempts: 1, Conc: one},
 			})
+
 			require.NoError(t, err)
 			code, out, _ = run(t, "semaphores", db)
 			require.Equal(t, 0, code)

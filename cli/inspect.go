@@ -198,7 +198,7 @@ func parseIDs(args []string) ([]int64, error) {
 func runRetry(ctx context.Context, env *Env, args []string) error {
 	fs, url := env.FlagSet("retry", "retry ID... [flags]")
 	return operateJobs(ctx, env, fs, url, args, "ready", func(s *store.Store, ids []int64) ([]int64, error) {
-		return s.RetryJobs(ctx, time.Now(), ids)
+		return s.RetryJobs(ctx, store.DatabaseTime(time.Now), ids)
 	})
 }
 
@@ -206,7 +206,7 @@ func runCancel(ctx context.Context, env *Env, args []string) error {
 	fs, url := env.FlagSet("cancel", "cancel ID... [--reason TEXT] [flags]")
 	reason := fs.String("reason", "cancelled by an operator", "recorded as the job's last error")
 	return operateJobs(ctx, env, fs, url, args, "cancelled", func(s *store.Store, ids []int64) ([]int64, error) {
-		return s.CancelJobs(ctx, time.Now(), ids, *reason)
+		return s.CancelJobs(ctx, store.DatabaseTime(time.Now), ids, *reason)
 	})
 }
 
@@ -294,7 +294,7 @@ func runBudgets(ctx context.Context, env *Env, args []string) error {
 	defer s.Close()
 	switch verb {
 	case "clear-idle":
-		n, err := s.ClearIdleBudgets(ctx, time.Now, *batch, *pause)
+		n, err := s.ClearIdleBudgets(ctx, store.DatabaseTime(time.Now), *batch, *pause)
 		if err != nil {
 			return err
 		}
@@ -313,7 +313,7 @@ func runBudgets(ctx context.Context, env *Env, args []string) error {
 		out := make([]map[string]any, len(bs))
 		for i, b := range bs {
 			out[i] = map[string]any{"key": b.Name, "waiting": b.Waiting, "parked": b.Parked, "limit": describeLimit(b),
-				"next_admission": b.NextAdmission(now), "next_slot": store.FromMicros(b.NextSlot)}
+				"next_admission": b.NextAdmission(now), "next_slot": store.FromNanos(b.NextSlot)}
 		}
 		return printJSON(env, out)
 	}
@@ -327,12 +327,12 @@ func runBudgets(ctx context.Context, env *Env, args []string) error {
 // describeLimit prints the limit a budget was last charged under.
 func describeLimit(b store.BudgetInfo) string {
 	switch {
-	case b.IntervalUS == 0:
+	case b.IntervalNS == 0:
 		return "-"
 	case b.Burst == 0:
 		return "paused (To: 0)"
 	}
-	return fmt.Sprintf("1 per %s, burst %d", time.Duration(b.IntervalUS)*time.Microsecond, b.Burst)
+	return fmt.Sprintf("1 per %s, burst %d", time.Duration(b.IntervalNS), b.Burst)
 }
 
 func runSemaphores(ctx context.Context, env *Env, args []string) error {
@@ -351,7 +351,7 @@ func runSemaphores(ctx context.Context, env *Env, args []string) error {
 	if *asJSON {
 		out := make([]map[string]any, len(sems))
 		for i, m := range sems {
-			out[i] = map[string]any{"key": m.Name, "limit": m.Limit, "free": m.Value, "holding": m.Holding,
+			out[i] = map[string]any{"key": m.Name, "limit": m.Limit, "free": m.Free(), "held": m.Held, "holding": m.Holding,
 				"blocked": m.Blocked, "expires_at": store.FromMicros(m.ExpiresAt)}
 		}
 		return printJSON(env, out)
@@ -359,10 +359,10 @@ func runSemaphores(ctx context.Context, env *Env, args []string) error {
 	rows := make([][]string, len(sems))
 	for i, m := range sems {
 		expires := "-"
-		if m.Value < m.Limit {
+		if m.Held > 0 {
 			expires = fmtIn(store.FromMicros(m.ExpiresAt), now)
 		}
-		rows[i] = []string{m.Name, strconv.Itoa(m.Limit), strconv.Itoa(m.Value), strconv.Itoa(m.Holding), strconv.Itoa(m.Blocked), expires}
+		rows[i] = []string{m.Name, strconv.Itoa(m.Limit), strconv.Itoa(m.Free()), strconv.Itoa(m.Holding), strconv.Itoa(m.Blocked), expires}
 	}
 	return table(env, "KEY\tLIMIT\tFREE\tHOLDING\tBLOCKED\tEXPIRES", rows)
 }

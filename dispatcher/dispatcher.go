@@ -43,6 +43,14 @@ type Config struct {
 	DeadAfter         time.Duration
 	// Clock drives every decision. Defaults to the system clock.
 	Clock clock.Clock
+	// HostClock compares stored times with Clock instead of the database's
+	// clock. It is implied when Clock is not the system clock (tests),
+	// unless DatabaseClock is set.
+	HostClock bool
+	// DatabaseClock compares stored times with the database's clock even
+	// when Clock is not the system clock: for a test of a host whose clock
+	// is off. Ignored with HostClock.
+	DatabaseClock bool
 	// Tasks are recurring tasks: a job enqueued at each tick of a cron
 	// schedule, once however many dispatchers run.
 	Tasks []Task
@@ -118,12 +126,12 @@ type TickResult struct {
 // and built-in tasks whose ticks have come.
 func (d *Dispatcher) Tick(ctx context.Context) (TickResult, error) {
 	now := d.clock.Now()
-	n, _, err := d.store.Promote(ctx, now, d.cfg.BatchSize)
+	n, _, err := d.store.Promote(ctx, d.storeClock(), d.cfg.BatchSize)
 	if err != nil {
 		return TickResult{}, fmt.Errorf("dispatcher: %w", err)
 	}
 	res := TickResult{Promoted: n, Full: n == d.cfg.BatchSize}
-	if res.Unparked, err = d.store.Unpark(ctx, now, d.cfg.Horizon, 100); err != nil {
+	if res.Unparked, err = d.store.Unpark(ctx, d.storeClock(), d.cfg.Horizon, 100); err != nil {
 		return res, fmt.Errorf("dispatcher: %w", err)
 	}
 	if res.Tasks, err = d.runTasks(ctx, now); err != nil {
@@ -146,7 +154,7 @@ func (d *Dispatcher) Run(ctx context.Context) error {
 	beaten := make(chan struct{})
 	go func() {
 		defer close(beaten)
-		heartbeat.Run(beatCtx, d.store, d.clock, d.log, d.cfg.HeartbeatInterval, d.cfg.DeadAfter, &d.pid, d.register)
+		heartbeat.Run(beatCtx, d.store, d.clock, d.storeClock(), d.log, d.cfg.HeartbeatInterval, d.cfg.DeadAfter, &d.pid, d.register)
 	}()
 	d.log.Info("sluice: dispatcher started", "process_id", d.pid.Load(), "interval", d.cfg.Interval, "batch_size", d.cfg.BatchSize)
 	for ctx.Err() == nil {
@@ -177,10 +185,20 @@ func (d *Dispatcher) Run(ctx context.Context) error {
 
 func (d *Dispatcher) register(ctx context.Context) error {
 	host, _ := os.Hostname()
-	pid, err := d.store.RegisterProcess(ctx, store.Process{Kind: "dispatcher", Name: d.cfg.Name, Hostname: host, PID: os.Getpid()}, d.clock.Now())
+	pid, err := d.store.RegisterProcess(ctx, store.Process{Kind: "dispatcher", Name: d.cfg.Name, Hostname: host, PID: os.Getpid()}, d.storeClock())
 	if err != nil {
 		return fmt.Errorf("dispatcher: %w", err)
 	}
 	d.pid.Store(pid)
 	return nil
+}
+
+// storeClock is the clock the dispatcher's store operations compare
+// stored times with: the database's, unless the dispatcher decides on its
+// own (HostClock, or a Clock that is not the system's).
+func (d *Dispatcher) storeClock() store.Clock {
+	if !d.cfg.HostClock && (d.cfg.DatabaseClock || clock.IsSystem(d.cfg.Clock)) {
+		return store.DatabaseTime(d.clock.Now)
+	}
+	return store.HostTime(d.clock.Now)
 }

@@ -26,7 +26,7 @@ func scheduled(t *testing.T, s *store.Store, n int, at time.Time) []int64 {
 	for i := range jobs {
 		jobs[i] = store.NewJob{Kind: "k", Queue: "default", Args: []byte(`{}`), MaxAttempts: 1, RunAt: at}
 	}
-	res, err := s.Enqueue(context.Background(), nil, t0, jobs)
+	res, err := s.Enqueue(context.Background(), nil, store.At(t0), jobs)
 	require.NoError(t, err)
 	ids := make([]int64, len(res))
 	for i, r := range res {
@@ -133,7 +133,7 @@ func TestIdleBudgetsAreClearedHourlyUnlessTurnedOff(t *testing.T) {
 		ctx := context.Background()
 		c := clock.NewFake(t0) // 12:00:00: the first hourly tick is 13:00
 		idle := func(name string) {
-			_, err := s.DB().Exec(ctx, "INSERT INTO sluice_budgets (name, tat, next_slot, interval_us, burst, updated_at) VALUES ('"+name+"', 1, 1, 1000000, 1, 1)")
+			_, err := s.DB().Exec(ctx, "INSERT INTO sluice_budgets (name, tat_ns, next_slot_ns, interval_ns, burst, updated_at) VALUES ('"+name+"', 1, 1, 1000000000, 1, 1)")
 			require.NoError(t, err)
 		}
 		budgets := func() int {

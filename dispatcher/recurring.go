@@ -123,7 +123,7 @@ func (d *Dispatcher) compileTasks(cfg Config) error {
 		run  func(ctx context.Context, now time.Time) (int, error)
 	}{
 		{TaskClearIdleBudgets, m.ClearIdleBudgets, "@hourly", true, func(ctx context.Context, now time.Time) (int, error) {
-			n, err := d.store.ClearIdleBudgets(ctx, d.clock.Now, 500, 300*time.Millisecond)
+			n, err := d.store.ClearIdleBudgets(ctx, d.storeClock(), 500, 300*time.Millisecond)
 			if n > 0 {
 				d.log.Info("sluice: cleared idle rate-limit budgets", "count", n)
 			}
@@ -141,7 +141,7 @@ func (d *Dispatcher) compileTasks(cfg Config) error {
 			return n, err
 		}},
 		{TaskFreeExpiredSlots, m.FreeExpiredSlots, "@every 1s", false, func(ctx context.Context, now time.Time) (int, error) {
-			freed, unblocked, err := d.store.MaintainSemaphores(ctx, now, 100)
+			freed, unblocked, err := d.store.MaintainSemaphores(ctx, d.storeClock(), 100)
 			if freed > 0 {
 				d.log.Warn("sluice: freed concurrency slots whose holders were presumed lost", "keys", freed, "unblocked", unblocked)
 			}

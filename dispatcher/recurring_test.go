@@ -195,19 +195,20 @@ func TestFinishedJobsAreClearedAfterTheirRetention(t *testing.T) {
 	testdb.Each(t, func(t *testing.T, s *store.Store) {
 		ctx := context.Background()
 		c := clock.NewFake(t0)
-		res, err := s.Enqueue(ctx, nil, t0, []store.NewJob{
+		res, err := s.Enqueue(ctx, nil, store.At(t0), []store.NewJob{
 			{Kind: "k", Queue: "q", Args: []byte(`{}`), MaxAttempts: 1},
 			{Kind: "k", Queue: "q", Args: []byte(`{}`), MaxAttempts: 1},
 			{Kind: "k", Queue: "q", Args: []byte(`{}`), MaxAttempts: 1},
 		})
+
 		require.NoError(t, err)
-		pid, err := s.RegisterProcess(ctx, store.Process{Kind: "worker", PID: 1}, t0)
+		pid, err := s.RegisterProcess(ctx, store.Process{Kind: "worker", PID: 1}, store.At(t0))
 		require.NoError(t, err)
-		_, err = s.Claim(ctx, store.ClaimParams{ProcessID: pid, Queues: []string{"q"}, Max: 3, Clock: c.Now})
+		_, err = s.Claim(ctx, store.ClaimParams{ProcessID: pid, Queues: []string{"q"}, Max: 3, Clock: store.HostTime(c.Now)})
 		require.NoError(t, err)
-		require.NoError(t, s.Finish(ctx, pid, t0, store.Outcomes{Completed: []int64{res[0].ID},
+		require.NoError(t, s.Finish(ctx, pid, store.At(t0), store.Outcomes{Completed: []int64{res[0].ID},
 			Others: []store.Transition{{ID: res[1].ID, State: store.StateFailed, Finished: true}}}))
-		require.NoError(t, s.Finish(ctx, pid, t0.Add(2*time.Hour), store.Outcomes{Completed: []int64{res[2].ID}}))
+		require.NoError(t, s.Finish(ctx, pid, store.At(t0.Add(2*time.Hour)), store.Outcomes{Completed: []int64{res[2].ID}}))
 		d := newDispatcher(t, s, dispatcher.Config{Clock: c, Logger: quiet(), Maintenance: dispatcher.Maintenance{Retention: 24 * time.Hour}})
 		c.Set(t0.Add(25 * time.Hour)) // the 13:00 tick of the next day
 		_, err = d.Tick(ctx)

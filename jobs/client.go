@@ -21,7 +21,8 @@ var ErrArgsTooLarge = errors.New("args too large")
 // ClientConfig configures a Client. The zero value is usable.
 type ClientConfig struct {
 	// Clock stamps enqueues and resolves delays. Defaults to the system
-	// clock.
+	// clock. With the system clock, the concurrency slots an enqueue takes
+	// are stamped on the database's clock; with another, on Clock.
 	Clock clock.Clock
 	// MaxArgsBytes caps the encoded size of one job's args. Defaults to
 	// DefaultMaxArgsBytes (1 MiB).
@@ -148,7 +149,11 @@ func (c *Client) enqueue(ctx context.Context, ex store.Executor, items []Item) (
 		}
 		rows[i] = row
 	}
-	res, err := c.store.Enqueue(ctx, ex, now, rows)
+	sc := store.HostTime(func() time.Time { return now })
+	if clock.IsSystem(c.clock) {
+		sc = store.DatabaseTime(func() time.Time { return now })
+	}
+	res, err := c.store.Enqueue(ctx, ex, sc, rows)
 	if err != nil {
 		return nil, fmt.Errorf("jobs: %w", err)
 	}

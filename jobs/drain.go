@@ -36,7 +36,7 @@ func (w *Worker) Drain(ctx context.Context) (DrainResult, error) {
 	}
 	defer func() { _ = w.store.DeregisterProcess(context.WithoutCancel(ctx), w.pid.Load()) }()
 	for ctx.Err() == nil {
-		now := w.clock.Now()
+		now := w.storeClock()
 		for {
 			n, _, err := w.store.Promote(ctx, now, 1000)
 			if err != nil {

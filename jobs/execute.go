@@ -125,17 +125,17 @@ func (w *Worker) outcome(ctx context.Context, j *store.Job, err error) result {
 // until then.
 func (w *Worker) waitUpstream(j *store.Job, e *retryAfterError) result {
 	now := w.clock.Now()
-	until := now.Add(min(e.wait(now), w.cfg.MaxRetryAfter))
-	t := store.Transition{ID: j.ID, State: store.StateScheduled, RunAt: until, AttemptDelta: -1, Error: errorText(e)}
+	wait := min(e.wait(now), w.cfg.MaxRetryAfter)
+	t := store.Transition{ID: j.ID, State: store.StateScheduled, RunAt: now.Add(wait), AttemptDelta: -1, Error: errorText(e)}
 	var pushes []store.BudgetPush
 	if w.limits != nil {
 		for _, rk := range j.RateKeys {
 			if spec, ok := w.limits.RateSpec(j.Kind, rk.Key); ok {
-				pushes = append(pushes, store.BudgetPush{Key: rk.Key, Until: until, Params: spec.Params})
+				pushes = append(pushes, store.BudgetPush{Key: rk.Key, Wait: wait, Params: spec.Params})
 			}
 		}
 		for _, l := range w.limits.QueueLimits(j.Queue) {
-			pushes = append(pushes, store.BudgetPush{Key: l.Key, Until: until, Params: l.Spec.Params})
+			pushes = append(pushes, store.BudgetPush{Key: l.Key, Wait: wait, Params: l.Spec.Params})
 		}
 	}
 	if len(pushes) > 0 {
@@ -238,7 +238,7 @@ func (w *Worker) flush(batch []result) {
 		pause := 100 * time.Millisecond
 		for attempt := 1; ; attempt++ {
 			ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-			err := w.store.Finish(ctx, pid, w.clock.Now(), o)
+			err := w.store.Finish(ctx, pid, w.storeClock(), o)
 			cancel()
 			if err == nil {
 				break

@@ -61,9 +61,15 @@ type WorkerConfig struct {
 	// Clock drives every time-based decision. Defaults to the system
 	// clock.
 	Clock clock.Clock
-	// HostClock decides rate limits on Clock instead of the database's
-	// clock. It is implied when Clock is not the system clock (tests).
+	// HostClock decides rate limits, and every other comparison with a
+	// stored time, on Clock instead of the database's clock. It is implied
+	// when Clock is not the system clock (tests), unless DatabaseClock is
+	// set.
 	HostClock bool
+	// DatabaseClock decides on the database's clock even when Clock is not
+	// the system clock: for a test of a host whose clock is off. Ignored
+	// with HostClock.
+	DatabaseClock bool
 	// Horizon is how far ahead rate-limit slots are handed out. Defaults
 	// to 5 minutes.
 	Horizon time.Duration
@@ -223,7 +229,7 @@ func (w *Worker) register(ctx context.Context) error {
 	host, _ := os.Hostname()
 	pid, err := w.store.RegisterProcess(ctx, store.Process{
 		Kind: "worker", Name: w.cfg.Name, Hostname: host, PID: os.Getpid(), Queues: strings.Join(w.cfg.Queues, ","),
-	}, w.clock.Now())
+	}, w.storeClock())
 	if err != nil {
 		return fmt.Errorf("jobs: worker: %w", err)
 	}
@@ -299,14 +305,13 @@ func (w *Worker) claimRound(ctx, jobsCtx context.Context) (bool, error) {
 func (w *Worker) claim(ctx context.Context, max, window int) (*store.ClaimResult, error) {
 	began := time.Now()
 	res, err := w.store.Claim(ctx, store.ClaimParams{
-		ProcessID:     w.pid.Load(),
-		Queues:        w.cfg.Queues,
-		Max:           max,
-		Candidates:    window,
-		Clock:         w.clock.Now,
-		Limits:        w.claimLimits(),
-		DatabaseClock: w.databaseClock(),
-		Horizon:       w.cfg.Horizon,
+		ProcessID:  w.pid.Load(),
+		Queues:     w.cfg.Queues,
+		Max:        max,
+		Candidates: window,
+		Clock:      w.storeClock(),
+		Limits:     w.claimLimits(),
+		Horizon:    w.cfg.Horizon,
 	})
 	if err != nil {
 		return nil, err
@@ -345,7 +350,15 @@ func (w *Worker) refreshOverrides(ctx context.Context) {
 	}
 }
 
-func (w *Worker) databaseClock() bool { return !w.cfg.HostClock && clock.IsSystem(w.cfg.Clock) }
+// storeClock is the clock the worker's store operations decide on: the
+// database's, unless the worker decides on its own (HostClock, or a
+// Clock that is not the system's).
+func (w *Worker) storeClock() store.Clock {
+	if !w.cfg.HostClock && (w.cfg.DatabaseClock || clock.IsSystem(w.cfg.Clock)) {
+		return store.DatabaseTime(w.clock.Now)
+	}
+	return store.HostTime(w.clock.Now)
+}
 
 func (w *Worker) free() int {
 	w.mu.Lock()
@@ -419,7 +432,7 @@ func (w *Worker) shutdown(stopJobs context.CancelCauseFunc) {
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
-	if err := w.store.Release(ctx, w.pid.Load(), w.clock.Now(), ids); err != nil {
+	if err := w.store.Release(ctx, w.pid.Load(), w.storeClock(), ids); err != nil {
 		w.log.Error("sluice: release unfinished jobs; they come back when this process is presumed dead", "err", err, "jobs", ids)
 		return
 	}
@@ -429,5 +442,5 @@ func (w *Worker) shutdown(stopJobs context.CancelCauseFunc) {
 // heartbeat stamps the process row and reaps dead processes every
 // HeartbeatInterval until ctx is done.
 func (w *Worker) heartbeat(ctx context.Context) {
-	heartbeat.Run(ctx, w.store, w.clock, w.log, w.cfg.HeartbeatInterval, w.cfg.DeadAfter, &w.pid, w.register)
+	heartbeat.Run(ctx, w.store, w.clock, w.storeClock(), w.log, w.cfg.HeartbeatInterval, w.cfg.DeadAfter, &w.pid, w.register)
 }

@@ -188,7 +188,7 @@ func TestUnknownKindAndUndecodableArgsAreRetriedNotLost(t *testing.T) {
 		require.NoError(t, jobs.Declare[email](h.reg)) // this process enqueues it, another runs it
 		require.NoError(t, jobs.Register(h.reg, ok))
 		unknown := h.enqueue(email{To: "x"})
-		bad, err := h.store.Enqueue(context.Background(), nil, t0, []store.NewJob{{Kind: "noop", Queue: "default", Args: []byte(`{"N":"not a number"}`), MaxAttempts: 3}})
+		bad, err := h.store.Enqueue(context.Background(), nil, store.At(t0), []store.NewJob{{Kind: "noop", Queue: "default", Args: []byte(`{"N":"not a number"}`), MaxAttempts: 3}})
 		require.NoError(t, err)
 		require.Equal(t, 2, h.drain(jobs.WorkerConfig{}).Retried)
 
@@ -264,9 +264,9 @@ func TestALiveWorkerReleasesADeadProcesssJobs(t *testing.T) {
 		require.NoError(t, jobs.Register(h.reg, func(_ context.Context, j *jobs.Job[noop]) error { ran <- j.Attempt; return nil }))
 		id := h.enqueue(noop{})
 		// A process claims the job and is killed: it never heartbeats again.
-		dead, err := h.store.RegisterProcess(ctx, store.Process{Kind: "worker", PID: 1}, t0)
+		dead, err := h.store.RegisterProcess(ctx, store.Process{Kind: "worker", PID: 1}, store.At(t0))
 		require.NoError(t, err)
-		res, err := h.store.Claim(ctx, store.ClaimParams{ProcessID: dead, Queues: []string{"default"}, Max: 1, Clock: h.clock.Now})
+		res, err := h.store.Claim(ctx, store.ClaimParams{ProcessID: dead, Queues: []string{"default"}, Max: 1, Clock: store.HostTime(h.clock.Now)})
 		require.NoError(t, err)
 		require.Len(t, res.Jobs, 1)
 

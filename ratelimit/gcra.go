@@ -1,13 +1,14 @@
 // Package ratelimit holds sluice's rate-limit math and declarations. It is
-// pure Go: no SQL, no clock of its own. Times are integer microseconds
+// pure Go: no SQL, no clock of its own. Times are integer nanoseconds
 // since the Unix epoch, passed in by the caller, so every decision can be
-// replayed exactly.
+// replayed exactly; rounding the emission interval up to the nanosecond
+// slows a limit of 100,000 per second by at most one part in ten thousand.
 //
 // The algorithm is GCRA (the generic cell rate algorithm). For a limit of
 // To per Per with a burst of b (1 ≤ b ≤ To):
 //
 //   - the emission interval is T = Per / (To − b + 1), rounded up to the
-//     microsecond so that rounding can never admit early;
+//     nanosecond so that rounding can never admit early;
 //   - the tolerance is τ = (b − 1)·T;
 //   - a budget keeps one time, its TAT (theoretical arrival time); a budget
 //     that has no state has TAT = now;
@@ -26,7 +27,8 @@ const Never = int64(math.MaxInt64)
 
 // Params is a limit reduced to what the math needs.
 type Params struct {
-	// Interval is the emission interval T in microseconds (at least 1000).
+	// Interval is the emission interval T in nanoseconds (at least
+	// MinInterval).
 	Interval int64
 	// Burst is b: how many cost-1 jobs a quiet budget admits at once.
 	Burst int
@@ -34,22 +36,24 @@ type Params struct {
 	Paused bool
 }
 
-// Tolerance returns τ = (b − 1)·T in microseconds.
+// Tolerance returns τ = (b − 1)·T in nanoseconds.
 func (p Params) Tolerance() int64 { return int64(p.Burst-1) * p.Interval }
 
 // State is one budget's stored state.
 type State struct {
-	// TAT is the theoretical arrival time, in microseconds.
+	// TAT is the theoretical arrival time, in nanoseconds.
 	TAT int64
 	// NextSlot is the earliest time the next deferred job may be told to
 	// come back, in microseconds: one interval after the last slot handed
-	// out. It never charges the budget.
+	// out, in nanoseconds. It never charges the budget.
 	NextSlot int64
 }
 
 // Check reports whether a job of the given cost is admitted at now, and
 // if not, the earliest time it could be, state unchanged. The earliest time
-// is tight: the job is denied one microsecond before it and admitted at it.
+// is tight: the job is denied one nanosecond before it and admitted at it.
+// A paused limit, or a cost the limit can never admit (see Fits), gives
+// Never.
 func (p Params) Check(s State, now int64, cost int) (ok bool, earliest int64) {
 	if p.Paused || cost > p.Burst {
 		return false, Never
@@ -61,6 +65,11 @@ func (p Params) Check(s State, now int64, cost int) (ok bool, earliest int64) {
 	}
 	return false, s.TAT - int64(p.Burst-cost)*p.Interval
 }
+
+// Fits reports whether a job of the given cost can ever be admitted: a
+// cost above the burst cannot. A paused limit fits any cost (it admits
+// nothing now, but may be resumed).
+func (p Params) Fits(cost int) bool { return p.Paused || cost <= p.Burst }
 
 // Charge records an admission of the given cost at now. Call it only after
 // Check admitted the job.

@@ -11,7 +11,7 @@ import (
 	"github.com/sluicequeue/sluice/ratelimit"
 )
 
-const sec = int64(1_000_000)
+const sec = int64(time.Second)
 
 func params(t *testing.T, to int, per time.Duration, burst int) ratelimit.Params {
 	t.Helper()
@@ -22,9 +22,9 @@ func params(t *testing.T, to int, per time.Duration, burst int) ratelimit.Params
 
 func TestIntervalIsRoundedUp(t *testing.T) {
 	p := params(t, 100, time.Minute, 10)
-	// 60 s / 91 = 659340.66 µs, rounded up.
-	require.Equal(t, int64(659341), p.Interval)
-	require.Equal(t, 9*int64(659341), p.Tolerance())
+	// 60 s / 91 = 659340659.34 ns, rounded up.
+	require.Equal(t, int64(659340660), p.Interval)
+	require.Equal(t, 9*int64(659340660), p.Tolerance())
 	require.Equal(t, 5*sec, params(t, 1, 5*time.Second, 1).Interval)
 }
 
@@ -38,7 +38,7 @@ func TestBurstOneSpacesEvenly(t *testing.T) {
 	require.False(t, ok)
 	require.Equal(t, now+5*sec, earliest)
 	ok, _ = p.Allow(&s, earliest-1, 1)
-	require.False(t, ok, "1 µs before the earliest time is denied")
+	require.False(t, ok, "1 ns before the earliest time is denied")
 	ok, _ = p.Allow(&s, earliest, 1)
 	require.True(t, ok, "the earliest time is admitted")
 }
@@ -158,7 +158,13 @@ func TestNewParamsRefusesInvalid(t *testing.T) {
 		{10, -time.Second, 1, "Per"},
 		{10, time.Second, 11, "Burst"},
 		{10, time.Second, -1, "Burst"},
-		{2000, time.Second, 1, "Per/(To-Burst+1)"},
+		{2_000_000, time.Second, 1, "Per/(To-Burst+1)"},
+		{ratelimit.MaxTo + 1, time.Hour, 1, "To"},
+		{10, 101 * 365 * 24 * time.Hour, 1, "Per"},
+		// The review's case: 5,000,000 at once, then one every 30 days, would
+		// owe 411,000 years; its tolerance overflowed and a quiet budget never
+		// admitted.
+		{5_000_000, 30 * 24 * time.Hour, 5_000_000, "Burst × Per/(To-Burst+1)"},
 	}
 	for _, c := range cases {
 		_, _, err := ratelimit.NewParams(c.to, c.per, c.burst)
@@ -188,14 +194,14 @@ func TestPropertyNoWindowHoldsMoreThanTo(t *testing.T) {
 		perMs := rapid.Int64Range(int64(to-burst+1), 120_000).Draw(rt, "perMs")
 		p, _, err := ratelimit.NewParams(to, time.Duration(perMs)*time.Millisecond, burst)
 		if err != nil {
-			rt.Skip("interval under 1 ms")
+			rt.Fatalf("a valid limit refused: %v", err)
 		}
 		var s ratelimit.State
 		now := int64(1_000_000_000)
 		var admitted []int64
 		steps := rapid.IntRange(1, 400).Draw(rt, "steps")
 		for i := 0; i < steps; i++ {
-			now += rapid.Int64Range(0, perMs*1000/int64(to)*2).Draw(rt, "gap")
+			now += rapid.Int64Range(0, perMs*int64(time.Millisecond)/int64(to)*2).Draw(rt, "gap")
 			tries := rapid.IntRange(1, 5).Draw(rt, "tries")
 			for k := 0; k < tries; k++ {
 				before := s
@@ -207,7 +213,7 @@ func TestPropertyNoWindowHoldsMoreThanTo(t *testing.T) {
 			}
 		}
 		sort.Slice(admitted, func(i, j int) bool { return admitted[i] < admitted[j] })
-		if got := maxInWindow(admitted, perMs*1000); got > to {
+		if got := maxInWindow(admitted, perMs*int64(time.Millisecond)); got > to {
 			rt.Fatalf("%d admissions in one window of %d ms; limit %d burst %d", got, perMs, to, burst)
 		}
 	})
@@ -246,7 +252,7 @@ func TestPropertyBacklogDrainsAtDeclaredRate(t *testing.T) {
 		}
 		periods := int64(rapid.IntRange(1, 5).Draw(rt, "periods"))
 		start := int64(1_000_000_000)
-		end := start + periods*perMs*1000
+		end := start + periods*perMs*int64(time.Millisecond)
 		var s ratelimit.State
 		// A backlog that never runs dry: each job comes back at exactly its
 		// earliest admission time.
@@ -273,4 +279,35 @@ func TestBusiestWindowIsHalfOpen(t *testing.T) {
 	require.Equal(t, 4, ratelimit.BusiestWindow(times, time.Second+time.Millisecond))
 	require.Zero(t, ratelimit.BusiestWindow(nil, time.Second))
 	require.Equal(t, at(1000), times[0], "the input is left as it was")
+}
+
+// TestFineLimitsKeepTheirRate checks limits down to the finest interval:
+// a backlog drains at the declared rate to within a few parts in a
+// million, and no window of Per holds more than To.
+func TestFineLimitsKeepTheirRate(t *testing.T) {
+	for _, c := range []struct{ to, burst int }{{100_000, 10_000}, {100_000, 1}, {1_000_000, 1}, {123_457, 99}} {
+		p := params(t, c.to, time.Second, c.burst)
+		var s ratelimit.State
+		start := int64(1_700_000_000) * sec
+		now := start
+		var admitted []int64
+		for now < start+3*sec {
+			ok, earliest := p.Allow(&s, now, 1)
+			if ok {
+				admitted = append(admitted, now)
+				continue
+			}
+			now = earliest
+		}
+		require.LessOrEqual(t, maxInWindow(admitted, sec), c.to, "%+v", c)
+		want := float64(c.burst + 3*(c.to-c.burst+1))
+		require.InEpsilon(t, want, float64(len(admitted)), 2e-4, "%+v drained %d in 3 s", c, len(admitted))
+	}
+}
+
+func TestFitsRefusesOnlyCostsAboveTheBurst(t *testing.T) {
+	p := params(t, 10, time.Second, 3)
+	require.True(t, p.Fits(3))
+	require.False(t, p.Fits(4))
+	require.True(t, params(t, 0, time.Second, 0).Fits(100), "a paused limit may be resumed with a larger burst")
 }

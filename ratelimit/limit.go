@@ -3,14 +3,30 @@ package ratelimit
 import (
 	"errors"
 	"fmt"
+	"math"
 	"strings"
 	"time"
 
 	"github.com/sluicequeue/sluice/internal/keys"
 )
 
-// MinInterval is the shortest emission interval a limit may have.
-const MinInterval = time.Millisecond
+// Bounds of a declaration.
+const (
+	// MinInterval is the shortest emission interval Per / (To − Burst + 1)
+	// a limit may have: a million admissions a second on one budget.
+	MinInterval = time.Microsecond
+	// MaxTo is the largest To (and Burst) a limit may declare; the stored
+	// counts are 32-bit on every database.
+	MaxTo = math.MaxInt32
+	// MaxDebt is the longest a budget may owe: Burst × the emission
+	// interval, which is how far ahead of now a budget's state reaches.
+	// Times are nanoseconds since 1970 in 64 bits (good until 2262), so a
+	// limit that could push a budget's state further than this is
+	// refused rather than left to overflow.
+	MaxDebt = 100 * 365 * 24 * time.Hour
+	// MaxPer is the longest window a limit may declare.
+	MaxPer = MaxDebt
+)
 
 // Limit declares a rate limit on the jobs of one kind, whose args are T.
 //
@@ -24,7 +40,8 @@ type Limit[T any] struct {
 	// Per is the length of the window. Required.
 	Per time.Duration
 	// Burst is how many jobs a quiet budget admits at once, 1 ≤ Burst ≤ To.
-	// Defaults to 1.
+	// Defaults to 1. Burst × Per / (To − Burst + 1) may not exceed MaxDebt
+	// (100 years).
 	Burst int
 	// Key says which jobs share a budget:
 	//
@@ -81,7 +98,8 @@ type Rule[T any] struct {
 var ErrInvalid = errors.New("invalid rate limit")
 
 // NewParams reduces To per Per with the given burst for the math, checking
-// every field. Burst 0 means the default, 1.
+// every field, and returns the params and the burst (0 means the default,
+// 1). Every error names the field and says what is allowed.
 func NewParams(to int, per time.Duration, burst int) (Params, int, error) {
 	if burst == 0 {
 		burst = 1
@@ -89,19 +107,31 @@ func NewParams(to int, per time.Duration, burst int) (Params, int, error) {
 	switch {
 	case to < 0:
 		return Params{}, 0, fmt.Errorf("%w: To is %d; it must be positive, or 0 to pause", ErrInvalid, to)
+	case to > MaxTo:
+		return Params{}, 0, fmt.Errorf("%w: To is %d; it may be at most %d", ErrInvalid, to, MaxTo)
 	case per <= 0:
 		return Params{}, 0, fmt.Errorf("%w: Per is %s; it must be a positive duration", ErrInvalid, per)
+	case per > MaxPer:
+		return Params{}, 0, fmt.Errorf("%w: Per is %s; it may be at most %s (100 years)", ErrInvalid, per, MaxPer)
 	case to == 0:
-		return Params{Interval: per.Microseconds(), Burst: 0, Paused: true}, burst, nil
+		return Params{Interval: per.Nanoseconds(), Burst: 0, Paused: true}, burst, nil
 	case burst < 1 || burst > to:
 		return Params{}, 0, fmt.Errorf("%w: Burst is %d; it must be between 1 and To (%d)", ErrInvalid, burst, to)
 	}
 	n := int64(to - burst + 1)
-	// Round up to the microsecond: a longer interval can never admit early.
+	// Round up to the nanosecond: a longer interval can never admit early.
 	perNanos := per.Nanoseconds()
-	interval := (perNanos + n*1000 - 1) / (n * 1000)
-	if time.Duration(perNanos/n) < MinInterval {
-		return Params{}, 0, fmt.Errorf("%w: Per/(To-Burst+1) is %s; it must be at least %s", ErrInvalid, time.Duration(perNanos/n), MinInterval)
+	interval := perNanos / n
+	if perNanos%n != 0 {
+		interval++
+	}
+	if interval < MinInterval.Nanoseconds() {
+		return Params{}, 0, fmt.Errorf("%w: Per/(To-Burst+1) is %s; it must be at least %s (at most a million per second)",
+			ErrInvalid, time.Duration(interval), MinInterval)
+	}
+	if interval > MaxDebt.Nanoseconds()/int64(burst) {
+		return Params{}, 0, fmt.Errorf("%w: Burst × Per/(To-Burst+1) is %d × %s, more than a budget may owe (%s, 100 years); lower Burst or Per",
+			ErrInvalid, burst, time.Duration(interval), MaxDebt)
 	}
 	return Params{Interval: interval, Burst: burst}, burst, nil
 }

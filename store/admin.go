@@ -198,13 +198,14 @@ func (s *Store) queryJobInfosExtra(ctx context.Context, ex Executor, q string, a
 // ready now, with their attempts reset. A job with a concurrency limit
 // takes a slot (unless it holds one), or is blocked. Running and completed
 // jobs are refused. It returns the jobs it moved.
-func (s *Store) RetryJobs(ctx context.Context, now time.Time, ids []int64) ([]int64, error) {
-	return s.operate(ctx, now, ids, "retry", []State{StateFailed, StateCancelled, StateScheduled, StateParked, StateReady},
+func (s *Store) RetryJobs(ctx context.Context, c Clock, ids []int64) ([]int64, error) {
+	now := c.Host()
+	return s.operate(ctx, ids, "retry", []State{StateFailed, StateCancelled, StateScheduled, StateParked, StateReady},
 		func(ctx context.Context, tx Tx, j *JobInfo) ([]Stmt, error) {
 			t := Transition{ID: j.ID, State: StateReady, RunAt: now, AttemptDelta: -j.Attempt}
 			var writes []Stmt
 			if j.Conc != nil && !j.HoldsSlot {
-				sl, err := s.lockSlots(ctx, tx, []string{j.Conc.Key}, Micros(now))
+				sl, err := s.lockSlots(ctx, tx, []string{j.Conc.Key}, c)
 				if err != nil {
 					return nil, err
 				}
@@ -222,25 +223,26 @@ func (s *Store) RetryJobs(ctx context.Context, now time.Time, ids []int64) ([]in
 // CancelJobs discards jobs that have not finished and are not running,
 // recording reason; a job that held a concurrency slot gives it back. It
 // returns the jobs it moved.
-func (s *Store) CancelJobs(ctx context.Context, now time.Time, ids []int64, reason string) ([]int64, error) {
+func (s *Store) CancelJobs(ctx context.Context, c Clock, ids []int64, reason string) ([]int64, error) {
 	if reason == "" {
 		reason = "cancelled by an operator"
 	}
-	return s.operate(ctx, now, ids, "cancel", []State{StateReady, StateScheduled, StateParked, StateBlocked, StateFailed},
+	now := c.Host()
+	return s.operate(ctx, ids, "cancel", []State{StateReady, StateScheduled, StateParked, StateBlocked, StateFailed},
 		func(ctx context.Context, tx Tx, j *JobInfo) ([]Stmt, error) {
 			t := Transition{ID: j.ID, State: StateCancelled, Error: reason, Finished: true}
 			writes := []Stmt{stmt(s.d.SetJobs(j.State, 0, Micros(now), setRows([]Transition{t}, Micros(now))))}
 			if !j.HoldsSlot {
 				return writes, nil
 			}
-			gives, _, err := s.giveBack(ctx, tx, Micros(now), holders{j.ID: j.ConcKey})
+			gives, _, err := s.giveBack(ctx, tx, c, holders{j.ID: j.ConcKey})
 			return append(writes, gives...), err
 		})
 }
 
 // operate applies an operator's action to each job in turn, each in its
 // own transaction, refusing the first one that is not in an allowed state.
-func (s *Store) operate(ctx context.Context, now time.Time, ids []int64, verb string, allowed []State,
+func (s *Store) operate(ctx context.Context, ids []int64, verb string, allowed []State,
 	act func(context.Context, Tx, *JobInfo) ([]Stmt, error)) ([]int64, error) {
 	var done []int64
 	for _, id := range ids {

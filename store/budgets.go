@@ -27,16 +27,10 @@ type budget struct {
 }
 
 // params returns the limit the row was last charged under.
-func (b *budget) params() ratelimit.Params {
-	return ratelimit.Params{
-		Interval: b.row.IntervalUS,
-		Burst:    b.row.Burst,
-		Paused:   b.row.IntervalUS > 0 && b.row.Burst == 0,
-	}
-}
+func (b *budget) params() ratelimit.Params { return b.row.Params() }
 
 // prepare applies the rules for a changed limit, once per claim, and
-// records the limit the row is now charged under.
+// records the limit the row is now charged under. now is in nanoseconds.
 func (b *budget) prepare(p ratelimit.Params, now int64) {
 	if b.prepared {
 		return
@@ -45,7 +39,7 @@ func (b *budget) prepare(p ratelimit.Params, now int64) {
 	prev := b.params()
 	if prev != p {
 		p.CapDebt(&b.state, now, prev)
-		b.row.IntervalUS, b.row.Burst = p.Interval, p.Burst
+		b.row.IntervalNS, b.row.Burst = p.Interval, p.Burst
 		if p.Paused {
 			b.row.Burst = 0
 		}
@@ -53,6 +47,7 @@ func (b *budget) prepare(p ratelimit.Params, now int64) {
 	}
 }
 
+// save returns the row to write, stamped at now (µs).
 func (b *budget) save(now int64) BudgetRow {
 	b.row.TAT, b.row.NextSlot, b.row.UpdatedAt = b.state.TAT, b.state.NextSlot, now
 	return b.row
@@ -60,7 +55,7 @@ func (b *budget) save(now int64) BudgetRow {
 
 func scanBudget(rows Rows, extra ...any) (BudgetRow, error) {
 	var r BudgetRow
-	dest := append([]any{&r.Name, &r.TAT, &r.NextSlot, &r.IntervalUS, &r.Burst, &r.Parked, &r.UpdatedAt}, extra...)
+	dest := append([]any{&r.Name, &r.TAT, &r.NextSlot, &r.IntervalNS, &r.Burst, &r.Parked, &r.UpdatedAt}, extra...)
 	if err := rows.Scan(dest...); err != nil {
 		return r, fmt.Errorf("read budget: %w", err)
 	}
@@ -86,15 +81,16 @@ func queryBudgets(ctx context.Context, ex Executor, q string, args []any) ([]Bud
 
 // lockBudgets locks the budget rows of keys (sorted), creating the missing
 // ones, and then reads the time the claim decides at: the database's clock
-// when p asks for it and the database has one, else p.Clock. The time is
-// read after the last lock is taken; where the database can, in the same
-// round trip. A row that is still missing (cleared as idle in between)
-// reads as the empty state, which admits exactly as the cleared row did.
-func (s *Store) lockBudgets(ctx context.Context, tx Tx, keys []string, p ClaimParams) (map[string]*budget, time.Time, error) {
+// when c asks for it and the database has one, else the caller's. The time
+// is read after the last lock is taken; where the database can, in the
+// same round trip. A row that is still missing (cleared as idle in
+// between) reads as the empty state, which admits exactly as the cleared
+// row did.
+func (s *Store) lockBudgets(ctx context.Context, tx Executor, keys []string, c Clock) (map[string]*budget, time.Time, error) {
 	out := make(map[string]*budget, len(keys))
 	var after []Stmt
-	if q := s.d.Now(); p.DatabaseClock && q != "" {
-		after = append(after, query(q, nil))
+	if s.readsDatabase(c) {
+		after = append(after, query(s.d.Now(), nil))
 	}
 	var dbNow int64
 	err := s.lockByName(ctx, tx, keys, s.d.LockBudgets, s.d.InsertBudgets, after,
@@ -118,7 +114,7 @@ func (s *Store) lockBudgets(ctx context.Context, tx Tx, keys []string, p ClaimPa
 	if len(after) > 0 {
 		return out, FromMicros(dbNow), nil
 	}
-	return out, p.Clock(), nil
+	return out, c.Host(), nil
 }
 
 // lockByName locks rows by name, in sorted order: it runs lock(keys) and
@@ -160,7 +156,7 @@ func (s *Store) lockByName(ctx context.Context, tx Executor, keys []string, lock
 }
 
 // saveBudgets returns the statement that writes the changed budgets back,
-// in key order, or false when none changed.
+// in key order, stamped at now (µs), or false when none changed.
 func (s *Store) saveBudgets(budgets map[string]*budget, now int64) (Stmt, bool) {
 	var rows []BudgetRow
 	for _, b := range budgets {
@@ -201,40 +197,69 @@ type BudgetInfo struct {
 	Waiting int
 }
 
-// NextAdmission is when the budget next admits a cost-1 job, as of now.
+// NextAdmission is when the budget next admits a cost-1 job, as of now;
+// zero for a paused budget.
 func (b BudgetInfo) NextAdmission(now time.Time) time.Time {
-	bg := budget{row: b.BudgetRow}
-	p := bg.params()
+	p := b.Params()
 	if p.Paused {
 		return time.Time{}
 	}
-	_, at := p.Check(ratelimit.State{TAT: b.TAT, NextSlot: b.NextSlot}, Micros(now), 1)
-	return FromMicros(max(at, Micros(now)))
+	_, at := p.Check(ratelimit.State{TAT: b.TAT, NextSlot: b.NextSlot}, Nanos(now), 1)
+	return FromNanos(max(at, Nanos(now)))
+}
+
+// Params returns the limit the budget was last charged under.
+func (r BudgetRow) Params() ratelimit.Params {
+	return ratelimit.Params{
+		Interval: r.IntervalNS,
+		Burst:    r.Burst,
+		Paused:   r.IntervalNS > 0 && r.Burst == 0,
+	}
 }
 
 // ClearIdleBudgets deletes, batchSize at a time with a pause between
-// batches, the budgets that admit exactly as a missing row would: their
-// TAT has passed, no slot is handed out ahead and no job is parked on
-// them. Rows a claim holds locked are skipped. It returns how many it
-// deleted.
-func (s *Store) ClearIdleBudgets(ctx context.Context, now func() time.Time, batchSize int, pause time.Duration) (int, error) {
+// batches, the budgets that admit exactly as a missing row would
+// (ratelimit.Idle, with no job parked on them). Rows a claim holds locked
+// are skipped. Each batch decides on c's time, read in its own
+// transaction. It returns how many it deleted.
+func (s *Store) ClearIdleBudgets(ctx context.Context, c Clock, batchSize int, pause time.Duration) (int, error) {
 	if batchSize <= 0 {
 		batchSize = 500
 	}
 	total := 0
 	for {
-		var n int64
+		found := 0
+		var idle []string
 		err := s.inTx(ctx, func(tx Tx) error {
-			q, args := s.d.DeleteIdleBudgets(Micros(now()), batchSize)
-			res, err := exec(ctx, tx, q, args)
-			n = res.RowsAffected
+			idle = nil
+			at, err := s.now(ctx, tx, c)
+			if err != nil {
+				return err
+			}
+			now := Nanos(at)
+			q, args := s.d.LockIdleBudgets(now, batchSize)
+			rows, err := queryBudgets(ctx, tx, q, args)
+			if err != nil {
+				return err
+			}
+			found = len(rows)
+			for _, r := range rows {
+				if r.Parked == 0 && ratelimit.Idle(ratelimit.State{TAT: r.TAT, NextSlot: r.NextSlot}, now) {
+					idle = append(idle, r.Name)
+				}
+			}
+			if len(idle) == 0 {
+				return nil
+			}
+			q, args = s.d.DeleteBudgets(idle)
+			_, err = exec(ctx, tx, q, args)
 			return err
 		})
 		if err != nil {
 			return total, s.wrap(fmt.Errorf("clear idle budgets: %w", err))
 		}
-		total += int(n)
-		if n < int64(batchSize) {
+		total += len(idle)
+		if found < batchSize {
 			return total, nil
 		}
 		if pause > 0 {

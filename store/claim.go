@@ -48,16 +48,14 @@ type ClaimParams struct {
 	// admitted are left ready, unless their limit defers them. Ignored
 	// without Limits.
 	Candidates int
-	// Clock returns the current time. It stamps the claim, and decides
-	// rate limits unless DatabaseClock is set.
-	Clock func() time.Time
+	// Clock stamps the claim and decides rate limits. With DatabaseTime the
+	// decision reads the database's clock once, after the budget rows are
+	// locked, so skew between worker hosts cannot let claims through
+	// closer than the limit allows (SQLite has no clock of its own; the
+	// host's is read there).
+	Clock Clock
 	// Limits applies rate limits; nil claims exactly as a plain queue.
 	Limits Limits
-	// DatabaseClock decides rate limits on the database's clock, read once
-	// after the budget rows are locked, so skew between worker hosts
-	// cannot let claims through closer than the limit allows. SQLite has
-	// no clock of its own; Clock is read there.
-	DatabaseClock bool
 	// Horizon is how far ahead slots are handed out. Defaults to
 	// DefaultHorizon.
 	Horizon time.Duration
@@ -72,6 +70,8 @@ type ClaimResult struct {
 	// Shadowed jobs were over a limit in shadow mode: they run, and this
 	// records that an enforcing limit would have deferred them.
 	Shadowed []Deferral
+	// Unfit jobs failed: one of their limits can never admit their cost.
+	Unfit []Unfit
 	// DecidedAt is the time rate limits were decided at (read after the
 	// budget locks); zero when no candidate carried a limit.
 	DecidedAt time.Time
@@ -144,10 +144,10 @@ func (s *Store) claim(ctx context.Context, tx Tx, p ClaimParams, res *ClaimResul
 	}
 	now := res.DecidedAt
 	if now.IsZero() {
-		now = p.Clock()
+		now = p.Clock.Host()
 	}
 	if len(gives) > 0 {
-		stmts, queues, err := s.giveBack(ctx, tx, Micros(now), gives)
+		stmts, queues, err := s.giveBack(ctx, tx, At(now), gives)
 		if err != nil {
 			return err
 		}

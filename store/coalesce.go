@@ -18,8 +18,10 @@ const maxCoalesceRounds = 5
 // enqueueTx enqueues jobs of which some coalesce or need concurrency
 // slots, in one transaction (the caller's, or one of the store's). Locks
 // are taken in one order everywhere: the pending jobs calls join (by key),
-// then the semaphores (by key).
-func (s *Store) enqueueTx(ctx context.Context, ex Executor, now time.Time, jobs []NewJob, rows []InsertRow) ([]Enqueued, error) {
+// then the semaphores (by key). It changes rows (states, slots, coalesce
+// keys): a transaction that is retried passes fresh copies.
+func (s *Store) enqueueTx(ctx context.Context, ex Executor, c Clock, jobs []NewJob, rows []InsertRow) ([]Enqueued, error) {
+	now := c.Host()
 	nowUS := Micros(now)
 	out := make([]Enqueued, len(rows))
 	created := map[int]bool{}
@@ -48,7 +50,7 @@ func (s *Store) enqueueTx(ctx context.Context, ex Executor, now time.Time, jobs 
 	}
 	var writes []Stmt
 	if len(keys) > 0 {
-		sl, err := s.lockSlots(ctx, ex, keys, nowUS)
+		sl, err := s.lockSlots(ctx, ex, keys, c)
 		if err != nil {
 			return nil, err
 		}

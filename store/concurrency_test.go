@@ -42,7 +42,8 @@ func TestAJobTakesASlotWhenReadyOrIsBlocked(t *testing.T) {
 			require.Equal(t, want == store.StateReady, j.HoldsSlot, "job %d", i)
 		}
 		sem := semaphore(t, s, "acct/1")
-		require.Equal(t, 0, sem.Value)
+		require.Equal(t, 2, sem.Held)
+		require.Zero(t, sem.Free())
 		require.Equal(t, 2, sem.Limit)
 		require.Equal(t, 2, sem.Blocked)
 		require.Equal(t, 2, sem.Holding)
@@ -62,31 +63,32 @@ func TestFinishingGivesTheSlotToTheFirstBlockedJob(t *testing.T) {
 		require.Equal(t, []int64{got[0]}, ids(claim(t, s, pid, t0, 10).Jobs))
 
 		// A retry keeps its slot while it waits.
-		require.NoError(t, s.Finish(ctx, pid, at(time.Second), store.Outcomes{Others: []store.Transition{{ID: got[0], State: store.StateScheduled, RunAt: at(time.Minute), Error: "again"}}}))
+		require.NoError(t, s.Finish(ctx, pid, store.At(at(time.Second)), store.Outcomes{Others: []store.Transition{{ID: got[0], State: store.StateScheduled, RunAt: at(time.Minute), Error: "again"}}}))
 		require.Equal(t, store.StateBlocked, state(t, s, got[2]).State)
 		require.True(t, state(t, s, got[0]).HoldsSlot)
-		n, _, err := s.Promote(ctx, at(time.Minute), 10)
+		n, _, err := s.Promote(ctx, store.At(at(time.Minute)), 10)
 		require.NoError(t, err)
 		require.Equal(t, 1, n)
 		require.Equal(t, []int64{got[0]}, ids(claim(t, s, pid, at(time.Minute), 10).Jobs), "it comes back with its slot")
 
 		// Finishing for good hands the slot to the first blocked job, by
 		// priority then id.
-		require.NoError(t, s.Finish(ctx, pid, at(2*time.Minute), store.Outcomes{Completed: []int64{got[0]}, SlotHolders: []int64{got[0]}}))
+		require.NoError(t, s.Finish(ctx, pid, store.At(at(2*time.Minute)), store.Outcomes{Completed: []int64{got[0]}, SlotHolders: []int64{got[0]}}))
 		j := state(t, s, got[2])
 		require.Equal(t, store.StateReady, j.State)
 		require.True(t, j.HoldsSlot)
 		require.False(t, state(t, s, got[0]).HoldsSlot)
 		require.Equal(t, store.StateBlocked, state(t, s, got[1]).State)
-		require.Equal(t, 0, semaphore(t, s, "a").Value, "the slot passed on, not freed")
+		require.Equal(t, 1, semaphore(t, s, "a").Held, "the slot passed on, not freed")
 
 		require.Equal(t, []int64{got[2]}, ids(claim(t, s, pid, at(2*time.Minute), 10).Jobs))
-		require.NoError(t, s.Finish(ctx, pid, at(3*time.Minute), store.Outcomes{Others: []store.Transition{{ID: got[2], State: store.StateFailed, Error: "x", Finished: true}}, SlotHolders: []int64{got[2]}}))
+		require.NoError(t, s.Finish(ctx, pid, store.At(at(3*time.Minute)), store.Outcomes{Others: []store.Transition{{ID: got[2], State: store.StateFailed, Error: "x", Finished: true}}, SlotHolders: []int64{got[2]}}))
 		require.Equal(t, store.StateReady, state(t, s, got[1]).State, "a failure gives the slot back too")
 		require.Equal(t, []int64{got[1]}, ids(claim(t, s, pid, at(3*time.Minute), 10).Jobs))
-		require.NoError(t, s.Finish(ctx, pid, at(4*time.Minute), store.Outcomes{Completed: []int64{got[1]}, SlotHolders: []int64{got[1]}}))
+		require.NoError(t, s.Finish(ctx, pid, store.At(at(4*time.Minute)), store.Outcomes{Completed: []int64{got[1]}, SlotHolders: []int64{got[1]}}))
 		sem := semaphore(t, s, "a")
-		require.Equal(t, 1, sem.Value, "with nobody blocked, the slot is free")
+		require.Zero(t, sem.Held, "with nobody blocked, the slot is free")
+		require.Equal(t, 1, sem.Free())
 		require.Zero(t, sem.Holding)
 	})
 }
@@ -112,7 +114,7 @@ func TestAScheduledJobTakesItsSlotWhenPromoted(t *testing.T) {
 		got := enqueue(t, s, t0, later, slotted("a", 1))
 		require.Equal(t, store.StateScheduled, state(t, s, got[0]).State)
 		require.True(t, state(t, s, got[1]).HoldsSlot, "the ready job took the only slot")
-		_, _, err := s.Promote(ctx, at(time.Minute), 10)
+		_, _, err := s.Promote(ctx, store.At(at(time.Minute)), 10)
 		require.NoError(t, err)
 		require.Equal(t, store.StateBlocked, state(t, s, got[0]).State, "promoted to a taken slot: blocked")
 
@@ -120,14 +122,14 @@ func TestAScheduledJobTakesItsSlotWhenPromoted(t *testing.T) {
 		d.Conc.Discard = true
 		d.RunAt = at(2 * time.Minute)
 		dd := enqueue(t, s, t0, d, slotted("b", 1))
-		_, _, err = s.Promote(ctx, at(2*time.Minute), 10)
+		_, _, err = s.Promote(ctx, store.At(at(2*time.Minute)), 10)
 		require.NoError(t, err)
 		require.Equal(t, store.StateCancelled, state(t, s, dd[0]).State)
 
 		free := slotted("c", 1)
 		free.RunAt = at(3 * time.Minute)
 		c := enqueue(t, s, t0, free)
-		_, _, err = s.Promote(ctx, at(3*time.Minute), 10)
+		_, _, err = s.Promote(ctx, store.At(at(3*time.Minute)), 10)
 		require.NoError(t, err)
 		j := state(t, s, c[0])
 		require.Equal(t, store.StateReady, j.State)
@@ -147,7 +149,7 @@ func TestARateDeferralGivesTheSlotBack(t *testing.T) {
 		first := enqueue(t, s, t0, both())
 		pid := register(t, s, t0)
 		require.Len(t, claimLimited(t, s, pid, t0, 1, lim, 0).Jobs, 1) // spends the minute's budget
-		require.NoError(t, s.Finish(ctx, pid, t0, store.Outcomes{Completed: first, SlotHolders: first}))
+		require.NoError(t, s.Finish(ctx, pid, store.At(t0), store.Outcomes{Completed: first, SlotHolders: first}))
 
 		got := enqueue(t, s, at(time.Second), both(), both())
 		require.Equal(t, store.StateBlocked, state(t, s, got[1]).State)
@@ -162,7 +164,7 @@ func TestARateDeferralGivesTheSlotBack(t *testing.T) {
 		require.True(t, j.HoldsSlot)
 
 		// The first comes back at its slot and finds the slot taken.
-		_, _, err := s.Promote(ctx, at(time.Minute), 10)
+		_, _, err := s.Promote(ctx, store.At(at(time.Minute)), 10)
 		require.NoError(t, err)
 		require.Equal(t, store.StateBlocked, state(t, s, got[0]).State)
 	})
@@ -175,21 +177,26 @@ func TestExpiredSlotsAreFreedAndBlockedJobsReleased(t *testing.T) {
 		dead := register(t, s, t0)
 		claim(t, s, dead, t0, 1) // its process dies holding the slot
 
-		freed, unblocked, err := s.MaintainSemaphores(ctx, at(3*time.Minute-time.Second), 100)
+		freed, unblocked, err := s.MaintainSemaphores(ctx, store.At(at(3*time.Minute-time.Second)), 100)
 		require.NoError(t, err)
 		require.Zero(t, freed+unblocked, "not expired yet")
-		freed, unblocked, err = s.MaintainSemaphores(ctx, at(3*time.Minute+time.Second), 100)
+		freed, unblocked, err = s.MaintainSemaphores(ctx, store.At(at(3*time.Minute+time.Second)), 100)
 		require.NoError(t, err)
 		require.Equal(t, 1, freed)
 		require.Equal(t, 1, unblocked)
 		j := state(t, s, got[1])
 		require.Equal(t, store.StateReady, j.State)
 		require.True(t, j.HoldsSlot)
-		require.Equal(t, 0, semaphore(t, s, "a").Value)
+		require.Equal(t, 1, semaphore(t, s, "a").Held)
+		require.False(t, state(t, s, got[0]).HoldsSlot, "the presumed-lost holder lost its slot")
 
-		// The lost holder finishing later gives back a slot, never above To.
-		require.NoError(t, s.Finish(ctx, dead, at(4*time.Minute), store.Outcomes{Completed: got[:1], SlotHolders: got[:1]}))
-		require.Equal(t, 1, semaphore(t, s, "a").Value)
+		// The lost holder finishing later gives nothing back: the slot it
+		// held was handed on, and the new holder still holds it.
+		require.NoError(t, s.Finish(ctx, dead, store.At(at(4*time.Minute)), store.Outcomes{Completed: got[:1], SlotHolders: got[:1]}))
+		sem := semaphore(t, s, "a")
+		require.Equal(t, 1, sem.Held)
+		require.Equal(t, 1, sem.Holding)
+		require.Zero(t, sem.Free(), "one holder for To 1")
 	})
 }
 
@@ -197,14 +204,17 @@ func TestMaintenanceReleasesABlockedJobThatMissedAFreeSlot(t *testing.T) {
 	testdb.Each(t, func(t *testing.T, s *store.Store) {
 		ctx := context.Background()
 		got := enqueue(t, s, t0, slotted("a", 1), slotted("a", 1))
-		// As if the slot came back in a transaction that raced the block.
-		_, err := s.DB().Exec(ctx, "UPDATE sluice_semaphores SET value = 1 WHERE name = 'a'")
+		// As if the holder gave its slot back in a transaction that raced
+		// the block.
+		_, err := s.DB().Exec(ctx, "UPDATE sluice_semaphores SET held = 0 WHERE name = 'a'")
 		require.NoError(t, err)
-		_, unblocked, err := s.MaintainSemaphores(ctx, t0, 100)
+		_, err = s.DB().Exec(ctx, fmt.Sprintf("UPDATE sluice_jobs SET holds_slot = %s WHERE id = %d", map[bool]string{true: "false", false: "0"}[s.Dialect().Name() == "postgres"], got[0]))
+		require.NoError(t, err)
+		_, unblocked, err := s.MaintainSemaphores(ctx, store.At(t0), 100)
 		require.NoError(t, err)
 		require.Equal(t, 1, unblocked)
 		require.Equal(t, store.StateReady, state(t, s, got[1]).State)
-		require.Equal(t, 0, semaphore(t, s, "a").Value)
+		require.Equal(t, 1, semaphore(t, s, "a").Held)
 	})
 }
 
@@ -212,15 +222,15 @@ func TestOperatorsCancelGivesBackAndRetryTakes(t *testing.T) {
 	testdb.Each(t, func(t *testing.T, s *store.Store) {
 		ctx := context.Background()
 		got := enqueue(t, s, t0, slotted("a", 1), slotted("a", 1))
-		_, err := s.CancelJobs(ctx, t0, got[:1], "")
+		_, err := s.CancelJobs(ctx, store.At(t0), got[:1], "")
 		require.NoError(t, err)
 		require.Equal(t, store.StateReady, state(t, s, got[1]).State, "cancelling the holder hands its slot on")
 		require.True(t, state(t, s, got[1]).HoldsSlot)
 
-		_, err = s.RetryJobs(ctx, t0, got[:1])
+		_, err = s.RetryJobs(ctx, store.At(t0), got[:1])
 		require.NoError(t, err)
 		require.Equal(t, store.StateBlocked, state(t, s, got[0]).State, "a retried job takes a slot or waits for one")
-		_, err = s.CancelJobs(ctx, t0, got[:1], "")
+		_, err = s.CancelJobs(ctx, store.At(t0), got[:1], "")
 		require.NoError(t, err, "a blocked job can be cancelled")
 	})
 }
@@ -242,10 +252,10 @@ func TestSlotsStayWithinBoundsUnderConcurrency(t *testing.T) {
 				r := rand.New(rand.NewPCG(seed, 1))
 				for i := 0; i < 25; i++ {
 					key := keys[r.IntN(len(keys))]
-					if _, err := s.Enqueue(ctx, nil, t0, []store.NewJob{slotted(key, to)}); !assertNoErr(t, err) {
+					if _, err := s.Enqueue(ctx, nil, store.At(t0), []store.NewJob{slotted(key, to)}); !assertNoErr(t, err) {
 						return
 					}
-					res, err := s.Claim(ctx, store.ClaimParams{ProcessID: pid, Queues: []string{"default"}, Max: 2, Clock: fixed(t0)})
+					res, err := s.Claim(ctx, store.ClaimParams{ProcessID: pid, Queues: []string{"default"}, Max: 2, Clock: store.At(t0)})
 					if !assertNoErr(t, err) {
 						return
 					}
@@ -255,7 +265,7 @@ func TestSlotsStayWithinBoundsUnderConcurrency(t *testing.T) {
 							holders = append(holders, j.ID)
 						}
 					}
-					if !assertNoErr(t, s.Finish(ctx, pid, t0, store.Outcomes{Completed: ids(res.Jobs), SlotHolders: holders})) {
+					if !assertNoErr(t, s.Finish(ctx, pid, store.At(t0), store.Outcomes{Completed: ids(res.Jobs), SlotHolders: holders})) {
 						return
 					}
 				}
@@ -264,11 +274,11 @@ func TestSlotsStayWithinBoundsUnderConcurrency(t *testing.T) {
 		wg.Wait()
 		for _, k := range keys {
 			sem := semaphore(t, s, k)
-			require.GreaterOrEqual(t, sem.Value, 0, k)
-			require.LessOrEqual(t, sem.Value, to, k)
-			require.Equal(t, to, sem.Value+sem.Holding, "%s: free %d, held %d", k, sem.Value, sem.Holding)
+			require.GreaterOrEqual(t, sem.Held, 0, k)
+			require.LessOrEqual(t, sem.Held, to, k)
+			require.Equal(t, sem.Held, sem.Holding, "%s: held %d, holding jobs %d", k, sem.Held, sem.Holding)
 			if sem.Blocked > 0 {
-				require.Zero(t, sem.Value, fmt.Sprintf("%s: a blocked job while a slot is free", k))
+				require.Zero(t, sem.Free(), fmt.Sprintf("%s: a blocked job while a slot is free", k))
 			}
 		}
 	})

@@ -23,7 +23,7 @@ func TestDepthAndOldestWaitingCoverEveryState(t *testing.T) {
 		// In queue "work": one completed, one failed, one running.
 		work := enqueue(t, s, t0, job("a", "work", 0), job("a", "work", 0), job("a", "work", 0))
 		require.Len(t, claim(t, s, pid, t0, 3, "work").Jobs, 3)
-		require.NoError(t, s.Finish(ctx, pid, t0, store.Outcomes{Completed: []int64{work[0]}, Others: []store.Transition{
+		require.NoError(t, s.Finish(ctx, pid, store.At(t0), store.Outcomes{Completed: []int64{work[0]}, Others: []store.Transition{
 			{ID: work[1], State: store.StateFailed, Error: "boom", Finished: true}}}))
 
 		// In "default", enqueued a minute later: two ready, one scheduled

@@ -114,11 +114,17 @@ type Dialect interface {
 	// paused budget (burst 0), before now. Columns: BudgetColumns.
 	LockParkedBudgets(now, until int64, limit int) (string, []any)
 	// LockParked selects and locks, skipping locked rows, the first parked
-	// jobs of a budget by priority then id. Columns: id.
+	// jobs of a budget by priority then id. Columns: id, rate_keys.
 	LockParked(key string, limit int) (string, []any)
-	// DeleteIdleBudgets deletes up to limit budgets that are idle at now
-	// and not locked.
-	DeleteIdleBudgets(now int64, limit int) (string, []any)
+	// CountParked counts a budget's parked jobs, whether or not another
+	// transaction holds them locked. Columns: count.
+	CountParked(key string) (string, []any)
+	// LockIdleBudgets selects and locks, skipping locked rows, up to limit
+	// budgets that may be idle at now: their times have passed and no job
+	// is parked on them. Columns: BudgetColumns.
+	LockIdleBudgets(now int64, limit int) (string, []any)
+	// DeleteBudgets deletes budgets by name.
+	DeleteBudgets(names []string) (string, []any)
 	// ListBudgets lists budgets with how many jobs wait on each. Columns:
 	// BudgetColumns, waiting.
 	ListBudgets() string
@@ -160,6 +166,9 @@ type Dialect interface {
 	LockBlocked(key string, limit int) (string, []any)
 	// MarkSlots records whether jobs hold a slot.
 	MarkSlots(ids []int64, holds bool) (string, []any)
+	// ReleaseHolders clears the slot of every job of the keys that holds
+	// one: the keys expired and their holders are presumed lost.
+	ReleaseHolders(keys []string) (string, []any)
 	// LockSlotHolders selects and locks, of the listed jobs, those that hold
 	// a slot (and, when processID is not 0, run for that process). Columns:
 	// id, conc_key.
@@ -230,17 +239,18 @@ const JobColumns = "id, kind, queue, priority, args, attempt, max_attempts, crea
 const JobInfoColumns = JobColumns + ", state, attempted_at, finished_at, process_id, last_error, wait_key, conc_limit, conc_duration, conc_discard"
 
 // BudgetColumns are a budget row's columns, in BudgetRow's scan order.
-const BudgetColumns = "name, tat, next_slot, interval_us, burst, parked, updated_at"
+const BudgetColumns = "name, tat_ns, next_slot_ns, interval_ns, burst, parked, updated_at"
 
 // SemaphoreColumns are a semaphore row's columns, in SemaphoreRow's scan
 // order.
-const SemaphoreColumns = "name, value, limit_to, duration_us, expires_at, updated_at"
+const SemaphoreColumns = "name, held, limit_to, duration_us, expires_at, updated_at"
 
 // SemaphoreRow is a concurrency key's stored state.
 type SemaphoreRow struct {
 	Name string
-	// Value is how many slots are free, 0 ≤ Value ≤ Limit.
-	Value int
+	// Held is how many jobs hold a slot: exactly the jobs of the key whose
+	// holds_slot is set.
+	Held int
 	// Limit is To, as last declared; 0 for a row not yet used.
 	Limit      int
 	DurationUS int64
@@ -326,7 +336,7 @@ type BudgetRow struct {
 	Name       string
 	TAT        int64
 	NextSlot   int64
-	IntervalUS int64
+	IntervalNS int64
 	Burst      int
 	Parked     int
 	UpdatedAt  int64

@@ -21,12 +21,15 @@ type IDStep interface{ IDStep() int64 }
 
 // Enqueue adds jobs through ex (the store's pool when nil) and returns
 // what became of each, in the order given. Every job is checked before
-// anything is written. Plain jobs are inserted in batches of at most
-// MaxInsertBatch; a job that coalesces joins the pending job of its key
-// or creates it, and a job that is ready with a concurrency limit takes a
-// slot (or is blocked or discarded) — those in one transaction: the
-// caller's, or the store's own.
-func (s *Store) Enqueue(ctx context.Context, ex Executor, now time.Time, jobs []NewJob) ([]Enqueued, error) {
+// anything is written, and the call is all or nothing: a bad job writes
+// none of them, and the error names its index. Plain jobs are inserted in
+// batches of at most MaxInsertBatch (one transaction for the lot when
+// there are several); a job that coalesces joins the pending job of its
+// key or creates it, and a job that is ready with a concurrency limit
+// takes a slot (or is blocked or discarded) — those in one transaction:
+// the caller's, or the store's own. c stamps the jobs (created_at is the
+// caller's time) and the concurrency slots they take.
+func (s *Store) Enqueue(ctx context.Context, ex Executor, c Clock, jobs []NewJob) ([]Enqueued, error) {
 	if len(jobs) == 0 {
 		return nil, nil
 	}
@@ -36,6 +39,7 @@ func (s *Store) Enqueue(ctx context.Context, ex Executor, now time.Time, jobs []
 	if err := s.checkSchema(ctx, ex); err != nil {
 		return nil, err
 	}
+	now := c.Host()
 	rows := make([]InsertRow, len(jobs))
 	plain := true
 	for i, j := range jobs {
@@ -54,24 +58,73 @@ func (s *Store) Enqueue(ctx context.Context, ex Executor, now time.Time, jobs []
 	switch {
 	case plain:
 		var ids []int64
-		if ids, err = s.insertAll(ctx, ex, rows); err == nil {
+		if ex != s.db || s.batchEnd(rows, 0) == len(rows) {
+			// One statement, or the caller's transaction: all or nothing
+			// as it is.
+			ids, err = s.insertAll(ctx, ex, rows)
+		} else {
+			err = s.inTx(ctx, func(tx Tx) error {
+				ids, err = s.insertAll(ctx, tx, rows)
+				return err
+			})
+		}
+		if err == nil {
 			out = make([]Enqueued, len(ids))
 			for i, id := range ids {
 				out[i] = Enqueued{ID: id, State: rows[i].State}
 			}
+		} else if len(rows) > 1 {
+			err = s.blame(ctx, rows, jobs, err)
 		}
 	case ex == s.db:
 		err = s.inTx(ctx, func(tx Tx) error {
-			out, err = s.enqueueTx(ctx, tx, now, jobs, rows)
+			// enqueueTx changes its rows: every attempt starts from the
+			// rows as checked.
+			out, err = s.enqueueTx(ctx, tx, c, jobs, slices.Clone(rows))
 			return err
 		})
 	default:
-		out, err = s.enqueueTx(ctx, ex, now, jobs, rows)
+		out, err = s.enqueueTx(ctx, ex, c, jobs, rows)
 	}
 	if err != nil {
 		return nil, s.wrap(fmt.Errorf("enqueue: %w", err))
 	}
 	return out, nil
+}
+
+// blame finds which of rows the database refused, after a multi-row insert
+// failed with err: it inserts halves in transactions that always roll
+// back, down to one row, and names it. A failure that is not a row's own
+// (the connection, the schema) is returned as it was.
+func (s *Store) blame(ctx context.Context, rows []InsertRow, jobs []NewJob, err error) error {
+	if ctx.Err() != nil || s.d.IsUndefinedTable(err) || s.d.IsRetryable(err) {
+		return err
+	}
+	refused := func(lo, hi int) error {
+		tx, err := s.db.Begin(ctx)
+		if err != nil {
+			return nil
+		}
+		defer func() { _ = tx.Rollback(context.WithoutCancel(ctx)) }()
+		_, err = s.insertAll(ctx, tx, rows[lo:hi])
+		return err
+	}
+	lo, hi := 0, len(rows)
+	if refused(lo, hi) == nil {
+		return err // it was not the rows
+	}
+	for hi-lo > 1 {
+		mid := (lo + hi) / 2
+		if refused(lo, mid) != nil {
+			hi = mid
+		} else {
+			lo = mid
+		}
+	}
+	if e := refused(lo, hi); e != nil {
+		return fmt.Errorf("job %d (%s): %w", lo, jobs[lo].Kind, e)
+	}
+	return err
 }
 
 // insertAll inserts rows in batches and returns their ids in order.

@@ -28,10 +28,12 @@ type Outcomes struct {
 	Pushes []BudgetPush
 }
 
-// BudgetPush holds a budget back until a time.
+// BudgetPush holds a budget back for a while.
 type BudgetPush struct {
-	Key   string
-	Until time.Time
+	Key string
+	// Wait is how long, from the moment the finish is recorded (on the
+	// clock the budget decides on), no job is admitted.
+	Wait time.Duration
 	// Params is the limit the budget is charged under.
 	Params ratelimit.Params
 }
@@ -41,11 +43,14 @@ type BudgetPush struct {
 // DeleteOnComplete is set), the rest as transitions. A job that is no
 // longer running for this process (released as lost, or by a shutdown
 // that timed out) is left as it is, its slot too.
-func (s *Store) Finish(ctx context.Context, processID int64, now time.Time, o Outcomes) error {
+//
+// c stamps the jobs (finished_at is the caller's time) and decides the
+// budgets held back and the slots given back.
+func (s *Store) Finish(ctx context.Context, processID int64, c Clock, o Outcomes) error {
 	if len(o.Completed) == 0 && len(o.Others) == 0 {
 		return nil
 	}
-	nowUS := Micros(now)
+	nowUS := Micros(c.Host())
 	var woke []string
 	err := s.inTx(ctx, func(tx Tx) error {
 		woke = nil
@@ -68,13 +73,13 @@ func (s *Store) Finish(ctx context.Context, processID int64, now time.Time, o Ou
 			writes = append(writes, stmt(s.d.SetJobs(StateRunning, processID, nowUS, setRows(o.Others, nowUS))))
 		}
 		if len(o.Pushes) > 0 {
-			st, err := s.pushBudgets(ctx, tx, nowUS, o.Pushes)
+			st, err := s.pushBudgets(ctx, tx, c, o.Pushes)
 			if err != nil {
 				return err
 			}
 			writes = append(writes, st)
 		}
-		gives, queues, err := s.giveBack(ctx, tx, nowUS, hs)
+		gives, queues, err := s.giveBack(ctx, tx, c, hs)
 		if err != nil {
 			return err
 		}
@@ -88,15 +93,15 @@ func (s *Store) Finish(ctx context.Context, processID int64, now time.Time, o Ou
 	return nil
 }
 
-// pushBudgets locks the pushed budgets (in key order) and moves each so
-// that nothing is admitted before its Until: its TAT to Until plus the
-// tolerance, and its slot cursor to Until. It returns the statement that
-// saves them.
-func (s *Store) pushBudgets(ctx context.Context, tx Tx, now int64, pushes []BudgetPush) (Stmt, error) {
+// pushBudgets locks the pushed budgets (in key order), reads c's time
+// after the locks, and moves each budget so that nothing is admitted
+// before now + Wait: its TAT to that time plus the tolerance, and its slot
+// cursor to that time. It returns the statement that saves them.
+func (s *Store) pushBudgets(ctx context.Context, tx Tx, c Clock, pushes []BudgetPush) (Stmt, error) {
 	byKey := map[string]BudgetPush{}
 	keys := make([]string, 0, len(pushes))
 	for _, p := range pushes {
-		if prev, ok := byKey[p.Key]; !ok || p.Until.After(prev.Until) {
+		if prev, ok := byKey[p.Key]; !ok || p.Wait > prev.Wait {
 			if !ok {
 				keys = append(keys, p.Key)
 			}
@@ -104,26 +109,28 @@ func (s *Store) pushBudgets(ctx context.Context, tx Tx, now int64, pushes []Budg
 		}
 	}
 	slices.Sort(keys)
-	budgets, _, err := s.lockBudgets(ctx, tx, keys, ClaimParams{Clock: func() time.Time { return FromMicros(now) }})
+	budgets, at, err := s.lockBudgets(ctx, tx, keys, c)
 	if err != nil {
 		return Stmt{}, err
 	}
+	now := Nanos(at)
 	for _, k := range keys {
 		p, b := byKey[k], budgets[k]
 		b.prepare(p.Params, now)
-		until := Micros(p.Until)
+		until := now + p.Wait.Nanoseconds()
 		b.state.TAT = max(b.state.TAT, until+p.Params.Tolerance())
 		b.state.NextSlot = max(b.state.NextSlot, until)
 		b.dirty = true
 	}
-	st, _ := s.saveBudgets(budgets, now)
+	st, _ := s.saveBudgets(budgets, Micros(at))
 	return st, nil
 }
 
 // Release puts jobs the process claimed but did not finish back to ready,
 // giving back the attempt their claim counted. A worker shutting down
 // calls it for the jobs still running when its timeout ran out.
-func (s *Store) Release(ctx context.Context, processID int64, now time.Time, ids []int64) error {
+func (s *Store) Release(ctx context.Context, processID int64, c Clock, ids []int64) error {
+	now := c.Host()
 	ts := make([]Transition, len(ids))
 	for i, id := range ids {
 		ts[i] = Transition{ID: id, State: StateReady, RunAt: now, AttemptDelta: -1}

@@ -23,7 +23,7 @@ func job(kind, queue string, prio int) store.NewJob {
 
 func enqueue(t *testing.T, s *store.Store, now time.Time, jobs ...store.NewJob) []int64 {
 	t.Helper()
-	res, err := s.Enqueue(context.Background(), nil, now, jobs)
+	res, err := s.Enqueue(context.Background(), nil, store.At(now), jobs)
 	require.NoError(t, err)
 	require.Len(t, res, len(jobs))
 	ids := make([]int64, len(res))
@@ -35,7 +35,7 @@ func enqueue(t *testing.T, s *store.Store, now time.Time, jobs ...store.NewJob) 
 
 func register(t *testing.T, s *store.Store, now time.Time) int64 {
 	t.Helper()
-	id, err := s.RegisterProcess(context.Background(), store.Process{Kind: "worker", Name: "test", PID: 1}, now)
+	id, err := s.RegisterProcess(context.Background(), store.Process{Kind: "worker", Name: "test", PID: 1}, store.At(now))
 	require.NoError(t, err)
 	return id
 }
@@ -45,7 +45,7 @@ func claim(t *testing.T, s *store.Store, pid int64, now time.Time, max int, queu
 	if len(queues) == 0 {
 		queues = []string{"default"}
 	}
-	res, err := s.Claim(context.Background(), store.ClaimParams{ProcessID: pid, Queues: queues, Max: max, Clock: fixed(now)})
+	res, err := s.Claim(context.Background(), store.ClaimParams{ProcessID: pid, Queues: queues, Max: max, Clock: store.At(now)})
 	require.NoError(t, err)
 	return res
 }

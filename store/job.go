@@ -65,6 +65,23 @@ func Micros(t time.Time) int64 { return t.UnixMicro() }
 // FromMicros converts a stored time back, in UTC.
 func FromMicros(us int64) time.Time { return time.UnixMicro(us).UTC() }
 
+// Nanos converts a time to a budget's stored form: nanoseconds since the
+// Unix epoch.
+func Nanos(t time.Time) int64 { return t.UnixNano() }
+
+// FromNanos converts a budget's stored time back, in UTC.
+func FromNanos(ns int64) time.Time { return time.Unix(0, ns).UTC() }
+
+// microsAfter converts a budget's time (ns) to a job's (µs), rounding up:
+// a job told to come back at a slot never comes back before it.
+func microsAfter(ns int64) int64 {
+	us := ns / 1000
+	if ns%1000 > 0 {
+		us++
+	}
+	return us
+}
+
 // NewJob is a job to insert.
 type NewJob struct {
 	Kind        string

@@ -20,11 +20,13 @@ type check struct {
 // candidate order. It locks the budgets (sorted by key), reads the time
 // after the locks, charges every budget of each admitted job, and gives
 // each denied job a slot on the budget that holds it longest, or parks it
-// there when that budget's slots reach past the horizon. It returns the
-// admitted jobs and the statements that write the budgets and the deferred
-// jobs, the deferred jobs that hold concurrency slots (to give back), and
-// records the decision time in res. Candidates without a limit cost
-// nothing: with none among them it runs no statement at all.
+// there when that budget's slots reach past the horizon. A job whose cost
+// one of its limits can never admit (an override lowered the burst below
+// it) fails at once, naming the limit. It returns the admitted jobs and
+// the statements that write the budgets and the deferred and failed jobs,
+// the jobs that give their concurrency slots back, and records the
+// decision time in res. Candidates without a limit cost nothing: with none
+// among them it runs no statement at all.
 func (s *Store) applyLimits(ctx context.Context, tx Tx, p ClaimParams, cands []*Job, res *ClaimResult) ([]*Job, []Stmt, holders, error) {
 	checks := make([][]check, len(cands))
 	var keys []string
@@ -53,21 +55,21 @@ func (s *Store) applyLimits(ctx context.Context, tx Tx, p ClaimParams, cands []*
 	}
 	slices.Sort(keys)
 	keys = slices.Compact(keys)
-	budgets, at, err := s.lockBudgets(ctx, tx, keys, p)
+	budgets, at, err := s.lockBudgets(ctx, tx, keys, p.Clock)
 	if err != nil {
 		return nil, nil, nil, err
 	}
 	res.DecidedAt = at
-	now := Micros(at)
+	now := Nanos(at)
 	horizon := p.Horizon
 	if horizon <= 0 {
 		horizon = DefaultHorizon
 	}
-	until := now + horizon.Microseconds()
+	until := now + horizon.Nanoseconds()
 
 	admitted := make([]*Job, 0, min(len(cands), p.Max))
-	var deferred []SetRow
-	gives := holders{} // deferred jobs give their concurrency slots back while they wait
+	var deferred, failed []SetRow
+	gives := holders{} // deferred and failed jobs give their concurrency slots back
 	for i, j := range cands {
 		full := len(admitted) == p.Max // past Max, only deferrals are taken
 		cs := checks[i]
@@ -77,9 +79,8 @@ func (s *Store) applyLimits(ctx context.Context, tx Tx, p ClaimParams, cands []*
 			}
 			continue
 		}
-		var holder *check
+		var holder, shadowed, unfit *check
 		var latest int64
-		var shadowed *check
 		for k := range cs {
 			c := &cs[k]
 			b := budgets[c.key]
@@ -91,9 +92,22 @@ func (s *Store) applyLimits(ctx context.Context, tx Tx, p ClaimParams, cands []*
 				if shadowed == nil {
 					shadowed = c
 				}
+			case !c.spec.Params.Fits(c.cost):
+				unfit = c
 			case holder == nil || earliest > latest:
 				holder, latest = c, earliest
 			}
+		}
+		if unfit != nil {
+			// No slot would ever admit it: fail it now, where an operator
+			// sees why, instead of sending it round forever.
+			msg := unfitError(unfit)
+			failed = append(failed, SetRow{ID: j.ID, State: StateFailed, Error: msg, FinishedAt: Micros(at)})
+			res.Unfit = append(res.Unfit, Unfit{JobID: j.ID, Kind: j.Kind, Key: unfit.key, Cost: unfit.cost, Burst: unfit.spec.Burst})
+			if j.HoldsSlot {
+				gives[j.ID] = j.ConcKey
+			}
+			continue
 		}
 		if holder == nil && full {
 			continue // it would be admitted, but the claim is full: it stays ready
@@ -117,10 +131,10 @@ func (s *Store) applyLimits(ctx context.Context, tx Tx, p ClaimParams, cands []*
 		}
 		b := budgets[holder.key]
 		d := Deferral{JobID: j.ID, Kind: j.Kind, Key: holder.key}
-		slot, ok := s.slot(b, holder, latest, now, until)
+		slot, ok := slotFor(b, holder.spec.Params, latest, now, until, holder.cost)
 		if ok {
-			d.Until = FromMicros(slot)
-			deferred = append(deferred, SetRow{ID: j.ID, State: StateScheduled, RunAt: slot, WaitKey: holder.key})
+			d.Until = FromNanos(slot)
+			deferred = append(deferred, SetRow{ID: j.ID, State: StateScheduled, RunAt: microsAfter(slot), WaitKey: holder.key})
 		} else {
 			d.Parked = true
 			b.row.Parked++
@@ -133,21 +147,40 @@ func (s *Store) applyLimits(ctx context.Context, tx Tx, p ClaimParams, cands []*
 		}
 	}
 	var writes []Stmt
-	if st, ok := s.saveBudgets(budgets, now); ok {
+	if st, ok := s.saveBudgets(budgets, Micros(at)); ok {
 		writes = append(writes, st)
 	}
-	if len(deferred) > 0 {
-		writes = append(writes, stmt(s.d.SetJobs(StateReady, 0, now, deferred)))
+	if moved := append(deferred, failed...); len(moved) > 0 {
+		writes = append(writes, stmt(s.d.SetJobs(StateReady, 0, Micros(at), moved)))
 	}
 	return admitted, writes, gives, nil
 }
 
-// slot gives a denied job the next free slot on the budget that holds it,
-// or reports false when the slot falls past the horizon (the job parks).
-// A paused budget sends one job back at the horizon as a probe, so that
-// lifting the pause is noticed within it, and parks the rest.
-func (s *Store) slot(b *budget, c *check, earliest, now, until int64) (int64, bool) {
-	if earliest == ratelimit.Never {
+// Unfit is a job failed at claim because one of its limits can never
+// admit its cost.
+type Unfit struct {
+	JobID int64
+	Kind  string
+	// Key is the budget, Cost the job's cost on it and Burst the most the
+	// limit admits at once.
+	Key   string
+	Cost  int
+	Burst int
+}
+
+// unfitError is the error an unfit job fails with.
+func unfitError(c *check) string {
+	return fmt.Sprintf("rate limit %s (%s): the job costs %d, more than the burst of %d, so no slot could ever admit it; "+
+		"raise the limit's burst (sluice limits set) and retry the job", c.key, c.spec, c.cost, c.spec.Burst)
+}
+
+// slotFor gives a denied job of the given cost the next free slot on the
+// budget that holds it, or reports false when the slot falls past the
+// horizon (the job parks). A paused budget sends one job back at the
+// horizon as a probe, so that lifting the pause is noticed within it, and
+// parks the rest. Times are nanoseconds.
+func slotFor(b *budget, p ratelimit.Params, earliest, now, until int64, cost int) (int64, bool) {
+	if p.Paused {
 		if b.state.NextSlot > now {
 			return 0, false // a probe is out
 		}
@@ -160,22 +193,26 @@ func (s *Store) slot(b *budget, c *check, earliest, now, until int64) (int64, bo
 		b.state.NextSlot = max(b.state.NextSlot, earliest)
 		return 0, false
 	}
-	return c.spec.Params.Slot(&b.state, earliest, c.cost), true
+	return p.Slot(&b.state, earliest, cost), true
 }
 
 // Unpark hands slots within the horizon to parked jobs, in priority and id
 // order, for up to limit budgets whose next slot has come within it, and
 // returns how many jobs it scheduled. The dispatcher runs it every poll.
-func (s *Store) Unpark(ctx context.Context, now time.Time, horizon time.Duration, limit int) (int, error) {
+func (s *Store) Unpark(ctx context.Context, c Clock, horizon time.Duration, limit int) (int, error) {
 	if horizon <= 0 {
 		horizon = DefaultHorizon
 	}
-	nowUS := Micros(now)
-	until := nowUS + horizon.Microseconds()
 	total := 0
 	err := s.inTx(ctx, func(tx Tx) error {
 		total = 0
-		q, args := s.d.LockParkedBudgets(nowUS, until, limit)
+		at, err := s.now(ctx, tx, c)
+		if err != nil {
+			return err
+		}
+		now := Nanos(at)
+		until := now + horizon.Nanoseconds()
+		q, args := s.d.LockParkedBudgets(now, until, limit)
 		rows, err := queryBudgets(ctx, tx, q, args)
 		if err != nil {
 			return fmt.Errorf("lock parked budgets: %w", err)
@@ -185,7 +222,7 @@ func (s *Store) Unpark(ctx context.Context, now time.Time, horizon time.Duration
 		for _, r := range rows {
 			b := &budget{row: r, state: ratelimit.State{TAT: r.TAT, NextSlot: r.NextSlot}}
 			budgets[r.Name] = b
-			got, err := s.unparkBudget(ctx, tx, b, nowUS, until)
+			got, err := s.unparkBudget(ctx, tx, b, now, until)
 			if err != nil {
 				return err
 			}
@@ -193,9 +230,9 @@ func (s *Store) Unpark(ctx context.Context, now time.Time, horizon time.Duration
 		}
 		var writes []Stmt
 		if len(moves) > 0 {
-			writes = append(writes, stmt(s.d.SetJobs(StateParked, 0, nowUS, moves)))
+			writes = append(writes, stmt(s.d.SetJobs(StateParked, 0, Micros(at), moves)))
 		}
-		if st, ok := s.saveBudgets(budgets, nowUS); ok {
+		if st, ok := s.saveBudgets(budgets, Micros(at)); ok {
 			writes = append(writes, st)
 		}
 		total = len(moves)
@@ -211,7 +248,17 @@ func (s *Store) Unpark(ctx context.Context, now time.Time, horizon time.Duration
 }
 
 // unparkBudget schedules the parked jobs of one locked budget into the
-// slots that fall within the horizon.
+// slots that fall within the horizon, each as many intervals wide as its
+// cost on this budget. Times are nanoseconds.
+//
+// The budget's parked count may run ahead of its parked jobs (a job left
+// parked by a coalescing call or an operator), never behind: the count is
+// what brings the dispatcher back to the budget, so a parked job the count
+// forgot would wait forever. So when the jobs it finds to lock fall short
+// of what it asked for — some left, or are locked by another transaction
+// (a coalescing join, a caller's EnqueueTx, an operator's cancel) — it
+// counts the budget's parked jobs again, locked or not, before it lowers
+// the count.
 func (s *Store) unparkBudget(ctx context.Context, tx Tx, b *budget, now, until int64) ([]SetRow, error) {
 	p := b.params()
 	first := max(b.state.NextSlot, now)
@@ -228,26 +275,68 @@ func (s *Store) unparkBudget(ctx context.Context, tx Tx, b *budget, now, until i
 	}
 	want = min(want, max(b.row.Parked, 1), 1000)
 	q, args := s.d.LockParked(b.row.Name, want)
-	ids, err := queryInt64s(ctx, tx, q, args)
+	parked, err := s.queryParked(ctx, tx, q, args, b.row.Name)
 	if err != nil {
 		return nil, fmt.Errorf("lock parked jobs of %s: %w", b.row.Name, err)
 	}
 	b.dirty = true
-	if len(ids) == 0 {
-		b.row.Parked = 0 // the count was stale: every job it counted left
-		return nil, nil
+	left := b.row.Parked - len(parked)
+	if len(parked) < want {
+		q, args := s.d.CountParked(b.row.Name)
+		n, err := queryInt64s(ctx, tx, q, args)
+		if err != nil {
+			return nil, fmt.Errorf("count parked jobs of %s: %w", b.row.Name, err)
+		}
+		left = int(n[0]) - len(parked) // the count includes the ones locked here
 	}
-	moves := make([]SetRow, len(ids))
-	for i, id := range ids {
+	b.row.Parked = max(left, 0)
+	moves := make([]SetRow, 0, len(parked))
+	for _, j := range parked {
+		if !p.Paused && max(first, b.state.NextSlot) > until {
+			break // the horizon is full: the rest wait for the next round
+		}
 		var slot int64
 		if p.Paused {
 			slot = until
 			b.state.NextSlot = until
 		} else {
-			slot = p.Slot(&b.state, first, 1)
+			slot = p.Slot(&b.state, first, j.cost)
 		}
-		moves[i] = SetRow{ID: id, State: StateScheduled, RunAt: slot, WaitKey: b.row.Name}
+		moves = append(moves, SetRow{ID: j.id, State: StateScheduled, RunAt: microsAfter(slot), WaitKey: b.row.Name})
 	}
-	b.row.Parked = max(b.row.Parked-len(ids), 0)
+	b.row.Parked += len(parked) - len(moves)
 	return moves, nil
+}
+
+// parkedJob is a parked job as unparking sees it: its id and its cost on
+// the budget.
+type parkedJob struct {
+	id   int64
+	cost int
+}
+
+// queryParked reads LockParked's rows: id and rate keys, from which each
+// job's cost on the budget key is taken.
+func (s *Store) queryParked(ctx context.Context, ex Executor, q string, args []any, key string) ([]parkedJob, error) {
+	rows, err := ex.Query(ctx, q, args...)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	var out []parkedJob
+	for rows.Next() {
+		var j parkedJob
+		var rateKeys nullString
+		if err := rows.Scan(&j.id, &rateKeys); err != nil {
+			return nil, err
+		}
+		j.cost = 1
+		for _, rk := range DecodeRateKeys(rateKeys.String) {
+			if rk.Key == key {
+				j.cost = rk.Cost
+			}
+		}
+		out = append(out, j)
+	}
+	return out, rows.Err()
 }

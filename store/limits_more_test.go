@@ -62,14 +62,14 @@ func TestOverlappingLimitsHoldAcrossClaimersWithoutDeadlock(t *testing.T) {
 						if done {
 							return
 						}
-						if _, _, err := cs.Promote(ctx, time.Now(), 100); !assertNoErr(t, err) {
+						if _, _, err := cs.Promote(ctx, store.At(time.Now()), 100); !assertNoErr(t, err) {
 							return
 						}
-						if _, err := cs.Unpark(ctx, time.Now(), 0, 10); !assertNoErr(t, err) {
+						if _, err := cs.Unpark(ctx, store.At(time.Now()), 0, 10); !assertNoErr(t, err) {
 							return
 						}
 						res, err := cs.Claim(ctx, store.ClaimParams{ProcessID: pid, Queues: []string{"default"}, Max: 5,
-							Clock: time.Now, Limits: lim, DatabaseClock: true})
+							Clock: store.DatabaseTime(time.Now), Limits: lim})
 						if !assertNoErr(t, err) {
 							return
 						}
@@ -143,8 +143,9 @@ func TestACostChargesSeveralTokens(t *testing.T) {
 		require.Equal(t, []int64{got[0], got[1]}, ids(res.Jobs), "4 tokens, then 1: the burst of 5 is spent")
 		require.Equal(t, at(time.Second), res.Deferred[0].Until)
 
-		_, err := s.Enqueue(context.Background(), nil, t0, []store.NewJob{{Kind: "k", Queue: "q", Args: []byte(`{}`), MaxAttempts: 1,
+		_, err := s.Enqueue(context.Background(), nil, store.At(t0), []store.NewJob{{Kind: "k", Queue: "q", Args: []byte(`{}`), MaxAttempts: 1,
 			RateKeys: []store.RateKey{{Key: "a\tb", Cost: 1}}}})
+
 		require.ErrorContains(t, err, "contains a tab")
 	})
 }

@@ -20,8 +20,14 @@ type Process struct {
 // it ran.
 const LostError = "process lost: its heartbeat expired while the job ran"
 
-// RegisterProcess records a live process and returns its id.
-func (s *Store) RegisterProcess(ctx context.Context, p Process, now time.Time) (int64, error) {
+// RegisterProcess records a live process and returns its id. Its start
+// and first heartbeat are stamped on c's time: the database's with
+// DatabaseTime, the clock every process's heartbeat is then compared with.
+func (s *Store) RegisterProcess(ctx context.Context, p Process, c Clock) (int64, error) {
+	now, err := s.now(ctx, s.db, c)
+	if err != nil {
+		return 0, s.wrap(fmt.Errorf("register process: %w", err))
+	}
 	row := ProcessRow{Kind: p.Kind, Name: p.Name, Hostname: p.Hostname, PID: p.PID, Queues: p.Queues, StartedAt: Micros(now), HeartbeatAt: Micros(now)}
 	q, args := s.d.InsertProcess(row)
 	if s.d.InsertReturnsIDs() {
@@ -41,10 +47,14 @@ func (s *Store) RegisterProcess(ctx context.Context, p Process, now time.Time) (
 	return res.LastInsertID, nil
 }
 
-// Heartbeat stamps a process as alive. It reports false when the process
-// is no longer registered: another process found it dead and released its
-// jobs, so it must register again.
-func (s *Store) Heartbeat(ctx context.Context, id int64, now time.Time) (bool, error) {
+// Heartbeat stamps a process as alive, on c's time. It reports false when
+// the process is no longer registered: another process found it dead and
+// released its jobs, so it must register again.
+func (s *Store) Heartbeat(ctx context.Context, id int64, c Clock) (bool, error) {
+	now, err := s.now(ctx, s.db, c)
+	if err != nil {
+		return false, s.wrap(fmt.Errorf("heartbeat: %w", err))
+	}
 	q, args := s.d.Heartbeat(id, Micros(now))
 	res, err := exec(ctx, s.db, q, args)
 	if err != nil {
@@ -67,12 +77,16 @@ func (s *Store) DeregisterProcess(ctx context.Context, id int64) error {
 // run counts as an attempt; a job with none left fails), and removes them.
 // Running jobs whose process row is gone are released the same way. It
 // returns how many jobs it released or failed.
-func (s *Store) ReapDeadProcesses(ctx context.Context, now time.Time, threshold time.Duration) (int, error) {
-	nowUS := Micros(now)
+func (s *Store) ReapDeadProcesses(ctx context.Context, c Clock, threshold time.Duration) (int, error) {
 	released := 0
 	var queues, woke []string
 	err := s.inTx(ctx, func(tx Tx) error {
 		released, queues, woke = 0, nil, nil
+		now, err := s.now(ctx, tx, c)
+		if err != nil {
+			return err
+		}
+		nowUS := Micros(now)
 		q, args := s.d.LockDeadProcesses(Micros(now.Add(-threshold)), 100)
 		dead, err := queryInt64s(ctx, tx, q, args)
 		if err != nil {
@@ -117,7 +131,7 @@ func (s *Store) ReapDeadProcesses(ctx context.Context, now time.Time, threshold 
 		if err := s.notify(ctx, tx, queues); err != nil {
 			return err
 		}
-		stmts, handed, err := s.giveBack(ctx, tx, nowUS, gives)
+		stmts, handed, err := s.giveBack(ctx, tx, At(now), gives)
 		if err != nil {
 			return err
 		}

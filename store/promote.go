@@ -13,12 +13,16 @@ import (
 // kept its slot while it waited (a retry); with none free it is blocked,
 // or discarded when its limit says so. Several dispatchers may run it at
 // once; each job is promoted once.
-func (s *Store) Promote(ctx context.Context, now time.Time, batch int) (int, []string, error) {
-	nowUS := Micros(now)
+func (s *Store) Promote(ctx context.Context, c Clock, batch int) (int, []string, error) {
 	var n int
 	var queues []string
 	err := s.inTx(ctx, func(tx Tx) error {
 		n, queues = 0, nil
+		at, err := s.now(ctx, tx, c)
+		if err != nil {
+			return err
+		}
+		nowUS := Micros(at)
 		q, args := s.d.LockDue(nowUS, batch)
 		due, err := scanDue(ctx, tx, q, args)
 		if err != nil {
@@ -52,7 +56,7 @@ func (s *Store) promote(ctx context.Context, ex Executor, due []DueRow, nowUS in
 	var sl *slots
 	if len(keys) > 0 {
 		var err error
-		if sl, err = s.lockSlots(ctx, ex, keys, nowUS); err != nil {
+		if sl, err = s.lockSlots(ctx, ex, keys, At(FromMicros(nowUS))); err != nil {
 			return nil, err
 		}
 	}

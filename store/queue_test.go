@@ -37,7 +37,7 @@ func TestEnqueueReturnsIDsInOrderAndKeepsArgs(t *testing.T) {
 func TestEnqueueManyIsAllOrNothing(t *testing.T) {
 	testdb.Each(t, func(t *testing.T, s *store.Store) {
 		bad := job("email", "", 0)
-		_, err := s.Enqueue(context.Background(), nil, t0, []store.NewJob{job("email", "default", 0), bad})
+		_, err := s.Enqueue(context.Background(), nil, store.At(t0), []store.NewJob{job("email", "default", 0), bad})
 		require.ErrorContains(t, err, "job 1")
 		require.ErrorContains(t, err, "queue is empty")
 		stats, err := s.Stats(context.Background())
@@ -51,7 +51,7 @@ func TestEnqueueInsideATransaction(t *testing.T) {
 		ctx := context.Background()
 		tx, err := s.DB().Begin(ctx)
 		require.NoError(t, err)
-		rolled, err := s.Enqueue(ctx, tx, t0, []store.NewJob{job("email", "default", 0)})
+		rolled, err := s.Enqueue(ctx, tx, store.At(t0), []store.NewJob{job("email", "default", 0)})
 		require.NoError(t, err)
 		require.NoError(t, tx.Rollback(ctx))
 		_, err = s.GetJob(ctx, rolled[0].ID)
@@ -59,7 +59,7 @@ func TestEnqueueInsideATransaction(t *testing.T) {
 
 		tx, err = s.DB().Begin(ctx)
 		require.NoError(t, err)
-		kept, err := s.Enqueue(ctx, tx, t0, []store.NewJob{job("email", "default", 0)})
+		kept, err := s.Enqueue(ctx, tx, store.At(t0), []store.NewJob{job("email", "default", 0)})
 		require.NoError(t, err)
 		require.NoError(t, tx.Commit(ctx))
 		require.Equal(t, store.StateReady, state(t, s, kept[0].ID).State)
@@ -107,7 +107,7 @@ func TestConcurrentClaimsNeverShareAJob(t *testing.T) {
 			go func() {
 				defer wg.Done()
 				for {
-					res, err := s.Claim(context.Background(), store.ClaimParams{ProcessID: pid, Queues: []string{"default"}, Max: 7, Clock: fixed(t0)})
+					res, err := s.Claim(context.Background(), store.ClaimParams{ProcessID: pid, Queues: []string{"default"}, Max: 7, Clock: store.At(t0)})
 					if !assertNoErr(t, err) || len(res.Jobs) == 0 {
 						return
 					}
@@ -145,10 +145,10 @@ func TestScheduledJobsWaitForPromotion(t *testing.T) {
 		pid := register(t, s, t0)
 		require.Empty(t, claim(t, s, pid, at(2*time.Minute), 5).Jobs, "a scheduled job is not claimed before promotion")
 
-		n, _, err := s.Promote(ctx, at(59*time.Second), 100)
+		n, _, err := s.Promote(ctx, store.At(at(59*time.Second)), 100)
 		require.NoError(t, err)
 		require.Zero(t, n, "not due yet")
-		n, queues, err := s.Promote(ctx, at(time.Minute), 100)
+		n, queues, err := s.Promote(ctx, store.At(at(time.Minute)), 100)
 		require.NoError(t, err)
 		require.Equal(t, 1, n)
 		require.Equal(t, []string{"default"}, queues)
@@ -173,7 +173,7 @@ func TestConcurrentPromotersPromoteEachJobOnce(t *testing.T) {
 			go func() {
 				defer wg.Done()
 				for {
-					got, _, err := s.Promote(context.Background(), at(time.Hour), 25)
+					got, _, err := s.Promote(context.Background(), store.At(at(time.Hour)), 25)
 					if !assertNoErr(t, err) || got == 0 {
 						return
 					}
@@ -195,12 +195,13 @@ func TestFinishOutcomes(t *testing.T) {
 		got := enqueue(t, s, t0, job("a", "default", 0), job("a", "default", 0), job("a", "default", 0), job("a", "default", 0), job("a", "default", 0))
 		pid := register(t, s, t0)
 		require.Len(t, claim(t, s, pid, t0, 10).Jobs, 5)
-		err := s.Finish(ctx, pid, at(time.Second), store.Outcomes{Completed: []int64{got[done]}, Others: []store.Transition{
+		err := s.Finish(ctx, pid, store.At(at(time.Second)), store.Outcomes{Completed: []int64{got[done]}, Others: []store.Transition{
 			{ID: got[retry], State: store.StateScheduled, RunAt: at(time.Minute), Error: "boom"},
 			{ID: got[fail], State: store.StateFailed, Error: "fatal", Finished: true},
 			{ID: got[cancel], State: store.StateCancelled, Error: "discarded", Finished: true},
 			{ID: got[snooze], State: store.StateScheduled, RunAt: at(time.Hour), AttemptDelta: -1},
 		}})
+
 		require.NoError(t, err)
 
 		j := state(t, s, got[done])
@@ -229,7 +230,7 @@ func TestFinishIgnoresJobsNoLongerOwned(t *testing.T) {
 		pid := register(t, s, t0)
 		other := register(t, s, t0)
 		require.Len(t, claim(t, s, pid, t0, 1).Jobs, 1)
-		require.NoError(t, s.Finish(context.Background(), other, t0, store.Outcomes{Completed: []int64{id}}))
+		require.NoError(t, s.Finish(context.Background(), other, store.At(t0), store.Outcomes{Completed: []int64{id}}))
 		require.Equal(t, store.StateRunning, state(t, s, id).State, "another process cannot complete it")
 	})
 }
@@ -240,7 +241,7 @@ func TestDeleteOnComplete(t *testing.T) {
 		id := enqueue(t, s, t0, job("a", "default", 0))[0]
 		pid := register(t, s, t0)
 		claim(t, s, pid, t0, 1)
-		require.NoError(t, s.Finish(context.Background(), pid, t0, store.Outcomes{Completed: []int64{id}}))
+		require.NoError(t, s.Finish(context.Background(), pid, store.At(t0), store.Outcomes{Completed: []int64{id}}))
 		_, err := s.GetJob(context.Background(), id)
 		require.ErrorIs(t, err, store.ErrNotFound)
 	})
@@ -268,7 +269,7 @@ func TestReleaseGivesTheAttemptBack(t *testing.T) {
 		id := enqueue(t, s, t0, job("a", "default", 0))[0]
 		pid := register(t, s, t0)
 		claim(t, s, pid, t0, 1)
-		require.NoError(t, s.Release(context.Background(), pid, at(time.Second), []int64{id}))
+		require.NoError(t, s.Release(context.Background(), pid, store.At(at(time.Second)), []int64{id}))
 		j := state(t, s, id)
 		require.Equal(t, store.StateReady, j.State)
 		require.Equal(t, 0, j.Attempt)
@@ -287,15 +288,15 @@ func TestDeadProcessJobsAreReleased(t *testing.T) {
 		live := register(t, s, t0)
 		require.Len(t, claim(t, s, dead, t0, 2).Jobs, 2)
 
-		_, err := s.Heartbeat(ctx, live, at(4*time.Minute))
+		_, err := s.Heartbeat(ctx, live, store.At(at(4*time.Minute)))
 		require.NoError(t, err)
-		n, err := s.ReapDeadProcesses(ctx, at(4*time.Minute), 5*time.Minute)
+		n, err := s.ReapDeadProcesses(ctx, store.At(at(4*time.Minute)), 5*time.Minute)
 		require.NoError(t, err)
 		require.Zero(t, n, "a heartbeat 4 minutes old is alive")
 
-		_, err = s.Heartbeat(ctx, live, at(6*time.Minute))
+		_, err = s.Heartbeat(ctx, live, store.At(at(6*time.Minute)))
 		require.NoError(t, err)
-		n, err = s.ReapDeadProcesses(ctx, at(6*time.Minute), 5*time.Minute)
+		n, err = s.ReapDeadProcesses(ctx, store.At(at(6*time.Minute)), 5*time.Minute)
 		require.NoError(t, err)
 		require.Equal(t, 2, n)
 		j := state(t, s, got[0])
@@ -304,7 +305,7 @@ func TestDeadProcessJobsAreReleased(t *testing.T) {
 		require.Equal(t, store.LostError, j.LastError)
 		require.Equal(t, store.StateFailed, state(t, s, got[1]).State, "no attempts left")
 
-		ok, err := s.Heartbeat(ctx, dead, at(6*time.Minute))
+		ok, err := s.Heartbeat(ctx, dead, store.At(at(6*time.Minute)))
 		require.NoError(t, err)
 		require.False(t, ok, "the reaped process learns it must register again")
 		procs, err := s.ListProcesses(ctx)
@@ -319,7 +320,7 @@ func TestPendingMigrations(t *testing.T) {
 		t.Run(b.Name, func(t *testing.T) {
 			ctx := context.Background()
 			s := b.OpenRaw(t)
-			_, err := s.Enqueue(ctx, nil, t0, []store.NewJob{job("a", "default", 0)})
+			_, err := s.Enqueue(ctx, nil, store.At(t0), []store.NewJob{job("a", "default", 0)})
 			require.ErrorIs(t, err, store.ErrPendingMigrations)
 			require.ErrorIs(t, s.CheckSchema(ctx), store.ErrPendingMigrations)
 
@@ -327,7 +328,7 @@ func TestPendingMigrations(t *testing.T) {
 			require.NoError(t, err)
 			require.Len(t, applied, 1)
 			require.ErrorIs(t, s.CheckSchema(ctx), store.ErrPendingMigrations, "an older schema is pending too")
-			_, err = s.Enqueue(ctx, nil, t0, []store.NewJob{job("a", "default", 0)})
+			_, err = s.Enqueue(ctx, nil, store.At(t0), []store.NewJob{job("a", "default", 0)})
 			require.ErrorIs(t, err, store.ErrPendingMigrations)
 
 			_, err = s.MigrateUp(ctx, 0)
@@ -360,22 +361,22 @@ func TestRetryAndCancelByOperator(t *testing.T) {
 		got := enqueue(t, s, t0, job("a", "default", 0), job("a", "default", 0))
 		pid := register(t, s, t0)
 		claim(t, s, pid, t0, 2)
-		require.NoError(t, s.Finish(ctx, pid, t0, store.Outcomes{Others: []store.Transition{{ID: got[0], State: store.StateFailed, Error: "x", Finished: true}}}))
+		require.NoError(t, s.Finish(ctx, pid, store.At(t0), store.Outcomes{Others: []store.Transition{{ID: got[0], State: store.StateFailed, Error: "x", Finished: true}}}))
 
-		_, err := s.RetryJobs(ctx, at(time.Second), []int64{got[1]})
+		_, err := s.RetryJobs(ctx, store.At(at(time.Second)), []int64{got[1]})
 		require.ErrorContains(t, err, "it is running")
-		moved, err := s.RetryJobs(ctx, at(time.Second), []int64{got[0]})
+		moved, err := s.RetryJobs(ctx, store.At(at(time.Second)), []int64{got[0]})
 		require.NoError(t, err)
 		require.Equal(t, []int64{got[0]}, moved)
 		j := state(t, s, got[0])
 		require.Equal(t, store.StateReady, j.State)
 		require.Equal(t, 0, j.Attempt)
 
-		moved, err = s.CancelJobs(ctx, at(time.Second), []int64{got[0]}, "")
+		moved, err = s.CancelJobs(ctx, store.At(at(time.Second)), []int64{got[0]}, "")
 		require.NoError(t, err)
 		require.Equal(t, []int64{got[0]}, moved)
 		require.Equal(t, store.StateCancelled, state(t, s, got[0]).State)
-		_, err = s.CancelJobs(ctx, at(time.Second), []int64{999999}, "")
+		_, err = s.CancelJobs(ctx, store.At(at(time.Second)), []int64{999999}, "")
 		require.True(t, errors.Is(err, store.ErrNotFound))
 	})
 }
@@ -386,8 +387,8 @@ func TestDeleteFinishedKeepsFailedAndRecent(t *testing.T) {
 		got := enqueue(t, s, t0, job("a", "default", 0), job("a", "default", 0), job("a", "default", 0))
 		pid := register(t, s, t0)
 		claim(t, s, pid, t0, 3)
-		require.NoError(t, s.Finish(ctx, pid, t0, store.Outcomes{Completed: []int64{got[0]}, Others: []store.Transition{{ID: got[1], State: store.StateFailed, Finished: true}}}))
-		require.NoError(t, s.Finish(ctx, pid, at(2*time.Hour), store.Outcomes{Completed: []int64{got[2]}}))
+		require.NoError(t, s.Finish(ctx, pid, store.At(t0), store.Outcomes{Completed: []int64{got[0]}, Others: []store.Transition{{ID: got[1], State: store.StateFailed, Finished: true}}}))
+		require.NoError(t, s.Finish(ctx, pid, store.At(at(2*time.Hour)), store.Outcomes{Completed: []int64{got[2]}}))
 		n, err := s.DeleteFinished(ctx, at(time.Hour), 1)
 		require.NoError(t, err)
 		require.Equal(t, 1, n)

@@ -31,7 +31,7 @@ func claimLimited(t *testing.T, s *store.Store, pid int64, now time.Time, max in
 		queues = []string{"default"}
 	}
 	res, err := s.Claim(context.Background(), store.ClaimParams{
-		ProcessID: pid, Queues: queues, Max: max, Clock: fixed(now), Limits: l, Horizon: horizon,
+		ProcessID: pid, Queues: queues, Max: max, Clock: store.At(now), Limits: l, Horizon: horizon,
 	})
 	require.NoError(t, err)
 	return res
@@ -91,7 +91,7 @@ func TestDeferredJobsGetSlotsOneIntervalApart(t *testing.T) {
 		// Each slot is admitted when it comes, one a second.
 		for i := 1; i <= 9; i++ {
 			now := at(time.Duration(i) * time.Second)
-			n, _, err := s.Promote(ctx, now, 100)
+			n, _, err := s.Promote(ctx, store.At(now), 100)
 			require.NoError(t, err)
 			require.Equal(t, 1, n)
 			res := claimLimited(t, s, pid, now, 10, lim, 0)
@@ -113,7 +113,7 @@ func TestAJobThatFindsTheBudgetSpentWaitsAgain(t *testing.T) {
 		// Another job takes the budget a moment before the slot comes.
 		late := enqueue(t, s, at(time.Second), limited("k", "k/x"))
 		require.Equal(t, []int64{late[0]}, ids(claimLimited(t, s, pid, at(time.Second), 5, lim, 0).Jobs))
-		_, _, err := s.Promote(ctx, at(time.Second), 100)
+		_, _, err := s.Promote(ctx, store.At(at(time.Second)), 100)
 		require.NoError(t, err)
 		res = claimLimited(t, s, pid, at(time.Second), 5, lim, 0)
 		require.Empty(t, res.Jobs)
@@ -161,10 +161,10 @@ func TestParkedJobsGetSlotsAsTheHorizonAdvances(t *testing.T) {
 		require.Equal(t, 5, scheduled, "slots at 1..5 minutes: within the horizon")
 		require.Equal(t, 14, parked)
 
-		n, err := s.Unpark(ctx, t0, horizon, 100)
+		n, err := s.Unpark(ctx, store.At(t0), horizon, 100)
 		require.NoError(t, err)
 		require.Zero(t, n, "no slot within the horizon yet")
-		n, err = s.Unpark(ctx, at(time.Minute), horizon, 100)
+		n, err = s.Unpark(ctx, store.At(at(time.Minute)), horizon, 100)
 		require.NoError(t, err)
 		require.Equal(t, 1, n, "the horizon moved one slot")
 		j := state(t, s, jobIDs[6])
@@ -172,7 +172,7 @@ func TestParkedJobsGetSlotsAsTheHorizonAdvances(t *testing.T) {
 		require.Equal(t, at(6*time.Minute), j.RunAt)
 		// Slots that fell in the past (7 to 9 minutes) are not handed out:
 		// at 10 minutes the horizon holds 10 to 15.
-		n, err = s.Unpark(ctx, at(10*time.Minute), horizon, 100)
+		n, err = s.Unpark(ctx, store.At(at(10*time.Minute)), horizon, 100)
 		require.NoError(t, err)
 		require.Equal(t, 6, n)
 		require.Equal(t, at(10*time.Minute), state(t, s, jobIDs[7]).RunAt)
@@ -228,18 +228,18 @@ func TestPausedLimitSendsOneProbeToTheHorizonAndParksTheRest(t *testing.T) {
 		require.Equal(t, at(horizon), res.Deferred[0].Until, "one probe waits at the horizon")
 		require.True(t, res.Deferred[1].Parked)
 		require.True(t, res.Deferred[2].Parked)
-		n, err := s.Unpark(ctx, at(time.Minute), horizon, 100)
+		n, err := s.Unpark(ctx, store.At(at(time.Minute)), horizon, 100)
 		require.NoError(t, err)
 		require.Zero(t, n, "while the probe is out, nothing else moves")
 
 		// The pause is lifted: the probe comes back, is admitted, and the
 		// dispatcher hands the rest slots at the new rate.
 		open := limits{"k": spec(t, "k", 60, time.Minute, 1)}
-		_, _, err = s.Promote(ctx, at(horizon), 100)
+		_, _, err = s.Promote(ctx, store.At(at(horizon)), 100)
 		require.NoError(t, err)
 		res = claimLimited(t, s, pid, at(horizon), 10, open, horizon)
 		require.Equal(t, []int64{jobIDs[0]}, ids(res.Jobs))
-		n, err = s.Unpark(ctx, at(horizon), horizon, 100)
+		n, err = s.Unpark(ctx, store.At(at(horizon)), horizon, 100)
 		require.NoError(t, err)
 		require.Equal(t, 2, n)
 		require.Equal(t, at(horizon+time.Second), state(t, s, jobIDs[1]).RunAt)
@@ -254,10 +254,10 @@ func TestClearingIdleBudgetsChangesNoDecision(t *testing.T) {
 		pid := register(t, s, t0)
 		enqueue(t, s, t0, limited("k", "k/a"), limited("k", "k/b"), limited("k", "k/b"), limited("k", "k/b"))
 		claimLimited(t, s, pid, t0, 10, lim, 0) // T = 1 s: k/a is idle after 1 s; k/b is 2 s ahead, a slot handed out
-		n, err := s.ClearIdleBudgets(ctx, fixed(at(999*time.Millisecond)), 10, 0)
+		n, err := s.ClearIdleBudgets(ctx, store.At(at(999*time.Millisecond)), 10, 0)
 		require.NoError(t, err)
 		require.Zero(t, n, "nothing is idle yet")
-		n, err = s.ClearIdleBudgets(ctx, fixed(at(time.Second)), 10, 0)
+		n, err = s.ClearIdleBudgets(ctx, store.At(at(time.Second)), 10, 0)
 		require.NoError(t, err)
 		require.Equal(t, 1, n, "k/a is full again and has no slot ahead")
 		bs, err := s.ListBudgets(ctx)
@@ -290,7 +290,7 @@ func TestDatabaseClockDecides(t *testing.T) {
 			pid := register(t, s, t0)
 			before := time.Now()
 			res, err := s.Claim(context.Background(), store.ClaimParams{
-				ProcessID: pid, Queues: []string{"default"}, Max: 2, Clock: fixed(t0), Limits: lim, DatabaseClock: true,
+				ProcessID: pid, Queues: []string{"default"}, Max: 2, Clock: store.DatabaseTime(fixed(t0)), Limits: lim,
 			})
 			require.NoError(t, err)
 			after := time.Now()
@@ -318,8 +318,12 @@ type modelBudget struct {
 type modelJob struct {
 	key   string
 	state store.State
-	runAt int64
+	runAt int64 // µs, as jobs' times are stored
 }
+
+// ceilMicros turns a slot (ns) into a job's run_at (µs), rounding up as the
+// store does: a job never comes back before its slot.
+func ceilMicros(ns int64) int64 { return (ns + 999) / 1000 }
 
 func (m *model) budget(k string) *modelBudget {
 	if m.budgets[k] == nil {
@@ -347,7 +351,7 @@ func (m *model) unpark(now int64) {
 			}
 			id := b.parked[0]
 			b.parked = b.parked[1:]
-			m.jobs[id].state, m.jobs[id].runAt = store.StateScheduled, p.Slot(&b.st, first, 1)
+			m.jobs[id].state, m.jobs[id].runAt = store.StateScheduled, ceilMicros(p.Slot(&b.st, first, 1))
 		}
 	}
 }
@@ -385,8 +389,9 @@ func (m *model) claim(now int64, limit int) ([]int64, map[int64]int64) {
 			j.state = store.StateParked
 			deferred[id] = 0
 		} else {
-			j.state, j.runAt = store.StateScheduled, p.Slot(&b.st, earliest, 1)
-			deferred[id] = j.runAt
+			slot := p.Slot(&b.st, earliest, 1)
+			j.state, j.runAt = store.StateScheduled, ceilMicros(slot)
+			deferred[id] = slot
 		}
 	}
 	return admitted, deferred
@@ -405,7 +410,7 @@ func TestStoreDecisionsEqualThePureCoreOnRandomTraces(t *testing.T) {
 				lim[prefix+k] = spec(t, prefix+k, to, time.Duration(10+r.IntN(2000))*time.Millisecond*time.Duration(to), 1+r.IntN(to))
 			}
 			horizon := time.Duration(1+r.IntN(30)) * time.Second
-			m := &model{lim: lim, horizon: horizon.Microseconds(), budgets: map[string]*modelBudget{}, jobs: map[int64]*modelJob{}}
+			m := &model{lim: lim, horizon: horizon.Nanoseconds(), budgets: map[string]*modelBudget{}, jobs: map[int64]*modelJob{}}
 			queue := prefix
 			now := t0.Add(time.Duration(seed) * 24 * time.Hour)
 			for step := 0; step < 60; step++ {
@@ -425,22 +430,22 @@ func TestStoreDecisionsEqualThePureCoreOnRandomTraces(t *testing.T) {
 				case 1: // time passes
 					now = now.Add(time.Duration(r.IntN(1500)) * time.Millisecond)
 				case 2: // the dispatcher
-					_, _, err := s.Promote(ctx, now, 1000)
+					_, _, err := s.Promote(ctx, store.At(now), 1000)
 					require.NoError(t, err)
-					_, err = s.Unpark(ctx, now, horizon, 100)
+					_, err = s.Unpark(ctx, store.At(now), horizon, 100)
 					require.NoError(t, err)
 					m.promote(store.Micros(now))
-					m.unpark(store.Micros(now))
+					m.unpark(store.Nanos(now))
 				case 3: // a worker claims
 					limit := 1 + r.IntN(6)
 					res := claimLimited(t, s, pid, now, limit, lim, horizon, queue)
-					wantAdmitted, wantDeferred := m.claim(store.Micros(now), limit)
+					wantAdmitted, wantDeferred := m.claim(store.Nanos(now), limit)
 					require.ElementsMatch(t, wantAdmitted, ids(res.Jobs), "seed %d step %d: admitted", seed, step)
 					got := map[int64]int64{}
 					for _, d := range res.Deferred {
 						got[d.JobID] = 0
 						if !d.Parked {
-							got[d.JobID] = store.Micros(d.Until)
+							got[d.JobID] = store.Nanos(d.Until)
 						}
 					}
 					require.Equal(t, wantDeferred, got, "seed %d step %d: deferred", seed, step)
@@ -465,9 +470,9 @@ func TestADeepBacklogMovesEachJobAFixedNumberOfTimes(t *testing.T) {
 		moves, admitted, parkedOnce := 0, 0, 0
 		now := t0
 		for admitted < backlog {
-			n, _, err := s.Promote(ctx, now, 5000)
+			n, _, err := s.Promote(ctx, store.At(now), 5000)
 			require.NoError(t, err)
-			u, err := s.Unpark(ctx, now, horizon, 100)
+			u, err := s.Unpark(ctx, store.At(now), horizon, 100)
 			require.NoError(t, err)
 			moves += n + u
 			for {
@@ -501,7 +506,7 @@ func TestAWiderWindowDefersPastMaxButClaimsOnlyMax(t *testing.T) {
 			limited("k", "k/x"), job("free", "default", 0), job("free", "default", 0))
 		pid := register(t, s, t0)
 		res, err := s.Claim(context.Background(), store.ClaimParams{
-			ProcessID: pid, Queues: []string{"default"}, Max: 1, Candidates: 6, Clock: fixed(t0), Limits: lim,
+			ProcessID: pid, Queues: []string{"default"}, Max: 1, Candidates: 6, Clock: store.At(t0), Limits: lim,
 		})
 		require.NoError(t, err)
 		require.Equal(t, []int64{got[0]}, ids(res.Jobs))
@@ -511,7 +516,7 @@ func TestAWiderWindowDefersPastMaxButClaimsOnlyMax(t *testing.T) {
 		}
 		// Without a keyed job among the candidates, still only Max.
 		res, err = s.Claim(context.Background(), store.ClaimParams{
-			ProcessID: pid, Queues: []string{"default"}, Max: 2, Candidates: 6, Clock: fixed(t0), Limits: lim,
+			ProcessID: pid, Queues: []string{"default"}, Max: 2, Candidates: 6, Clock: store.At(t0), Limits: lim,
 		})
 		require.NoError(t, err)
 		require.Equal(t, []int64{got[2], got[4]}, ids(res.Jobs))
@@ -545,7 +550,7 @@ func TestClearingIdleBudgetsWhileClaimingKeepsTheLimit(t *testing.T) {
 					return
 				default:
 				}
-				n, err := s.ClearIdleBudgets(ctx, clk.Now, 10, 0)
+				n, err := s.ClearIdleBudgets(ctx, store.HostTime(clk.Now), 10, 0)
 				if !assertNoErr(t, err) {
 					return
 				}
@@ -560,9 +565,9 @@ func TestClearingIdleBudgetsWhileClaimingKeepsTheLimit(t *testing.T) {
 			}
 			enqueue(t, s, clk.Now(), jobs...)
 			for got := 0; got < len(jobs); {
-				_, _, err := s.Promote(ctx, clk.Now(), 1000)
+				_, _, err := s.Promote(ctx, store.At(clk.Now()), 1000)
 				require.NoError(t, err)
-				res, err := s.Claim(ctx, store.ClaimParams{ProcessID: pid, Queues: []string{"default"}, Max: 50, Clock: clk.Now, Limits: lim})
+				res, err := s.Claim(ctx, store.ClaimParams{ProcessID: pid, Queues: []string{"default"}, Max: 50, Clock: store.HostTime(clk.Now), Limits: lim})
 				require.NoError(t, err)
 				for _, j := range res.Jobs {
 					admitted[j.RateKeys[0].Key] = append(admitted[j.RateKeys[0].Key], res.DecidedAt)

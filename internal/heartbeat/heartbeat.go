@@ -13,11 +13,11 @@ import (
 	"github.com/sluicequeue/sluice/store"
 )
 
-// Run stamps the process row pid names every interval, registering again
-// through reregister when another process reaped it, and releases the jobs
-// of processes whose heartbeat is older than deadAfter. It returns when
-// ctx is done.
-func Run(ctx context.Context, s *store.Store, c clock.Clock, log *slog.Logger, interval, deadAfter time.Duration, pid *atomic.Int64, reregister func(context.Context) error) {
+// Run stamps the process row pid names every interval (timed by c, stamped
+// on sc's time), registering again through reregister when another
+// process reaped it, and releases the jobs of processes whose heartbeat is
+// older than deadAfter. It returns when ctx is done.
+func Run(ctx context.Context, s *store.Store, c clock.Clock, sc store.Clock, log *slog.Logger, interval, deadAfter time.Duration, pid *atomic.Int64, reregister func(context.Context) error) {
 	t := c.NewTimer(interval)
 	defer t.Stop()
 	for {
@@ -26,14 +26,14 @@ func Run(ctx context.Context, s *store.Store, c clock.Clock, log *slog.Logger, i
 			return
 		case <-t.C():
 		}
-		Beat(ctx, s, c.Now(), log, deadAfter, pid, reregister)
+		Beat(ctx, s, sc, log, deadAfter, pid, reregister)
 		t.Reset(interval)
 	}
 }
 
 // Beat is one round of Run.
-func Beat(ctx context.Context, s *store.Store, now time.Time, log *slog.Logger, deadAfter time.Duration, pid *atomic.Int64, reregister func(context.Context) error) {
-	alive, err := s.Heartbeat(ctx, pid.Load(), now)
+func Beat(ctx context.Context, s *store.Store, sc store.Clock, log *slog.Logger, deadAfter time.Duration, pid *atomic.Int64, reregister func(context.Context) error) {
+	alive, err := s.Heartbeat(ctx, pid.Load(), sc)
 	switch {
 	case err != nil:
 		log.Warn("sluice: heartbeat failed", "err", err)
@@ -43,7 +43,7 @@ func Beat(ctx context.Context, s *store.Store, now time.Time, log *slog.Logger, 
 			log.Error("sluice: register again", "err", err)
 		}
 	}
-	if n, err := s.ReapDeadProcesses(ctx, now, deadAfter); err != nil {
+	if n, err := s.ReapDeadProcesses(ctx, sc, deadAfter); err != nil {
 		log.Warn("sluice: look for dead processes", "err", err)
 	} else if n > 0 {
 		log.Warn("sluice: released the jobs of dead processes", "jobs", n)

@@ -212,12 +212,12 @@ func (Dialect) SaveBudgets(rows []store.BudgetRow) (string, []any) {
 	tat, next, interval, updated := make([]int64, n), make([]int64, n), make([]int64, n), make([]int64, n)
 	burst, parked := make([]int32, n), make([]int32, n)
 	for i, r := range rows {
-		names[i], tat[i], next[i], interval[i], updated[i] = r.Name, r.TAT, r.NextSlot, r.IntervalUS, r.UpdatedAt
+		names[i], tat[i], next[i], interval[i], updated[i] = r.Name, r.TAT, r.NextSlot, r.IntervalNS, r.UpdatedAt
 		burst[i], parked[i] = int32(r.Burst), int32(r.Parked)
 	}
 	return `INSERT INTO sluice_budgets (` + store.BudgetColumns + `)
 SELECT * FROM unnest($1::text[], $2::bigint[], $3::bigint[], $4::bigint[], $5::int[], $6::int[], $7::bigint[])
-ON CONFLICT (name) DO UPDATE SET tat = EXCLUDED.tat, next_slot = EXCLUDED.next_slot, interval_us = EXCLUDED.interval_us,
+ON CONFLICT (name) DO UPDATE SET tat_ns = EXCLUDED.tat_ns, next_slot_ns = EXCLUDED.next_slot_ns, interval_ns = EXCLUDED.interval_ns,
   burst = EXCLUDED.burst, parked = EXCLUDED.parked, updated_at = EXCLUDED.updated_at`,
 		[]any{names, tat, next, interval, burst, parked, updated}
 }
@@ -225,21 +225,30 @@ ON CONFLICT (name) DO UPDATE SET tat = EXCLUDED.tat, next_slot = EXCLUDED.next_s
 // LockParkedBudgets locks budgets whose parked jobs may get slots.
 func (Dialect) LockParkedBudgets(now, until int64, limit int) (string, []any) {
 	return `SELECT ` + store.BudgetColumns + ` FROM sluice_budgets
-WHERE parked > 0 AND next_slot <= CASE WHEN burst = 0 AND interval_us > 0 THEN $1::bigint ELSE $2::bigint END
-ORDER BY next_slot LIMIT $3 FOR UPDATE SKIP LOCKED`, []any{now, until, limit}
+WHERE parked > 0 AND next_slot_ns <= CASE WHEN burst = 0 AND interval_ns > 0 THEN $1::bigint ELSE $2::bigint END
+ORDER BY next_slot_ns LIMIT $3 FOR UPDATE SKIP LOCKED`, []any{now, until, limit}
 }
 
 // LockParked locks a budget's first parked jobs.
 func (Dialect) LockParked(key string, limit int) (string, []any) {
-	return `SELECT id FROM sluice_jobs WHERE state = 'parked' AND wait_key = $1
+	return `SELECT id, rate_keys FROM sluice_jobs WHERE state = 'parked' AND wait_key = $1
 ORDER BY priority, id LIMIT $2 FOR UPDATE SKIP LOCKED`, []any{key, limit}
 }
 
-// DeleteIdleBudgets deletes idle budgets no claim holds.
-func (Dialect) DeleteIdleBudgets(now int64, limit int) (string, []any) {
-	return `DELETE FROM sluice_budgets WHERE name = ANY(ARRAY(
-  SELECT name FROM sluice_budgets WHERE tat <= $1 AND next_slot <= $1 AND parked = 0
-  LIMIT $2 FOR UPDATE SKIP LOCKED))`, []any{now, limit}
+// CountParked counts a budget's parked jobs, locked or not.
+func (Dialect) CountParked(key string) (string, []any) {
+	return `SELECT count(*) FROM sluice_jobs WHERE state = 'parked' AND wait_key = $1`, []any{key}
+}
+
+// LockIdleBudgets locks idle budgets no claim holds.
+func (Dialect) LockIdleBudgets(now int64, limit int) (string, []any) {
+	return `SELECT ` + store.BudgetColumns + ` FROM sluice_budgets WHERE tat_ns <= $1 AND next_slot_ns <= $1 AND parked = 0
+LIMIT $2 FOR UPDATE SKIP LOCKED`, []any{now, limit}
+}
+
+// DeleteBudgets deletes budgets by name.
+func (Dialect) DeleteBudgets(names []string) (string, []any) {
+	return `DELETE FROM sluice_budgets WHERE name = ANY($1)`, []any{names}
 }
 
 // ListBudgets lists budgets with their waiting jobs.
@@ -291,15 +300,15 @@ func (Dialect) InsertSemaphores(keys []string) (string, []any) {
 func (Dialect) SaveSemaphores(rows []store.SemaphoreRow) (string, []any) {
 	n := len(rows)
 	names := make([]string, n)
-	value, limit := make([]int32, n), make([]int32, n)
+	held, limit := make([]int32, n), make([]int32, n)
 	dur, exp, upd := make([]int64, n), make([]int64, n), make([]int64, n)
 	for i, r := range rows {
-		names[i], value[i], limit[i], dur[i], exp[i], upd[i] = r.Name, int32(r.Value), int32(r.Limit), r.DurationUS, r.ExpiresAt, r.UpdatedAt
+		names[i], held[i], limit[i], dur[i], exp[i], upd[i] = r.Name, int32(r.Held), int32(r.Limit), r.DurationUS, r.ExpiresAt, r.UpdatedAt
 	}
 	return `INSERT INTO sluice_semaphores (` + store.SemaphoreColumns + `)
 SELECT * FROM unnest($1::text[], $2::int[], $3::int[], $4::bigint[], $5::bigint[], $6::bigint[])
-ON CONFLICT (name) DO UPDATE SET value = EXCLUDED.value, limit_to = EXCLUDED.limit_to, duration_us = EXCLUDED.duration_us,
-  expires_at = EXCLUDED.expires_at, updated_at = EXCLUDED.updated_at`, []any{names, value, limit, dur, exp, upd}
+ON CONFLICT (name) DO UPDATE SET held = EXCLUDED.held, limit_to = EXCLUDED.limit_to, duration_us = EXCLUDED.duration_us,
+  expires_at = EXCLUDED.expires_at, updated_at = EXCLUDED.updated_at`, []any{names, held, limit, dur, exp, upd}
 }
 
 // LockBlocked locks a key's first blocked jobs.
@@ -321,14 +330,14 @@ func (Dialect) LockSlotHolders(ids []int64, processID int64) (string, []any) {
 
 // LockExpiredSemaphores locks semaphores whose taken slots expired.
 func (Dialect) LockExpiredSemaphores(now int64, limit int) (string, []any) {
-	return `SELECT ` + store.SemaphoreColumns + ` FROM sluice_semaphores WHERE value < limit_to AND expires_at < $1
+	return `SELECT ` + store.SemaphoreColumns + ` FROM sluice_semaphores WHERE held > 0 AND expires_at < $1
 ORDER BY expires_at LIMIT $2 FOR UPDATE SKIP LOCKED`, []any{now, limit}
 }
 
 // BlockedKeys finds keys with blocked jobs and a free slot.
 func (Dialect) BlockedKeys(limit int) (string, []any) {
 	return `SELECT DISTINCT j.conc_key FROM sluice_jobs j LEFT JOIN sluice_semaphores s ON s.name = j.conc_key
-WHERE j.state = 'blocked' AND (s.name IS NULL OR s.value > 0) LIMIT $1`, []any{limit}
+WHERE j.state = 'blocked' AND (s.name IS NULL OR s.held < s.limit_to) LIMIT $1`, []any{limit}
 }
 
 // ListSemaphores lists semaphores with their jobs.
@@ -449,4 +458,9 @@ func (Dialect) DeleteOverride(target string) (string, []any) {
 // ListOverrides lists rate-limit overrides.
 func (Dialect) ListOverrides() string {
 	return `SELECT target, to_count, per_us, burst, updated_at FROM sluice_limit_overrides ORDER BY target`
+}
+
+// ReleaseHolders clears the slots of the keys' holders.
+func (Dialect) ReleaseHolders(keys []string) (string, []any) {
+	return `UPDATE sluice_jobs SET holds_slot = false WHERE conc_key = ANY($1) AND holds_slot`, []any{keys}
 }

@@ -183,29 +183,39 @@ func (Dialect) InsertBudgets(keys []string) (string, []any) {
 func (Dialect) SaveBudgets(rows []store.BudgetRow) (string, []any) {
 	args := make([]any, 0, len(rows)*7)
 	for _, r := range rows {
-		args = append(args, r.Name, r.TAT, r.NextSlot, r.IntervalUS, r.Burst, r.Parked, r.UpdatedAt)
+		args = append(args, r.Name, r.TAT, r.NextSlot, r.IntervalNS, r.Burst, r.Parked, r.UpdatedAt)
 	}
 	return `INSERT INTO sluice_budgets (` + store.BudgetColumns + `) VALUES ` + sqlgen.Tuples(len(rows), "(?, ?, ?, ?, ?, ?, ?)") + `
-ON CONFLICT (name) DO UPDATE SET tat = excluded.tat, next_slot = excluded.next_slot, interval_us = excluded.interval_us,
+ON CONFLICT (name) DO UPDATE SET tat_ns = excluded.tat_ns, next_slot_ns = excluded.next_slot_ns, interval_ns = excluded.interval_ns,
   burst = excluded.burst, parked = excluded.parked, updated_at = excluded.updated_at`, args
 }
 
 // LockParkedBudgets selects budgets whose parked jobs may get slots.
 func (Dialect) LockParkedBudgets(now, until int64, limit int) (string, []any) {
 	return `SELECT ` + store.BudgetColumns + ` FROM sluice_budgets
-WHERE parked > 0 AND next_slot <= CASE WHEN burst = 0 AND interval_us > 0 THEN ? ELSE ? END
-ORDER BY next_slot LIMIT ?`, []any{now, until, limit}
+WHERE parked > 0 AND next_slot_ns <= CASE WHEN burst = 0 AND interval_ns > 0 THEN ? ELSE ? END
+ORDER BY next_slot_ns LIMIT ?`, []any{now, until, limit}
 }
 
 // LockParked selects a budget's first parked jobs.
 func (Dialect) LockParked(key string, limit int) (string, []any) {
-	return `SELECT id FROM sluice_jobs WHERE state = 'parked' AND wait_key = ? ORDER BY priority, id LIMIT ?`, []any{key, limit}
+	return `SELECT id, rate_keys FROM sluice_jobs WHERE state = 'parked' AND wait_key = ? ORDER BY priority, id LIMIT ?`, []any{key, limit}
 }
 
-// DeleteIdleBudgets deletes idle budgets.
-func (Dialect) DeleteIdleBudgets(now int64, limit int) (string, []any) {
-	return `DELETE FROM sluice_budgets WHERE name IN (
-  SELECT name FROM sluice_budgets WHERE tat <= ? AND next_slot <= ? AND parked = 0 LIMIT ?)`, []any{now, now, limit}
+// CountParked counts a budget's parked jobs.
+func (Dialect) CountParked(key string) (string, []any) {
+	return `SELECT count(*) FROM sluice_jobs WHERE state = 'parked' AND wait_key = ?`, []any{key}
+}
+
+// LockIdleBudgets selects idle budgets (the transaction holds SQLite's
+// only write lock).
+func (Dialect) LockIdleBudgets(now int64, limit int) (string, []any) {
+	return `SELECT ` + store.BudgetColumns + ` FROM sluice_budgets WHERE tat_ns <= ? AND next_slot_ns <= ? AND parked = 0 LIMIT ?`, []any{now, now, limit}
+}
+
+// DeleteBudgets deletes budgets by name.
+func (Dialect) DeleteBudgets(names []string) (string, []any) {
+	return `DELETE FROM sluice_budgets WHERE name IN (` + sqlgen.List(len(names)) + `)`, sqlgen.Strings(names)
 }
 
 // ListBudgets lists budgets with their waiting jobs.
@@ -257,10 +267,10 @@ func (Dialect) InsertSemaphores(keys []string) (string, []any) {
 func (Dialect) SaveSemaphores(rows []store.SemaphoreRow) (string, []any) {
 	args := make([]any, 0, len(rows)*6)
 	for _, r := range rows {
-		args = append(args, r.Name, r.Value, r.Limit, r.DurationUS, r.ExpiresAt, r.UpdatedAt)
+		args = append(args, r.Name, r.Held, r.Limit, r.DurationUS, r.ExpiresAt, r.UpdatedAt)
 	}
 	return `INSERT INTO sluice_semaphores (` + store.SemaphoreColumns + `) VALUES ` + sqlgen.Tuples(len(rows), "(?, ?, ?, ?, ?, ?)") + `
-ON CONFLICT (name) DO UPDATE SET value = excluded.value, limit_to = excluded.limit_to, duration_us = excluded.duration_us,
+ON CONFLICT (name) DO UPDATE SET held = excluded.held, limit_to = excluded.limit_to, duration_us = excluded.duration_us,
   expires_at = excluded.expires_at, updated_at = excluded.updated_at`, args
 }
 
@@ -283,14 +293,14 @@ func (Dialect) LockSlotHolders(ids []int64, processID int64) (string, []any) {
 
 // LockExpiredSemaphores locks semaphores whose taken slots expired.
 func (Dialect) LockExpiredSemaphores(now int64, limit int) (string, []any) {
-	return `SELECT ` + store.SemaphoreColumns + ` FROM sluice_semaphores WHERE value < limit_to AND expires_at < ?
+	return `SELECT ` + store.SemaphoreColumns + ` FROM sluice_semaphores WHERE held > 0 AND expires_at < ?
 ORDER BY expires_at LIMIT ?`, []any{now, limit}
 }
 
 // BlockedKeys finds keys with blocked jobs and a free slot.
 func (Dialect) BlockedKeys(limit int) (string, []any) {
 	return `SELECT DISTINCT j.conc_key FROM sluice_jobs j LEFT JOIN sluice_semaphores s ON s.name = j.conc_key
-WHERE j.state = 'blocked' AND (s.name IS NULL OR s.value > 0) LIMIT ?`, []any{limit}
+WHERE j.state = 'blocked' AND (s.name IS NULL OR s.held < s.limit_to) LIMIT ?`, []any{limit}
 }
 
 // ListSemaphores lists semaphores with their jobs.
@@ -407,4 +417,9 @@ func (Dialect) DeleteOverride(target string) (string, []any) {
 // ListOverrides lists rate-limit overrides.
 func (Dialect) ListOverrides() string {
 	return `SELECT target, to_count, per_us, burst, updated_at FROM sluice_limit_overrides ORDER BY target`
+}
+
+// ReleaseHolders clears the slots of the keys' holders.
+func (Dialect) ReleaseHolders(keys []string) (string, []any) {
+	return `UPDATE sluice_jobs SET holds_slot = 0 WHERE conc_key IN (` + sqlgen.List(len(keys)) + `) AND holds_slot = 1`, sqlgen.Strings(keys)
 }

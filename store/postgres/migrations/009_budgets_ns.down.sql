@@ -1,0 +1,4 @@
+UPDATE sluice_budgets SET tat_ns = tat_ns / 1000, next_slot_ns = next_slot_ns / 1000, interval_ns = (interval_ns + 999) / 1000;
+ALTER TABLE sluice_budgets RENAME COLUMN tat_ns TO tat;
+ALTER TABLE sluice_budgets RENAME COLUMN next_slot_ns TO next_slot;
+ALTER TABLE sluice_budgets RENAME COLUMN interval_ns TO interval_us;
