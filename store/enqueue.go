@@ -97,7 +97,7 @@ func (s *Store) Enqueue(ctx context.Context, ex Executor, c Clock, jobs []NewJob
 // back, down to one row, and names it. A failure that is not a row's own
 // (the connection, the schema) is returned as it was.
 func (s *Store) blame(ctx context.Context, rows []InsertRow, jobs []NewJob, err error) error {
-	if ctx.Err() != nil || s.d.IsUndefinedTable(err) || s.d.IsRetryable(err) {
+	if ctx.Err() != nil || s.d.IsUndefinedTable(err) || s.retryable(err) {
 		return err
 	}
 	refused := func(lo, hi int) error {

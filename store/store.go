@@ -44,17 +44,33 @@ func (s *Store) Close() error { return s.db.Close() }
 const maxRetries = 5
 
 // inTx runs fn in a transaction, committing if it returns nil. A deadlock
-// or serialization failure runs it again, up to maxRetries times. Public
-// operations pass its error through wrap.
+// or serialization failure runs it again, up to maxRetries times, so fn
+// must start from fresh inputs on every call: whatever it computed or
+// changed in a failed attempt is rolled back in the database and must not
+// survive in Go either. Public operations pass its error through wrap.
 func (s *Store) inTx(ctx context.Context, fn func(tx Tx) error) error {
 	var err error
 	for attempt := 0; attempt < maxRetries; attempt++ {
 		err = s.tryTx(ctx, fn)
-		if err == nil || !s.d.IsRetryable(err) || ctx.Err() != nil {
+		if err == nil || !s.retryable(err) || ctx.Err() != nil {
 			break
 		}
 	}
 	return err
+}
+
+// Retryable is implemented by errors that say the whole transaction may
+// simply run again, as a deadlock or a serialization failure does: a
+// pool wrapper's own errors (a test's injected failures) use it to be
+// treated as the database's would.
+type Retryable interface {
+	Retryable() bool
+}
+
+// retryable reports whether err lets a transaction run again.
+func (s *Store) retryable(err error) bool {
+	var r Retryable
+	return s.d.IsRetryable(err) || errors.As(err, &r) && r.Retryable()
 }
 
 func (s *Store) tryTx(ctx context.Context, fn func(tx Tx) error) error {

@@ -112,6 +112,23 @@ func Each(t *testing.T, fn func(t *testing.T, s *store.Store)) {
 	}
 }
 
+// EachPool runs fn as a subtest per backend, with a fresh migrated store
+// and a function that opens another pool on the same database, as another
+// process would.
+func EachPool(t *testing.T, fn func(t *testing.T, s *store.Store, open func() *store.Store)) {
+	for _, b := range Backends(t) {
+		t.Run(b.Name, func(t *testing.T) {
+			u := b.URL(t)
+			open := Opener(t, u)
+			s := open()
+			if _, err := s.MigrateUp(context.Background(), 0); err != nil {
+				t.Fatalf("%s: migrate: %v", b.Name, err)
+			}
+			fn(t, s, open)
+		})
+	}
+}
+
 // need returns the URL in env, failing the test when CI is set and it is
 // missing.
 func need(t testing.TB, env string) string {

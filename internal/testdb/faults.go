@@ -1,0 +1,200 @@
+package testdb
+
+import (
+	"context"
+	"fmt"
+	"strings"
+	"sync"
+
+	"github.com/sluicequeue/sluice/store"
+)
+
+// Fault is the error a Faults pool injects: a deadlock, as far as the
+// store can tell, so the store runs the transaction again.
+type Fault struct {
+	// N is the number of the statement or commit that failed.
+	N int
+}
+
+func (f Fault) Error() string { return fmt.Sprintf("injected deadlock at statement %d", f.N) }
+
+// Retryable reports true: the store treats a Fault as it treats a
+// deadlock or a serialization failure.
+func (Fault) Retryable() bool { return true }
+
+// Faults is a store pool that fails chosen statements, or the commit of a
+// chosen transaction, with a Fault, as a deadlock or serialization failure
+// would. A failed commit rolls the transaction back first, so the
+// database holds nothing of it. Statements are counted from 1 across the
+// pool and its transactions (a commit counts as one); Refuse fails
+// statements whose arguments hold a marker, with a plain error.
+type Faults struct {
+	store.DB
+	mu     sync.Mutex
+	n      int
+	failAt map[int]bool
+	// Poison, when set, makes every statement whose arguments contain it
+	// (a string, or a string in a []string) fail with a plain,
+	// non-retryable error, as a database refusing a value would.
+	Poison string
+	// BeforeRetry, when set, runs at the first Begin after a fault fired:
+	// between the failed attempt (rolled back by then) and the store's
+	// retry, where another process's transaction could commit.
+	BeforeRetry func()
+	fired       bool
+}
+
+// WithFaults returns a store over s's database whose statements f counts
+// and fails.
+func WithFaults(s *store.Store) (*store.Store, *Faults) {
+	f := &Faults{DB: s.DB(), failAt: map[int]bool{}}
+	return store.New(s.Dialect(), f), f
+}
+
+// FailAt makes the statement (or commit) n statements from now fail.
+func (f *Faults) FailAt(n int) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.failAt[f.n+n] = true
+}
+
+// Count returns how many statements and commits ran so far.
+func (f *Faults) Count() int {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return f.n
+}
+
+// Pending reports whether an injected fault has not fired yet.
+func (f *Faults) Pending() bool {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	for n := range f.failAt {
+		if n > f.n {
+			return true
+		}
+	}
+	return false
+}
+
+// Clear drops every fault not yet fired.
+func (f *Faults) Clear() {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.failAt = map[int]bool{}
+}
+
+// next counts one statement and returns the fault due at it, if any.
+func (f *Faults) next(args []any) error {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.n++
+	if f.failAt[f.n] {
+		delete(f.failAt, f.n)
+		f.fired = true
+		return Fault{N: f.n}
+	}
+	if f.Poison != "" && poisoned(args, f.Poison) {
+		return fmt.Errorf("injected refusal: a value holds %q", f.Poison)
+	}
+	return nil
+}
+
+func poisoned(args []any, marker string) bool {
+	for _, a := range args {
+		switch v := a.(type) {
+		case string:
+			if strings.Contains(v, marker) {
+				return true
+			}
+		case []string:
+			for _, s := range v {
+				if strings.Contains(s, marker) {
+					return true
+				}
+			}
+		}
+	}
+	return false
+}
+
+// Exec counts and runs a statement.
+func (f *Faults) Exec(ctx context.Context, q string, args ...any) (store.Result, error) {
+	if err := f.next(args); err != nil {
+		return store.Result{}, err
+	}
+	return f.DB.Exec(ctx, q, args...)
+}
+
+// Query counts and runs a statement.
+func (f *Faults) Query(ctx context.Context, q string, args ...any) (store.Rows, error) {
+	if err := f.next(args); err != nil {
+		return nil, err
+	}
+	return f.DB.Query(ctx, q, args...)
+}
+
+// Begin starts a transaction whose statements and commit are counted.
+func (f *Faults) Begin(ctx context.Context) (store.Tx, error) {
+	f.mu.Lock()
+	hook := f.BeforeRetry
+	if !f.fired {
+		hook = nil
+	}
+	f.fired = false
+	f.mu.Unlock()
+	if hook != nil {
+		hook()
+	}
+	tx, err := f.DB.Begin(ctx)
+	if err != nil {
+		return nil, err
+	}
+	if _, ok := tx.(store.Pipeliner); ok {
+		return &faultPipeTx{faultTx{Tx: tx, f: f}}, nil
+	}
+	return &faultTx{Tx: tx, f: f}, nil
+}
+
+type faultTx struct {
+	store.Tx
+	f *Faults
+}
+
+func (t *faultTx) Exec(ctx context.Context, q string, args ...any) (store.Result, error) {
+	if err := t.f.next(args); err != nil {
+		return store.Result{}, err
+	}
+	return t.Tx.Exec(ctx, q, args...)
+}
+
+func (t *faultTx) Query(ctx context.Context, q string, args ...any) (store.Rows, error) {
+	if err := t.f.next(args); err != nil {
+		return nil, err
+	}
+	return t.Tx.Query(ctx, q, args...)
+}
+
+// Commit fails when a fault is due: the transaction is rolled back, so
+// nothing of it lands, as after a serialization failure at commit.
+func (t *faultTx) Commit(ctx context.Context) error {
+	if err := t.f.next(nil); err != nil {
+		_ = t.Tx.Rollback(ctx)
+		return err
+	}
+	return t.Tx.Commit(ctx)
+}
+
+// faultPipeTx keeps the pipelining of a transaction that has it: a
+// pipeline fails before anything is sent when a fault is due at any of
+// its statements.
+type faultPipeTx struct{ faultTx }
+
+func (t *faultPipeTx) Pipeline(ctx context.Context, stmts []store.Stmt, read func(int, store.Rows) error) error {
+	for _, st := range stmts {
+		if err := t.f.next(st.Args); err != nil {
+			return err
+		}
+	}
+	return t.Tx.(store.Pipeliner).Pipeline(ctx, stmts, read)
+}
