@@ -9,7 +9,6 @@ package coalesce
 import (
 	"errors"
 	"fmt"
-	"strings"
 	"time"
 
 	"github.com/sluicequeue/sluice/internal/keys"
@@ -131,8 +130,8 @@ func Compile[T any](kind string, r Rule[T]) (*Compiled[T], error) {
 	if scope == "" {
 		scope = kind
 	}
-	if scope == "" || strings.ContainsAny(scope, "\n\t") {
-		return nil, fmt.Errorf("%w: scope %q is empty or holds a line break or a tab", ErrInvalid, scope)
+	if err := keys.Check(scopeName(r.Group), scope); err != nil {
+		return nil, fmt.Errorf("%w: %w", ErrInvalid, err)
 	}
 	return &Compiled[T]{Spec: Spec{
 		Scope: scope, OnConflict: r.OnConflict, MaxCalls: r.MaxCalls, Dispatch: r.OnFull == Dispatch,
@@ -163,4 +162,12 @@ func (s Spec) RunAt(now, first, rateSlot time.Time) time.Time {
 		at = rateSlot
 	}
 	return at
+}
+
+// scopeName names the scope in an error: the Group, or else the kind.
+func scopeName(group string) string {
+	if group != "" {
+		return "Group"
+	}
+	return "kind"
 }

@@ -13,7 +13,7 @@ package concurrency
 import (
 	"errors"
 	"fmt"
-	"strings"
+	"math"
 	"time"
 
 	"github.com/sluicequeue/sluice/internal/keys"
@@ -92,8 +92,8 @@ func Compile[T any](kind string, l Limit[T]) (*Rule[T], error) {
 	switch {
 	case to == 0:
 		to = 1
-	case to < 0:
-		return nil, fmt.Errorf("%w: To is %d; it must be at least 1", ErrInvalid, l.To)
+	case to < 0 || to > math.MaxInt32:
+		return nil, fmt.Errorf("%w: To is %d; it must be between 1 and %d", ErrInvalid, l.To, math.MaxInt32)
 	}
 	d := l.Duration
 	switch {
@@ -109,8 +109,8 @@ func Compile[T any](kind string, l Limit[T]) (*Rule[T], error) {
 	if scope == "" {
 		scope = kind
 	}
-	if scope == "" || strings.ContainsAny(scope, "\n\t") {
-		return nil, fmt.Errorf("%w: scope %q is empty or holds a line break or a tab", ErrInvalid, scope)
+	if err := keys.Check(scopeName(l.Group), scope); err != nil {
+		return nil, fmt.Errorf("%w: %w", ErrInvalid, err)
 	}
 	return &Rule[T]{Spec: Spec{Scope: scope, To: to, Duration: d, Discard: l.OnConflict == Discard}, key: key}, nil
 }
@@ -122,4 +122,12 @@ func (r *Rule[T]) SlotKey(args T) (string, error) {
 		return "", err
 	}
 	return keys.Scoped(r.Scope, v), nil
+}
+
+// scopeName names the scope in an error: the Group, or else the kind.
+func scopeName(group string) string {
+	if group != "" {
+		return "Group"
+	}
+	return "kind"
 }

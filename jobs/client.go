@@ -1,22 +1,32 @@
 package jobs
 
 import (
+	"bytes"
 	"context"
+	"encoding"
 	"encoding/json"
 	"errors"
 	"fmt"
 	"reflect"
 	"time"
+	"unicode/utf8"
 
 	"github.com/sluicequeue/sluice/clock"
+	"github.com/sluicequeue/sluice/internal/keys"
 	"github.com/sluicequeue/sluice/store"
 )
 
 // DefaultMaxArgsBytes is the largest encoded args an enqueue accepts.
 const DefaultMaxArgsBytes = 1 << 20
 
-// ErrArgsTooLarge is wrapped by the error for args over the size cap.
+// ErrArgsTooLarge is wrapped by the error for args over the size cap, or
+// over what the database server carries in one statement.
 var ErrArgsTooLarge = errors.New("args too large")
+
+// ErrInvalidArgs is wrapped by the error for args that would not be stored
+// as given: a string that is not valid UTF-8, which JSON would turn into
+// U+FFFD so that the handler got other args than were enqueued.
+var ErrInvalidArgs = errors.New("invalid args")
 
 // ClientConfig configures a Client. The zero value is usable.
 type ClientConfig struct {
@@ -25,7 +35,9 @@ type ClientConfig struct {
 	// are stamped on the database's clock; with another, on Clock.
 	Clock clock.Clock
 	// MaxArgsBytes caps the encoded size of one job's args. Defaults to
-	// DefaultMaxArgsBytes (1 MiB).
+	// DefaultMaxArgsBytes (1 MiB). Whatever it says, args over what the
+	// database server carries in one statement (on MySQL, about half its
+	// max_allowed_packet) are refused.
 	MaxArgsBytes int
 	// OnEnqueue, if set, is called for each job an enqueue wrote or
 	// joined, after it was written (for EnqueueTx, before the caller's
@@ -203,28 +215,47 @@ func (c *Client) newJob(it Item, now time.Time) (store.NewJob, error) {
 			return store.NewJob{}, fmt.Errorf("%s: %w", name, err)
 		}
 	}
-	body, err := json.Marshal(it.Args)
+	body, err := encodeArgs(it.Args)
 	if err != nil {
-		return store.NewJob{}, fmt.Errorf("%s: encode args: %w", name, err)
+		return store.NewJob{}, fmt.Errorf("%s: %w", name, err)
 	}
 	if len(body) > c.maxArgs {
 		return store.NewJob{}, fmt.Errorf("%s: %w: %d bytes encoded, the cap is %d", name, ErrArgsTooLarge, len(body), c.maxArgs)
 	}
-	keys, err := k.rateKeys(it.Args)
+	if m := store.MaxArgsBytes(c.store); m > 0 && len(body) > m {
+		return store.NewJob{}, fmt.Errorf("%s: %w: %d bytes encoded; the %s server carries at most %d bytes of args in one statement (raise its max_allowed_packet)",
+			name, ErrArgsTooLarge, len(body), c.store.Dialect().Name(), m)
+	}
+	rateKeys, err := k.rateKeys(it.Args)
 	if err != nil {
 		return store.NewJob{}, fmt.Errorf("%s: %w", name, err)
+	}
+	for _, rk := range rateKeys {
+		if err := store.CheckKey("rate-limit key", rk.Key); err != nil {
+			return store.NewJob{}, fmt.Errorf("%s: %w", name, err)
+		}
 	}
 	conc, err := k.concLimit(it.Args)
 	if err != nil {
 		return store.NewJob{}, fmt.Errorf("%s: %w", name, err)
 	}
+	if conc != nil {
+		if err := store.CheckKey("concurrency key", conc.Key); err != nil {
+			return store.NewJob{}, fmt.Errorf("%s: %w", name, err)
+		}
+	}
 	co, err := k.coalesceKey(it.Args)
 	if err != nil {
 		return store.NewJob{}, fmt.Errorf("%s: %w", name, err)
 	}
+	if co != nil {
+		if err := store.CheckKey("coalesce key", co.Key); err != nil {
+			return store.NewJob{}, fmt.Errorf("%s: %w", name, err)
+		}
+	}
 	j := store.NewJob{
 		Kind: name, Queue: k.cfg.queue, Priority: k.cfg.priority, Args: body,
-		MaxAttempts: k.cfg.maxAttempts, RateKeys: keys, Conc: conc, Coalesce: co,
+		MaxAttempts: k.cfg.maxAttempts, RateKeys: rateKeys, Conc: conc, Coalesce: co,
 	}
 	if cfg.queue != "" {
 		j.Queue = cfg.queue
@@ -241,7 +272,131 @@ func (c *Client) newJob(it Item, now time.Time) (store.NewJob, error) {
 	case cfg.delay > 0:
 		j.RunAt = now.Add(cfg.delay)
 	}
+	if j.RunAt.After(store.MaxRunAt) {
+		return store.NewJob{}, fmt.Errorf("%s: the run time %s is after %s; schedule it earlier", name, j.RunAt.UTC().Format(time.RFC3339), store.MaxRunAt.Format(time.RFC3339))
+	}
 	return j, nil
+}
+
+// encodeArgs encodes args to JSON, refusing args that the encoding would
+// change. encoding/json turns each byte of a string that is not valid
+// UTF-8 into the escape \ufffd (a valid U+FFFD it writes as is), so the
+// encoded text is scanned for that escape, and only when it holds one is
+// the value walked to name the field. An escape that no field explains
+// came from a MarshalJSON method, and is kept.
+func encodeArgs(args Args) ([]byte, error) {
+	body, err := json.Marshal(args)
+	if err != nil {
+		return nil, fmt.Errorf("encode args: %w", err)
+	}
+	if hasReplacementEscape(body) {
+		if path, bad, ok := findInvalidUTF8(reflect.ValueOf(args), ""); ok {
+			if path == "" {
+				return nil, fmt.Errorf("%w: the args are not valid UTF-8: %s", ErrInvalidArgs, keys.Preview(bad))
+			}
+			return nil, fmt.Errorf("%w: args field %s: invalid UTF-8: %s", ErrInvalidArgs, path, keys.Preview(bad))
+		}
+	}
+	return body, nil
+}
+
+// hasReplacementEscape reports whether JSON text holds the escape \ufffd
+// (not the text "\\ufffd", an escaped backslash before "ufffd").
+func hasReplacementEscape(b []byte) bool {
+	const esc = `\ufffd`
+	for off := 0; ; {
+		i := bytes.Index(b[off:], []byte(esc))
+		if i < 0 {
+			return false
+		}
+		i += off
+		n := 0
+		for j := i - 1; j >= 0 && b[j] == '\\'; j-- {
+			n++
+		}
+		if n%2 == 0 {
+			return true
+		}
+		off = i + len(esc)
+	}
+}
+
+var (
+	jsonMarshaler = reflect.TypeFor[json.Marshaler]()
+	textMarshaler = reflect.TypeFor[encoding.TextMarshaler]()
+)
+
+// findInvalidUTF8 walks v as encoding/json would encode it and returns the
+// path (Go field names, [i] for items, ["key"] for map entries) and value
+// of the first string that is not valid UTF-8.
+func findInvalidUTF8(v reflect.Value, path string) (string, string, bool) {
+	if !v.IsValid() {
+		return "", "", false
+	}
+	if (v.Kind() == reflect.Pointer || v.Kind() == reflect.Interface) && v.IsNil() {
+		return "", "", false
+	}
+	t := v.Type()
+	if !t.Implements(jsonMarshaler) && t.Implements(textMarshaler) && v.CanInterface() {
+		// Encoded as its text, which encoding/json escapes as a string.
+		text, err := v.Interface().(encoding.TextMarshaler).MarshalText()
+		if err == nil && !utf8.Valid(text) {
+			return path, string(text), true
+		}
+		return "", "", false
+	}
+	switch v.Kind() {
+	case reflect.String:
+		if s := v.String(); !utf8.ValidString(s) {
+			return path, s, true
+		}
+	case reflect.Pointer, reflect.Interface:
+		return findInvalidUTF8(v.Elem(), path)
+	case reflect.Struct:
+		for i := 0; i < t.NumField(); i++ {
+			f := t.Field(i)
+			if (!f.IsExported() && !f.Anonymous) || f.Tag.Get("json") == "-" {
+				continue
+			}
+			if p, s, ok := findInvalidUTF8(v.Field(i), joinPath(path, f.Name)); ok {
+				return p, s, true
+			}
+		}
+	case reflect.Map:
+		iter := v.MapRange()
+		for iter.Next() {
+			k := iter.Key()
+			var name string
+			if k.Kind() == reflect.String {
+				if !utf8.ValidString(k.String()) {
+					return path + "[" + keys.Preview(k.String()) + "]", k.String(), true
+				}
+				name = "[" + keys.Preview(k.String()) + "]"
+			} else {
+				name = fmt.Sprintf("[%v]", k)
+			}
+			if p, s, ok := findInvalidUTF8(iter.Value(), path+name); ok {
+				return p, s, true
+			}
+		}
+	case reflect.Slice, reflect.Array:
+		if t.Elem().Kind() == reflect.Uint8 && v.Kind() == reflect.Slice {
+			return "", "", false // []byte: base64
+		}
+		for i := 0; i < v.Len(); i++ {
+			if p, s, ok := findInvalidUTF8(v.Index(i), fmt.Sprintf("%s[%d]", path, i)); ok {
+				return p, s, true
+			}
+		}
+	}
+	return "", "", false
+}
+
+func joinPath(path, name string) string {
+	if path == "" {
+		return name
+	}
+	return path + "." + name
 }
 
 func isNilPointer(v any) bool {

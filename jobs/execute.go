@@ -4,14 +4,22 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
 	"runtime/debug"
+	"strconv"
+	"strings"
 	"time"
+	"unicode/utf8"
 
 	"github.com/sluicequeue/sluice/store"
 )
 
 // maxErrorBytes caps the error text kept with a job.
 const maxErrorBytes = 16 << 10
+
+// maxBatchErrorBytes caps the error text one batch of results carries, so
+// that a batch of long errors stays well under a server's packet limit.
+const maxBatchErrorBytes = 1 << 20
 
 // result is a run's outcome, on its way to the database.
 type result struct {
@@ -27,18 +35,30 @@ type result struct {
 	// pushes hold the job's budgets back until the wait is over.
 	throttled bool
 	pushes    []store.BudgetPush
+	// job is the claimed job, for the outcome recorded instead when the
+	// database refuses this one.
+	job *store.Job
+	// refused is set on that outcome.
+	refused bool
 }
 
-// final reports whether the outcome ends the job: its slot goes back.
+// final reports whether the outcome ends the job.
 func (r result) final() bool {
 	return r.complete || r.t.State == store.StateFailed || r.t.State == store.StateCancelled
 }
+
+// givesSlotBack reports whether a job that held a concurrency slot gives
+// it back: when it ends, and when an upstream refused it (a 429), which
+// makes it wait on its rate limits as a rate-limit deferral does — and a
+// job waiting on a rate holds no concurrency slot. A retry or a snooze
+// keeps its slot while it waits.
+func (r result) givesSlotBack() bool { return r.final() || r.throttled }
 
 // execute runs one claimed job and decides what becomes of it.
 func (w *Worker) execute(ctx context.Context, j *store.Job) result {
 	began := time.Now()
 	res, err := w.run(ctx, j)
-	res.holdsSlot, res.withCalls = j.HoldsSlot, j.Calls > 1
+	res.holdsSlot, res.withCalls, res.job = j.HoldsSlot, j.Calls > 1, j
 	if w.hooks.OnFinish != nil {
 		w.hooks.OnFinish(FinishEvent{
 			JobID: j.ID, Kind: j.Kind, Queue: j.Queue, Attempt: j.Attempt,
@@ -158,15 +178,47 @@ func (w *Worker) failure(j *store.Job, err error) result {
 	return result{id: j.ID, t: store.Transition{ID: j.ID, State: store.StateScheduled, RunAt: at, Error: errorText(err)}}
 }
 
+// errorText is the text kept with a job for err: valid UTF-8 without NUL
+// (every database takes it: each byte that is not part of a valid UTF-8
+// sequence, and each NUL, is written as \xNN), cut on a character boundary
+// to at most maxErrorBytes and marked "… (truncated)" when cut.
 func errorText(err error) string {
 	s := err.Error()
 	if s == "" {
 		s = fmt.Sprintf("%T with no message", err)
 	}
-	if len(s) > maxErrorBytes {
-		s = s[:maxErrorBytes] + "… (truncated)"
+	return clipText(s, maxErrorBytes)
+}
+
+// clipText makes s valid UTF-8 without NUL and cuts it on a character
+// boundary to at most limit bytes, plus the truncation mark.
+func clipText(s string, limit int) string {
+	const mark = "… (truncated)"
+	if utf8.ValidString(s) && strings.IndexByte(s, 0) < 0 {
+		if len(s) <= limit {
+			return s
+		}
+		cut := limit
+		for cut > 0 && !utf8.RuneStart(s[cut]) {
+			cut--
+		}
+		return s[:cut] + mark
 	}
-	return s
+	var b strings.Builder
+	for i := 0; i < len(s); {
+		r, n := utf8.DecodeRuneInString(s[i:])
+		piece := s[i : i+n]
+		if (r == utf8.RuneError && n == 1) || r == 0 {
+			piece = fmt.Sprintf(`\x%02x`, s[i])
+		}
+		if b.Len()+len(piece) > limit {
+			b.WriteString(mark)
+			break
+		}
+		b.WriteString(piece)
+		i += n
+	}
+	return b.String()
 }
 
 func outcomeOf(r result) Outcome {
@@ -189,21 +241,28 @@ func outcomeOf(r result) Outcome {
 }
 
 // complete writes results to the database until results is closed,
-// batching whatever has queued up while the previous write ran. A failed
-// write is retried until it lands: a result is never dropped while the
-// process lives.
+// batching whatever has queued up while the previous write ran (up to 1000
+// results and maxBatchErrorBytes of error text). A failed write is retried
+// until it lands: a result is never dropped while the process lives. A
+// result the database refuses fails alone (see flush).
 func (w *Worker) complete(done chan<- struct{}) {
 	defer close(done)
+	maxText := maxBatchErrorBytes
+	if m := store.MaxArgsBytes(w.store); m > 0 {
+		maxText = min(maxText, m)
+	}
 	for r := range w.results {
 		batch := []result{r}
+		text := len(r.t.Error)
 	fill:
-		for len(batch) < 1000 {
+		for len(batch) < 1000 && text < maxText {
 			select {
 			case r, ok := <-w.results:
 				if !ok {
 					break fill
 				}
 				batch = append(batch, r)
+				text += len(r.t.Error)
 			default:
 				break fill
 			}
@@ -213,44 +272,127 @@ func (w *Worker) complete(done chan<- struct{}) {
 }
 
 // flush writes one batch, grouped by the process id each job was claimed
-// under.
+// under. A write that fails on the connection or the server is retried
+// until it lands; one the database refuses for a value it carries is split
+// in halves until the result it refuses is alone, and that job's attempt
+// fails instead, with the database's error (see recorder).
 func (w *Worker) flush(batch []result) {
 	byPID := map[int64][]result{}
 	for _, r := range batch {
 		byPID[r.pid] = append(byPID[r.pid], r)
 	}
+	rec := recorder{
+		finish:   w.store.Finish,
+		isData:   func(err error) bool { return store.IsDataError(w.store, err) },
+		refused:  w.refused,
+		now:      w.storeClock,
+		log:      w.log,
+		stopping: w.stopping.Load,
+		sleep:    time.Sleep,
+	}
 	for pid, rs := range byPID {
-		var o store.Outcomes
-		for _, r := range rs {
-			if r.complete {
-				o.Completed = append(o.Completed, r.id)
-				if r.withCalls {
-					o.WithCalls = append(o.WithCalls, r.id)
-				}
-			} else {
-				o.Others = append(o.Others, r.t)
-			}
-			o.Pushes = append(o.Pushes, r.pushes...)
-			if r.holdsSlot && r.final() {
-				o.SlotHolders = append(o.SlotHolders, r.id)
-			}
+		rec.record(pid, rs)
+	}
+}
+
+// refused is the outcome recorded instead of r when the database refused
+// r: the attempt fails, and is retried or kept as failed by the usual
+// rules, with an ASCII error that quotes the database's.
+func (w *Worker) refused(r result, dbErr error) result {
+	msg := strconv.QuoteToASCII(dbErr.Error())
+	msg = msg[1 : len(msg)-1]
+	if len(msg) > 1024 {
+		msg = msg[:1024] + "... (truncated)"
+	}
+	err := errors.New("sluice: the database refused this job's result: " + msg)
+	var out result
+	if r.job != nil {
+		out = w.failure(r.job, err)
+	} else {
+		// Not reached: every result the worker makes carries its job.
+		out = result{id: r.id, t: store.Transition{ID: r.id, State: store.StateFailed, Error: err.Error(), Finished: true}}
+	}
+	out.pid, out.holdsSlot, out.withCalls, out.job, out.refused = r.pid, r.holdsSlot, r.withCalls, r.job, true
+	return out
+}
+
+// recorder writes batches of results, splitting a batch the database
+// refuses.
+type recorder struct {
+	finish   func(ctx context.Context, processID int64, c store.Clock, o store.Outcomes) error
+	isData   func(error) bool
+	refused  func(r result, err error) result
+	now      func() store.Clock
+	log      *slog.Logger
+	stopping func() bool
+	sleep    func(time.Duration)
+}
+
+// record writes the results of one process. An error the database
+// classifies as refusing a value splits the batch in halves, each written
+// on its own, until the refused result is alone; that one is replaced by
+// its refused outcome. Any other error is retried, pausing 100ms doubling
+// to 10s, until the write lands (or, once the worker stops, 10 times).
+func (rc recorder) record(pid int64, rs []result) {
+	pause := 100 * time.Millisecond
+	for attempt := 1; ; attempt++ {
+		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+		err := rc.finish(ctx, pid, rc.now(), outcomes(rs))
+		cancel()
+		if err == nil {
+			return
 		}
-		pause := 100 * time.Millisecond
-		for attempt := 1; ; attempt++ {
-			ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-			err := w.store.Finish(ctx, pid, w.storeClock(), o)
-			cancel()
-			if err == nil {
-				break
+		if rc.isData(err) {
+			rc.split(pid, rs, err)
+			return
+		}
+		if rc.stopping() && attempt >= 10 {
+			rc.log.Error("sluice: could not record finished jobs before stopping; they run again once this process is presumed dead",
+				"err", err, "jobs", len(rs))
+			return
+		}
+		rc.log.Error("sluice: record finished jobs; retrying", "err", err, "jobs", len(rs), "attempt", attempt)
+		rc.sleep(pause)
+		pause = min(pause*2, 10*time.Second)
+	}
+}
+
+// split writes the halves of a batch the database refused, or, for a
+// batch of one, its refused outcome instead.
+func (rc recorder) split(pid int64, rs []result, err error) {
+	if len(rs) > 1 {
+		mid := len(rs) / 2
+		rc.record(pid, rs[:mid])
+		rc.record(pid, rs[mid:])
+		return
+	}
+	r := rs[0]
+	if r.refused {
+		rc.log.Error("sluice: the database refused even the failed attempt recorded for a job; it stays running and runs again once this process is presumed dead",
+			"job_id", r.id, "err", err)
+		return
+	}
+	rc.log.Error("sluice: the database refused a job's result; its attempt fails instead",
+		"job_id", r.id, "outcome", outcomeOf(r), "err", err)
+	rc.record(pid, []result{rc.refused(r, err)})
+}
+
+// outcomes gathers results into what Finish records.
+func outcomes(rs []result) store.Outcomes {
+	var o store.Outcomes
+	for _, r := range rs {
+		if r.complete {
+			o.Completed = append(o.Completed, r.id)
+			if r.withCalls {
+				o.WithCalls = append(o.WithCalls, r.id)
 			}
-			if w.stopping.Load() && attempt >= 10 {
-				w.log.Error("sluice: could not record finished jobs before stopping; they run again once this process is presumed dead",
-					"err", err, "jobs", len(rs))
-				break
-			}
-			w.log.Error("sluice: record finished jobs; retrying", "err", err, "jobs", len(rs), "attempt", attempt)
-			time.Sleep(pause)
-			pause = min(pause*2, 10*time.Second)
+		} else {
+			o.Others = append(o.Others, r.t)
+		}
+		o.Pushes = append(o.Pushes, r.pushes...)
+		if r.holdsSlot && r.givesSlotBack() {
+			o.SlotHolders = append(o.SlotHolders, r.id)
 		}
 	}
+	return o
 }

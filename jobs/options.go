@@ -3,11 +3,13 @@ package jobs
 import (
 	"errors"
 	"fmt"
+	"math"
 	"time"
 
 	"github.com/sluicequeue/sluice/coalesce"
 	"github.com/sluicequeue/sluice/concurrency"
 	"github.com/sluicequeue/sluice/ratelimit"
+	"github.com/sluicequeue/sluice/store"
 )
 
 // Defaults for a kind that does not say otherwise.
@@ -65,7 +67,7 @@ func (q queueOption) check() error {
 	if q == "" {
 		return errors.New("Queue: the name is empty")
 	}
-	return nil
+	return store.CheckKey("Queue", string(q))
 }
 func (q queueOption) applyRegister(c *kindConfig) error { c.queue = string(q); return q.check() }
 func (q queueOption) applyEnqueue(c *enqueueConfig) error {
@@ -75,25 +77,33 @@ func (q queueOption) applyEnqueue(c *enqueueConfig) error {
 
 type priorityOption int
 
-// Priority orders jobs within a queue: lower runs first. Defaults to 0.
+// Priority orders jobs within a queue: lower runs first. It must fit 32
+// bits (math.MinInt32 to math.MaxInt32), as the priority column does on
+// every database. Defaults to 0.
 func Priority(p int) Option { return priorityOption(p) }
 
-func (p priorityOption) applyRegister(c *kindConfig) error { c.priority = int(p); return nil }
+func (p priorityOption) check() error {
+	if p < math.MinInt32 || p > math.MaxInt32 {
+		return fmt.Errorf("Priority is %d; it must be between %d and %d", int(p), math.MinInt32, math.MaxInt32)
+	}
+	return nil
+}
+func (p priorityOption) applyRegister(c *kindConfig) error { c.priority = int(p); return p.check() }
 func (p priorityOption) applyEnqueue(c *enqueueConfig) error {
 	v := int(p)
 	c.priority = &v
-	return nil
+	return p.check()
 }
 
 type maxAttemptsOption int
 
-// MaxAttempts is how many runs a job gets before it is kept as failed.
-// Defaults to 25.
+// MaxAttempts is how many runs a job gets before it is kept as failed:
+// 1 to math.MaxInt32. Defaults to 25.
 func MaxAttempts(n int) Option { return maxAttemptsOption(n) }
 
 func (m maxAttemptsOption) check() error {
-	if m < 1 {
-		return fmt.Errorf("MaxAttempts is %d; it must be at least 1", int(m))
+	if m < 1 || m > math.MaxInt32 {
+		return fmt.Errorf("MaxAttempts is %d; it must be between 1 and %d", int(m), math.MaxInt32)
 	}
 	return nil
 }
@@ -175,14 +185,25 @@ func (c coalesceOption) applyRegister(k *kindConfig) error {
 
 type runAtOption time.Time
 
-// RunAt schedules the job to run no earlier than t.
+// RunAt schedules the job to run no earlier than t. A time that is not
+// after now (or the zero time) runs the job now. t must not be after the
+// end of the year 9999 (store.MaxRunAt).
 func RunAt(t time.Time) EnqueueOption { return runAtOption(t) }
 
-func (r runAtOption) applyEnqueue(c *enqueueConfig) error { c.runAt = time.Time(r); return nil }
+func (r runAtOption) applyEnqueue(c *enqueueConfig) error {
+	if t := time.Time(r); t.After(store.MaxRunAt) {
+		return fmt.Errorf("RunAt is %s; it must not be after %s", t.UTC().Format(time.RFC3339), store.MaxRunAt.Format(time.RFC3339))
+	}
+	c.runAt = time.Time(r)
+	return nil
+}
 
 type delayOption time.Duration
 
-// Delay schedules the job to run no earlier than d from now.
+// Delay schedules the job to run no earlier than d from now. A negative d
+// is refused (it is more likely a bug than a wish to run now; pass 0, or
+// no option, for now), and so is a d that lands after the end of the year
+// 9999.
 func Delay(d time.Duration) EnqueueOption { return delayOption(d) }
 
 func (d delayOption) applyEnqueue(c *enqueueConfig) error {

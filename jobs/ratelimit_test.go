@@ -98,18 +98,13 @@ func TestAKeyFunctionThatFailsFailsTheEnqueue(t *testing.T) {
 		id := h.enqueue(keyed{})
 		require.Equal(t, "keyed", keysOf(t, h, id)[0].Key)
 
+		// Every database refuses a key over 255 bytes alike, at enqueue.
 		long := strings.Repeat("k", 300)
-		res, err := h.client.Enqueue(ctx, keyed{Key: long})
-		id = res.ID
-		if h.store.Dialect().Name() == "mysql" {
-			require.ErrorIs(t, err, store.ErrKeyTooLong)
-			require.ErrorContains(t, err, "rate-limit key is 306 characters; mysql holds at most 255")
-		} else {
-			require.NoError(t, err, "PostgreSQL and SQLite keys have no length limit")
-			require.Equal(t, "keyed/"+long, keysOf(t, h, id)[0].Key)
-		}
+		_, err = h.client.Enqueue(ctx, keyed{Key: long})
+		require.ErrorIs(t, err, store.ErrKeyTooLong)
+		require.ErrorContains(t, err, "is 306 bytes; a key holds at most 255")
 		_, err = h.client.Enqueue(ctx, keyed{Key: "a\nb"})
-		require.ErrorContains(t, err, "contains a tab or a line break")
+		require.ErrorContains(t, err, "contains a line break")
 	})
 }
 

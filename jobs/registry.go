@@ -75,6 +75,12 @@ func NewRegistry() *Registry {
 // it, whatever its kind, draws on the queue's one budget ("@queue/NAME"),
 // combined with its kind's own limits. A queue takes one limit.
 func (r *Registry) LimitQueue(queue string, l ratelimit.QueueLimit) error {
+	if err := store.CheckKey("queue", queue); err != nil {
+		return fmt.Errorf("jobs: limit queue: %w", err)
+	}
+	if err := store.CheckKey("queue budget key", store.QueueScope+"/"+queue); err != nil {
+		return fmt.Errorf("jobs: limit queue: %w", err)
+	}
 	spec, err := l.Compile(queue)
 	if err != nil {
 		return fmt.Errorf("jobs: limit queue %s: %w", queue, err)
@@ -145,6 +151,9 @@ func register[T Args](r *Registry, h Handler[T], calls CallsHandler[T], opts []R
 	var zero T
 	if name == "" {
 		return fmt.Errorf("jobs: register %T: Kind() returned an empty name or panicked on the zero value", zero)
+	}
+	if err := store.CheckKey("kind", name); err != nil {
+		return fmt.Errorf("jobs: register %T: %w", zero, err)
 	}
 	fail := func(err error) error { return fmt.Errorf("jobs: register %s: %w", name, err) }
 	cfg := kindConfig{queue: DefaultQueue, maxAttempts: DefaultMaxAttempts}

@@ -164,14 +164,21 @@ func Compile[T any](kind string, l Limit[T]) (*Rule[T], error) {
 	}, nil
 }
 
-// CheckScope refuses a scope that cannot start a budget key: empty, or
-// holding "/" or a line break.
+// CheckScope refuses a scope that cannot start a budget key: empty,
+// holding "/", starting with "@" (kept for queue limits' "@queue"), or
+// not a valid key (at most 255 bytes of valid UTF-8, without control
+// characters or a trailing space).
 func CheckScope(scope string) error {
 	switch {
 	case scope == "":
 		return fmt.Errorf("%w: Group is empty and so is the kind", ErrInvalid)
-	case strings.ContainsAny(scope, "/\n"):
-		return fmt.Errorf("%w: scope %q contains \"/\" or a line break; name a Group without them", ErrInvalid, scope)
+	case strings.HasPrefix(scope, "@"):
+		return fmt.Errorf("%w: scope %s starts with \"@\", which is kept for queue limits (\"@queue/NAME\"); name a Group without it", ErrInvalid, keys.Preview(scope))
+	case strings.Contains(scope, "/"):
+		return fmt.Errorf("%w: scope %s contains \"/\"; name a Group without it", ErrInvalid, keys.Preview(scope))
+	}
+	if err := keys.Check("scope", scope); err != nil {
+		return fmt.Errorf("%w: %w", ErrInvalid, err)
 	}
 	return nil
 }

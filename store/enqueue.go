@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"slices"
-	"strings"
 	"time"
 	"unicode/utf8"
 )
@@ -142,17 +141,27 @@ func (s *Store) insertAll(ctx context.Context, ex Executor, rows []InsertRow) ([
 	return ids, nil
 }
 
-// maxBatchBytes bounds the args one insert statement carries, well under
-// the packet limits of every database.
+// maxBatchBytes bounds the text one insert statement carries, well under
+// the packet limits of every database; a server with a smaller cap
+// (MySQL's max_allowed_packet) gets batches of at most MaxArgsBytes.
 const maxBatchBytes = 4 << 20
 
+// rowBytes counts a row's numbers and punctuation in an insert statement.
+const rowBytes = 128
+
 // batchEnd returns where the insert batch that begins at start ends: at
-// most MaxInsertBatch rows and maxBatchBytes of args, and at least one row.
+// most MaxInsertBatch rows and maxBatchBytes (or MaxArgsBytes, when the
+// database's is smaller) of text, and at least one row.
 func (s *Store) batchEnd(rows []InsertRow, start int) int {
+	limit := maxBatchBytes
+	if m := MaxArgsBytes(s); m > 0 {
+		limit = min(limit, m)
+	}
 	end, size := start, 0
 	for end < len(rows) && end-start < s.d.MaxInsertBatch() {
-		size += len(rows[end].Args)
-		if end > start && size > maxBatchBytes {
+		r := &rows[end]
+		size += len(r.Args) + len(r.Kind) + len(r.Queue) + len(r.RateKeys) + len(r.ConcKey) + len(r.LastError) + len(r.CoalesceKey) + rowBytes
+		if end > start && size > limit {
 			break
 		}
 		end++
@@ -166,6 +175,9 @@ func (s *Store) insertRow(j NewJob, now time.Time) (InsertRow, error) {
 	}
 	if j.Queue == "" {
 		return InsertRow{}, errors.New("queue is empty")
+	}
+	if err := s.validate(j); err != nil {
+		return InsertRow{}, err
 	}
 	for _, k := range j.RateKeys {
 		if err := s.checkKey("rate-limit", k.Key); err != nil {
@@ -210,15 +222,9 @@ func (s *Store) insertRow(j NewJob, now time.Time) (InsertRow, error) {
 	return row, nil
 }
 
-// checkKey refuses a key the key columns cannot hold.
+// checkKey refuses a key the key columns cannot hold (see CheckKey).
 func (s *Store) checkKey(what, key string) error {
-	if strings.ContainsAny(key, "\n\t") {
-		return fmt.Errorf("%s key %q contains a tab or a line break", what, key)
-	}
-	if max := s.d.MaxKeyLength(); max > 0 && utf8.RuneCountInString(key) > max {
-		return fmt.Errorf("%w: %s key is %d characters; %s holds at most %d: %.40q…", ErrKeyTooLong, what, utf8.RuneCountInString(key), s.d.Name(), max, key)
-	}
-	return nil
+	return CheckKey(what+" key", key)
 }
 
 func (s *Store) insert(ctx context.Context, ex Executor, rows []InsertRow) ([]int64, error) {

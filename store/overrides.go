@@ -4,9 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"strings"
 	"time"
-	"unicode/utf8"
 
 	"github.com/sluicequeue/sluice/ratelimit"
 )
@@ -39,11 +37,8 @@ func (o Override) Spec(declared ratelimit.Spec) ratelimit.Spec {
 // changed limit (a looser one caps inherited debt, a tighter one starts
 // from the state as left).
 func (s *Store) SetOverride(ctx context.Context, o Override, now time.Time) error {
-	if o.Target == "" || strings.ContainsAny(o.Target, "\n\t") {
-		return fmt.Errorf("limit override: the target %q must name a budget or a scope", o.Target)
-	}
-	if max := s.d.MaxKeyLength(); max > 0 && utf8.RuneCountInString(o.Target) > max {
-		return fmt.Errorf("limit override: %w: target is %d characters; %s holds at most %d", ErrKeyTooLong, utf8.RuneCountInString(o.Target), s.d.Name(), max)
+	if err := CheckKey("target", o.Target); err != nil {
+		return fmt.Errorf("limit override: %w; it must name a budget or a scope", err)
 	}
 	_, burst, err := ratelimit.NewParams(o.To, o.Per, o.Burst)
 	if err != nil {

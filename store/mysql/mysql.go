@@ -94,8 +94,8 @@ func Open(ctx context.Context, rawURL string) (*store.Store, error) {
 	return store.New(d, sqldb.NewDB(db)), nil
 }
 
-// probe reads which server this is and how far apart its generated ids
-// are.
+// probe reads which server this is, how far apart its generated ids are,
+// and the largest statement it accepts.
 func probe(ctx context.Context, cfg *driver.Config) (Dialect, error) {
 	conn, err := driver.NewConnector(cfg)
 	if err != nil {
@@ -104,17 +104,23 @@ func probe(ctx context.Context, cfg *driver.Config) (Dialect, error) {
 	db := sql.OpenDB(conn)
 	defer db.Close()
 	var version string
-	var step int64
-	if err := db.QueryRowContext(ctx, `SELECT VERSION(), @@auto_increment_increment`).Scan(&version, &step); err != nil {
+	var step, packet int64
+	if err := db.QueryRowContext(ctx, `SELECT VERSION(), @@auto_increment_increment, @@max_allowed_packet`).Scan(&version, &step, &packet); err != nil {
 		return Dialect{}, fmt.Errorf("mysql: connect to %s: %w", cfg.Addr, err)
 	}
-	return Dialect{mariaDB: strings.Contains(strings.ToLower(version), "mariadb"), step: step}, nil
+	if cfg.MaxAllowedPacket > 0 && int64(cfg.MaxAllowedPacket) < packet {
+		packet = int64(cfg.MaxAllowedPacket)
+	}
+	return Dialect{mariaDB: strings.Contains(strings.ToLower(version), "mariadb"), step: step, packet: packet}, nil
 }
 
 // Dialect is MySQL's and MariaDB's SQL.
 type Dialect struct {
 	mariaDB bool
 	step    int64
+	// packet is the largest statement the server (and the driver) accept:
+	// max_allowed_packet, read when the store opens.
+	packet int64
 }
 
 var _ store.Dialect = Dialect{}
@@ -140,6 +146,25 @@ func (d Dialect) IDStep() int64 { return max(d.step, 1) }
 // MaxKeyLength is the key columns' 255 characters.
 func (Dialect) MaxKeyLength() int { return 255 }
 
+// packetReserve is the room one statement keeps, besides a job's args,
+// for its SQL text and its other values: at most 64 KiB, and at most half
+// of a tiny packet.
+const packetReserve = 64 << 10
+
+// MaxArgsBytes is the largest args one job may carry in one statement
+// under the server's max_allowed_packet: half of what the packet holds
+// besides the statement's other text, because the driver sends values
+// inside the statement's text, where escaping can double them (JSON's
+// quotes and backslashes each take two bytes). 0 when the packet size is
+// unknown.
+func (d Dialect) MaxArgsBytes() int {
+	if d.packet <= 0 {
+		return 0
+	}
+	reserve := min(int64(packetReserve), d.packet/2)
+	return int(max((d.packet-reserve)/2, 1))
+}
+
 // MaxInsertBatch bounds one multi-row insert.
 func (Dialect) MaxInsertBatch() int { return 1000 }
 
@@ -148,6 +173,26 @@ func (Dialect) IsUndefinedTable(err error) bool {
 	var e *driver.MySQLError
 	return errors.As(err, &e) && (e.Number == 1146 || e.Number == 1054)
 }
+
+// IsDataError recognises the server refusing a value: text that is not
+// valid in the column's character set (1366, 1300), a value too long or
+// out of range (1406, 1264, 1265, 1292, 1367), NULL in a NOT NULL column
+// (1048, 1364), a duplicate or missing key (1062, 1452, 1451), or a failed
+// CHECK constraint (3819 on MySQL, 4025 on MariaDB).
+func (Dialect) IsDataError(err error) bool {
+	var e *driver.MySQLError
+	if !errors.As(err, &e) {
+		return false
+	}
+	switch e.Number {
+	case 1048, 1062, 1264, 1265, 1292, 1300, 1364, 1366, 1367, 1406, 1451, 1452, 3819, 4025:
+		return true
+	}
+	return false
+}
+
+var _ store.DataErrorer = Dialect{}
+var _ store.ArgsLimiter = Dialect{}
 
 // IsRetryable recognises deadlocks and lock wait timeouts.
 func (Dialect) IsRetryable(err error) bool {

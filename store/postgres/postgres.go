@@ -11,6 +11,7 @@ import (
 	"errors"
 	"fmt"
 	"io/fs"
+	"strings"
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
@@ -174,6 +175,20 @@ func (Dialect) IsUndefinedTable(err error) bool {
 	var e *pgconn.PgError
 	return errors.As(err, &e) && (e.Code == "42P01" || e.Code == "42703")
 }
+
+// IsDataError recognises the server refusing a value: SQLSTATE class 22
+// (data exception: text that is not valid UTF-8 or holds NUL, a number out
+// of range, a value too long), class 23 (integrity constraint violation)
+// and 54000 (program limit exceeded, as for an index row too large).
+func (Dialect) IsDataError(err error) bool {
+	var e *pgconn.PgError
+	if !errors.As(err, &e) {
+		return false
+	}
+	return strings.HasPrefix(e.Code, "22") || strings.HasPrefix(e.Code, "23") || e.Code == "54000"
+}
+
+var _ store.DataErrorer = Dialect{}
 
 // IsRetryable recognises deadlocks, serialization failures and lock
 // timeouts.

@@ -113,6 +113,22 @@ func (Dialect) IsUndefinedTable(err error) bool {
 	return strings.Contains(msg, "no such table") || strings.Contains(msg, "no such column")
 }
 
+// IsDataError recognises SQLite refusing a value: a constraint (NOT
+// NULL, UNIQUE, CHECK, a foreign key), a string or blob too big, or a
+// datatype mismatch.
+func (Dialect) IsDataError(err error) bool {
+	var e *sqlite.Error
+	if errors.As(err, &e) {
+		switch e.Code() & 0xff {
+		case sqlite3.SQLITE_CONSTRAINT, sqlite3.SQLITE_TOOBIG, sqlite3.SQLITE_MISMATCH:
+			return true
+		}
+	}
+	return false
+}
+
+var _ store.DataErrorer = Dialect{}
+
 // IsRetryable recognises a busy or locked database.
 func (Dialect) IsRetryable(err error) bool {
 	var e *sqlite.Error
