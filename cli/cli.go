@@ -68,6 +68,10 @@ type Env struct {
 	App    *App
 	Stdout io.Writer
 	Stderr io.Writer
+
+	// urls are the --database-url values of the command's flag sets, whose
+	// passwords its error must not show.
+	urls []*string
 }
 
 // Main runs the app over reg with the process's arguments and signals, and
@@ -113,7 +117,12 @@ func (a *App) Run(ctx context.Context, args []string) int {
 	}
 	cmd, ok := cmds[args[0]]
 	if !ok {
-		fmt.Fprintf(env.Stderr, "%s: unknown command %q (run %s help)\n", name, args[0], name)
+		if strings.HasPrefix(args[0], "-") {
+			// Not echoed: it may be --database-url=… with a password.
+			fmt.Fprintf(env.Stderr, "%s: say the command first, then its flags (run %s help)\n", name, name)
+			return 2
+		}
+		fmt.Fprintf(env.Stderr, "%s: unknown command %q (run %s help)\n", name, dburl.Redact(args[0]), name)
 		return 2
 	}
 	err := cmd.Run(ctx, env, args[1:])
@@ -124,12 +133,23 @@ func (a *App) Run(ctx context.Context, args []string) int {
 	case errors.Is(err, flag.ErrHelp):
 		return 0
 	case errors.As(err, &ue):
-		fmt.Fprintf(env.Stderr, "%s %s: %s\n", name, cmd.Name, oneLine(err))
+		fmt.Fprintf(env.Stderr, "%s %s: %s\n", name, cmd.Name, oneLine(env.redact(err)))
 		return 2
 	default:
-		fmt.Fprintf(env.Stderr, "%s %s: %s\n", name, cmd.Name, oneLine(err))
+		fmt.Fprintf(env.Stderr, "%s %s: %s\n", name, cmd.Name, oneLine(env.redact(err)))
 		return 1
 	}
+}
+
+// redact masks, in a command's error, the password of every database URL
+// the command was given: whatever opened the database or parsed its URL
+// (an app's own command, a driver), the password is not printed.
+func (e *Env) redact(err error) error {
+	err = dburl.RedactError(err, os.Getenv(EnvDatabaseURL))
+	for _, u := range e.urls {
+		err = dburl.RedactError(err, *u)
+	}
+	return err
 }
 
 func oneLine(err error) string {
@@ -178,7 +198,7 @@ func builtins() []Command {
 	return []Command{
 		{Name: "worker", Summary: "claim and run jobs", Run: runWorker},
 		{Name: "dispatcher", Summary: "promote scheduled jobs and keep rate-limited ones moving", Run: runDispatcher},
-		{Name: "migrate", Summary: "migrate up|down|status, or print the SQL (migrate sql --dialect D)", Run: runMigrate},
+		{Name: "migrate", Summary: "migrate up|down [N]|status, or print the SQL (migrate sql --dialect D)", Run: runMigrate},
 		{Name: "stats", Summary: "jobs per queue and state", Run: runStats},
 		{Name: "jobs", Summary: "list jobs, filtered by state, kind and queue", Run: runJobs},
 		{Name: "retry", Summary: "run failed, cancelled or waiting jobs again now: retry ID...", Run: runRetry},
@@ -193,7 +213,9 @@ func builtins() []Command {
 }
 
 // FlagSet returns a flag set for a command that writes its help to the
-// env's stderr and carries --database-url.
+// env's stderr and carries --database-url. The URL's password is masked
+// wherever the flag set prints it (its default, from $SLUICE_DATABASE_URL,
+// in the help), and in the command's error.
 func (e *Env) FlagSet(name, usage string) (*flag.FlagSet, *string) {
 	fs := flag.NewFlagSet(e.App.name()+" "+name, flag.ContinueOnError)
 	fs.SetOutput(e.Stderr)
@@ -201,12 +223,29 @@ func (e *Env) FlagSet(name, usage string) (*flag.FlagSet, *string) {
 		fmt.Fprintf(e.Stderr, "usage: %s %s\n", e.App.name(), usage)
 		fs.PrintDefaults()
 	}
-	def := os.Getenv(EnvDatabaseURL)
-	if def == "" {
-		def = dburl.Default
+	url := os.Getenv(EnvDatabaseURL)
+	if url == "" {
+		url = dburl.Default
 	}
-	url := fs.String("database-url", def, "database URL: postgres://…, mysql://… or sqlite:PATH (env "+EnvDatabaseURL+")")
-	return fs, url
+	fs.Var(urlValue{&url}, "database-url", "database `URL`: postgres://…, mysql://… or sqlite:PATH (env "+EnvDatabaseURL+")")
+	e.urls = append(e.urls, &url)
+	return fs, &url
+}
+
+// urlValue is the --database-url flag: a string that prints with its
+// password masked.
+type urlValue struct{ s *string }
+
+func (v urlValue) String() string {
+	if v.s == nil {
+		return ""
+	}
+	return dburl.Redact(*v.s)
+}
+
+func (v urlValue) Set(s string) error {
+	*v.s = s
+	return nil
 }
 
 // Parse parses args, flags and positional arguments in any order (so

@@ -10,6 +10,7 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -138,6 +139,27 @@ func TestBadInputIsOneLineAndANonZeroExit(t *testing.T) {
 		{[]string{"retry", "abc"}, 2, `"abc" is not a job id`},
 		{[]string{"worker", "--concurrency", "0"}, 2, "--concurrency is 0"},
 		{[]string{"worker", "--nope"}, 2, "flag provided but not defined: -nope"},
+		{[]string{"migrate", "down", "abc"}, 2, `migrate down N: "abc" is not a number of migrations to revert`},
+		{[]string{"migrate", "down", "0"}, 2, "migrate down N: N is 0; it must be at least 1"},
+		{[]string{"migrate", "down", "1", "2"}, 2, `migrate down takes one number of migrations to revert, got "1 2"`},
+		{[]string{"migrate", "down", "2", "--steps", "2"}, 2, "give the number of migrations once"},
+		{[]string{"migrate", "down", "--steps", "0"}, 2, "--steps is 0; it must be at least 1"},
+		{[]string{"migrate", "up", "3"}, 2, `migrate up takes no arguments, got "3"; to stop at a version, use --to VERSION`},
+		{[]string{"migrate", "status", "all"}, 2, `migrate status takes no arguments, got "all"`},
+		{[]string{"migrate", "sql", "postgres"}, 2, `migrate sql takes no arguments, got "postgres"`},
+		{[]string{"migrate", "up", "--steps", "2"}, 2, "flag provided but not defined: -steps"},
+		{[]string{"migrate", "down", "--to", "2"}, 2, "flag provided but not defined: -to"},
+		{[]string{"limits", "list", "extra"}, 2, `limits list takes no arguments, got "extra"`},
+		{[]string{"worker", "--heartbeat", "2m"}, 2, "--dead-after is 5m0s (the default); it must be at least 3 × --heartbeat (2m0s)"},
+		{[]string{"worker", "--dead-after", "1m"}, 2, "--dead-after is 1m0s; it must be at least 3 × --heartbeat (1m0s)"},
+		{[]string{"worker", "--dead-after", "-5m", "--heartbeat", "1s"}, 2, "--dead-after is -5m0s; it must be at least 3 × --heartbeat (1s)"},
+		{[]string{"worker", "--heartbeat", "-1s"}, 2, "--heartbeat is -1s; it must be at least 1ms"},
+		{[]string{"worker", "--heartbeat", "0"}, 2, "--heartbeat is 0s; it must be at least 1ms"},
+		{[]string{"worker", "--poll-interval", "-1ms"}, 2, "--poll-interval is -1ms; it must be at least 1ms"},
+		{[]string{"worker", "--shutdown-timeout", "-1s"}, 2, "--shutdown-timeout is -1s; it must be positive"},
+		{[]string{"dispatcher", "--heartbeat", "10s", "--dead-after", "20s"}, 2, "--dead-after is 20s; it must be at least 3 × --heartbeat (10s)"},
+		{[]string{"dispatcher", "--heartbeat", "1ns"}, 2, "--heartbeat is 1ns; it must be at least 1ms"},
+		{[]string{"dispatcher", "--interval", "-1s"}, 2, "--interval is -1s; it must be at least 1ms"},
 	}
 	for _, c := range cases {
 		code, _, stderr := run(t, c.args...)
@@ -241,6 +263,22 @@ func TestLimitsAndCheckCommands(t *testing.T) {
 			code, out, _ = run(t, "limits", db)
 			require.Equal(t, 0, code)
 			require.Regexp(t, `^TARGET\s+TO\s+PER\s+BURST\s+SET\nping/premium\s+120\s+1m0s\s+5\s+`, out)
+			// Burst 0 means the default, 1: what is printed is what was stored.
+			code, out, _ = run(t, "limits", "set", "ping/free", "--to", "10", "--per", "1s", "--burst", "0", db)
+			require.Equal(t, 0, code)
+			require.Equal(t, "ping/free: 10 per 1s, burst 1 (workers apply it within seconds)\n", out)
+			code, out, _ = run(t, "limits", "--json", db)
+			require.Equal(t, 0, code)
+			var stored []struct {
+				Target string
+				Burst  int
+			}
+			require.NoError(t, json.Unmarshal([]byte(out), &stored))
+			require.Equal(t, "ping/free", stored[0].Target)
+			require.Equal(t, 1, stored[0].Burst)
+			code, _, _ = run(t, "limits", "clear", "ping/free", db)
+			require.Equal(t, 0, code)
+
 			code, _, stderr := run(t, "limits", "set", "ping/x", "--to", "10", "--per", "1s", "--burst", "11", db)
 			require.Equal(t, 1, code)
 			require.Contains(t, stderr, "Burst is 11; it must be between 1 and To (10)")
@@ -258,4 +296,135 @@ func TestLimitsAndCheckCommands(t *testing.T) {
 			require.Contains(t, stderr, "no override is set")
 		})
 	}
+}
+
+// migrate down N reverts N migrations; a count that is not a number, or
+// arguments up and status do not take, revert and apply nothing.
+func TestMigrateDownTakesACount(t *testing.T) {
+	for _, b := range testdb.Backends(t) {
+		t.Run(b.Name, func(t *testing.T) {
+			db := "--database-url=" + b.URL(t)
+			applied := func() []string {
+				t.Helper()
+				code, out, stderr := run(t, "migrate", "status", db)
+				require.Equal(t, 0, code, stderr)
+				var names []string
+				for _, line := range strings.Split(strings.TrimSpace(out), "\n")[1:] {
+					if f := strings.Fields(line); f[2] == "applied" {
+						names = append(names, f[0]+"_"+f[1])
+					}
+				}
+				return names
+			}
+
+			code, _, stderr := run(t, "migrate", "up", "2", db)
+			require.Equal(t, 2, code)
+			require.Contains(t, stderr, `migrate up takes no arguments, got "2"`)
+			require.Empty(t, applied(), "a refused up applies nothing")
+
+			code, _, stderr = run(t, "migrate", "up", db)
+			require.Equal(t, 0, code, stderr)
+			all := applied()
+			require.GreaterOrEqual(t, len(all), 4)
+
+			for _, args := range [][]string{{"abc"}, {"-1"}, {"0"}, {"1", "1"}, {"2.5"}} {
+				code, out, stderr := run(t, append([]string{"migrate", "down", db}, args...)...)
+				require.Equal(t, 2, code, "%v: %s", args, stderr)
+				require.Empty(t, out, "%v", args)
+				require.Equal(t, all, applied(), "migrate down %v reverts none", args)
+			}
+
+			code, out, stderr := run(t, "migrate", "down", "2", db)
+			require.Equal(t, 0, code, stderr)
+			n := len(all)
+			require.Equal(t, fmt.Sprintf("reverted %s\nreverted %s\n", all[n-1], all[n-2]), out)
+			require.Equal(t, all[:n-2], applied())
+
+			code, out, _ = run(t, "migrate", "down", db)
+			require.Equal(t, 0, code)
+			require.Equal(t, fmt.Sprintf("reverted %s\n", all[n-3]), out)
+			code, out, _ = run(t, "migrate", "down", "--steps", "1", db)
+			require.Equal(t, 0, code)
+			require.Equal(t, fmt.Sprintf("reverted %s\n", all[n-4]), out)
+			require.Equal(t, all[:n-4], applied())
+
+			code, _, _ = run(t, "migrate", "status", "extra", db)
+			require.Equal(t, 2, code)
+			code, out, _ = run(t, "migrate", "down", "99", db)
+			require.Equal(t, 0, code)
+			require.Equal(t, n-4, strings.Count(out, "reverted "), "down N stops when none are left")
+			require.Empty(t, applied())
+			code, out, _ = run(t, "migrate", "down", db)
+			require.Equal(t, 0, code)
+			require.Equal(t, "nothing to revert\n", out)
+		})
+	}
+}
+
+// --heartbeat and --dead-after reach the worker and the dispatcher: each
+// pair below passes only if both flags are applied (the other default
+// would break the 3× rule), and the process starts.
+func TestWorkerAndDispatcherTakeHeartbeatFlags(t *testing.T) {
+	for _, b := range testdb.Backends(t) {
+		t.Run(b.Name, func(t *testing.T) {
+			db := "--database-url=" + b.URL(t)
+			code, _, stderr := run(t, "migrate", "up", db)
+			require.Equal(t, 0, code, stderr)
+			for _, c := range []struct{ cmd, started string }{
+				{"worker", "sluice: worker started"},
+				{"dispatcher", "sluice: dispatcher started"},
+			} {
+				for _, pair := range [][]string{{"--heartbeat", "2m", "--dead-after", "6m"}, {"--heartbeat", "10s", "--dead-after", "30s"}} {
+					args := append([]string{c.cmd, db}, pair...)
+					code, stderr := runUntil(t, c.started, args...)
+					require.Equal(t, 0, code, "%v: %s", args, stderr)
+					require.Contains(t, stderr, c.started)
+				}
+			}
+			for _, cmd := range []string{"worker", "dispatcher"} {
+				code, _, stderr := run(t, cmd, "--help")
+				require.Equal(t, 0, code)
+				require.Regexp(t, `-heartbeat duration\n\s+how often this process stamps its row .*\(default 1m0s\)`, stderr)
+				require.Regexp(t, `-dead-after duration\n\s+how old a heartbeat must be .* at least 3 × --heartbeat.*\(default 5m0s\)`, stderr)
+			}
+		})
+	}
+}
+
+// runUntil runs a long-running command and stops it (as SIGTERM would)
+// once its stderr shows line; it returns the exit code and stderr.
+func runUntil(t *testing.T, line string, args ...string) (int, string) {
+	t.Helper()
+	reg := jobs.NewRegistry()
+	require.NoError(t, jobs.Register(reg, func(context.Context, *jobs.Job[ping]) error { return nil }))
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	errOut := &watchWriter{line: line, seen: cancel}
+	app := &cli.App{Name: "myapp", Registry: reg, Stdout: io.Discard, Stderr: errOut}
+	code := app.Run(ctx, args)
+	return code, errOut.String()
+}
+
+// watchWriter collects what is written and calls seen once it holds line.
+type watchWriter struct {
+	mu   sync.Mutex
+	buf  bytes.Buffer
+	line string
+	seen func()
+}
+
+func (w *watchWriter) Write(p []byte) (int, error) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	w.buf.Write(p)
+	if strings.Contains(w.buf.String(), w.line) {
+		w.seen()
+	}
+	return len(p), nil
+}
+
+func (w *watchWriter) String() string {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return w.buf.String()
 }

@@ -22,11 +22,9 @@ func runLimits(ctx context.Context, env *Env, args []string) error {
 	per := fs.Duration("per", 0, "with set: the window")
 	burst := fs.Int("burst", 1, "with set: how many a quiet budget admits at once")
 	asJSON := fs.Bool("json", false, "print JSON for scripts")
-	s, err := env.open(ctx, fs, url, args)
-	if err != nil {
+	if err := Parse(fs, args); err != nil {
 		return err
 	}
-	defer s.Close()
 	switch verb {
 	case "set":
 		if fs.NArg() != 1 {
@@ -35,24 +33,41 @@ func runLimits(ctx context.Context, env *Env, args []string) error {
 		if *to < 0 || *per <= 0 {
 			return Usagef("set needs --to and --per")
 		}
-		o := store.Override{Target: fs.Arg(0), To: *to, Per: *per, Burst: *burst}
-		if err := s.SetOverride(ctx, o, time.Now()); err != nil {
+	case "clear":
+		if fs.NArg() != 1 {
+			return Usagef("clear takes one target")
+		}
+	case "list":
+		if fs.NArg() > 0 {
+			return Usagef("limits list takes no arguments, got %q", strings.Join(fs.Args(), " "))
+		}
+	default:
+		return Usagef("unknown limits action %q: use list, set or clear", verb)
+	}
+	s, err := OpenChecked(ctx, *url)
+	if err != nil {
+		return err
+	}
+	defer s.Close()
+	switch verb {
+	case "set":
+		if err := s.SetOverride(ctx, store.Override{Target: fs.Arg(0), To: *to, Per: *per, Burst: *burst}, time.Now()); err != nil {
+			return err
+		}
+		// Print what was stored: the store fills in defaults (burst 0 is 1)
+		// and keeps the window to the microsecond.
+		o, err := storedOverride(ctx, s, fs.Arg(0))
+		if err != nil {
 			return err
 		}
 		fmt.Fprintf(env.Stdout, "%s: %d per %s, burst %d (workers apply it within seconds)\n", o.Target, o.To, o.Per, o.Burst)
 		return nil
 	case "clear":
-		if fs.NArg() != 1 {
-			return Usagef("clear takes one target")
-		}
 		if err := s.ClearOverride(ctx, fs.Arg(0)); err != nil {
 			return err
 		}
 		fmt.Fprintf(env.Stdout, "%s: the declared limit applies again\n", fs.Arg(0))
 		return nil
-	case "list":
-	default:
-		return Usagef("unknown limits action %q: use list, set or clear", verb)
 	}
 	list, err := s.ListOverrides(ctx)
 	if err != nil {
@@ -70,6 +85,20 @@ func runLimits(ctx context.Context, env *Env, args []string) error {
 		rows[i] = []string{o.Target, strconv.Itoa(o.To), o.Per.String(), strconv.Itoa(o.Burst), fmtIn(o.UpdatedAt, time.Now())}
 	}
 	return table(env, "TARGET\tTO\tPER\tBURST\tSET", rows)
+}
+
+// storedOverride reads back the override of target.
+func storedOverride(ctx context.Context, s *store.Store, target string) (store.Override, error) {
+	list, err := s.ListOverrides(ctx)
+	if err != nil {
+		return store.Override{}, fmt.Errorf("the override is set, but reading it back failed: %w", err)
+	}
+	for _, o := range list {
+		if o.Target == target {
+			return o, nil
+		}
+	}
+	return store.Override{}, fmt.Errorf("the override of %s is set, but was gone when read back (cleared meanwhile?)", target)
 }
 
 // errFindings makes check exit non-zero.

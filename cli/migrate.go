@@ -2,7 +2,9 @@ package cli
 
 import (
 	"context"
+	"flag"
 	"fmt"
+	"strconv"
 	"strings"
 	"text/tabwriter"
 
@@ -10,7 +12,24 @@ import (
 	"github.com/sluicequeue/sluice/store/dburl"
 )
 
+const migrateUsage = "migrate up [--to VERSION] | down [N] | status | sql --dialect D [--down]"
+
 func runMigrate(ctx context.Context, env *Env, args []string) error {
+	asksHelp := len(args) > 0 && args[0] == "help"
+	if len(args) > 0 && strings.HasPrefix(args[0], "-") {
+		for _, a := range args {
+			asksHelp = asksHelp || a == "-h" || a == "-help" || a == "--help"
+		}
+	}
+	if asksHelp {
+		fmt.Fprintf(env.Stderr, "usage: %s %s\n\n"+
+			"  up      apply the pending migrations (--to VERSION: stop after it)\n"+
+			"  down N  revert the N newest applied migrations (default 1)\n"+
+			"  status  list the migrations and whether each is applied\n"+
+			"  sql     print a dialect's migrations for your own migration tool\n\n"+
+			"Run %s migrate ACTION -h for its flags.\n", env.App.name(), migrateUsage, env.App.name())
+		return flag.ErrHelp
+	}
 	if len(args) == 0 || strings.HasPrefix(args[0], "-") {
 		return Usagef("say up, down, status or sql (e.g. %s migrate up)", env.App.name())
 	}
@@ -22,11 +41,34 @@ func runMigrate(ctx context.Context, env *Env, args []string) error {
 	default:
 		return Usagef("unknown migrate action %q: use up, down, status or sql", verb)
 	}
-	fs, url := env.FlagSet("migrate "+verb, "migrate up|down|status [flags]")
-	steps := fs.Int("steps", 1, "with down: how many migrations to revert")
-	to := fs.Int("to", 0, "with up: stop after this version (0: the newest)")
+	fs, url := env.FlagSet("migrate "+verb, map[string]string{
+		"up":     "migrate up [--to VERSION] [flags]",
+		"down":   "migrate down [N] [flags]",
+		"status": "migrate status [flags]",
+	}[verb])
+	var steps, to *int
+	switch verb {
+	case "up":
+		to = fs.Int("to", 0, "stop after this version (0: the newest)")
+	case "down":
+		steps = fs.Int("steps", 0, "how many migrations to revert, as N (default 1)")
+	}
 	if err := Parse(fs, rest); err != nil {
 		return err
+	}
+	n := 0
+	switch {
+	case verb == "down":
+		var err error
+		if n, err = downCount(fs, *steps); err != nil {
+			return err
+		}
+	case fs.NArg() > 0:
+		hint := ""
+		if verb == "up" {
+			hint = "; to stop at a version, use --to VERSION"
+		}
+		return Usagef("migrate %s takes no arguments, got %q%s", verb, strings.Join(fs.Args(), " "), hint)
 	}
 	s, err := Open(ctx, *url)
 	if err != nil {
@@ -44,12 +86,12 @@ func runMigrate(ctx context.Context, env *Env, args []string) error {
 		}
 		return err
 	case "down":
-		if *steps < 1 {
-			return Usagef("--steps must be at least 1")
-		}
-		done, err := s.MigrateDown(ctx, *steps)
+		done, err := s.MigrateDown(ctx, n)
 		for _, m := range done {
 			fmt.Fprintf(env.Stdout, "reverted %03d_%s\n", m.Version, m.Name)
+		}
+		if err == nil && len(done) == 0 {
+			fmt.Fprintln(env.Stdout, "nothing to revert")
 		}
 		return err
 	}
@@ -69,6 +111,33 @@ func runMigrate(ctx context.Context, env *Env, args []string) error {
 	return tw.Flush()
 }
 
+// downCount is how many migrations `migrate down` reverts: its one
+// argument N, or --steps N, else 1.
+func downCount(fs *flag.FlagSet, steps int) (int, error) {
+	stepsSet := isSet(fs, "steps")
+	switch {
+	case fs.NArg() > 1:
+		return 0, Usagef("migrate down takes one number of migrations to revert, got %q", strings.Join(fs.Args(), " "))
+	case fs.NArg() == 1 && stepsSet:
+		return 0, Usagef("give the number of migrations once: migrate down N, or --steps N")
+	case fs.NArg() == 1:
+		n, err := strconv.Atoi(fs.Arg(0))
+		if err != nil {
+			return 0, Usagef("migrate down N: %q is not a number of migrations to revert", fs.Arg(0))
+		}
+		if n < 1 {
+			return 0, Usagef("migrate down N: N is %d; it must be at least 1", n)
+		}
+		return n, nil
+	case stepsSet:
+		if steps < 1 {
+			return 0, Usagef("--steps is %d; it must be at least 1", steps)
+		}
+		return steps, nil
+	}
+	return 1, nil
+}
+
 // migrateSQL prints a dialect's migrations for teams that run their own
 // migration tool.
 func migrateSQL(env *Env, args []string) error {
@@ -77,6 +146,9 @@ func migrateSQL(env *Env, args []string) error {
 	down := fs.Bool("down", false, "print the down migrations, newest first")
 	if err := Parse(fs, args); err != nil {
 		return err
+	}
+	if fs.NArg() > 0 {
+		return Usagef("migrate sql takes no arguments, got %q; say the dialect with --dialect", strings.Join(fs.Args(), " "))
 	}
 	if *dialect == "" {
 		return Usagef("--dialect is required: postgres, mysql or sqlite")

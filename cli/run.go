@@ -36,12 +36,22 @@ func runWorker(ctx context.Context, env *Env, args []string) error {
 	jobTimeout := fs.Duration("job-timeout", jobs.DefaultJobTimeout, "bound on one run unless its kind sets one; negative for none")
 	shutdown := fs.Duration("shutdown-timeout", jobs.DefaultShutdownTimeout, "how long running jobs get to finish on SIGTERM")
 	hostClock := fs.Bool("host-clock", false, "decide rate limits on this host's clock instead of the database's")
+	beat := beatFlags(fs)
 	level := logFlag(fs)
 	if err := Parse(fs, args); err != nil {
 		return err
 	}
 	if *concurrency < 1 {
 		return Usagef("--concurrency is %d; it must be at least 1", *concurrency)
+	}
+	if *poll < jobs.MinInterval {
+		return Usagef("--poll-interval is %s; it must be at least %s", *poll, jobs.MinInterval)
+	}
+	if *shutdown <= 0 {
+		return Usagef("--shutdown-timeout is %s; it must be positive", *shutdown)
+	}
+	if err := beat.check(fs); err != nil {
+		return err
 	}
 	qs := splitList(*queues)
 	if len(qs) == 0 {
@@ -59,6 +69,7 @@ func runWorker(ctx context.Context, env *Env, args []string) error {
 	w, err := jobs.NewWorker(s, env.App.Registry, jobs.WorkerConfig{
 		Queues: qs, Concurrency: *concurrency, PollInterval: *poll, JobTimeout: *jobTimeout,
 		ShutdownTimeout: *shutdown, HostClock: *hostClock, Logger: log,
+		HeartbeatInterval: *beat.heartbeat, DeadAfter: *beat.deadAfter,
 	})
 	if err != nil {
 		return err
@@ -71,6 +82,7 @@ func runDispatcher(ctx context.Context, env *Env, args []string) error {
 	interval := fs.Duration("interval", dispatcher.DefaultInterval, "how often to look for due jobs")
 	batch := fs.Int("batch-size", dispatcher.DefaultBatchSize, "jobs one promotion moves")
 	config := configFlag(fs)
+	beat := beatFlags(fs)
 	level := logFlag(fs)
 	if err := Parse(fs, args); err != nil {
 		return err
@@ -78,8 +90,11 @@ func runDispatcher(ctx context.Context, env *Env, args []string) error {
 	if *batch < 1 {
 		return Usagef("--batch-size is %d; it must be at least 1", *batch)
 	}
-	if *interval <= 0 {
-		return Usagef("--interval must be positive")
+	if *interval < jobs.MinInterval {
+		return Usagef("--interval is %s; it must be at least %s", *interval, jobs.MinInterval)
+	}
+	if err := beat.check(fs); err != nil {
+		return err
 	}
 	log, err := env.logger(*level)
 	if err != nil {
@@ -90,11 +105,52 @@ func runDispatcher(ctx context.Context, env *Env, args []string) error {
 		return err
 	}
 	defer s.Close()
-	d, err := env.dispatcher(s, *config, dispatcher.Config{Interval: *interval, BatchSize: *batch, Logger: log})
+	d, err := env.dispatcher(s, *config, dispatcher.Config{
+		Interval: *interval, BatchSize: *batch, Logger: log,
+		HeartbeatInterval: *beat.heartbeat, DeadAfter: *beat.deadAfter,
+	})
 	if err != nil {
 		return err
 	}
 	return d.Run(ctx)
+}
+
+// beats are a process's --heartbeat and --dead-after.
+type beats struct{ heartbeat, deadAfter *time.Duration }
+
+// beatFlags adds --heartbeat and --dead-after to fs.
+func beatFlags(fs *flag.FlagSet) beats {
+	return beats{
+		heartbeat: fs.Duration("heartbeat", jobs.DefaultHeartbeatInterval,
+			"how often this process stamps its row in sluice_processes and looks for dead processes"),
+		deadAfter: fs.Duration("dead-after", jobs.DefaultDeadAfter,
+			fmt.Sprintf("how old a heartbeat must be before its process is presumed dead and its running jobs run again; at least %d × --heartbeat, and the same in every process", jobs.DeadAfterHeartbeats)),
+	}
+}
+
+// check refuses a heartbeat under jobs.MinInterval and a dead-after
+// shorter than jobs.DeadAfterHeartbeats heartbeats, which would reap live
+// processes and run their jobs twice.
+func (b beats) check(fs *flag.FlagSet) error {
+	if *b.heartbeat < jobs.MinInterval {
+		return Usagef("--heartbeat is %s; it must be at least %s", *b.heartbeat, jobs.MinInterval)
+	}
+	if *b.heartbeat > *b.deadAfter/jobs.DeadAfterHeartbeats {
+		what := ""
+		if !isSet(fs, "dead-after") {
+			what = " (the default)"
+		}
+		return Usagef("--dead-after is %s%s; it must be at least %d × --heartbeat (%s), or live processes are presumed dead between heartbeats and their jobs run twice",
+			*b.deadAfter, what, jobs.DeadAfterHeartbeats, *b.heartbeat)
+	}
+	return nil
+}
+
+// isSet reports whether the command line set the flag name.
+func isSet(fs *flag.FlagSet, name string) bool {
+	set := false
+	fs.Visit(func(f *flag.Flag) { set = set || f.Name == name })
+	return set
 }
 
 // configFlag adds --config to fs.

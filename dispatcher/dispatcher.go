@@ -76,23 +76,57 @@ type Dispatcher struct {
 	tasks []*task
 }
 
-// New returns a dispatcher over s. It fails, naming the task, when a
-// recurring task is invalid (a bad schedule, a missing key or args).
+// New returns a dispatcher over s. A zero setting takes its default. It
+// fails, naming the field, on a negative duration or batch size, an
+// Interval or HeartbeatInterval under jobs.MinInterval, a DeadAfter shorter
+// than jobs.DeadAfterHeartbeats × HeartbeatInterval, and, naming the task,
+// when a recurring task is invalid (a bad schedule, a missing key or args).
 func New(s *store.Store, cfg Config) (*Dispatcher, error) {
-	if cfg.Interval <= 0 {
+	if cfg.BatchSize < 0 {
+		return nil, fmt.Errorf("dispatcher: New: BatchSize is %d; it must be positive, or 0 for the default (%d)", cfg.BatchSize, DefaultBatchSize)
+	}
+	for _, f := range []struct {
+		name string
+		d    time.Duration
+	}{
+		{"Interval", cfg.Interval}, {"Horizon", cfg.Horizon}, {"HeartbeatInterval", cfg.HeartbeatInterval},
+		{"DeadAfter", cfg.DeadAfter}, {"Maintenance.Retention", cfg.Maintenance.Retention},
+	} {
+		if f.d < 0 {
+			return nil, fmt.Errorf("dispatcher: New: %s is %s; it must be positive, or 0 for the default", f.name, f.d)
+		}
+	}
+	deadAfterSet := cfg.DeadAfter != 0
+	if cfg.Interval == 0 {
 		cfg.Interval = DefaultInterval
 	}
-	if cfg.BatchSize <= 0 {
+	if cfg.BatchSize == 0 {
 		cfg.BatchSize = DefaultBatchSize
 	}
-	if cfg.Horizon <= 0 {
+	if cfg.Horizon == 0 {
 		cfg.Horizon = store.DefaultHorizon
 	}
-	if cfg.HeartbeatInterval <= 0 {
+	if cfg.HeartbeatInterval == 0 {
 		cfg.HeartbeatInterval = DefaultHeartbeatInterval
 	}
-	if cfg.DeadAfter <= 0 {
+	if cfg.DeadAfter == 0 {
 		cfg.DeadAfter = DefaultDeadAfter
+	}
+	for _, f := range []struct {
+		name string
+		d    time.Duration
+	}{{"Interval", cfg.Interval}, {"HeartbeatInterval", cfg.HeartbeatInterval}} {
+		if f.d < jobs.MinInterval {
+			return nil, fmt.Errorf("dispatcher: New: %s is %s; it must be at least %s", f.name, f.d, jobs.MinInterval)
+		}
+	}
+	if cfg.HeartbeatInterval > cfg.DeadAfter/jobs.DeadAfterHeartbeats {
+		what := ""
+		if !deadAfterSet {
+			what = " (the default)"
+		}
+		return nil, fmt.Errorf("dispatcher: New: DeadAfter is %s%s; it must be at least %d × HeartbeatInterval (%s), or a live process is presumed dead between its heartbeats and its jobs run twice",
+			cfg.DeadAfter, what, jobs.DeadAfterHeartbeats, cfg.HeartbeatInterval)
 	}
 
 	if cfg.Name == "" {

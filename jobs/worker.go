@@ -24,6 +24,14 @@ const (
 	DefaultShutdownTimeout   = 30 * time.Second
 	DefaultHeartbeatInterval = 60 * time.Second
 	DefaultDeadAfter         = 5 * time.Minute
+	// DeadAfterHeartbeats is how many heartbeat intervals DeadAfter must
+	// span at least, so that a live process is never presumed dead (and
+	// its jobs run twice) between two of its heartbeats.
+	DeadAfterHeartbeats = 3
+	// MinInterval is the shortest PollInterval, HeartbeatInterval and
+	// OverrideRefresh (and dispatcher Interval) accepted: a shorter loop
+	// only hammers the database.
+	MinInterval = time.Millisecond
 	// maxClaimsPerPoll bounds the claims a worker makes in a row when
 	// claims defer jobs and slots stay free.
 	maxClaimsPerPoll = 5
@@ -120,7 +128,11 @@ type runningJob struct {
 	released bool
 }
 
-// NewWorker returns a worker for the kinds in reg, claiming from s.
+// NewWorker returns a worker for the kinds in reg, claiming from s. A zero
+// setting takes its default; it refuses, naming the field, a negative
+// count or duration (but JobTimeout, where negative means none), a
+// PollInterval, HeartbeatInterval or OverrideRefresh under MinInterval,
+// and a DeadAfter shorter than DeadAfterHeartbeats × HeartbeatInterval.
 func NewWorker(s *store.Store, reg *Registry, cfg WorkerConfig) (*Worker, error) {
 	if s == nil || reg == nil {
 		return nil, errors.New("jobs: NewWorker needs a store and a registry")
@@ -134,8 +146,22 @@ func NewWorker(s *store.Store, reg *Registry, cfg WorkerConfig) (*Worker, error)
 		}
 	}
 	if cfg.Concurrency < 0 {
-		return nil, fmt.Errorf("jobs: NewWorker: Concurrency is %d; it must be positive", cfg.Concurrency)
+		return nil, fmt.Errorf("jobs: NewWorker: Concurrency is %d; it must be positive, or 0 for the default (%d)", cfg.Concurrency, DefaultConcurrency)
 	}
+	// JobTimeout is left out: a negative one means none.
+	for _, f := range []struct {
+		name string
+		d    time.Duration
+	}{
+		{"PollInterval", cfg.PollInterval}, {"ShutdownTimeout", cfg.ShutdownTimeout},
+		{"HeartbeatInterval", cfg.HeartbeatInterval}, {"DeadAfter", cfg.DeadAfter},
+		{"Horizon", cfg.Horizon}, {"OverrideRefresh", cfg.OverrideRefresh}, {"MaxRetryAfter", cfg.MaxRetryAfter},
+	} {
+		if f.d < 0 {
+			return nil, fmt.Errorf("jobs: NewWorker: %s is %s; it must be positive, or 0 for the default", f.name, f.d)
+		}
+	}
+	deadAfterSet := cfg.DeadAfter != 0
 	setDefault(&cfg.Concurrency, DefaultConcurrency)
 	setDefault(&cfg.PollInterval, DefaultPollInterval)
 	setDefault(&cfg.JobTimeout, DefaultJobTimeout)
@@ -145,6 +171,22 @@ func NewWorker(s *store.Store, reg *Registry, cfg WorkerConfig) (*Worker, error)
 	setDefault(&cfg.Horizon, store.DefaultHorizon)
 	setDefault(&cfg.OverrideRefresh, 5*time.Second)
 	setDefault(&cfg.MaxRetryAfter, time.Hour)
+	for _, f := range []struct {
+		name string
+		d    time.Duration
+	}{{"PollInterval", cfg.PollInterval}, {"HeartbeatInterval", cfg.HeartbeatInterval}, {"OverrideRefresh", cfg.OverrideRefresh}} {
+		if f.d < MinInterval {
+			return nil, fmt.Errorf("jobs: NewWorker: %s is %s; it must be at least %s", f.name, f.d, MinInterval)
+		}
+	}
+	if cfg.HeartbeatInterval > cfg.DeadAfter/DeadAfterHeartbeats {
+		what := ""
+		if !deadAfterSet {
+			what = " (the default)"
+		}
+		return nil, fmt.Errorf("jobs: NewWorker: DeadAfter is %s%s; it must be at least %d × HeartbeatInterval (%s), or a live worker is presumed dead between its heartbeats and its jobs run twice",
+			cfg.DeadAfter, what, DeadAfterHeartbeats, cfg.HeartbeatInterval)
+	}
 	if cfg.Name == "" {
 		cfg.Name, _ = os.Hostname()
 	}

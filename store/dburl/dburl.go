@@ -9,6 +9,8 @@ import (
 	"net/url"
 	"strings"
 
+	"github.com/jackc/pgx/v5/pgxpool"
+
 	"github.com/sluicequeue/sluice/store"
 	"github.com/sluicequeue/sluice/store/mysql"
 	"github.com/sluicequeue/sluice/store/postgres"
@@ -25,20 +27,43 @@ const Default = "sqlite:sluice.db"
 //	sqlite:PATH or a file path     SQLite; ?synchronous=normal trades
 //	                               durability on power loss for speed
 //
-// It does not migrate.
+// It does not migrate. Its errors never show the URL's password (see
+// Redact).
 func Open(ctx context.Context, rawURL string) (*store.Store, error) {
+	open, err := parse(rawURL)
+	if err != nil {
+		return nil, RedactError(err, rawURL)
+	}
+	s, err := open(ctx)
+	if err != nil {
+		return nil, RedactError(err, rawURL)
+	}
+	return s, nil
+}
+
+// parse checks rawURL without connecting and returns how to open it.
+func parse(rawURL string) (func(context.Context) (*store.Store, error), error) {
 	scheme, rest := split(rawURL)
 	switch scheme {
 	case "postgres", "postgresql":
-		return postgres.Open(ctx, rawURL)
+		if _, err := pgxpool.ParseConfig(rawURL); err != nil {
+			// postgres.Open fails as it parses, without connecting, and
+			// its error leaves out the URL.
+			_, err = postgres.Open(context.Background(), rawURL)
+			return nil, fmt.Errorf("%w (in %s)", err, Redact(rawURL))
+		}
+		return func(ctx context.Context) (*store.Store, error) { return postgres.Open(ctx, rawURL) }, nil
 	case "mysql":
-		return mysql.Open(ctx, rawURL)
+		if _, err := mysql.Config(rawURL); err != nil {
+			return nil, fmt.Errorf("%w (in %s)", err, Redact(rawURL))
+		}
+		return func(ctx context.Context) (*store.Store, error) { return mysql.Open(ctx, rawURL) }, nil
 	case "sqlite", "file", "":
 		path, opts, err := sqliteOptions(rest)
 		if err != nil {
 			return nil, err
 		}
-		return sqlite.Open(ctx, path, opts)
+		return func(ctx context.Context) (*store.Store, error) { return sqlite.Open(ctx, path, opts) }, nil
 	}
 	return nil, fmt.Errorf("unknown database URL scheme %q: use postgres://…, mysql://… or sqlite:PATH", scheme)
 }

@@ -16,6 +16,7 @@ import (
 	"io/fs"
 	"net"
 	"net/url"
+	"regexp"
 	"strings"
 	"time"
 
@@ -30,10 +31,12 @@ var migrations embed.FS
 
 // Config turns a mysql://user:password@host:port/database?params URL into
 // the driver's configuration. Extra parameters are passed to the driver.
+// Its errors never quote the URL or any part of it, which may hold the
+// password.
 func Config(rawURL string) (*driver.Config, error) {
 	u, err := url.Parse(rawURL)
 	if err != nil {
-		return nil, fmt.Errorf("mysql: parse URL: %w", err)
+		return nil, fmt.Errorf("mysql: malformed URL: %s", urlProblem(err))
 	}
 	if u.Scheme != "mysql" {
 		return nil, fmt.Errorf("mysql: URL scheme is %q, want mysql", u.Scheme)
@@ -62,6 +65,24 @@ func Config(rawURL string) (*driver.Config, error) {
 	}
 	return cfg, nil
 }
+
+// urlProblem says what is wrong with a URL that url.Parse refused, without
+// the quoted and bracketed parts of its message (invalid port ":pw" after
+// host), which may be pieces of a password.
+func urlProblem(err error) string {
+	var ue *url.Error
+	if errors.As(err, &ue) {
+		err = ue.Err
+	}
+	msg := quoted.ReplaceAllString(err.Error(), "")
+	msg = bracketed.ReplaceAllString(msg, "")
+	return strings.Join(strings.Fields(strings.TrimPrefix(msg, "net/url: ")), " ")
+}
+
+var (
+	quoted    = regexp.MustCompile(`"(?:[^"\\]|\\.)*"?`)
+	bracketed = regexp.MustCompile(`\([^()]*\)?`)
+)
 
 // Open connects to the database at url. It does not migrate.
 func Open(ctx context.Context, rawURL string) (*store.Store, error) {

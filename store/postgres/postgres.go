@@ -11,6 +11,7 @@ import (
 	"errors"
 	"fmt"
 	"io/fs"
+	"regexp"
 	"strings"
 
 	"github.com/jackc/pgx/v5"
@@ -32,7 +33,28 @@ const Channel = store.Channel
 func Open(ctx context.Context, url string) (*store.Store, error) {
 	cfg, err := pgxpool.ParseConfig(url)
 	if err != nil {
-		return nil, fmt.Errorf("postgres: %w", err)
+		// The message never shows the connection string, nor the parts of
+		// it pgx quotes: pgx masks the password only on a best-effort basis
+		// in malformed strings. The caller knows the string it passed.
+		msg := err.Error()
+		var pce *pgconn.ParseConfigError
+		if errors.As(err, &pce) {
+			msg = pce.Error()
+			if inner := pce.Unwrap(); inner != nil && !strings.HasPrefix(url, "postgres://") && !strings.HasPrefix(url, "postgresql://") {
+				// A keyword=value string's detail quotes the text left.
+				msg = strings.TrimSuffix(msg, " ("+inner.Error()+")")
+			}
+			if i := strings.LastIndex(msg, "`: "); i >= 0 {
+				msg = msg[i+len("`: "):]
+			}
+		}
+		msg = quotedText.ReplaceAllStringFunc(msg, func(q string) string {
+			if len([]rune(q)) > 3 { // more than one character between the quotes
+				return `"…"`
+			}
+			return q
+		})
+		return nil, fmt.Errorf("postgres: cannot parse the connection string: %s", msg)
 	}
 	pool, err := pgxpool.NewWithConfig(ctx, cfg)
 	if err != nil {
@@ -44,6 +66,10 @@ func Open(ctx context.Context, url string) (*store.Store, error) {
 	}
 	return store.New(Dialect{}, &DB{pool: pool}), nil
 }
+
+// quotedText matches a quoted string in a parse error: a piece of the
+// connection string, maybe of its password, unless it is one character.
+var quotedText = regexp.MustCompile(`"(?:[^"\\]|\\.)*"`)
 
 // DB is the store's pool over pgxpool.
 type DB struct {
