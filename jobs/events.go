@@ -133,6 +133,10 @@ func deferEvents(ds []store.Deferral, shadow bool) []DeferEvent {
 
 // report delivers a claim's deferral events to the hook and the debug log.
 func (w *Worker) report(res *store.ClaimResult) {
+	for _, u := range res.Unfit {
+		w.log.Error("sluice: a job costs more than its rate limit's burst, so no slot could ever admit it; it failed (raise the burst, then retry it)",
+			"job_id", u.JobID, "kind", u.Kind, "budget", u.Key, "cost", u.Cost, "burst", u.Burst)
+	}
 	for _, batch := range []struct {
 		ds     []store.Deferral
 		shadow bool

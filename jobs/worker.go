@@ -13,6 +13,7 @@ import (
 
 	"github.com/sluicequeue/sluice/clock"
 	"github.com/sluicequeue/sluice/internal/heartbeat"
+	"github.com/sluicequeue/sluice/internal/keys"
 	"github.com/sluicequeue/sluice/store"
 )
 
@@ -143,6 +144,9 @@ func NewWorker(s *store.Store, reg *Registry, cfg WorkerConfig) (*Worker, error)
 	for _, q := range cfg.Queues {
 		if q == "" {
 			return nil, errors.New("jobs: NewWorker: a queue name is empty")
+		}
+		if err := keys.Check("queue name", q); err != nil {
+			return nil, fmt.Errorf("jobs: NewWorker: %w", err)
 		}
 	}
 	if cfg.Concurrency < 0 {

@@ -30,6 +30,7 @@ func TestNewWorkerRefusesNonsenseSettings(t *testing.T) {
 		want string
 	}{
 		{jobs.WorkerConfig{Concurrency: -1}, "Concurrency is -1; it must be positive, or 0 for the default (10)"},
+		{jobs.WorkerConfig{Queues: []string{"mail\x00"}}, "queue name"},
 		{jobs.WorkerConfig{PollInterval: -time.Millisecond}, "PollInterval is -1ms; it must be positive, or 0 for the default"},
 		{jobs.WorkerConfig{PollInterval: time.Microsecond}, "PollInterval is 1µs; it must be at least 1ms"},
 		{jobs.WorkerConfig{ShutdownTimeout: -time.Second}, "ShutdownTimeout is -1s"},
