@@ -110,9 +110,10 @@ type Dialect interface {
 	// SaveBudgets writes budget rows back.
 	SaveBudgets(rows []BudgetRow) (string, []any)
 	// LockParkedBudgets selects and locks, skipping locked rows, budgets
-	// with parked jobs whose next slot falls before until, or, for a
-	// paused budget (burst 0), before now. Columns: BudgetColumns.
-	LockParkedBudgets(now, until int64, limit int) (string, []any)
+	// with parked jobs whose next slot falls before until, soonest first.
+	// (Whether a budget hands out slots — a paused one waits for its
+	// probe — is decided by the store.) Columns: BudgetColumns.
+	LockParkedBudgets(until int64, limit int) (string, []any)
 	// LockParked selects and locks, skipping locked rows, the first parked
 	// jobs of a budget by priority then id. Columns: id, rate_keys.
 	LockParked(key string, limit int) (string, []any)

@@ -212,7 +212,7 @@ func (s *Store) Unpark(ctx context.Context, c Clock, horizon time.Duration, limi
 		}
 		now := Nanos(at)
 		until := now + horizon.Nanoseconds()
-		q, args := s.d.LockParkedBudgets(now, until, limit)
+		q, args := s.d.LockParkedBudgets(until, limit)
 		rows, err := queryBudgets(ctx, tx, q, args)
 		if err != nil {
 			return fmt.Errorf("lock parked budgets: %w", err)

@@ -206,10 +206,9 @@ ON DUPLICATE KEY UPDATE tat_ns = VALUES(tat_ns), next_slot_ns = VALUES(next_slot
 }
 
 // LockParkedBudgets locks budgets whose parked jobs may get slots.
-func (Dialect) LockParkedBudgets(now, until int64, limit int) (string, []any) {
-	return `SELECT ` + store.BudgetColumns + ` FROM sluice_budgets
-WHERE parked > 0 AND next_slot_ns <= CASE WHEN burst = 0 AND interval_ns > 0 THEN ? ELSE ? END
-ORDER BY next_slot_ns LIMIT ? FOR UPDATE SKIP LOCKED`, []any{now, until, limit}
+func (Dialect) LockParkedBudgets(until int64, limit int) (string, []any) {
+	return `SELECT ` + store.BudgetColumns + ` FROM sluice_budgets WHERE parked > 0 AND next_slot_ns <= ?
+ORDER BY next_slot_ns LIMIT ? FOR UPDATE SKIP LOCKED`, []any{until, limit}
 }
 
 // LockParked locks a budget's first parked jobs.

@@ -223,10 +223,9 @@ ON CONFLICT (name) DO UPDATE SET tat_ns = EXCLUDED.tat_ns, next_slot_ns = EXCLUD
 }
 
 // LockParkedBudgets locks budgets whose parked jobs may get slots.
-func (Dialect) LockParkedBudgets(now, until int64, limit int) (string, []any) {
-	return `SELECT ` + store.BudgetColumns + ` FROM sluice_budgets
-WHERE parked > 0 AND next_slot_ns <= CASE WHEN burst = 0 AND interval_ns > 0 THEN $1::bigint ELSE $2::bigint END
-ORDER BY next_slot_ns LIMIT $3 FOR UPDATE SKIP LOCKED`, []any{now, until, limit}
+func (Dialect) LockParkedBudgets(until int64, limit int) (string, []any) {
+	return `SELECT ` + store.BudgetColumns + ` FROM sluice_budgets WHERE parked > 0 AND next_slot_ns <= $1
+ORDER BY next_slot_ns LIMIT $2 FOR UPDATE SKIP LOCKED`, []any{until, limit}
 }
 
 // LockParked locks a budget's first parked jobs.

@@ -191,10 +191,9 @@ ON CONFLICT (name) DO UPDATE SET tat_ns = excluded.tat_ns, next_slot_ns = exclud
 }
 
 // LockParkedBudgets selects budgets whose parked jobs may get slots.
-func (Dialect) LockParkedBudgets(now, until int64, limit int) (string, []any) {
-	return `SELECT ` + store.BudgetColumns + ` FROM sluice_budgets
-WHERE parked > 0 AND next_slot_ns <= CASE WHEN burst = 0 AND interval_ns > 0 THEN ? ELSE ? END
-ORDER BY next_slot_ns LIMIT ?`, []any{now, until, limit}
+func (Dialect) LockParkedBudgets(until int64, limit int) (string, []any) {
+	return `SELECT ` + store.BudgetColumns + ` FROM sluice_budgets WHERE parked > 0 AND next_slot_ns <= ?
+ORDER BY next_slot_ns LIMIT ?`, []any{until, limit}
 }
 
 // LockParked selects a budget's first parked jobs.
