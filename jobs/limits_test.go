@@ -186,7 +186,9 @@ func TestAnOverrideTakesEffectWithinTheRefreshInterval(t *testing.T) {
 		h.clock.Advance(5 * time.Second) // the worker reads the override
 		<-h.clock.WaitForTimerAt(t0.Add(10 * time.Second))
 		h.enqueue(sms{To: "premium"}) // wakes the worker: denied, its slot within a second
-		<-h.clock.WaitForTimerAt(t0.Add(time.Hour + 5*time.Second))
+		// The worker waits for that slot (1 s, one interval of the new
+		// limit), not for its hour-long poll.
+		<-h.clock.WaitForTimerAt(t0.Add(6 * time.Second))
 		res, err := h.store.ListJobs(ctx, store.JobFilter{State: store.StateScheduled})
 		require.NoError(t, err)
 		require.Len(t, res, 1)

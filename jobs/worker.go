@@ -122,6 +122,9 @@ type Worker struct {
 
 	// limits is what claims decide against; nil when no limit is declared.
 	limits *limitsView
+	// slots are the coming slots this worker's claims handed out; only the
+	// claiming goroutine touches them.
+	slots dueSlots
 }
 
 type runningJob struct {
@@ -284,11 +287,14 @@ func (w *Worker) register(ctx context.Context) error {
 }
 
 // loop claims while there are free slots and waits otherwise, until ctx
-// is done.
+// is done. It also wakes at each slot its claims handed to a rate-limited
+// job, and then looks for the jobs that waited for it (as it does on each
+// poll), so a backlog drains at its limit's pace.
 func (w *Worker) loop(ctx, jobsCtx context.Context, wake <-chan struct{}) {
 	failures := 0
+	promote := w.limits != nil
 	for ctx.Err() == nil {
-		full, err := w.claimRound(ctx, jobsCtx)
+		full, err := w.claimRound(ctx, jobsCtx, promote)
 		pause := w.cfg.PollInterval
 		if err != nil {
 			if ctx.Err() != nil {
@@ -303,30 +309,36 @@ func (w *Worker) loop(ctx, jobsCtx context.Context, wake <-chan struct{}) {
 		var freed <-chan struct{}
 		if full && err == nil {
 			freed = w.freed // jobs are likely waiting: claim as soon as a slot frees
+		} else if wait, ok := w.slots.next(w.clock.Now()); ok && err == nil {
+			pause = min(pause, wait)
 		}
 		t := w.clock.NewTimer(pause)
+		polled := false
 		select {
 		case <-ctx.Done():
 		case <-wake:
 		case <-freed:
 		case <-t.C():
+			polled = true
 		}
 		t.Stop()
+		promote = w.limits != nil && (polled || w.slots.due(w.clock.Now()))
 	}
 }
 
 // claimRound claims for the free slots, claiming again at once (up to
 // maxClaimsPerPoll times, each deciding up to 8 times more candidates)
-// while claims defer jobs and slots stay free. It reports whether the last
+// while claims defer jobs and slots stay free. With promote, its first
+// claim takes the waiting jobs that are due. It reports whether the last
 // claim filled every slot.
-func (w *Worker) claimRound(ctx, jobsCtx context.Context) (bool, error) {
+func (w *Worker) claimRound(ctx, jobsCtx context.Context, promote bool) (bool, error) {
 	window := 0
 	for round := 0; round < maxClaimsPerPoll; round++ {
 		free := w.free()
 		if free == 0 {
 			return true, nil
 		}
-		res, err := w.claim(ctx, free, window)
+		res, err := w.claim(ctx, free, window, promote || w.limits != nil && w.slots.due(w.clock.Now()))
 		if err != nil {
 			return false, err
 		}
@@ -347,9 +359,11 @@ func (w *Worker) claimRound(ctx, jobsCtx context.Context) (bool, error) {
 }
 
 // claim takes up to max ready jobs (deciding up to window of them against
-// their limits) and reports the claim to the hooks and the log.
-func (w *Worker) claim(ctx context.Context, max, window int) (*store.ClaimResult, error) {
+// their limits, and first taking the due waiting jobs when promote is set)
+// and reports the claim to the hooks and the log.
+func (w *Worker) claim(ctx context.Context, max, window int, promote bool) (*store.ClaimResult, error) {
 	began := time.Now()
+	hostBegan := w.clock.Now()
 	res, err := w.store.Claim(ctx, store.ClaimParams{
 		ProcessID:  w.pid.Load(),
 		Queues:     w.cfg.Queues,
@@ -358,9 +372,13 @@ func (w *Worker) claim(ctx context.Context, max, window int) (*store.ClaimResult
 		Clock:      w.storeClock(),
 		Limits:     w.claimLimits(),
 		Horizon:    w.cfg.Horizon,
+		PromoteDue: promote && w.limits != nil,
 	})
 	if err != nil {
 		return nil, err
+	}
+	if w.limits != nil {
+		w.slots.note(res, hostBegan, w.clock.Now())
 	}
 	if w.hooks.OnClaim != nil {
 		w.hooks.OnClaim(ClaimEvent{Claimed: len(res.Jobs), Deferred: len(res.Deferred), Duration: time.Since(began), DecidedAt: res.DecidedAt})

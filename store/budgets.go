@@ -24,6 +24,8 @@ type budget struct {
 	// this claim applies.
 	prepared bool
 	dirty    bool
+	// parkedNow is set when this transaction parked jobs on the budget.
+	parkedNow bool
 }
 
 // params returns the limit the row was last charged under.

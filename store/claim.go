@@ -59,6 +59,13 @@ type ClaimParams struct {
 	// Horizon is how far ahead slots are handed out. Defaults to
 	// DefaultHorizon.
 	Horizon time.Duration
+	// PromoteDue, with Limits, makes the claim first take the due jobs of
+	// its queues that wait on a rate limit (deferred ones whose slot has
+	// come, and ones an upstream 429 held back) and check them with the
+	// rest, so a backlog drains at its limit's pace and not at the
+	// dispatcher's. A worker sets it when a slot it knows of has come, and
+	// when it polls.
+	PromoteDue bool
 }
 
 // ClaimResult is what a claim took and what it deferred.
@@ -72,6 +79,15 @@ type ClaimResult struct {
 	Shadowed []Deferral
 	// Unfit jobs failed: one of their limits can never admit their cost.
 	Unfit []Unfit
+	// Promoted counts the due waiting jobs the claim took (PromoteDue).
+	Promoted int
+	// DueAt is the time PromoteDue took due jobs at, on the claim's clock:
+	// every waiting job due by then was taken (zero without PromoteDue).
+	DueAt time.Time
+	// Unparked are the slots the claim handed to parked jobs of the
+	// budgets it locked, when those budgets' slots came within the
+	// horizon: like a deferral's, each is a time to claim again at.
+	Unparked []time.Time
 	// DecidedAt is the time rate limits were decided at (read after the
 	// budget locks); zero when no candidate carried a limit.
 	DecidedAt time.Time
@@ -117,6 +133,11 @@ func (s *Store) claim(ctx context.Context, tx Tx, p ClaimParams, res *ClaimResul
 	window := p.Max
 	if p.Limits != nil {
 		window = max(p.Max, p.Candidates)
+		if p.PromoteDue {
+			if err := s.promoteDue(ctx, tx, p, window, res); err != nil {
+				return err
+			}
+		}
 	}
 	var cands []*Job
 	for _, q := range p.Queues {
@@ -169,6 +190,27 @@ func (s *Store) claim(ctx context.Context, tx Tx, p ClaimParams, res *ClaimResul
 		return err
 	}
 	res.Jobs = admitted
+	return nil
+}
+
+// promoteDue makes the due jobs of p's queues that wait on a rate limit
+// ready, taking concurrency slots for those that need one, so that the
+// claim's candidates include them. It wakes no other worker: this claim
+// takes them.
+func (s *Store) promoteDue(ctx context.Context, tx Tx, p ClaimParams, limit int, res *ClaimResult) error {
+	at, err := s.now(ctx, tx, p.Clock)
+	if err != nil {
+		return err
+	}
+	q, args := s.d.LockDueWaiting(p.Queues, Micros(at), limit)
+	due, err := scanDue(ctx, tx, q, args)
+	if err != nil {
+		return fmt.Errorf("lock due waiting jobs: %w", err)
+	}
+	res.Promoted, res.DueAt = len(due), at
+	if _, err := s.promote(ctx, tx, due, Micros(at), false); err != nil {
+		return fmt.Errorf("promote due waiting jobs: %w", err)
+	}
 	return nil
 }
 

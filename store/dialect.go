@@ -71,6 +71,11 @@ type Dialect interface {
 	// Columns: id, queue, conc_key, conc_limit, conc_duration, conc_discard,
 	// holds_slot.
 	LockDue(now int64, limit int) (string, []any)
+	// LockDueWaiting selects and locks, skipping locked rows, up to limit
+	// scheduled jobs of the queues that wait on a rate limit (a deferral or
+	// an upstream 429) and are due at now, soonest first. Columns: as
+	// LockDue's.
+	LockDueWaiting(queues []string, now int64, limit int) (string, []any)
 	// MarkReady makes locked jobs ready.
 	MarkReady(ids []int64) (string, []any)
 	// Notify wakes listening workers for the queues, or returns "".

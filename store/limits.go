@@ -138,6 +138,7 @@ func (s *Store) applyLimits(ctx context.Context, tx Tx, p ClaimParams, cands []*
 		} else {
 			d.Parked = true
 			b.row.Parked++
+			b.parkedNow = true
 			deferred = append(deferred, SetRow{ID: j.ID, State: StateParked, WaitKey: holder.key})
 		}
 		b.dirty = true
@@ -146,6 +147,10 @@ func (s *Store) applyLimits(ctx context.Context, tx Tx, p ClaimParams, cands []*
 			gives[j.ID] = j.ConcKey
 		}
 	}
+	unparked, err := s.unparkLocked(ctx, tx, keys, budgets, now, until+horizon.Nanoseconds()/10, res)
+	if err != nil {
+		return nil, nil, nil, err
+	}
 	var writes []Stmt
 	if st, ok := s.saveBudgets(budgets, Micros(at)); ok {
 		writes = append(writes, st)
@@ -153,7 +158,42 @@ func (s *Store) applyLimits(ctx context.Context, tx Tx, p ClaimParams, cands []*
 	if moved := append(deferred, failed...); len(moved) > 0 {
 		writes = append(writes, stmt(s.d.SetJobs(StateReady, 0, Micros(at), moved)))
 	}
+	if len(unparked) > 0 {
+		writes = append(writes, stmt(s.d.SetJobs(StateParked, 0, Micros(at), unparked)))
+	}
 	return admitted, writes, gives, nil
+}
+
+// maxUnparkPerClaim bounds the parked jobs one claim hands slots to.
+const maxUnparkPerClaim = 100
+
+// unparkLocked hands slots to parked jobs of the budgets a claim holds
+// locked, when their slots come within until, and records the slots in
+// res: the worker that drains a budget thus learns when to come back for
+// every job it will admit, including those that waited past the horizon.
+// Claims look a little further ahead (until) than the dispatcher does, so
+// that a budget workers are draining is seldom left to the dispatcher's
+// coarser tick. A paused budget is left to the dispatcher, and so is one
+// this claim parked jobs on: its slots lie past the horizon, and the
+// count of its parked jobs is not in the database until the claim's writes
+// are.
+func (s *Store) unparkLocked(ctx context.Context, tx Tx, keys []string, budgets map[string]*budget, now, until int64, res *ClaimResult) ([]SetRow, error) {
+	var moves []SetRow
+	for _, k := range keys {
+		b := budgets[k]
+		if b.row.Parked == 0 || b.parkedNow || b.params().Paused {
+			continue
+		}
+		got, err := s.unparkBudget(ctx, tx, b, now, until, maxUnparkPerClaim)
+		if err != nil {
+			return nil, err
+		}
+		for _, m := range got {
+			res.Unparked = append(res.Unparked, FromMicros(m.RunAt))
+		}
+		moves = append(moves, got...)
+	}
+	return moves, nil
 }
 
 // Unfit is a job failed at claim because one of its limits can never
@@ -222,7 +262,7 @@ func (s *Store) Unpark(ctx context.Context, c Clock, horizon time.Duration, limi
 		for _, r := range rows {
 			b := &budget{row: r, state: ratelimit.State{TAT: r.TAT, NextSlot: r.NextSlot}}
 			budgets[r.Name] = b
-			got, err := s.unparkBudget(ctx, tx, b, now, until)
+			got, err := s.unparkBudget(ctx, tx, b, now, until, 1000)
 			if err != nil {
 				return err
 			}
@@ -247,8 +287,8 @@ func (s *Store) Unpark(ctx context.Context, c Clock, horizon time.Duration, limi
 	return total, nil
 }
 
-// unparkBudget schedules the parked jobs of one locked budget into the
-// slots that fall within the horizon, each as many intervals wide as its
+// unparkBudget schedules up to most parked jobs of one locked budget into
+// the slots that fall within until, each as many intervals wide as its
 // cost on this budget. Times are nanoseconds.
 //
 // The budget's parked count may run ahead of its parked jobs (a job left
@@ -259,7 +299,7 @@ func (s *Store) Unpark(ctx context.Context, c Clock, horizon time.Duration, limi
 // (a coalescing join, a caller's EnqueueTx, an operator's cancel) — it
 // counts the budget's parked jobs again, locked or not, before it lowers
 // the count.
-func (s *Store) unparkBudget(ctx context.Context, tx Tx, b *budget, now, until int64) ([]SetRow, error) {
+func (s *Store) unparkBudget(ctx context.Context, tx Tx, b *budget, now, until int64, most int) ([]SetRow, error) {
 	p := b.params()
 	first := max(b.state.NextSlot, now)
 	want := 1
@@ -273,7 +313,7 @@ func (s *Store) unparkBudget(ctx context.Context, tx Tx, b *budget, now, until i
 		}
 		want = int((until-first)/p.Interval) + 1
 	}
-	want = min(want, max(b.row.Parked, 1), 1000)
+	want = min(want, max(b.row.Parked, 1), most)
 	q, args := s.d.LockParked(b.row.Name, want)
 	parked, err := s.queryParked(ctx, tx, q, args, b.row.Name)
 	if err != nil {

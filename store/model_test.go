@@ -396,7 +396,7 @@ func (w *walk) apply(o op) error {
 		pid := w.pids[o.a%len(w.pids)]
 		res, err := w.s.Claim(w.ctx, store.ClaimParams{
 			ProcessID: pid, Queues: []string{modelQueue}, Max: 1 + o.b%6, Candidates: o.b % 12,
-			Clock: w.clock(), Limits: w.lim, Horizon: 5 * time.Second,
+			Clock: w.clock(), Limits: w.lim, Horizon: 5 * time.Second, PromoteDue: o.b%3 != 0,
 		})
 		if err != nil {
 			return err

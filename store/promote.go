@@ -29,7 +29,7 @@ func (s *Store) Promote(ctx context.Context, c Clock, batch int) (int, []string,
 			return fmt.Errorf("lock due jobs: %w", err)
 		}
 		n = len(due)
-		queues, err = s.promote(ctx, tx, due, nowUS)
+		queues, err = s.promote(ctx, tx, due, nowUS, true)
 		return err
 	})
 	if err != nil {
@@ -41,8 +41,9 @@ func (s *Store) Promote(ctx context.Context, c Clock, batch int) (int, []string,
 
 // promote makes locked scheduled jobs ready, taking a concurrency slot for
 // each that needs one (blocking or discarding it when none is free), and
-// returns the queues that gained ready jobs.
-func (s *Store) promote(ctx context.Context, ex Executor, due []DueRow, nowUS int64) ([]string, error) {
+// returns the queues that gained ready jobs, whose workers it wakes when
+// notify is set.
+func (s *Store) promote(ctx context.Context, ex Executor, due []DueRow, nowUS int64, notify bool) ([]string, error) {
 	if len(due) == 0 {
 		return nil, nil
 	}
@@ -91,7 +92,7 @@ func (s *Store) promote(ctx context.Context, ex Executor, due []DueRow, nowUS in
 	if sl != nil {
 		writes = append(writes, sl.writes()...)
 	}
-	if q, args := s.d.Notify(queues); q != "" && len(queues) > 0 {
+	if q, args := s.d.Notify(queues); notify && q != "" && len(queues) > 0 {
 		writes = append(writes, stmt(q, args))
 	}
 	return queues, pipeline(ctx, ex, writes, nil)

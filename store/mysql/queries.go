@@ -120,6 +120,14 @@ WHERE due_at <= ?
 ORDER BY due_at, id LIMIT ? FOR UPDATE SKIP LOCKED`, []any{now, limit}
 }
 
+// LockDueWaiting locks the due jobs of the queues that wait on a rate
+// limit.
+func (Dialect) LockDueWaiting(queues []string, now int64, limit int) (string, []any) {
+	return `SELECT id, queue, conc_key, conc_limit, conc_duration, conc_discard, holds_slot FROM sluice_jobs
+WHERE due_at <= ? AND wait_key IS NOT NULL AND queue IN (` + sqlgen.List(len(queues)) + `)
+ORDER BY due_at, id LIMIT ? FOR UPDATE SKIP LOCKED`, append(append([]any{now}, sqlgen.Strings(queues)...), limit)
+}
+
 // MarkReady makes scheduled jobs ready.
 func (Dialect) MarkReady(ids []int64) (string, []any) {
 	return `UPDATE sluice_jobs SET state = 'ready' WHERE id IN (` + sqlgen.List(len(ids)) + `) AND state = 'scheduled'`, sqlgen.Int64s(ids)

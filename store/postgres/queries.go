@@ -130,6 +130,14 @@ WHERE state = 'scheduled' AND run_at <= $1
 ORDER BY run_at, id LIMIT $2 FOR UPDATE SKIP LOCKED`, []any{now, limit}
 }
 
+// LockDueWaiting locks the due jobs of the queues that wait on a rate
+// limit.
+func (Dialect) LockDueWaiting(queues []string, now int64, limit int) (string, []any) {
+	return `SELECT id, queue, conc_key, conc_limit, conc_duration, conc_discard, holds_slot FROM sluice_jobs
+WHERE state = 'scheduled' AND run_at <= $1 AND wait_key IS NOT NULL AND queue = ANY($2)
+ORDER BY run_at, id LIMIT $3 FOR UPDATE SKIP LOCKED`, []any{now, queues, limit}
+}
+
 // MarkReady makes scheduled jobs ready.
 func (Dialect) MarkReady(ids []int64) (string, []any) {
 	return `UPDATE sluice_jobs SET state = 'ready' WHERE id = ANY($1) AND state = 'scheduled'`, []any{ids}

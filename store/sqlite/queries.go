@@ -106,6 +106,14 @@ func (Dialect) LockDue(now int64, limit int) (string, []any) {
 WHERE state = 'scheduled' AND run_at <= ? ORDER BY run_at, id LIMIT ?`, []any{now, limit}
 }
 
+// LockDueWaiting selects the due jobs of the queues that wait on a rate
+// limit.
+func (Dialect) LockDueWaiting(queues []string, now int64, limit int) (string, []any) {
+	return `SELECT id, queue, conc_key, conc_limit, conc_duration, conc_discard, holds_slot FROM sluice_jobs
+WHERE state = 'scheduled' AND run_at <= ? AND wait_key IS NOT NULL AND queue IN (` + sqlgen.List(len(queues)) + `)
+ORDER BY run_at, id LIMIT ?`, append(append([]any{now}, sqlgen.Strings(queues)...), limit)
+}
+
 // MarkReady makes scheduled jobs ready.
 func (Dialect) MarkReady(ids []int64) (string, []any) {
 	return `UPDATE sluice_jobs SET state = 'ready' WHERE id IN (` + sqlgen.List(len(ids)) + `) AND state = 'scheduled'`, sqlgen.Int64s(ids)

@@ -1,0 +1,88 @@
+package jobs
+
+import (
+	"container/heap"
+	"time"
+
+	"github.com/sluicequeue/sluice/store"
+)
+
+// maxKnownSlots bounds how many coming slots a worker remembers; past it,
+// the dispatcher and the worker's polls bring the rest.
+const maxKnownSlots = 100_000
+
+// slotTimes is a min-heap of times.
+type slotTimes []time.Time
+
+func (h slotTimes) Len() int           { return len(h) }
+func (h slotTimes) Less(i, j int) bool { return h[i].Before(h[j]) }
+func (h slotTimes) Swap(i, j int)      { h[i], h[j] = h[j], h[i] }
+func (h *slotTimes) Push(x any)        { *h = append(*h, x.(time.Time)) }
+func (h *slotTimes) Pop() any {
+	old := *h
+	t := old[len(old)-1]
+	*h = old[:len(old)-1]
+	return t
+}
+
+// dueSlots is what a worker knows of the slots its own claims handed out:
+// the deferred jobs' and those given to parked jobs. At each slot the
+// worker claims again, taking the job that waited for it, so that a
+// backlog drains at its limit's pace rather than at the dispatcher's
+// tick. Slots are on the clock the claims decide on (the database's, in
+// production); offset turns them into the worker's own clock.
+type dueSlots struct {
+	times slotTimes
+	// offset is the worker's clock minus the claims' clock, as last
+	// measured around a claim.
+	offset time.Duration
+	// notBefore is when, on the worker's clock, the earliest slot comes by
+	// the claims' own clock, as the last claim that looked for due jobs
+	// measured it: waking before would find nothing due.
+	notBefore time.Time
+}
+
+// note records what a claim handed out and measures the clocks' offset:
+// began and ended are the worker's times around the claim.
+func (d *dueSlots) note(res *store.ClaimResult, began, ended time.Time) {
+	if at := res.DecidedAt; !at.IsZero() {
+		d.offset = began.Add(ended.Sub(began) / 2).Sub(at)
+	}
+	if !res.DueAt.IsZero() {
+		for len(d.times) > 0 && !d.times[0].After(res.DueAt) {
+			heap.Pop(&d.times) // the claim took every job due by then
+		}
+		if len(d.times) > 0 {
+			d.notBefore = ended.Add(d.times[0].Sub(res.DueAt))
+		}
+	}
+	for _, def := range res.Deferred {
+		if !def.Parked {
+			d.add(def.Until)
+		}
+	}
+	for _, t := range res.Unparked {
+		d.add(t)
+	}
+}
+
+func (d *dueSlots) add(t time.Time) {
+	if len(d.times) < maxKnownSlots {
+		heap.Push(&d.times, t)
+	}
+}
+
+// next returns how long until the earliest known slot, on the worker's
+// clock now, and whether there is one.
+func (d *dueSlots) next(now time.Time) (time.Duration, bool) {
+	if len(d.times) == 0 {
+		return 0, false
+	}
+	return max(d.times[0].Add(d.offset).Sub(now), d.notBefore.Sub(now), 0), true
+}
+
+// due reports whether a known slot has come by now on the worker's clock.
+func (d *dueSlots) due(now time.Time) bool {
+	wait, ok := d.next(now)
+	return ok && wait == 0
+}
