@@ -13,10 +13,10 @@ import (
 func main() {
 	app := &cli.App{
 		Name: "sluice",
-		Commands: []cli.Command{
+		Commands: append([]cli.Command{
 			{Name: "demo", Summary: "run a self-contained demo on a fresh SQLite file", Run: runDemo},
-			{Name: "bench", Summary: "measure throughput: burn-down, continuous, rate-limited, latency", Run: runBench},
-		},
+			{Name: "bench", Summary: "measure throughput, latency and rate limits: burn-down, continuous, drain, flood, loose", Run: runBench},
+		}, benchWorkerCommand()...),
 	}
 	os.Exit(app.Main())
 }

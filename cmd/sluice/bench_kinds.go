@@ -1,0 +1,177 @@
+package main
+
+import (
+	"context"
+	"strconv"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/sluicequeue/sluice/cli"
+	"github.com/sluicequeue/sluice/jobs"
+	"github.com/sluicequeue/sluice/ratelimit"
+)
+
+// The benchmark's job kinds, all no-ops in the bench queue.
+
+// benchNoop is an unlimited no-op.
+type benchNoop struct{}
+
+func (benchNoop) Kind() string { return "bench_noop" }
+
+// benchLimited is a rate-limited no-op, with its budget key in the args.
+type benchLimited struct{ Key int }
+
+func (benchLimited) Kind() string { return "bench_limited" }
+
+// benchStamp carries its enqueue time, for latency.
+type benchStamp struct{ At int64 }
+
+func (benchStamp) Kind() string { return "bench_stamp" }
+
+// benchFlood is the flood scenario's rate-limited no-op, on one budget.
+type benchFlood struct{}
+
+func (benchFlood) Kind() string { return "bench_flood" }
+
+// kind indexes the per-kind counts.
+type kind int
+
+const (
+	kNoop kind = iota
+	kStamp
+	kLimited
+	kFlood
+	nKinds
+)
+
+var kindNames = [nKinds]string{"bench_noop", "bench_stamp", "bench_limited", "bench_flood"}
+
+func kindOf(name string) (kind, bool) {
+	for k, n := range kindNames {
+		if n == name {
+			return kind(k), true
+		}
+	}
+	return 0, false
+}
+
+// kindsConfig says which limited kinds a run declares. The parent and
+// every bench-worker child build the same registry from it.
+type kindsConfig struct {
+	// rate is bench_limited's limit, N/PER with burst; "" leaves the kind
+	// undeclared.
+	rate  string
+	burst int
+	// floodRate is bench_flood's limit, N/PER with burst 1 on one budget;
+	// "" leaves the kind undeclared.
+	floodRate string
+}
+
+// args are the bench-worker flags that declare the same kinds.
+func (kc kindsConfig) args() []string {
+	var out []string
+	if kc.rate != "" {
+		out = append(out, "--rate", kc.rate, "--burst", strconv.Itoa(kc.burst))
+	}
+	if kc.floodRate != "" {
+		out = append(out, "--flood-rate", kc.floodRate)
+	}
+	return out
+}
+
+// registerKinds declares the bench kinds in reg, with handlers that count
+// into t.
+func registerKinds(reg *jobs.Registry, kc kindsConfig, t *tally) error {
+	q := jobs.Queue(benchQueue)
+	must(jobs.Register(reg, func(context.Context, *jobs.Job[benchNoop]) error {
+		t.ran[kNoop].Add(1)
+		return nil
+	}, q))
+	must(jobs.Register(reg, func(_ context.Context, j *jobs.Job[benchStamp]) error {
+		t.addLatency(latSample{at: j.Args.At, d: time.Since(time.Unix(0, j.Args.At))})
+		t.ran[kStamp].Add(1)
+		return nil
+	}, q))
+	if kc.rate != "" {
+		to, per, err := parseRate(kc.rate)
+		if err != nil {
+			return err
+		}
+		lim := ratelimit.Limit[benchLimited]{To: to, Per: per, Burst: kc.burst, Key: func(a benchLimited) any { return a.Key }}
+		err = jobs.Register(reg, func(_ context.Context, j *jobs.Job[benchLimited]) error {
+			t.addStart(j.Args.Key, time.Now())
+			t.ran[kLimited].Add(1)
+			return nil
+		}, q, jobs.RateLimit(lim))
+		if err != nil {
+			return cli.Usagef("%v", err)
+		}
+	}
+	if kc.floodRate != "" {
+		to, per, err := parseRate(kc.floodRate)
+		if err != nil {
+			return err
+		}
+		lim := ratelimit.Limit[benchFlood]{To: to, Per: per, Burst: 1, Key: "global"}
+		err = jobs.Register(reg, func(context.Context, *jobs.Job[benchFlood]) error {
+			t.ran[kFlood].Add(1)
+			return nil
+		}, q, jobs.RateLimit(lim))
+		if err != nil {
+			return cli.Usagef("--flood-rate: %v", err)
+		}
+	}
+	return nil
+}
+
+// latSample is one latency job: when it was enqueued (Unix ns) and how
+// long it took to start.
+type latSample struct {
+	at int64
+	d  time.Duration
+}
+
+// tally is what one run's handlers and hooks saw: in this process, or
+// added up from the children's reports.
+type tally struct {
+	ran      [nKinds]atomic.Int64
+	deferred [nKinds]atomic.Int64 // deferrals, parked ones included
+	parked   [nKinds]atomic.Int64
+
+	mu     sync.Mutex
+	lat    []latSample
+	starts map[int][]time.Time // handler starts of limited jobs per budget key, in this process only
+}
+
+func newTally() *tally { return &tally{starts: map[int][]time.Time{}} }
+
+func (t *tally) addLatency(s latSample) {
+	t.mu.Lock()
+	t.lat = append(t.lat, s)
+	t.mu.Unlock()
+}
+
+func (t *tally) addStart(key int, at time.Time) {
+	t.mu.Lock()
+	t.starts[key] = append(t.starts[key], at)
+	t.mu.Unlock()
+}
+
+func (t *tally) latencies() []latSample {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	return append([]latSample(nil), t.lat...)
+}
+
+// hooks count the deferrals the worker reports.
+func (t *tally) hooks() jobs.Hooks {
+	return jobs.Hooks{OnDefer: func(e jobs.DeferEvent) {
+		k, ok := kindOf(e.Kind)
+		if !ok || e.Shadow {
+			return
+		}
+		t.deferred[k].Add(int64(e.Count))
+		t.parked[k].Add(int64(e.Parked))
+	}}
+}
