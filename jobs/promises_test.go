@@ -120,3 +120,25 @@ func TestAJobOverItsBurstAfterAnOverrideFails(t *testing.T) {
 		require.Equal(t, 1, h.drain(jobs.WorkerConfig{}).Completed)
 	})
 }
+
+// A worker wakes at the slots its own claims handed out and admits the
+// jobs that waited for them, with no dispatcher and an hour-long poll: a
+// backlog drains at its limit's pace.
+func TestAWorkerWakesAtTheSlotsItHandedOut(t *testing.T) {
+	each(t, func(t *testing.T, h *harness) {
+		ran := make(chan time.Time, 10)
+		require.NoError(t, jobs.Register(h.reg, func(context.Context, *jobs.Job[noop]) error { ran <- h.clock.Now(); return nil },
+			jobs.RateLimit(ratelimit.Limit[noop]{To: 2, Per: time.Second, Key: "global"})))
+		for range 3 {
+			h.enqueue(noop{})
+		}
+		stop := h.run(h.worker(jobs.WorkerConfig{PollInterval: time.Hour, HeartbeatInterval: time.Hour, DeadAfter: 3 * time.Hour}))
+		defer stop()
+		require.Equal(t, []time.Time{t0}, receive(t, ran, 1))
+		for _, slot := range []time.Time{t0.Add(500 * time.Millisecond), t0.Add(time.Second)} {
+			<-h.clock.WaitForTimerAt(slot)
+			h.clock.Set(slot)
+			require.Equal(t, []time.Time{slot}, receive(t, ran, 1))
+		}
+	})
+}

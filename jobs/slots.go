@@ -36,6 +36,9 @@ type dueSlots struct {
 	// offset is the worker's clock minus the claims' clock, as last
 	// measured around a claim.
 	offset time.Duration
+	// lead is how early the worker wakes for a slot: dueLead when claims
+	// decide on the database's clock (and so can wait for a slot), else 0.
+	lead time.Duration
 	// notBefore is when, on the worker's clock, the earliest slot comes by
 	// the claims' own clock, as the last claim that looked for due jobs
 	// measured it: waking before would find nothing due.
@@ -72,13 +75,13 @@ func (d *dueSlots) add(t time.Time) {
 	}
 }
 
-// next returns how long until the earliest known slot, on the worker's
-// clock now, and whether there is one.
+// next returns how long until lead before the earliest known slot, on
+// the worker's clock now, and whether there is one.
 func (d *dueSlots) next(now time.Time) (time.Duration, bool) {
 	if len(d.times) == 0 {
 		return 0, false
 	}
-	return max(d.times[0].Add(d.offset).Sub(now), d.notBefore.Sub(now), 0), true
+	return max(d.times[0].Add(d.offset-d.lead).Sub(now), d.notBefore.Sub(now), 0), true
 }
 
 // due reports whether a known slot has come by now on the worker's clock.

@@ -39,6 +39,11 @@ const (
 	// maxCandidates bounds how many ready jobs one claim decides when it
 	// widens its window to move waiting jobs out of the way.
 	maxCandidates = 1000
+	// dueLead is how early a worker wakes for a slot its claims handed
+	// out: the claim then admits the job at its slot (see
+	// store.ClaimParams.DueLead), instead of a wake-up and a round trip
+	// late, which a limit with no burst to spare would lose.
+	dueLead = 5 * time.Millisecond
 )
 
 // WorkerConfig configures a Worker. The zero value works the "default"
@@ -205,7 +210,7 @@ func NewWorker(s *store.Store, reg *Registry, cfg WorkerConfig) (*Worker, error)
 	if reg.limits() != nil {
 		limits = &limitsView{reg: reg, shadowAll: cfg.ShadowLimits}
 	}
-	return &Worker{
+	w := &Worker{
 		limits:  limits,
 		cfg:     cfg,
 		store:   s,
@@ -216,7 +221,11 @@ func NewWorker(s *store.Store, reg *Registry, cfg WorkerConfig) (*Worker, error)
 		running: map[int64]*runningJob{},
 		freed:   make(chan struct{}, 1),
 		results: make(chan result, cfg.Concurrency),
-	}, nil
+	}
+	if w.storeClock().Database() {
+		w.slots.lead = dueLead
+	}
+	return w, nil
 }
 
 func setDefault[T comparable](v *T, def T) {
@@ -373,6 +382,7 @@ func (w *Worker) claim(ctx context.Context, max, window int, promote bool) (*sto
 		Limits:     w.claimLimits(),
 		Horizon:    w.cfg.Horizon,
 		PromoteDue: promote && w.limits != nil,
+		DueLead:    w.slots.lead,
 	})
 	if err != nil {
 		return nil, err

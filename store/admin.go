@@ -171,15 +171,15 @@ func (s *Store) queryJobInfosExtra(ctx context.Context, ex Executor, q string, a
 	for rows.Next() {
 		var state string
 		var attempted, finished, pid nullInt64
-		var lastErr, waitKey nullString
+		var lastErr nullString
 		var concLimit int
 		var concDuration int64
 		var concDiscard bool
-		j, err := scanJob(rows, append([]any{&state, &attempted, &finished, &pid, &lastErr, &waitKey, &concLimit, &concDuration, &concDiscard}, extra...)...)
+		j, err := scanJob(rows, append([]any{&state, &attempted, &finished, &pid, &lastErr, &concLimit, &concDuration, &concDiscard}, extra...)...)
 		if err != nil {
 			return nil, err
 		}
-		info := &JobInfo{Job: *j, State: State(state), ProcessID: pid.Int64, LastError: lastErr.String, WaitKey: waitKey.String}
+		info := &JobInfo{Job: *j, State: State(state), ProcessID: pid.Int64, LastError: lastErr.String}
 		if j.ConcKey != "" {
 			info.Conc = &Conc{Key: j.ConcKey, To: concLimit, Duration: time.Duration(concDuration) * time.Microsecond, Discard: concDiscard}
 		}

@@ -66,6 +66,13 @@ type ClaimParams struct {
 	// dispatcher's. A worker sets it when a slot it knows of has come, and
 	// when it polls.
 	PromoteDue bool
+	// DueLead, with PromoteDue, also takes the waiting jobs due within it,
+	// and a job among them that its budget admits within DueLead is
+	// admitted at that time: the claim waits for it, on the database's
+	// clock. A worker that wakes DueLead before a slot thus admits the job
+	// at its slot instead of a wake-up and a round trip later, which a
+	// limit with no burst to spare would lose. 0 takes only due jobs.
+	DueLead time.Duration
 }
 
 // ClaimResult is what a claim took and what it deferred.
@@ -202,12 +209,13 @@ func (s *Store) promoteDue(ctx context.Context, tx Tx, p ClaimParams, limit int,
 	if err != nil {
 		return err
 	}
-	q, args := s.d.LockDueWaiting(p.Queues, Micros(at), limit)
+	by := at.Add(max(p.DueLead, 0))
+	q, args := s.d.LockDueWaiting(p.Queues, Micros(by), limit)
 	due, err := scanDue(ctx, tx, q, args)
 	if err != nil {
 		return fmt.Errorf("lock due waiting jobs: %w", err)
 	}
-	res.Promoted, res.DueAt = len(due), at
+	res.Promoted, res.DueAt = len(due), by
 	if _, err := s.promote(ctx, tx, due, Micros(at), false); err != nil {
 		return fmt.Errorf("promote due waiting jobs: %w", err)
 	}
@@ -235,14 +243,14 @@ func (s *Store) lockJobs(ctx context.Context, ex Executor, stmt func() (string, 
 
 func scanJob(rows Rows, extra ...any) (*Job, error) {
 	var j Job
-	var args, rateKeys, concKey nullString
+	var args, rateKeys, concKey, waitKey nullString
 	var created, runAt int64
 	dest := append([]any{&j.ID, &j.Kind, &j.Queue, &j.Priority, &args, &j.Attempt, &j.MaxAttempts, &created, &runAt, &rateKeys,
-		&concKey, &j.HoldsSlot, &j.Calls}, extra...)
+		&concKey, &j.HoldsSlot, &j.Calls, &waitKey}, extra...)
 	if err := rows.Scan(dest...); err != nil {
 		return nil, fmt.Errorf("read job: %w", err)
 	}
-	j.ConcKey = concKey.String
+	j.ConcKey, j.WaitKey = concKey.String, waitKey.String
 	j.Args = []byte(args.String)
 	j.CreatedAt = FromMicros(created)
 	j.RunAt = FromMicros(runAt)

@@ -238,11 +238,11 @@ type OverrideRow struct {
 }
 
 // JobColumns are the columns a claim reads, in Job's scan order.
-const JobColumns = "id, kind, queue, priority, args, attempt, max_attempts, created_at, run_at, rate_keys, conc_key, holds_slot, calls"
+const JobColumns = "id, kind, queue, priority, args, attempt, max_attempts, created_at, run_at, rate_keys, conc_key, holds_slot, calls, wait_key"
 
 // JobInfoColumns are the columns an inspection reads, in JobInfo's scan
 // order.
-const JobInfoColumns = JobColumns + ", state, attempted_at, finished_at, process_id, last_error, wait_key, conc_limit, conc_duration, conc_discard"
+const JobInfoColumns = JobColumns + ", state, attempted_at, finished_at, process_id, last_error, conc_limit, conc_duration, conc_discard"
 
 // BudgetColumns are a budget row's columns, in BudgetRow's scan order.
 const BudgetColumns = "name, tat_ns, next_slot_ns, interval_ns, burst, parked, updated_at"

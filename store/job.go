@@ -194,6 +194,9 @@ type Job struct {
 	// than one; Args is the first.
 	Calls    int
 	CallArgs [][]byte
+	// WaitKey is the rate-limit budget the job waits on (scheduled or
+	// parked), or waited on until it became ready again; empty otherwise.
+	WaitKey string
 }
 
 // JobInfo is a stored job with everything an operator may want to see.
@@ -204,9 +207,6 @@ type JobInfo struct {
 	FinishedAt  time.Time
 	ProcessID   int64
 	LastError   string
-	// WaitKey is the rate-limit budget a scheduled or parked job waits on,
-	// empty for other waits.
-	WaitKey string
 	// Conc is the job's concurrency limit, nil without one.
 	Conc *Conc
 }

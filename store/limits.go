@@ -59,6 +59,19 @@ func (s *Store) applyLimits(ctx context.Context, tx Tx, p ClaimParams, cands []*
 	if err != nil {
 		return nil, nil, nil, err
 	}
+	if wait := imminent(p, cands, checks, budgets, Nanos(at)); wait > 0 {
+		// A job that came for its slot a moment early is admitted at its
+		// slot, not a whole wake-up later: the claim waits, holding the
+		// budget, and reads the clock again.
+		select {
+		case <-ctx.Done():
+			return nil, nil, nil, ctx.Err()
+		case <-time.After(time.Duration(wait)):
+		}
+		if at, err = s.now(ctx, tx, p.Clock); err != nil {
+			return nil, nil, nil, err
+		}
+	}
 	res.DecidedAt = at
 	now := Nanos(at)
 	horizon := p.Horizon
@@ -131,7 +144,17 @@ func (s *Store) applyLimits(ctx context.Context, tx Tx, p ClaimParams, cands []*
 		}
 		b := budgets[holder.key]
 		d := Deferral{JobID: j.ID, Kind: j.Kind, Key: holder.key}
-		slot, ok := slotFor(b, holder.spec.Params, latest, now, until, holder.cost)
+		var slot int64
+		var ok bool
+		if j.WaitKey == holder.key && !holder.spec.Params.Paused && latest < b.state.NextSlot && latest <= until {
+			// It came back for its slot on this budget and found it not
+			// quite ready (the admission before it came a little late):
+			// it keeps its place at the head of the line, at the exact
+			// time it can be admitted, instead of going to the back.
+			slot, ok = latest, true
+		} else {
+			slot, ok = slotFor(b, holder.spec.Params, latest, now, until, holder.cost)
+		}
 		if ok {
 			d.Until = FromNanos(slot)
 			deferred = append(deferred, SetRow{ID: j.ID, State: StateScheduled, RunAt: microsAfter(slot), WaitKey: holder.key})
@@ -194,6 +217,35 @@ func (s *Store) unparkLocked(ctx context.Context, tx Tx, keys []string, budgets 
 		moves = append(moves, got...)
 	}
 	return moves, nil
+}
+
+// imminent returns how long (ns) the claim should wait for a returning job
+// — one that waited on a budget and was taken for its slot, up to DueLead
+// early — to become admissible, when that is within DueLead; 0 otherwise.
+// It only applies on the database's clock, which a wait moves; budgets are
+// prepared for the limits they are checked under.
+func imminent(p ClaimParams, cands []*Job, checks [][]check, budgets map[string]*budget, now int64) int64 {
+	if !p.PromoteDue || p.DueLead <= 0 || !p.Clock.Database() {
+		return 0
+	}
+	var wait int64
+	for i, j := range cands {
+		if j.WaitKey == "" {
+			continue
+		}
+		var latest int64
+		for _, c := range checks[i] {
+			b := budgets[c.key]
+			b.prepare(c.spec.Params, now)
+			if ok, earliest := c.spec.Params.Check(b.state, now, c.cost); !ok && !c.spec.Shadow {
+				latest = max(latest, earliest)
+			}
+		}
+		if d := latest - now; d > 0 && d <= p.DueLead.Nanoseconds() {
+			wait = max(wait, d)
+		}
+	}
+	return wait
 }
 
 // Unfit is a job failed at claim because one of its limits can never

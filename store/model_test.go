@@ -397,6 +397,7 @@ func (w *walk) apply(o op) error {
 		res, err := w.s.Claim(w.ctx, store.ClaimParams{
 			ProcessID: pid, Queues: []string{modelQueue}, Max: 1 + o.b%6, Candidates: o.b % 12,
 			Clock: w.clock(), Limits: w.lim, Horizon: 5 * time.Second, PromoteDue: o.b%3 != 0,
+			DueLead: time.Duration(o.a%3) * 100 * time.Millisecond,
 		})
 		if err != nil {
 			return err

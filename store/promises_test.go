@@ -341,3 +341,88 @@ func TestClearingIdleBudgetsSkipsLockedBudgets(t *testing.T) {
 		}
 	})
 }
+
+// A claim with PromoteDue takes the due jobs of its queues that wait on a
+// rate limit, and only those: the dispatcher's tick is not what paces a
+// backlog.
+func TestAClaimTakesTheDueWaitingJobsOfItsQueues(t *testing.T) {
+	testdb.Each(t, func(t *testing.T, s *store.Store) {
+		ctx := context.Background()
+		lim := limits{"k": spec(t, "k", 1, time.Second, 1)}
+		other := limited("k", "k/y")
+		other.Queue = "other"
+		delayed := job("plain", "default", 0)
+		delayed.RunAt = at(time.Second)
+		got := enqueue(t, s, t0, limited("k", "k/x"), limited("k", "k/x"), other, delayed)
+		pid := register(t, s, t0)
+		res := claimLimited(t, s, pid, t0, 2, lim, 0)
+		require.Equal(t, []int64{got[0]}, ids(res.Jobs))
+		require.Equal(t, at(time.Second), res.Deferred[0].Until)
+
+		claimDue := func(now time.Time, lead time.Duration) *store.ClaimResult {
+			res, err := s.Claim(ctx, store.ClaimParams{ProcessID: pid, Queues: []string{"default"}, Max: 5, Clock: store.At(now),
+				Limits: lim, PromoteDue: true, DueLead: lead})
+			require.NoError(t, err)
+			return res
+		}
+		res = claimDue(at(time.Second-time.Millisecond), 0)
+		require.Zero(t, res.Promoted, "not due yet")
+		require.Equal(t, at(time.Second-time.Millisecond), res.DueAt)
+		res = claimDue(at(time.Second-time.Millisecond), 2*time.Millisecond)
+		require.Equal(t, 1, res.Promoted, "due within the lead")
+		require.Empty(t, res.Jobs, "on the caller's clock the claim does not wait: one ms early is denied")
+		require.Equal(t, at(time.Second), res.Deferred[0].Until, "and it keeps its slot at the head of the line")
+		res = claimDue(at(time.Second), 0)
+		require.Equal(t, 1, res.Promoted)
+		require.Equal(t, []int64{got[1]}, ids(res.Jobs))
+		require.Equal(t, store.StateScheduled, state(t, s, got[3]).State, "a delayed job is the dispatcher's to promote")
+	})
+}
+
+// A job that comes back for its slot and finds the budget not quite ready
+// (the admission before it came late) keeps its place: its new slot is
+// the time it can be admitted, not the back of the line.
+func TestAReturningJobKeepsItsPlace(t *testing.T) {
+	testdb.Each(t, func(t *testing.T, s *store.Store) {
+		ctx := context.Background()
+		lim := limits{"k": spec(t, "k", 1, time.Second, 1)}
+		got := enqueue(t, s, t0, limited("k", "k/x"), limited("k", "k/x"), limited("k", "k/x"), limited("k", "k/x"))
+		pid := register(t, s, t0)
+		res := claimLimited(t, s, pid, t0, 4, lim, time.Minute)
+		require.Len(t, res.Jobs, 1)
+		require.Equal(t, []time.Time{at(time.Second), at(2 * time.Second), at(3 * time.Second)},
+			[]time.Time{res.Deferred[0].Until, res.Deferred[1].Until, res.Deferred[2].Until})
+		// The first comes back 300 ms late; the second, on time, finds the
+		// budget owing until 2.3 s.
+		_, _, err := s.Promote(ctx, store.At(at(1300*time.Millisecond)), 10)
+		require.NoError(t, err)
+		require.Equal(t, []int64{got[1]}, ids(claimLimited(t, s, pid, at(1300*time.Millisecond), 4, lim, time.Minute).Jobs))
+		_, _, err = s.Promote(ctx, store.At(at(2*time.Second)), 10)
+		require.NoError(t, err)
+		res = claimLimited(t, s, pid, at(2*time.Second), 4, lim, time.Minute)
+		require.Empty(t, res.Jobs)
+		require.Equal(t, got[2], res.Deferred[0].JobID)
+		require.Equal(t, at(2300*time.Millisecond), res.Deferred[0].Until, "not 4 s, behind the others")
+	})
+}
+
+// On the database's clock, a claim that takes a waiting job a moment
+// before its slot waits for the slot and admits it then.
+func TestAClaimWaitsForAnImminentSlot(t *testing.T) {
+	testdb.Each(t, func(t *testing.T, s *store.Store) {
+		ctx := context.Background()
+		lim := limits{"k": spec(t, "k", 1, 40*time.Millisecond, 1)}
+		got := enqueue(t, s, time.Now(), limited("k", "k/x"), limited("k", "k/x"))
+		pid := register(t, s, time.Now())
+		c := store.DatabaseTime(time.Now)
+		res, err := s.Claim(ctx, store.ClaimParams{ProcessID: pid, Queues: []string{"default"}, Max: 2, Clock: c, Limits: lim})
+		require.NoError(t, err)
+		require.Len(t, res.Jobs, 1)
+		slot := res.Deferred[0].Until
+		res, err = s.Claim(ctx, store.ClaimParams{ProcessID: pid, Queues: []string{"default"}, Max: 2, Clock: c, Limits: lim,
+			PromoteDue: true, DueLead: time.Second})
+		require.NoError(t, err)
+		require.Equal(t, []int64{got[1]}, ids(res.Jobs), "admitted at its slot, within the lead")
+		require.False(t, res.DecidedAt.Before(slot), "decided at %s, slot %s: never early", res.DecidedAt, slot)
+	})
+}

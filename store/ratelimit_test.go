@@ -319,9 +319,10 @@ type modelBudget struct {
 }
 
 type modelJob struct {
-	key   string
-	state store.State
-	runAt int64 // µs, as jobs' times are stored
+	key    string
+	state  store.State
+	runAt  int64 // µs, as jobs' times are stored
+	waited bool  // it waited on its budget: it comes back to the head of the line
 }
 
 // ceilMicros turns a slot (ns) into a job's run_at (µs), rounding up as the
@@ -385,15 +386,18 @@ func (m *model) claim(now int64, limit int) ([]int64, map[int64]int64) {
 		b := m.budget(j.key)
 		if ok, earliest := p.Allow(&b.st, now, 1); ok {
 			admitted = append(admitted, id)
-			j.state = store.StateRunning
+			j.state, j.waited = store.StateRunning, false
+		} else if j.waited && earliest < b.st.NextSlot && earliest <= now+m.horizon {
+			j.state, j.runAt = store.StateScheduled, ceilMicros(earliest)
+			deferred[id] = earliest
 		} else if slot := max(earliest, b.st.NextSlot); slot > now+m.horizon {
 			b.st.NextSlot = max(b.st.NextSlot, earliest)
 			b.parked = append(b.parked, id)
-			j.state = store.StateParked
+			j.state, j.waited = store.StateParked, true
 			deferred[id] = 0
 		} else {
 			slot := p.Slot(&b.st, earliest, 1)
-			j.state, j.runAt = store.StateScheduled, ceilMicros(slot)
+			j.state, j.runAt, j.waited = store.StateScheduled, ceilMicros(slot), true
 			deferred[id] = slot
 		}
 	}
