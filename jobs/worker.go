@@ -36,9 +36,12 @@ const (
 	// maxClaimsPerPoll bounds the claims a worker makes in a row when
 	// claims defer jobs and slots stay free.
 	maxClaimsPerPoll = 5
-	// maxCandidates bounds how many ready jobs one claim decides when it
-	// widens its window to move waiting jobs out of the way.
-	maxCandidates = 1000
+	// minCandidates is the fewest rate-limited jobs a claim decides when
+	// claims keep deferring more than they admit.
+	minCandidates = 8
+	// firstCandidates is how many rate-limited jobs a worker's first claim
+	// decides; claims that admit them widen it up to the free slots.
+	firstCandidates = 64
 	// dueLead is how early a worker wakes for a slot its claims handed
 	// out: the claim then admits the job at its slot (see
 	// store.ClaimParams.DueLead), instead of a wake-up and a round trip
@@ -130,6 +133,15 @@ type Worker struct {
 	// slots are the coming slots this worker's claims handed out; only the
 	// claiming goroutine touches them.
 	slots dueSlots
+	// sweeping holds the budgets whose overflow a goroutine of this worker
+	// is parking; sweeps waits for them.
+	sweeping sync.Map
+	sweeps   sync.WaitGroup
+	// window is how many rate-limited jobs the next claim decides, at most
+	// its free slots (see adaptWindow).
+	window int
+	// sweepsRunning counts the sweeps under way.
+	sweepsRunning atomic.Int32
 }
 
 type runningJob struct {
@@ -225,6 +237,7 @@ func NewWorker(s *store.Store, reg *Registry, cfg WorkerConfig) (*Worker, error)
 	if w.storeClock().Database() {
 		w.slots.lead = dueLead
 	}
+	w.window = firstCandidates
 	return w, nil
 }
 
@@ -267,6 +280,7 @@ func (w *Worker) Run(ctx context.Context) error {
 	w.log.Info("sluice: worker started", "process_id", w.pid.Load(), "queues", w.cfg.Queues, "concurrency", w.cfg.Concurrency)
 
 	w.loop(ctx, jobsCtx, wake)
+	w.sweeps.Wait()
 
 	w.stopping.Store(true)
 	w.shutdown(stopJobs)
@@ -336,21 +350,27 @@ func (w *Worker) loop(ctx, jobsCtx context.Context, wake <-chan struct{}) {
 }
 
 // claimRound claims for the free slots, claiming again at once (up to
-// maxClaimsPerPoll times, each deciding up to 8 times more candidates)
-// while claims defer jobs and slots stay free. With promote, its first
-// claim takes the waiting jobs that are due. It reports whether the last
-// claim filled every slot.
+// maxClaimsPerPoll times) while claims defer jobs and slots stay free.
+// With promote, its first claim takes the waiting jobs that are due. It
+// reports whether the last claim filled every slot.
 func (w *Worker) claimRound(ctx, jobsCtx context.Context, promote bool) (bool, error) {
-	window := 0
 	for round := 0; round < maxClaimsPerPoll; round++ {
 		free := w.free()
 		if free == 0 {
 			return true, nil
 		}
+		window := min(w.window, free)
+		if w.sweepsRunning.Load() > 0 {
+			// A sweep is parking a flood out of the limited jobs' index:
+			// leave them to it rather than skip over its locked rows.
+			window = -1
+		}
 		res, err := w.claim(ctx, free, window, promote || w.limits != nil && w.slots.due(w.clock.Now()))
 		if err != nil {
 			return false, err
 		}
+		w.adaptWindow(res, window)
+		w.sweep(ctx, res.Overflows)
 		for _, j := range res.Jobs {
 			w.start(jobsCtx, j)
 		}
@@ -360,11 +380,74 @@ func (w *Worker) claimRound(ctx, jobsCtx context.Context, promote bool) (bool, e
 		if len(res.Deferred) == 0 {
 			return false, nil
 		}
-		// Jobs waiting on their limits stood in front: look further next
-		// time, so a deep backlog moves out of the way in a few claims.
-		window = min(max(window, free)*8, maxCandidates)
 	}
 	return w.free() == 0, nil
+}
+
+// adaptWindow narrows how many rate-limited jobs the next claim decides
+// while claims defer more of them than they admit (a flood on a tight
+// budget at the head of the queue, which ParkOverflow is moving out of the
+// way), and widens it again, up to the free slots, as they admit.
+func (w *Worker) adaptWindow(res *store.ClaimResult, window int) {
+	deferred := len(res.Deferred) + len(res.Unfit)
+	admitted := 0
+	for _, j := range res.Jobs {
+		if len(j.RateKeys) > 0 {
+			admitted++
+		}
+	}
+	switch {
+	case window <= 0:
+	case deferred > admitted:
+		w.window = max(window/2, minCandidates)
+	case admitted > 0:
+		w.window = min(w.window*2, w.cfg.Concurrency)
+	}
+}
+
+// sweepBatch is how many overflowing jobs one transaction parks.
+const sweepBatch = 1000
+
+// sweep parks, in a goroutine per budget, the ready jobs behind an
+// overflow a claim found, so that a flood on a tight budget leaves the
+// ready queue in a few set-based statements instead of passing through
+// claim after claim.
+func (w *Worker) sweep(ctx context.Context, overflows []store.Overflow) {
+	for _, o := range overflows {
+		if _, busy := w.sweeping.LoadOrStore(o.Key, true); busy {
+			continue
+		}
+		w.sweeps.Add(1)
+		w.sweepsRunning.Add(1)
+		go func() {
+			defer w.sweeps.Done()
+			defer w.sweepsRunning.Add(-1)
+			defer w.sweeping.Delete(o.Key)
+			total := 0
+			for ctx.Err() == nil {
+				began := time.Now()
+				n, err := w.store.ParkOverflow(ctx, w.storeClock(), o, w.cfg.Horizon, sweepBatch)
+				total += n
+				if err != nil {
+					if ctx.Err() == nil {
+						w.log.Warn("sluice: park the jobs behind a full budget", "budget", o.Key, "err", err)
+					}
+					break
+				}
+				if n < sweepBatch {
+					break
+				}
+				// Half the time at most: the claims around it keep their pace.
+				select {
+				case <-ctx.Done():
+				case <-time.After(time.Since(began)):
+				}
+			}
+			if total > 0 {
+				w.log.Debug("sluice: parked the jobs behind a full budget", "budget", o.Key, "kind", o.Kind, "count", total)
+			}
+		}()
+	}
 }
 
 // claim takes up to max ready jobs (deciding up to window of them against

@@ -1,8 +1,10 @@
 package store
 
 import (
+	"cmp"
 	"context"
 	"fmt"
+	"slices"
 	"time"
 
 	"github.com/sluicequeue/sluice/ratelimit"
@@ -42,11 +44,13 @@ type ClaimParams struct {
 	Queues []string
 	// Max is how many jobs to claim at most: the worker's free slots.
 	Max int
-	// Candidates is how many ready jobs a claim with Limits locks and
-	// decides, when more than Max: a wider window moves a backlog of
-	// waiting jobs out of the way faster. Candidates past the first Max
-	// admitted are left ready, unless their limit defers them. Ignored
-	// without Limits.
+	// Candidates is how many ready jobs that carry a rate-limit key a claim
+	// with Limits locks and decides, beside up to Max that carry none.
+	// Defaults to Max; negative takes none (PromoteDue's jobs still come). Candidates past the first Max admitted are left
+	// ready, unless their limit defers them. A worker narrows it while its
+	// claims defer more than they admit, so that a flood on a tight budget
+	// costs each claim little while it is parked out of the way
+	// (ParkOverflow).
 	Candidates int
 	// Clock stamps the claim and decides rate limits. With DatabaseTime the
 	// decision reads the database's clock once, after the budget rows are
@@ -88,6 +92,10 @@ type ClaimResult struct {
 	Unfit []Unfit
 	// Promoted counts the due waiting jobs the claim took (PromoteDue).
 	Promoted int
+	// Overflows are the budgets past their horizon that this claim parked
+	// jobs on, with ready jobs like those likely behind them: ParkOverflow
+	// parks those in bulk, out of the claims' way.
+	Overflows []Overflow
 	// DueAt is the time PromoteDue took due jobs at, on the claim's clock:
 	// every waiting job due by then was taken (zero without PromoteDue).
 	DueAt time.Time
@@ -139,24 +147,24 @@ func (s *Store) Claim(ctx context.Context, p ClaimParams) (*ClaimResult, error) 
 func (s *Store) claim(ctx context.Context, tx Tx, p ClaimParams, res *ClaimResult) error {
 	window := p.Max
 	if p.Limits != nil {
-		window = max(p.Max, p.Candidates)
-		if p.PromoteDue {
-			if err := s.promoteDue(ctx, tx, p, window, res); err != nil {
-				return err
-			}
+		window = p.Max
+		switch {
+		case p.Candidates > 0:
+			window = p.Candidates
+		case p.Candidates < 0:
+			window = 0
 		}
 	}
-	var cands []*Job
-	for _, q := range p.Queues {
-		n := window - len(cands)
-		if n <= 0 {
-			break
-		}
-		got, err := s.lockJobs(ctx, tx, func() (string, []any) { return s.d.LockReady(q, n) })
-		if err != nil {
+	var due []*Job
+	if p.Limits != nil && p.PromoteDue {
+		var err error
+		if due, err = s.promoteDue(ctx, tx, p, max(window, p.Max), res); err != nil {
 			return err
 		}
-		cands = append(cands, got...)
+	}
+	cands, err := s.candidates(ctx, tx, p, window, due)
+	if err != nil {
+		return err
 	}
 	if len(cands) == 0 {
 		return nil
@@ -200,45 +208,109 @@ func (s *Store) claim(ctx context.Context, tx Tx, p ClaimParams, res *ClaimResul
 	return nil
 }
 
+// candidates locks a claim's candidates queue by queue: up to p.Max of the
+// ready jobs that carry no rate-limit key and, with Limits, up to window of
+// those that do, in priority and id order. The two are separate streams,
+// each through its own index, so a flood of limited jobs at the head of a
+// queue is never walked over on the way to the jobs behind it. Without
+// Limits a claim takes only jobs that carry no key: a worker that knows no
+// limit never runs a limited job unchecked.
+func (s *Store) candidates(ctx context.Context, tx Tx, p ClaimParams, window int, due []*Job) ([]*Job, error) {
+	var plain, limited []*Job
+	for _, q := range p.Queues {
+		// Both streams of a queue in one round trip where the database can.
+		var stmts []Stmt
+		var into []*[]*Job
+		if n := p.Max - len(plain); n > 0 {
+			stmts, into = append(stmts, query(s.d.LockReady(q, false, n))), append(into, &plain)
+		}
+		if n := window - len(limited); p.Limits != nil && n > 0 {
+			stmts, into = append(stmts, query(s.d.LockReady(q, true, n))), append(into, &limited)
+		}
+		err := pipeline(ctx, tx, stmts, func(i int, rows Rows) error {
+			for rows.Next() {
+				j, err := scanJob(rows)
+				if err != nil {
+					return err
+				}
+				*into[i] = append(*into[i], j)
+			}
+			return nil
+		})
+		if err != nil {
+			return nil, err
+		}
+		if len(plain) >= p.Max && (p.Limits == nil || len(limited) >= window) {
+			break
+		}
+	}
+	if len(limited) == 0 && len(due) == 0 {
+		return plain, nil
+	}
+	// Merge in queue order: the queues as given, then priority, then id.
+	rank := make(map[string]int, len(p.Queues))
+	for i, q := range p.Queues {
+		rank[q] = i
+	}
+	out := append(append(plain, limited...), due...)
+	slices.SortStableFunc(out, func(a, b *Job) int {
+		return cmp.Or(cmp.Compare(rank[a.Queue], rank[b.Queue]), cmp.Compare(a.Priority, b.Priority), cmp.Compare(a.ID, b.ID))
+	})
+	// A due job the claim made ready may also have come through a stream.
+	return slices.CompactFunc(out, func(a, b *Job) bool { return a.ID == b.ID }), nil
+}
+
 // promoteDue makes the due jobs of p's queues that wait on a rate limit
 // ready, taking concurrency slots for those that need one, so that the
 // claim's candidates include them. It wakes no other worker: this claim
 // takes them.
-func (s *Store) promoteDue(ctx context.Context, tx Tx, p ClaimParams, limit int, res *ClaimResult) error {
+func (s *Store) promoteDue(ctx context.Context, tx Tx, p ClaimParams, limit int, res *ClaimResult) ([]*Job, error) {
 	at, err := s.now(ctx, tx, p.Clock)
-	if err != nil {
-		return err
-	}
-	by := at.Add(max(p.DueLead, 0))
-	q, args := s.d.LockDueWaiting(p.Queues, Micros(by), limit)
-	due, err := scanDue(ctx, tx, q, args)
-	if err != nil {
-		return fmt.Errorf("lock due waiting jobs: %w", err)
-	}
-	res.Promoted, res.DueAt = len(due), by
-	if _, err := s.promote(ctx, tx, due, Micros(at), false); err != nil {
-		return fmt.Errorf("promote due waiting jobs: %w", err)
-	}
-	return nil
-}
-
-// lockJobs runs a statement returning JobColumns.
-func (s *Store) lockJobs(ctx context.Context, ex Executor, stmt func() (string, []any)) ([]*Job, error) {
-	q, args := stmt()
-	rows, err := ex.Query(ctx, q, args...)
 	if err != nil {
 		return nil, err
 	}
-	defer rows.Close()
-	var out []*Job
+	by := at.Add(max(p.DueLead, 0))
+	q, args := s.d.LockDueWaiting(p.Queues, Micros(by), limit)
+	rows, err := tx.Query(ctx, q, args...)
+	if err != nil {
+		return nil, fmt.Errorf("lock due waiting jobs: %w", err)
+	}
+	var jobs []*Job
+	var due []DueRow
 	for rows.Next() {
-		j, err := scanJob(rows)
+		var limit int
+		var duration int64
+		var discard bool
+		j, err := scanJob(rows, &limit, &duration, &discard)
 		if err != nil {
+			rows.Close()
 			return nil, err
 		}
-		out = append(out, j)
+		d := DueRow{ID: j.ID, Queue: j.Queue, HoldsSlot: j.HoldsSlot}
+		if j.ConcKey != "" {
+			d.Conc = &Conc{Key: j.ConcKey, To: limit, Duration: time.Duration(duration) * time.Microsecond, Discard: discard}
+		}
+		jobs, due = append(jobs, j), append(due, d)
 	}
-	return out, rows.Err()
+	rows.Close()
+	if err := rows.Err(); err != nil {
+		return nil, fmt.Errorf("lock due waiting jobs: %w", err)
+	}
+	res.Promoted, res.DueAt = len(due), by
+	pr, err := s.promote(ctx, tx, due, Micros(at), false)
+	if err != nil {
+		return nil, fmt.Errorf("promote due waiting jobs: %w", err)
+	}
+	// The ones made ready are this claim's candidates, whatever else the
+	// claim looks at.
+	var ready []*Job
+	for _, j := range jobs {
+		if slices.Contains(pr.ready, j.ID) {
+			j.HoldsSlot = j.HoldsSlot || slices.Contains(pr.slotted, j.ID)
+			ready = append(ready, j)
+		}
+	}
+	return ready, nil
 }
 
 func scanJob(rows Rows, extra ...any) (*Job, error) {

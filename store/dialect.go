@@ -53,9 +53,21 @@ type Dialect interface {
 	Now() string
 
 	// LockReady selects (and locks, skipping locked rows) up to limit ready
-	// jobs of one queue, by priority then id, unless the queue is paused.
+	// jobs of one queue, by priority then id, unless the queue is paused:
+	// those that carry no rate-limit key, or, with limited, those that do.
 	// Columns: JobColumns.
-	LockReady(queue string, limit int) (string, []any)
+	LockReady(queue string, limited bool, limit int) (string, []any)
+	// LockReadyLike selects and locks, skipping locked rows, up to limit
+	// ready jobs of a queue and kind whose rate keys are exactly rateKeys
+	// and that hold no concurrency slot. Columns: id.
+	LockReadyLike(queue, kind, rateKeys string, limit int) (string, []any)
+	// MarkParked parks locked ready jobs on a budget.
+	MarkParked(ids []int64, key string) (string, []any)
+	// AddParked adds n to a budget's count of parked jobs.
+	AddParked(key string, n int) (string, []any)
+	// GetBudget reads one budget without locking it. Columns:
+	// BudgetColumns.
+	GetBudget(key string) (string, []any)
 	// MarkRunning claims locked jobs for a process.
 	MarkRunning(ids []int64, processID, now int64) (string, []any)
 	// CompleteJobs marks running jobs of a process completed.
@@ -73,8 +85,8 @@ type Dialect interface {
 	LockDue(now int64, limit int) (string, []any)
 	// LockDueWaiting selects and locks, skipping locked rows, up to limit
 	// scheduled jobs of the queues that wait on a rate limit (a deferral or
-	// an upstream 429) and are due at now, soonest first. Columns: as
-	// LockDue's.
+	// an upstream 429) and are due at now, soonest first. Columns:
+	// JobColumns, conc_limit, conc_duration, conc_discard.
 	LockDueWaiting(queues []string, now int64, limit int) (string, []any)
 	// MarkReady makes locked jobs ready.
 	MarkReady(ids []int64) (string, []any)

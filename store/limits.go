@@ -163,6 +163,9 @@ func (s *Store) applyLimits(ctx context.Context, tx Tx, p ClaimParams, cands []*
 			b.row.Parked++
 			b.parkedNow = true
 			deferred = append(deferred, SetRow{ID: j.ID, State: StateParked, WaitKey: holder.key})
+			if !j.HoldsSlot {
+				res.noteOverflow(Overflow{Queue: j.Queue, Kind: j.Kind, RateKeys: EncodeRateKeys(j.RateKeys), Key: holder.key})
+			}
 		}
 		b.dirty = true
 		res.Deferred = append(res.Deferred, d)
@@ -188,7 +191,7 @@ func (s *Store) applyLimits(ctx context.Context, tx Tx, p ClaimParams, cands []*
 }
 
 // maxUnparkPerClaim bounds the parked jobs one claim hands slots to.
-const maxUnparkPerClaim = 100
+const maxUnparkPerClaim = 16
 
 // unparkLocked hands slots to parked jobs of the budgets a claim holds
 // locked, when their slots come within until, and records the slots in

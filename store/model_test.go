@@ -406,6 +406,13 @@ func (w *walk) apply(o op) error {
 			w.running[pid][j.ID] = j
 			w.noteAdmission(j, res.DecidedAt)
 		}
+		if o.a%2 == 0 {
+			for _, ov := range res.Overflows {
+				if _, err := w.s.ParkOverflow(w.ctx, w.clock(), ov, 5*time.Second, 1+o.b%4); err != nil {
+					return err
+				}
+			}
+		}
 		w.stats.claims++
 		w.stats.admitted += len(res.Jobs)
 		w.stats.deferred += len(res.Deferred)

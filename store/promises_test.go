@@ -426,3 +426,66 @@ func TestAClaimWaitsForAnImminentSlot(t *testing.T) {
 		require.False(t, res.DecidedAt.Before(slot), "decided at %s, slot %s: never early", res.DecidedAt, slot)
 	})
 }
+
+// Limited and unlimited ready jobs are separate streams: a flood on a
+// tight budget at the head of a queue does not stand between a claim and
+// the unlimited jobs behind it, and a claim without limits never takes a
+// limited job unchecked.
+func TestAFloodDoesNotStandBeforeUnlimitedJobs(t *testing.T) {
+	testdb.Each(t, func(t *testing.T, s *store.Store) {
+		lim := limits{"k": spec(t, "k", 1, time.Hour, 1)}
+		flood := make([]store.NewJob, 300)
+		for i := range flood {
+			flood[i] = limited("k", "k/x")
+		}
+		enqueue(t, s, t0, flood...)
+		free := enqueue(t, s, t0, job("free", "default", 0), job("free", "default", 0))
+		pid := register(t, s, t0)
+		require.Equal(t, free, ids(claim(t, s, pid, t0, 10).Jobs), "no limits: only the unlimited jobs")
+		enqueue(t, s, t0, job("free", "default", 0))
+		res := claimLimited(t, s, pid, t0, 3, lim, time.Hour)
+		require.Len(t, res.Jobs, 2, "one flood job admitted, and the unlimited one behind the flood")
+		require.Equal(t, "free", res.Jobs[1].Kind)
+	})
+}
+
+// The jobs behind a budget that overflows its horizon are parked in bulk,
+// once each, and counted; a budget with room again is left to the claims.
+func TestParkOverflowParksTheJobsBehindAFullBudget(t *testing.T) {
+	testdb.Each(t, func(t *testing.T, s *store.Store) {
+		ctx := context.Background()
+		lim := limits{"k": spec(t, "k", 1, time.Minute, 1)}
+		flood := make([]store.NewJob, 50)
+		for i := range flood {
+			flood[i] = limited("k", "k/x")
+		}
+		got := enqueue(t, s, t0, flood...)
+		slotted := slotted("c", 1)
+		slotted.RateKeys = []store.RateKey{{Key: "k/x", Cost: 1}}
+		holder := enqueue(t, s, t0, slotted)[0]
+		pid := register(t, s, t0)
+		res := claimLimited(t, s, pid, t0, 4, lim, 2*time.Minute)
+		require.Len(t, res.Jobs, 1)
+		require.Len(t, res.Overflows, 1)
+		o := res.Overflows[0]
+		require.Equal(t, store.Overflow{Queue: "default", Kind: "k", RateKeys: "k/x", Key: "k/x"}, o)
+		total := 0
+		for _, want := range []int{20, 20, 6} {
+			n, err := s.ParkOverflow(ctx, store.At(t0), o, 2*time.Minute, 20)
+			require.NoError(t, err)
+			require.Equal(t, want, n, "every ready job like it, in batches of 20")
+			total += n
+		}
+		require.Equal(t, 46, total)
+		for _, id := range got[4:] {
+			require.Equal(t, store.StateParked, state(t, s, id).State)
+		}
+		require.Equal(t, store.StateReady, state(t, s, holder).State, "a job holding a concurrency slot is left to the claims")
+		require.Equal(t, 47, budgetNamed(t, s, "k/x").Parked)
+
+		enqueue(t, s, t0, limited("k", "k/x"))
+		n, err := s.ParkOverflow(ctx, store.At(at(time.Hour)), o, 2*time.Minute, 20)
+		require.NoError(t, err)
+		require.Zero(t, n, "an hour on, the budget has slots within the horizon: nothing is parked")
+	})
+}

@@ -29,7 +29,8 @@ func (s *Store) Promote(ctx context.Context, c Clock, batch int) (int, []string,
 			return fmt.Errorf("lock due jobs: %w", err)
 		}
 		n = len(due)
-		queues, err = s.promote(ctx, tx, due, nowUS, true)
+		pr, err := s.promote(ctx, tx, due, nowUS, true)
+		queues = pr.queues
 		return err
 	})
 	if err != nil {
@@ -39,13 +40,20 @@ func (s *Store) Promote(ctx context.Context, c Clock, batch int) (int, []string,
 	return n, queues, nil
 }
 
+// promotion is what a promote did: the queues that gained ready jobs, the
+// jobs made ready, and those of them that took a concurrency slot.
+type promotion struct {
+	queues         []string
+	ready, slotted []int64
+}
+
 // promote makes locked scheduled jobs ready, taking a concurrency slot for
 // each that needs one (blocking or discarding it when none is free), and
-// returns the queues that gained ready jobs, whose workers it wakes when
-// notify is set.
-func (s *Store) promote(ctx context.Context, ex Executor, due []DueRow, nowUS int64, notify bool) ([]string, error) {
+// says what it did; it wakes the workers of the queues that gained ready
+// jobs when notify is set.
+func (s *Store) promote(ctx context.Context, ex Executor, due []DueRow, nowUS int64, notify bool) (promotion, error) {
 	if len(due) == 0 {
-		return nil, nil
+		return promotion{}, nil
 	}
 	var ready, slotted []int64
 	var keys, queues []string
@@ -58,7 +66,7 @@ func (s *Store) promote(ctx context.Context, ex Executor, due []DueRow, nowUS in
 	if len(keys) > 0 {
 		var err error
 		if sl, err = s.lockSlots(ctx, ex, keys, At(FromMicros(nowUS))); err != nil {
-			return nil, err
+			return promotion{}, err
 		}
 	}
 	var others []SetRow
@@ -95,7 +103,7 @@ func (s *Store) promote(ctx context.Context, ex Executor, due []DueRow, nowUS in
 	if q, args := s.d.Notify(queues); notify && q != "" && len(queues) > 0 {
 		writes = append(writes, stmt(q, args))
 	}
-	return queues, pipeline(ctx, ex, writes, nil)
+	return promotion{queues: queues, ready: ready, slotted: slotted}, pipeline(ctx, ex, writes, nil)
 }
 
 // scanDue reads LockDue's rows.

@@ -46,10 +46,14 @@ func TestClaimWithoutLimitsRunsOnlyThePlainStatements(t *testing.T) {
 		plain := rec.Take()
 		require.Len(t, plain, 2, "lock the candidates, mark them running: %q", plain)
 
-		// Limits declared, but not on these jobs: still the plain claim.
+		// Limits declared, but not on these jobs: the plain claim and one
+		// look for limited jobs (their own index), which finds none.
 		lim := limits{"b": spec(t, "b", 1, time.Second, 1)}
 		require.Len(t, claimLimited(t, rs, pid, t0, 1, lim, 0).Jobs, 1)
-		require.Equal(t, plain, rec.Take())
+		withLimits := rec.Take()
+		require.Len(t, withLimits, 3, "%q", withLimits)
+		require.Equal(t, plain[0], withLimits[0])
+		require.Equal(t, plain[1], withLimits[2])
 
 		// A job that carries a key costs the budget statements.
 		enqueue(t, s, t0, limited("b", "b/x"))
@@ -363,28 +367,39 @@ func (m *model) unpark(now int64) {
 // claim returns the admitted ids and, per deferred id, its slot (0 when
 // parked).
 func (m *model) claim(now int64, limit int) ([]int64, map[int64]int64) {
-	var ready []int64
+	// A claim takes up to limit jobs without a key and up to limit with
+	// one, in id order, and admits up to limit of them.
+	var plain, keyed []int64
 	for id, j := range m.jobs {
-		if j.state == store.StateReady {
-			ready = append(ready, id)
+		if j.state == store.StateReady && j.key == "" {
+			plain = append(plain, id)
+		} else if j.state == store.StateReady {
+			keyed = append(keyed, id)
 		}
 	}
+	sort.Slice(plain, func(a, b int) bool { return plain[a] < plain[b] })
+	sort.Slice(keyed, func(a, b int) bool { return keyed[a] < keyed[b] })
+	ready := append(plain[:min(len(plain), limit)], keyed[:min(len(keyed), limit)]...)
 	sort.Slice(ready, func(a, b int) bool { return ready[a] < ready[b] })
-	if len(ready) > limit {
-		ready = ready[:limit]
-	}
 	var admitted []int64
 	deferred := map[int64]int64{}
 	for _, id := range ready {
 		j := m.jobs[id]
+		full := len(admitted) == limit
 		if j.key == "" {
-			admitted = append(admitted, id)
-			j.state = store.StateRunning
+			if !full {
+				admitted = append(admitted, id)
+				j.state = store.StateRunning
+			}
 			continue
 		}
 		p := m.lim[ratelimit.ScopeOf(j.key)].Params
 		b := m.budget(j.key)
-		if ok, earliest := p.Allow(&b.st, now, 1); ok {
+		if ok, earliest := p.Check(b.st, now, 1); ok {
+			if full {
+				continue // admissible, but the claim is full: it stays ready
+			}
+			p.Charge(&b.st, now, 1)
 			admitted = append(admitted, id)
 			j.state, j.waited = store.StateRunning, false
 		} else if j.waited && earliest < b.st.NextSlot && earliest <= now+m.horizon {

@@ -60,12 +60,33 @@ func (Dialect) Now() string {
 	return `SELECT CAST(UNIX_TIMESTAMP(SYSDATE(6)) * 1000000 AS SIGNED)`
 }
 
-// LockReady locks the next ready jobs of an unpaused queue.
-func (Dialect) LockReady(queue string, limit int) (string, []any) {
-	return `SELECT ` + store.JobColumns + ` FROM sluice_jobs
-WHERE ready_queue = ?
+// LockReady locks the next ready jobs of an unpaused queue, without or
+// with rate limits.
+func (Dialect) LockReady(queue string, limited bool, limit int) (string, []any) {
+	if limited {
+		return `SELECT ` + store.JobColumns + ` FROM sluice_jobs
+WHERE ready_limited = ?
   AND NOT EXISTS (SELECT 1 FROM sluice_queues WHERE name = ? AND paused = 1)
 ORDER BY priority, id LIMIT ? FOR UPDATE SKIP LOCKED`, []any{queue, queue, limit}
+	}
+	return `SELECT ` + store.JobColumns + ` FROM sluice_jobs
+WHERE ready_plain = ?
+  AND NOT EXISTS (SELECT 1 FROM sluice_queues WHERE name = ? AND paused = 1)
+ORDER BY priority, id LIMIT ? FOR UPDATE SKIP LOCKED`, []any{queue, queue, limit}
+}
+
+// LockReadyLike locks ready jobs that draw on exactly the same budgets as
+// a parked one and hold no concurrency slot.
+func (Dialect) LockReadyLike(queue, kind, rateKeys string, limit int) (string, []any) {
+	return `SELECT id FROM sluice_jobs
+WHERE ready_limited = ? AND rate_keys = ? AND kind = ? AND holds_slot = 0
+ORDER BY priority, id LIMIT ? FOR UPDATE SKIP LOCKED`, []any{queue, rateKeys, kind, limit}
+}
+
+// MarkParked parks jobs on a budget.
+func (Dialect) MarkParked(ids []int64, key string) (string, []any) {
+	return `UPDATE sluice_jobs SET state = 'parked', wait_key = ? WHERE id IN (` + sqlgen.List(len(ids)) + `) AND state = 'ready'`,
+		append([]any{key}, sqlgen.Int64s(ids)...)
 }
 
 // MarkRunning claims jobs for a process.
@@ -123,7 +144,7 @@ ORDER BY due_at, id LIMIT ? FOR UPDATE SKIP LOCKED`, []any{now, limit}
 // LockDueWaiting locks the due jobs of the queues that wait on a rate
 // limit.
 func (Dialect) LockDueWaiting(queues []string, now int64, limit int) (string, []any) {
-	return `SELECT id, queue, conc_key, conc_limit, conc_duration, conc_discard, holds_slot FROM sluice_jobs
+	return `SELECT ` + store.JobColumns + `, conc_limit, conc_duration, conc_discard FROM sluice_jobs
 WHERE due_at <= ? AND wait_key IS NOT NULL AND queue IN (` + sqlgen.List(len(queues)) + `)
 ORDER BY due_at, id LIMIT ? FOR UPDATE SKIP LOCKED`, append(append([]any{now}, sqlgen.Strings(queues)...), limit)
 }
@@ -408,7 +429,8 @@ func (Dialect) DeleteTicks(before int64) (string, []any) {
 // UnfinishedByState counts unfinished jobs per queue and state, each state
 // through its own key, so finished jobs are never read.
 func (Dialect) UnfinishedByState() string {
-	return `SELECT ready_queue, 'ready', count(*) FROM sluice_jobs WHERE ready_queue IS NOT NULL GROUP BY ready_queue
+	return `SELECT ready_plain, 'ready', count(*) FROM sluice_jobs WHERE ready_plain IS NOT NULL GROUP BY ready_plain
+UNION ALL SELECT ready_limited, 'ready', count(*) FROM sluice_jobs WHERE ready_limited IS NOT NULL GROUP BY ready_limited
 UNION ALL SELECT queue, 'scheduled', count(*) FROM sluice_jobs WHERE due_at IS NOT NULL GROUP BY queue
 UNION ALL SELECT queue, 'parked', count(*) FROM sluice_jobs WHERE parked_key IS NOT NULL GROUP BY queue
 UNION ALL SELECT queue, 'blocked', count(*) FROM sluice_jobs WHERE blocked_key IS NOT NULL GROUP BY queue
@@ -421,7 +443,8 @@ ORDER BY 1, 2`
 // ready jobs, blocked jobs, and jobs a rate limit holds.
 func (Dialect) OldestWaiting() string {
 	return `SELECT queue, throttled, MIN(created_at) FROM (
-  SELECT queue, wait_key IS NOT NULL AS throttled, created_at FROM sluice_jobs WHERE ready_queue IS NOT NULL
+  SELECT queue, wait_key IS NOT NULL AS throttled, created_at FROM sluice_jobs WHERE ready_plain IS NOT NULL
+  UNION ALL SELECT queue, wait_key IS NOT NULL, created_at FROM sluice_jobs WHERE ready_limited IS NOT NULL
   UNION ALL SELECT queue, 1, created_at FROM sluice_jobs WHERE blocked_key IS NOT NULL
   UNION ALL SELECT queue, 1, created_at FROM sluice_jobs WHERE wait_key IS NOT NULL AND state IN ('scheduled', 'parked')
 ) w GROUP BY queue, throttled`
@@ -446,4 +469,14 @@ func (Dialect) ListOverrides() string {
 // ReleaseHolders clears the slots of the keys' holders.
 func (Dialect) ReleaseHolders(keys []string) (string, []any) {
 	return `UPDATE sluice_jobs SET holds_slot = 0 WHERE conc_key IN (` + sqlgen.List(len(keys)) + `) AND holds_slot = 1`, sqlgen.Strings(keys)
+}
+
+// AddParked counts jobs parked on a budget outside a claim.
+func (Dialect) AddParked(key string, n int) (string, []any) {
+	return `UPDATE sluice_budgets SET parked = parked + ? WHERE name = ?`, []any{n, key}
+}
+
+// GetBudget reads one budget.
+func (Dialect) GetBudget(key string) (string, []any) {
+	return `SELECT ` + store.BudgetColumns + ` FROM sluice_budgets WHERE name = ?`, []any{key}
 }

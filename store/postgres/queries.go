@@ -72,12 +72,32 @@ func (Dialect) Now() string {
 	return `SELECT (extract(epoch FROM clock_timestamp()) * 1000000)::bigint`
 }
 
-// LockReady locks the next ready jobs of an unpaused queue.
-func (Dialect) LockReady(queue string, limit int) (string, []any) {
-	return `SELECT ` + store.JobColumns + ` FROM sluice_jobs
-WHERE state = 'ready' AND queue = $1
+// LockReady locks the next ready jobs of an unpaused queue, without or
+// with rate limits.
+func (Dialect) LockReady(queue string, limited bool, limit int) (string, []any) {
+	if limited {
+		return `SELECT ` + store.JobColumns + ` FROM sluice_jobs
+WHERE state = 'ready' AND rate_keys IS NOT NULL AND queue = $1
   AND NOT EXISTS (SELECT 1 FROM sluice_queues WHERE name = $1 AND paused)
 ORDER BY priority, id LIMIT $2 FOR UPDATE SKIP LOCKED`, []any{queue, limit}
+	}
+	return `SELECT ` + store.JobColumns + ` FROM sluice_jobs
+WHERE state = 'ready' AND rate_keys IS NULL AND queue = $1
+  AND NOT EXISTS (SELECT 1 FROM sluice_queues WHERE name = $1 AND paused)
+ORDER BY priority, id LIMIT $2 FOR UPDATE SKIP LOCKED`, []any{queue, limit}
+}
+
+// LockReadyLike locks ready jobs that draw on exactly the same budgets as
+// a parked one and hold no concurrency slot.
+func (Dialect) LockReadyLike(queue, kind, rateKeys string, limit int) (string, []any) {
+	return `SELECT id FROM sluice_jobs
+WHERE state = 'ready' AND rate_keys IS NOT NULL AND queue = $1 AND rate_keys = $2 AND kind = $3 AND NOT holds_slot
+ORDER BY priority, id LIMIT $4 FOR UPDATE SKIP LOCKED`, []any{queue, rateKeys, kind, limit}
+}
+
+// MarkParked parks jobs on a budget.
+func (Dialect) MarkParked(ids []int64, key string) (string, []any) {
+	return `UPDATE sluice_jobs SET state = 'parked', wait_key = $1 WHERE id = ANY($2) AND state = 'ready'`, []any{key, ids}
 }
 
 // MarkRunning claims jobs for a process.
@@ -133,7 +153,7 @@ ORDER BY run_at, id LIMIT $2 FOR UPDATE SKIP LOCKED`, []any{now, limit}
 // LockDueWaiting locks the due jobs of the queues that wait on a rate
 // limit.
 func (Dialect) LockDueWaiting(queues []string, now int64, limit int) (string, []any) {
-	return `SELECT id, queue, conc_key, conc_limit, conc_duration, conc_discard, holds_slot FROM sluice_jobs
+	return `SELECT ` + store.JobColumns + `, conc_limit, conc_duration, conc_discard FROM sluice_jobs
 WHERE state = 'scheduled' AND run_at <= $1 AND wait_key IS NOT NULL AND queue = ANY($2)
 ORDER BY run_at, id LIMIT $3 FOR UPDATE SKIP LOCKED`, []any{now, queues, limit}
 }
@@ -470,4 +490,14 @@ func (Dialect) ListOverrides() string {
 // ReleaseHolders clears the slots of the keys' holders.
 func (Dialect) ReleaseHolders(keys []string) (string, []any) {
 	return `UPDATE sluice_jobs SET holds_slot = false WHERE conc_key = ANY($1) AND holds_slot`, []any{keys}
+}
+
+// AddParked counts jobs parked on a budget outside a claim.
+func (Dialect) AddParked(key string, n int) (string, []any) {
+	return `UPDATE sluice_budgets SET parked = parked + $1 WHERE name = $2`, []any{n, key}
+}
+
+// GetBudget reads one budget.
+func (Dialect) GetBudget(key string) (string, []any) {
+	return `SELECT ` + store.BudgetColumns + ` FROM sluice_budgets WHERE name = $1`, []any{key}
 }

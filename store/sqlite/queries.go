@@ -51,13 +51,33 @@ func (Dialect) InsertJobs(jobs []store.InsertRow) (string, []any) {
 // Now is empty: SQLite runs in this process, on the host's clock.
 func (Dialect) Now() string { return "" }
 
-// LockReady selects the next ready jobs of an unpaused queue. BEGIN
-// IMMEDIATE already holds the only write lock.
-func (Dialect) LockReady(queue string, limit int) (string, []any) {
-	return `SELECT ` + store.JobColumns + ` FROM sluice_jobs
-WHERE state = 'ready' AND queue = ?
+// LockReady selects the next ready jobs of an unpaused queue, without or
+// with rate limits. BEGIN IMMEDIATE already holds the only write lock.
+func (Dialect) LockReady(queue string, limited bool, limit int) (string, []any) {
+	if limited {
+		return `SELECT ` + store.JobColumns + ` FROM sluice_jobs
+WHERE state = 'ready' AND rate_keys IS NOT NULL AND queue = ?
   AND NOT EXISTS (SELECT 1 FROM sluice_queues WHERE name = ? AND paused = 1)
 ORDER BY priority, id LIMIT ?`, []any{queue, queue, limit}
+	}
+	return `SELECT ` + store.JobColumns + ` FROM sluice_jobs
+WHERE state = 'ready' AND rate_keys IS NULL AND queue = ?
+  AND NOT EXISTS (SELECT 1 FROM sluice_queues WHERE name = ? AND paused = 1)
+ORDER BY priority, id LIMIT ?`, []any{queue, queue, limit}
+}
+
+// LockReadyLike selects ready jobs that draw on exactly the same budgets
+// as a parked one and hold no concurrency slot.
+func (Dialect) LockReadyLike(queue, kind, rateKeys string, limit int) (string, []any) {
+	return `SELECT id FROM sluice_jobs
+WHERE state = 'ready' AND rate_keys IS NOT NULL AND queue = ? AND rate_keys = ? AND kind = ? AND holds_slot = 0
+ORDER BY priority, id LIMIT ?`, []any{queue, rateKeys, kind, limit}
+}
+
+// MarkParked parks jobs on a budget.
+func (Dialect) MarkParked(ids []int64, key string) (string, []any) {
+	return `UPDATE sluice_jobs SET state = 'parked', wait_key = ? WHERE id IN (` + sqlgen.List(len(ids)) + `) AND state = 'ready'`,
+		append([]any{key}, sqlgen.Int64s(ids)...)
 }
 
 // MarkRunning claims jobs for a process.
@@ -109,7 +129,7 @@ WHERE state = 'scheduled' AND run_at <= ? ORDER BY run_at, id LIMIT ?`, []any{no
 // LockDueWaiting selects the due jobs of the queues that wait on a rate
 // limit.
 func (Dialect) LockDueWaiting(queues []string, now int64, limit int) (string, []any) {
-	return `SELECT id, queue, conc_key, conc_limit, conc_duration, conc_discard, holds_slot FROM sluice_jobs
+	return `SELECT ` + store.JobColumns + `, conc_limit, conc_duration, conc_discard FROM sluice_jobs
 WHERE state = 'scheduled' AND run_at <= ? AND wait_key IS NOT NULL AND queue IN (` + sqlgen.List(len(queues)) + `)
 ORDER BY run_at, id LIMIT ?`, append(append([]any{now}, sqlgen.Strings(queues)...), limit)
 }
@@ -429,4 +449,14 @@ func (Dialect) ListOverrides() string {
 // ReleaseHolders clears the slots of the keys' holders.
 func (Dialect) ReleaseHolders(keys []string) (string, []any) {
 	return `UPDATE sluice_jobs SET holds_slot = 0 WHERE conc_key IN (` + sqlgen.List(len(keys)) + `) AND holds_slot = 1`, sqlgen.Strings(keys)
+}
+
+// AddParked counts jobs parked on a budget outside a claim.
+func (Dialect) AddParked(key string, n int) (string, []any) {
+	return `UPDATE sluice_budgets SET parked = parked + ? WHERE name = ?`, []any{n, key}
+}
+
+// GetBudget reads one budget.
+func (Dialect) GetBudget(key string) (string, []any) {
+	return `SELECT ` + store.BudgetColumns + ` FROM sluice_budgets WHERE name = ?`, []any{key}
 }
