@@ -42,6 +42,9 @@ const (
 	// firstCandidates is how many rate-limited jobs a worker's first claim
 	// decides; claims that admit them widen it up to the free slots.
 	firstCandidates = 64
+	// maxBudgetHint bounds the budgets a claim locks ahead on the word of
+	// the claim before it.
+	maxBudgetHint = 256
 	// dueLead is how early a worker wakes for a slot its claims handed
 	// out: the claim then admits the job at its slot (see
 	// store.ClaimParams.DueLead), instead of a wake-up and a round trip
@@ -142,6 +145,9 @@ type Worker struct {
 	window int
 	// sweepsRunning counts the sweeps under way.
 	sweepsRunning atomic.Int32
+	// budgetHint are the budgets the last claim locked, when it admitted
+	// rate-limited jobs.
+	budgetHint []string
 }
 
 type runningJob struct {
@@ -377,7 +383,7 @@ func (w *Worker) claimRound(ctx, jobsCtx context.Context, promote bool) (bool, e
 		if len(res.Jobs) == free {
 			return true, nil
 		}
-		if len(res.Deferred) == 0 {
+		if len(res.Deferred) == 0 && !res.MoreLimited {
 			return false, nil
 		}
 	}
@@ -395,6 +401,12 @@ func (w *Worker) adaptWindow(res *store.ClaimResult, window int) {
 		if len(j.RateKeys) > 0 {
 			admitted++
 		}
+	}
+	// A claim that admitted rate-limited jobs tells the next which budgets
+	// to lock with its candidates, saving a round trip.
+	w.budgetHint = nil
+	if admitted > 0 && len(res.Budgets) <= maxBudgetHint {
+		w.budgetHint = res.Budgets
 	}
 	switch {
 	case window <= 0:
@@ -466,6 +478,7 @@ func (w *Worker) claim(ctx context.Context, max, window int, promote bool) (*sto
 		Horizon:    w.cfg.Horizon,
 		PromoteDue: promote && w.limits != nil,
 		DueLead:    w.slots.lead,
+		BudgetHint: w.budgetHint,
 	})
 	if err != nil {
 		return nil, err

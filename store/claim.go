@@ -3,6 +3,7 @@ package store
 import (
 	"cmp"
 	"context"
+	"errors"
 	"fmt"
 	"slices"
 	"time"
@@ -77,6 +78,13 @@ type ClaimParams struct {
 	// at its slot instead of a wake-up and a round trip later, which a
 	// limit with no burst to spare would lose. 0 takes only due jobs.
 	DueLead time.Duration
+	// BudgetHint, sorted, are the budgets the claim expects to need — a
+	// worker passes those its last claim locked (ClaimResult.Budgets). They
+	// are locked in the round trip that locks the candidates, saving one;
+	// a claim that needs a budget the hint did not name, sorting before
+	// one it did, starts again without the hint, so budgets are always
+	// locked in one global order.
+	BudgetHint []string
 }
 
 // ClaimResult is what a claim took and what it deferred.
@@ -92,6 +100,12 @@ type ClaimResult struct {
 	Unfit []Unfit
 	// Promoted counts the due waiting jobs the claim took (PromoteDue).
 	Promoted int
+	// Budgets are the budgets the claim locked, sorted: the next claim's
+	// BudgetHint.
+	Budgets []string
+	// MoreLimited is set when the claim took as many rate-limited
+	// candidates as it was allowed (Candidates): more may be ready.
+	MoreLimited bool
 	// Overflows are the budgets past their horizon that this claim parked
 	// jobs on, with ready jobs like those likely behind them: ParkOverflow
 	// parks those in bulk, out of the claims' way.
@@ -109,6 +123,10 @@ type ClaimResult struct {
 	// woke are queues whose blocked jobs took the slots deferred jobs gave
 	// back.
 	woke []string
+	// hinted are the budgets locked from BudgetHint, and hintedAt the
+	// database's clock read after them (zero on the caller's clock).
+	hinted   map[string]*budget
+	hintedAt time.Time
 }
 
 // Deferral records one job a rate limit held back.
@@ -133,16 +151,27 @@ func (s *Store) Claim(ctx context.Context, p ClaimParams) (*ClaimResult, error) 
 		return &ClaimResult{}, nil
 	}
 	var res *ClaimResult
-	err := s.inTx(ctx, func(tx Tx) error {
-		res = &ClaimResult{}
-		return s.claim(ctx, tx, p, res)
-	})
+	claim := func() error {
+		return s.inTx(ctx, func(tx Tx) error {
+			res = &ClaimResult{}
+			return s.claim(ctx, tx, p, res)
+		})
+	}
+	err := claim()
+	if errors.Is(err, errHintMissed) {
+		p.BudgetHint = nil
+		err = claim()
+	}
 	if err != nil {
 		return nil, s.wrap(fmt.Errorf("claim: %w", err))
 	}
 	s.Wake(res.woke...)
 	return res, nil
 }
+
+// errHintMissed restarts a claim whose BudgetHint missed a budget that
+// sorts before one it locked.
+var errHintMissed = errors.New("the budget hint missed a budget")
 
 func (s *Store) claim(ctx context.Context, tx Tx, p ClaimParams, res *ClaimResult) error {
 	window := p.Max
@@ -162,7 +191,7 @@ func (s *Store) claim(ctx context.Context, tx Tx, p ClaimParams, res *ClaimResul
 			return err
 		}
 	}
-	cands, err := s.candidates(ctx, tx, p, window, due)
+	cands, err := s.candidates(ctx, tx, p, window, due, res)
 	if err != nil {
 		return err
 	}
@@ -215,7 +244,7 @@ func (s *Store) claim(ctx context.Context, tx Tx, p ClaimParams, res *ClaimResul
 // queue is never walked over on the way to the jobs behind it. Without
 // Limits a claim takes only jobs that carry no key: a worker that knows no
 // limit never runs a limited job unchecked.
-func (s *Store) candidates(ctx context.Context, tx Tx, p ClaimParams, window int, due []*Job) ([]*Job, error) {
+func (s *Store) candidates(ctx context.Context, tx Tx, p ClaimParams, window int, due []*Job, res *ClaimResult) ([]*Job, error) {
 	var plain, limited []*Job
 	for _, q := range p.Queues {
 		// Both streams of a queue in one round trip where the database can.
@@ -227,13 +256,38 @@ func (s *Store) candidates(ctx context.Context, tx Tx, p ClaimParams, window int
 		if n := window - len(limited); p.Limits != nil && n > 0 {
 			stmts, into = append(stmts, query(s.d.LockReady(q, true, n))), append(into, &limited)
 		}
+		// The hinted budgets, and then the clock, ride along with the
+		// first queue's candidates.
+		hinted := len(p.BudgetHint) > 0 && p.Limits != nil && res.hinted == nil
+		if hinted {
+			res.hinted = map[string]*budget{}
+			stmts = append(stmts, query(s.d.LockBudgets(p.BudgetHint)))
+			if s.readsDatabase(p.Clock) {
+				stmts = append(stmts, query(s.d.Now(), nil))
+			}
+		}
 		err := pipeline(ctx, tx, stmts, func(i int, rows Rows) error {
 			for rows.Next() {
-				j, err := scanJob(rows)
-				if err != nil {
-					return err
+				switch {
+				case i < len(into):
+					j, err := scanJob(rows)
+					if err != nil {
+						return err
+					}
+					*into[i] = append(*into[i], j)
+				case i == len(into):
+					r, err := scanBudget(rows)
+					if err != nil {
+						return err
+					}
+					res.hinted[r.Name] = &budget{row: r, state: ratelimit.State{TAT: r.TAT, NextSlot: r.NextSlot}}
+				default:
+					var us int64
+					if err := rows.Scan(&us); err != nil {
+						return err
+					}
+					res.hintedAt = FromMicros(us)
 				}
-				*into[i] = append(*into[i], j)
 			}
 			return nil
 		})
@@ -244,6 +298,7 @@ func (s *Store) candidates(ctx context.Context, tx Tx, p ClaimParams, window int
 			break
 		}
 	}
+	res.MoreLimited = p.Limits != nil && window > 0 && len(limited) >= window
 	if len(limited) == 0 && len(due) == 0 {
 		return plain, nil
 	}

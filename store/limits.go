@@ -55,10 +55,11 @@ func (s *Store) applyLimits(ctx context.Context, tx Tx, p ClaimParams, cands []*
 	}
 	slices.Sort(keys)
 	keys = slices.Compact(keys)
-	budgets, at, err := s.lockBudgets(ctx, tx, keys, p.Clock)
+	budgets, at, err := s.lockClaimBudgets(ctx, tx, keys, p, res)
 	if err != nil {
 		return nil, nil, nil, err
 	}
+	res.Budgets = keys
 	if wait := imminent(p, cands, checks, budgets, Nanos(at)); wait > 0 {
 		// A job that came for its slot a moment early is admitted at its
 		// slot, not a whole wake-up later: the claim waits, holding the
@@ -249,6 +250,47 @@ func imminent(p ClaimParams, cands []*Job, checks [][]check, budgets map[string]
 		}
 	}
 	return wait
+}
+
+// lockClaimBudgets locks the budgets a claim decides on, in key order, and
+// reads the time after the last lock: the budgets the hint locked already
+// (with the clock read after them), and the rest after them when they all
+// sort after the hinted ones. A budget the hint missed that sorts before
+// one it locked would break the one global order budgets are locked in:
+// the claim then starts again without the hint.
+func (s *Store) lockClaimBudgets(ctx context.Context, tx Tx, keys []string, p ClaimParams, res *ClaimResult) (map[string]*budget, time.Time, error) {
+	if res.hinted == nil {
+		return s.lockBudgets(ctx, tx, keys, p.Clock)
+	}
+	var missing []string
+	for _, k := range keys {
+		if res.hinted[k] == nil {
+			missing = append(missing, k)
+		}
+	}
+	at := res.hintedAt
+	if at.IsZero() {
+		at = p.Clock.Host()
+	}
+	budgets := res.hinted
+	if len(missing) > 0 {
+		last := ""
+		for k := range res.hinted {
+			last = max(last, k)
+		}
+		if missing[0] < last {
+			return nil, time.Time{}, errHintMissed
+		}
+		more, moreAt, err := s.lockBudgets(ctx, tx, missing, p.Clock)
+		if err != nil {
+			return nil, time.Time{}, err
+		}
+		for k, b := range more {
+			budgets[k] = b
+		}
+		at = moreAt
+	}
+	return budgets, at, nil
 }
 
 // Unfit is a job failed at claim because one of its limits can never

@@ -229,6 +229,7 @@ func (b *bench) open(ctx context.Context) (*store.Store, error) {
 func (b *bench) configure(kc kindsConfig, dispatch bool) error {
 	b.kc, b.dispatch = kc, dispatch
 	b.t = newTally()
+	b.t.recordStarts = b.f.deleteDone
 	b.enqueued = map[string]int{}
 	b.reg = jobs.NewRegistry()
 	if err := registerKinds(b.reg, kc, b.t); err != nil {
@@ -299,8 +300,10 @@ func (b *bench) reset(ctx context.Context) error {
 	if b.store.Dialect().Name() == "postgres" {
 		// What autovacuum would do between runs (it may be off on a test
 		// server): without it every run pays for the last one's dead rows.
-		if _, err := db.Exec(ctx, "VACUUM ANALYZE sluice_jobs"); err != nil {
-			return fmt.Errorf("vacuum: %w", err)
+		for _, table := range []string{"sluice_jobs", "sluice_budgets"} {
+			if _, err := db.Exec(ctx, "VACUUM ANALYZE "+table); err != nil {
+				return fmt.Errorf("vacuum %s: %w", table, err)
+			}
 		}
 	}
 	if b.f.finished == 0 {
