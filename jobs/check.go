@@ -53,6 +53,9 @@ const (
 	// CodeConcurrencyGroupMismatch: kinds in one concurrency group declare
 	// different limits.
 	CodeConcurrencyGroupMismatch = "W005"
+	// CodeImpreciseDrain: a limit is so fine that a backlog drains slower
+	// than declared (ratelimit.Spec.DrainPrecise); the bound still holds.
+	CodeImpreciseDrain = "W006"
 )
 
 // Check validates a registry against a database at start-up, as
@@ -89,11 +92,23 @@ func Check(ctx context.Context, r *Registry, s *store.Store) ([]Finding, error) 
 		}
 	}
 	queues := make([]string, 0, len(r.queues))
-	for q := range r.queues {
+	for q, ls := range r.queues {
 		queues = append(queues, q)
 		scopes[store.QueueScope+"/"+q] = nil
+		for _, l := range ls {
+			if ok, why := l.Spec.DrainPrecise(); !ok {
+				add(CodeImpreciseDrain, SeverityWarning, "the limit on queue %s (%s): %s", q, l.Spec, why)
+			}
+		}
 	}
 	r.mu.RUnlock()
+	for _, sc := range sortedKeys(scopes) {
+		for _, kind := range sortedKeys(scopes[sc]) {
+			if ok, why := scopes[sc][kind].DrainPrecise(); !ok {
+				add(CodeImpreciseDrain, SeverityWarning, "the rate limit of %s on %s (%s): %s", kind, sc, scopes[sc][kind], why)
+			}
+		}
+	}
 
 	names := make([]string, 0, len(scopes))
 	for sc := range scopes {
@@ -174,6 +189,16 @@ func Check(ctx context.Context, r *Registry, s *store.Store) ([]Finding, error) 
 			continue
 		}
 		add(CodeStrayOverride, SeverityWarning, "the override of %s names no declared limit; it changes nothing", o.Target)
+	}
+	for _, o := range overrides {
+		p, burst, err := ratelimit.NewParams(o.To, o.Per, o.Burst)
+		if err != nil {
+			continue
+		}
+		spec := ratelimit.Spec{To: o.To, Per: o.Per, Burst: burst, Params: p}
+		if ok, why := spec.DrainPrecise(); !ok {
+			add(CodeImpreciseDrain, SeverityWarning, "the override of %s (%s): %s", o.Target, spec, why)
+		}
 	}
 	return out, nil
 }

@@ -247,6 +247,23 @@ func TestCheckReportsEachFinding(t *testing.T) {
 		require.Contains(t, text, "W004 warning: the override of Stirpe/global names no declared limit")
 		require.NotContains(t, text, "Stripe/Account/7", "an override of one budget of a declared scope is fine")
 		require.Len(t, findings, 4)
+
+		// Limits too fine for a backlog to drain at their declared rate.
+		require.NoError(t, jobs.Register(h.reg, func(context.Context, *jobs.Job[sms]) error { return nil },
+			jobs.RateLimit(ratelimit.Limit[sms]{To: 30, Per: time.Second, Key: "global"}),
+			jobs.RateLimit(ratelimit.Limit[sms]{To: 300, Per: time.Second, Burst: 2, Group: "fast", Key: "global"}),
+			jobs.RateLimit(ratelimit.Limit[sms]{To: 20, Per: time.Second, Key: "x", Group: "fine"})))
+		findings, err = jobs.Check(ctx, h.reg, h.store)
+		require.NoError(t, err)
+		got = nil
+		for _, f := range findings {
+			if f.Code == jobs.CodeImpreciseDrain {
+				got = append(got, f.String())
+			}
+		}
+		require.Len(t, got, 2, "%q", got)
+		require.Contains(t, got[0], "W006 warning: the rate limit of sms on fast (300/1s burst 2): its emission interval is 3.344482ms")
+		require.Contains(t, got[1], "W006 warning: the rate limit of sms on sms (30/1s burst 1): its emission interval is 33.333334ms with burst 1")
 	})
 }
 

@@ -237,3 +237,31 @@ func (q QueueLimit) Compile(queue string) (Spec, error) {
 	}
 	return Spec{Scope: "@queue", To: q.To, Per: q.Per, Burst: burst, Params: p, Shadow: q.Shadow}, nil
 }
+
+// Where a backlog's drain rate is promised: a worker admits a waiting job
+// within a few milliseconds of its slot, which a burst of 2 or more absorbs
+// when the emission interval is at least MinPreciseInterval, and a burst of
+// 1 (no slack at all) when it is at least MinPreciseIntervalBurst1. Below
+// them the bound (at most To in any window of Per) still holds, but a
+// backlog drains more slowly than To − Burst + 1 per Per.
+const (
+	MinPreciseInterval       = 10 * time.Millisecond
+	MinPreciseIntervalBurst1 = 50 * time.Millisecond
+)
+
+// DrainPrecise reports whether a backlog under the limit drains at its
+// declared rate (within 2%, or 5% with a burst of 1), and if not, why.
+func (s Spec) DrainPrecise() (bool, string) {
+	if s.Params.Paused {
+		return true, ""
+	}
+	t := time.Duration(s.Params.Interval)
+	switch {
+	case s.Burst == 1 && t < MinPreciseIntervalBurst1:
+		return false, fmt.Sprintf("its emission interval is %s with burst 1; a backlog drains at its declared rate only from %s (or with a burst of 2 or more, from %s)",
+			t, MinPreciseIntervalBurst1, MinPreciseInterval)
+	case s.Burst > 1 && t < MinPreciseInterval:
+		return false, fmt.Sprintf("its emission interval is %s; a backlog drains at its declared rate only from %s", t, MinPreciseInterval)
+	}
+	return true, ""
+}

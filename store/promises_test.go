@@ -9,6 +9,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/sluicequeue/sluice/internal/testdb"
+	"github.com/sluicequeue/sluice/ratelimit"
 	"github.com/sluicequeue/sluice/store"
 )
 
@@ -487,5 +488,37 @@ func TestParkOverflowParksTheJobsBehindAFullBudget(t *testing.T) {
 		n, err := s.ParkOverflow(ctx, store.At(at(time.Hour)), o, 2*time.Minute, 20)
 		require.NoError(t, err)
 		require.Zero(t, n, "an hour on, the budget has slots within the horizon: nothing is parked")
+	})
+}
+
+// A limit with an emission interval of about 11 µs (100,000 a second on
+// one budget, here as 1,000 per 10 ms with a burst of 100) keeps its bound
+// and its drain rate, claim by claim on a clock moving in steps of 37 µs.
+func TestAMicrosecondLimitKeepsItsBoundAndRate(t *testing.T) {
+	testdb.Each(t, func(t *testing.T, s *store.Store) {
+		const per = 10 * time.Millisecond
+		lim := limits{"k": spec(t, "k", 1000, per, 100)}
+		jobs := make([]store.NewJob, 3000)
+		for i := range jobs {
+			jobs[i] = limited("k", "k/x")
+		}
+		enqueue(t, s, t0, jobs...)
+		pid := register(t, s, t0)
+		var admitted []time.Time
+		now := t0
+		for len(admitted) < len(jobs) && now.Before(t0.Add(time.Second)) {
+			_, _, err := s.Promote(context.Background(), store.At(now), 5000)
+			require.NoError(t, err)
+			res := claimLimited(t, s, pid, now, 5000, lim, time.Hour)
+			for range res.Jobs {
+				admitted = append(admitted, res.DecidedAt)
+			}
+			now = now.Add(37 * time.Microsecond)
+		}
+		require.Len(t, admitted, len(jobs))
+		require.LessOrEqual(t, ratelimit.BusiestWindow(admitted, per), 1000)
+		// After the burst of 100, 901 per 10 ms.
+		rate := float64(len(admitted)-100) / admitted[len(admitted)-1].Sub(admitted[99]).Seconds()
+		require.InEpsilon(t, 90_100.0, rate, 0.01, "drained at %.0f/s", rate)
 	})
 }

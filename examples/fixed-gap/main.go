@@ -2,11 +2,10 @@
 // calls: with the default burst of 1, no two claims are less than 5 seconds
 // apart.
 //
-// With burst 1 there is no slack: a waiting job that reaches the claim a
-// moment early waits again, so in production, where dispatch and claim
-// delays vary, a backlog drains a little slower than one every 5 seconds
-// (see docs/rate-limits.md, "Picking a burst"). On the fake clock here the
-// polls line up with the slots and it drains at exactly that rate.
+// With burst 1 there is no slack: an admission a moment late is a moment
+// lost. With a 5 s gap the worker that comes back for each slot loses a
+// few milliseconds in 5 s (see docs/rate-limits.md, "Picking a burst"); on
+// the fake clock here it drains at exactly one every 5 seconds.
 package main
 
 import (
