@@ -2,6 +2,7 @@ package jobs
 
 import (
 	"container/heap"
+	"sync"
 	"time"
 
 	"github.com/sluicequeue/sluice/store"
@@ -32,6 +33,7 @@ func (h *slotTimes) Pop() any {
 // tick. Slots are on the clock the claims decide on (the database's, in
 // production); offset turns them into the worker's own clock.
 type dueSlots struct {
+	mu    sync.Mutex
 	times slotTimes
 	// offset is the worker's clock minus the claims' clock, as last
 	// measured around a claim.
@@ -48,6 +50,8 @@ type dueSlots struct {
 // note records what a claim handed out and measures the clocks' offset:
 // began and ended are the worker's times around the claim.
 func (d *dueSlots) note(res *store.ClaimResult, began, ended time.Time) {
+	d.mu.Lock()
+	defer d.mu.Unlock()
 	if at := res.DecidedAt; !at.IsZero() {
 		d.offset = began.Add(ended.Sub(began) / 2).Sub(at)
 	}
@@ -69,6 +73,15 @@ func (d *dueSlots) note(res *store.ClaimResult, began, ended time.Time) {
 	}
 }
 
+// addAll records slots handed out outside a claim (a worker's sweep).
+func (d *dueSlots) addAll(ts []time.Time) {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	for _, t := range ts {
+		d.add(t)
+	}
+}
+
 func (d *dueSlots) add(t time.Time) {
 	if len(d.times) < maxKnownSlots {
 		heap.Push(&d.times, t)
@@ -78,6 +91,8 @@ func (d *dueSlots) add(t time.Time) {
 // next returns how long until lead before the earliest known slot, on
 // the worker's clock now, and whether there is one.
 func (d *dueSlots) next(now time.Time) (time.Duration, bool) {
+	d.mu.Lock()
+	defer d.mu.Unlock()
 	if len(d.times) == 0 {
 		return 0, false
 	}

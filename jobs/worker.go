@@ -41,7 +41,7 @@ const (
 	minCandidates = 8
 	// firstCandidates is how many rate-limited jobs a worker's first claim
 	// decides; claims that admit them widen it up to the free slots.
-	firstCandidates = 64
+	firstCandidates = 16
 	// maxBudgetHint bounds the budgets a claim locks ahead on the word of
 	// the claim before it.
 	maxBudgetHint = 256
@@ -49,7 +49,7 @@ const (
 	// out: the claim then admits the job at its slot (see
 	// store.ClaimParams.DueLead), instead of a wake-up and a round trip
 	// late, which a limit with no burst to spare would lose.
-	dueLead = 5 * time.Millisecond
+	dueLead = 2 * time.Millisecond
 )
 
 // WorkerConfig configures a Worker. The zero value works the "default"
@@ -137,7 +137,7 @@ type Worker struct {
 	// claiming goroutine touches them.
 	slots dueSlots
 	// sweeping holds the budgets whose overflow a goroutine of this worker
-	// is parking; sweeps waits for them.
+	// is deferring; sweeps waits for them.
 	sweeping sync.Map
 	sweeps   sync.WaitGroup
 	// window is how many rate-limited jobs the next claim decides, at most
@@ -367,7 +367,7 @@ func (w *Worker) claimRound(ctx, jobsCtx context.Context, promote bool) (bool, e
 		}
 		window := min(w.window, free)
 		if w.sweepsRunning.Load() > 0 {
-			// A sweep is parking a flood out of the limited jobs' index:
+			// A sweep is deferring a flood out of the limited jobs' index:
 			// leave them to it rather than skip over its locked rows.
 			window = -1
 		}
@@ -392,7 +392,7 @@ func (w *Worker) claimRound(ctx, jobsCtx context.Context, promote bool) (bool, e
 
 // adaptWindow narrows how many rate-limited jobs the next claim decides
 // while claims defer more of them than they admit (a flood on a tight
-// budget at the head of the queue, which ParkOverflow is moving out of the
+// budget at the head of the queue, which DeferOverflow is moving out of the
 // way), and widens it again, up to the free slots, as they admit.
 func (w *Worker) adaptWindow(res *store.ClaimResult, window int) {
 	deferred := len(res.Deferred) + len(res.Unfit)
@@ -417,10 +417,14 @@ func (w *Worker) adaptWindow(res *store.ClaimResult, window int) {
 	}
 }
 
-// sweepBatch is how many overflowing jobs one transaction parks.
-const sweepBatch = 1000
+// sweepBatch is how many overflowing jobs one transaction defers, and
+// sweepRest how many times a batch's duration the sweep rests after it.
+const (
+	sweepBatch = 500
+	sweepRest  = 9
+)
 
-// sweep parks, in a goroutine per budget, the ready jobs behind an
+// sweep defers, in a goroutine per budget, the ready jobs behind an
 // overflow a claim found, so that a flood on a tight budget leaves the
 // ready queue in a few set-based statements instead of passing through
 // claim after claim.
@@ -438,25 +442,28 @@ func (w *Worker) sweep(ctx context.Context, overflows []store.Overflow) {
 			total := 0
 			for ctx.Err() == nil {
 				began := time.Now()
-				n, err := w.store.ParkOverflow(ctx, w.storeClock(), o, w.cfg.Horizon, sweepBatch)
+				n, slots, err := w.store.DeferOverflow(ctx, w.storeClock(), o, w.cfg.Horizon, sweepBatch)
+				w.slots.addAll(slots)
 				total += n
 				if err != nil {
 					if ctx.Err() == nil {
-						w.log.Warn("sluice: park the jobs behind a full budget", "budget", o.Key, "err", err)
+						w.log.Warn("sluice: defer the jobs behind a full budget", "budget", o.Key, "err", err)
 					}
 					break
 				}
 				if n < sweepBatch {
 					break
 				}
-				// Half the time at most: the claims around it keep their pace.
+				// A tenth of the time at most: the claims around it keep
+				// their pace, and the flood's own jobs wait on their budget
+				// anyway.
 				select {
 				case <-ctx.Done():
-				case <-time.After(time.Since(began)):
+				case <-time.After(sweepRest * time.Since(began)):
 				}
 			}
 			if total > 0 {
-				w.log.Debug("sluice: parked the jobs behind a full budget", "budget", o.Key, "kind", o.Kind, "count", total)
+				w.log.Debug("sluice: deferred the jobs behind a full budget", "budget", o.Key, "kind", o.Kind, "count", total)
 			}
 		}()
 	}

@@ -51,7 +51,7 @@ type ClaimParams struct {
 	// ready, unless their limit defers them. A worker narrows it while its
 	// claims defer more than they admit, so that a flood on a tight budget
 	// costs each claim little while it is parked out of the way
-	// (ParkOverflow).
+	// (DeferOverflow).
 	Candidates int
 	// Clock stamps the claim and decides rate limits. With DatabaseTime the
 	// decision reads the database's clock once, after the budget rows are
@@ -106,9 +106,10 @@ type ClaimResult struct {
 	// MoreLimited is set when the claim took as many rate-limited
 	// candidates as it was allowed (Candidates): more may be ready.
 	MoreLimited bool
-	// Overflows are the budgets past their horizon that this claim parked
-	// jobs on, with ready jobs like those likely behind them: ParkOverflow
-	// parks those in bulk, out of the claims' way.
+	// Overflows are the budgets this claim deferred jobs on while more
+	// limited jobs were ready (or that it parked jobs on), with what
+	// identifies the jobs like them: DeferOverflow defers those in bulk,
+	// out of the claims' way.
 	Overflows []Overflow
 	// DueAt is the time PromoteDue took due jobs at, on the claim's clock:
 	// every waiting job due by then was taken (zero without PromoteDue).

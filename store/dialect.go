@@ -57,17 +57,17 @@ type Dialect interface {
 	// those that carry no rate-limit key, or, with limited, those that do.
 	// Columns: JobColumns.
 	LockReady(queue string, limited bool, limit int) (string, []any)
+	// GetBudget reads one budget without locking it. Columns:
+	// BudgetColumns.
+	GetBudget(key string) (string, []any)
+	// MoveCursor sets a budget's next slot to to and adds parked to its
+	// parked count, if its next slot is still from; it affects no row
+	// otherwise.
+	MoveCursor(key string, from, to int64, parked int) (string, []any)
 	// LockReadyLike selects and locks, skipping locked rows, up to limit
 	// ready jobs of a queue and kind whose rate keys are exactly rateKeys
 	// and that hold no concurrency slot. Columns: id.
 	LockReadyLike(queue, kind, rateKeys string, limit int) (string, []any)
-	// MarkParked parks locked ready jobs on a budget.
-	MarkParked(ids []int64, key string) (string, []any)
-	// AddParked adds n to a budget's count of parked jobs.
-	AddParked(key string, n int) (string, []any)
-	// GetBudget reads one budget without locking it. Columns:
-	// BudgetColumns.
-	GetBudget(key string) (string, []any)
 	// MarkRunning claims locked jobs for a process.
 	MarkRunning(ids []int64, processID, now int64) (string, []any)
 	// CompleteJobs marks running jobs of a process completed.

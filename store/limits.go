@@ -164,9 +164,11 @@ func (s *Store) applyLimits(ctx context.Context, tx Tx, p ClaimParams, cands []*
 			b.row.Parked++
 			b.parkedNow = true
 			deferred = append(deferred, SetRow{ID: j.ID, State: StateParked, WaitKey: holder.key})
-			if !j.HoldsSlot {
-				res.noteOverflow(Overflow{Queue: j.Queue, Kind: j.Kind, RateKeys: EncodeRateKeys(j.RateKeys), Key: holder.key})
-			}
+		}
+		if !j.HoldsSlot && (d.Parked || res.MoreLimited) {
+			// More jobs like it are likely ready behind it: they would
+			// all wait, and are better deferred in bulk.
+			res.noteOverflow(Overflow{Queue: j.Queue, Kind: j.Kind, RateKeys: EncodeRateKeys(j.RateKeys), Key: holder.key})
 		}
 		b.dirty = true
 		res.Deferred = append(res.Deferred, d)
@@ -192,7 +194,7 @@ func (s *Store) applyLimits(ctx context.Context, tx Tx, p ClaimParams, cands []*
 }
 
 // maxUnparkPerClaim bounds the parked jobs one claim hands slots to.
-const maxUnparkPerClaim = 16
+const maxUnparkPerClaim = 8
 
 // unparkLocked hands slots to parked jobs of the budgets a claim holds
 // locked, when their slots come within until, and records the slots in

@@ -408,7 +408,7 @@ func (w *walk) apply(o op) error {
 		}
 		if o.a%2 == 0 {
 			for _, ov := range res.Overflows {
-				if _, err := w.s.ParkOverflow(w.ctx, w.clock(), ov, 5*time.Second, 1+o.b%4); err != nil {
+				if _, _, err := w.s.DeferOverflow(w.ctx, w.clock(), ov, 5*time.Second, 1+o.b%4); err != nil {
 					return err
 				}
 			}

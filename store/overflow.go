@@ -2,20 +2,23 @@ package store
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"slices"
 	"time"
+
+	"github.com/sluicequeue/sluice/ratelimit"
 )
 
-// Overflow is a budget whose slots reach past the horizon, found by a
-// claim that parked a job on it, and what identifies the ready jobs that
-// would park there too: those of the same queue and kind that draw on
-// exactly the same budgets, at the same costs.
+// Overflow is a budget a claim deferred a job on while more jobs were
+// ready, and what identifies the ready jobs that would wait on it too:
+// those of the same queue and kind that draw on exactly the same budgets,
+// at the same costs.
 type Overflow struct {
 	Queue    string
 	Kind     string
 	RateKeys string // as stored: EncodeRateKeys
-	// Key is the budget the jobs park on.
+	// Key is the budget the jobs wait on.
 	Key string
 }
 
@@ -25,62 +28,106 @@ func (res *ClaimResult) noteOverflow(o Overflow) {
 	}
 }
 
-// ParkOverflow parks one batch of the ready jobs that a claim found would
-// park on an overflowing budget: a flood of jobs on one tight budget
-// moves out of the ready queue in a few set-based statements instead of
-// one claim window at a time, and each parked job still moves once (the
-// dispatcher and the claims give it a slot when the horizon reaches it).
-// The batch is one transaction that checks on c's time that the budget's
-// slots still reach past the horizon (or that it is paused), parks the
-// jobs no other transaction holds, and adds them to the budget's count. It
-// returns how many jobs it parked: fewer than batch when the flood is out
-// of the way, or the budget has room again. Callers repeat it, pausing
-// between batches so that the claims around them keep their pace.
-func (s *Store) ParkOverflow(ctx context.Context, c Clock, o Overflow, horizon time.Duration, batch int) (int, error) {
+// DeferOverflow defers one batch of the ready jobs that a claim found would
+// wait on a budget, as a claim would defer them — each the next free slot
+// within the horizon, or parked past it — but in one set-based transaction
+// of its own instead of claim after claim: a flood of jobs on one tight
+// budget leaves the ready queue in a few statements, and each job still
+// moves once. It stops when the budget has room again (the claims admit
+// what comes next). It returns the jobs it deferred and the slots it
+// handed out: fewer jobs than batch when the flood is out of the way.
+// Callers repeat it, pausing between batches so that the claims around
+// them keep their pace.
+//
+// It never holds the budget while it works: it reads the budget, defers
+// the jobs, and moves the budget's slot cursor only if no claim moved it
+// meanwhile (a compare-and-set at the very end, so claims wait for it no
+// longer than its commit); if one did, it starts the batch again.
+func (s *Store) DeferOverflow(ctx context.Context, c Clock, o Overflow, horizon time.Duration, batch int) (int, []time.Time, error) {
 	if horizon <= 0 {
 		horizon = DefaultHorizon
 	}
 	if batch <= 0 {
-		batch = 2000
+		batch = 1000
 	}
-	n := 0
-	{
-		err := s.inTx(ctx, func(tx Tx) error {
-			n = 0
-			// The budget is read, not locked: claims keep deciding its
-			// jobs while the batch moves. The batch locks its jobs first
-			// and the budget's row last, as claims do, and only to count
-			// what it parked.
-			at, err := s.now(ctx, tx, c)
-			if err != nil {
-				return err
-			}
-			q, args := s.d.GetBudget(o.Key)
-			rows, err := queryBudgets(ctx, tx, q, args)
-			if err != nil || len(rows) == 0 {
-				return err
-			}
-			if p := rows[0].Params(); !p.Paused && rows[0].NextSlot <= Nanos(at)+horizon.Nanoseconds() {
-				return nil // slots within the horizon again: claims hand them out
-			}
-			q, args = s.d.LockReadyLike(o.Queue, o.Kind, o.RateKeys, batch)
-			ids, err := queryInt64s(ctx, tx, q, args)
-			if err != nil || len(ids) == 0 {
-				return err
-			}
-			q, args = s.d.MarkParked(ids, o.Key)
-			res, err := exec(ctx, tx, q, args)
-			if err != nil {
-				return err
-			}
-			n = int(res.RowsAffected)
-			q, args = s.d.AddParked(o.Key, n)
-			_, err = exec(ctx, tx, q, args)
-			return err
-		})
-		if err != nil {
-			return 0, s.wrap(fmt.Errorf("park overflow of %s: %w", o.Key, err))
+	cost := 1
+	for _, rk := range DecodeRateKeys(o.RateKeys) {
+		if rk.Key == o.Key {
+			cost = rk.Cost
 		}
 	}
-	return n, nil
+	for range maxCursorRaces {
+		n, slots, err := s.deferOverflow(ctx, c, o, horizon, batch, cost)
+		if errors.Is(err, errCursorMoved) {
+			continue
+		}
+		if err != nil {
+			return 0, nil, s.wrap(fmt.Errorf("defer the overflow of %s: %w", o.Key, err))
+		}
+		return n, slots, nil
+	}
+	return 0, nil, nil // the claims are busy with the budget: leave it to them
+}
+
+// maxCursorRaces bounds the batches DeferOverflow starts again after a
+// claim moved the budget's cursor under it.
+const maxCursorRaces = 3
+
+var errCursorMoved = errors.New("the budget's slot cursor moved")
+
+func (s *Store) deferOverflow(ctx context.Context, c Clock, o Overflow, horizon time.Duration, batch, cost int) (int, []time.Time, error) {
+	var n int
+	var slots []time.Time
+	err := s.inTx(ctx, func(tx Tx) error {
+		n, slots = 0, nil
+		at, err := s.now(ctx, tx, c)
+		if err != nil {
+			return err
+		}
+		q, args := s.d.GetBudget(o.Key)
+		rows, err := queryBudgets(ctx, tx, q, args)
+		if err != nil || len(rows) == 0 {
+			return err
+		}
+		b := &budget{row: rows[0], state: ratelimit.State{TAT: rows[0].TAT, NextSlot: rows[0].NextSlot}}
+		p := b.params()
+		now := Nanos(at)
+		if p.Interval == 0 || !p.Fits(cost) {
+			return nil // never charged yet, or over its burst: the claims decide
+		}
+		ok, earliest := p.Check(b.state, now, cost)
+		if ok {
+			return nil // room again: the claims admit what comes next
+		}
+		q, args = s.d.LockReadyLike(o.Queue, o.Kind, o.RateKeys, batch)
+		ids, err := queryInt64s(ctx, tx, q, args)
+		if err != nil || len(ids) == 0 {
+			return err
+		}
+		from := b.state.NextSlot
+		until := now + horizon.Nanoseconds()
+		jobs := make([]SetRow, len(ids))
+		parked := 0
+		for i, id := range ids {
+			if slot, ok := slotFor(b, p, earliest, now, until, cost); ok {
+				jobs[i] = SetRow{ID: id, State: StateScheduled, RunAt: microsAfter(slot), WaitKey: o.Key}
+				slots = append(slots, FromNanos(slot))
+			} else {
+				jobs[i] = SetRow{ID: id, State: StateParked, WaitKey: o.Key}
+				parked++
+			}
+		}
+		var moved Result
+		q, args = s.d.MoveCursor(o.Key, from, b.state.NextSlot, parked)
+		err = pipeline(ctx, tx, []Stmt{stmt(s.d.SetJobs(StateReady, 0, Micros(at), jobs))}, nil)
+		if err == nil {
+			moved, err = exec(ctx, tx, q, args)
+		}
+		if err == nil && moved.RowsAffected != 1 {
+			err = errCursorMoved
+		}
+		n = len(ids)
+		return err
+	})
+	return n, slots, err
 }

@@ -450,9 +450,10 @@ func TestAFloodDoesNotStandBeforeUnlimitedJobs(t *testing.T) {
 	})
 }
 
-// The jobs behind a budget that overflows its horizon are parked in bulk,
-// once each, and counted; a budget with room again is left to the claims.
-func TestParkOverflowParksTheJobsBehindAFullBudget(t *testing.T) {
+// The jobs behind a budget a claim deferred on are deferred in bulk, once
+// each — slots within the horizon, parked past it — and counted; a budget
+// with room again is left to the claims.
+func TestDeferOverflowDefersTheJobsBehindAFullBudget(t *testing.T) {
 	testdb.Each(t, func(t *testing.T, s *store.Store) {
 		ctx := context.Background()
 		lim := limits{"k": spec(t, "k", 1, time.Minute, 1)}
@@ -465,29 +466,34 @@ func TestParkOverflowParksTheJobsBehindAFullBudget(t *testing.T) {
 		slotted.RateKeys = []store.RateKey{{Key: "k/x", Cost: 1}}
 		holder := enqueue(t, s, t0, slotted)[0]
 		pid := register(t, s, t0)
-		res := claimLimited(t, s, pid, t0, 4, lim, 2*time.Minute)
+		res := claimLimited(t, s, pid, t0, 2, lim, 5*time.Minute)
 		require.Len(t, res.Jobs, 1)
-		require.Len(t, res.Overflows, 1)
+		require.True(t, res.MoreLimited)
+		require.Equal(t, []store.Overflow{{Queue: "default", Kind: "k", RateKeys: "k/x", Key: "k/x"}}, res.Overflows)
 		o := res.Overflows[0]
-		require.Equal(t, store.Overflow{Queue: "default", Kind: "k", RateKeys: "k/x", Key: "k/x"}, o)
+		var slots []time.Time
 		total := 0
-		for _, want := range []int{20, 20, 6} {
-			n, err := s.ParkOverflow(ctx, store.At(t0), o, 2*time.Minute, 20)
+		for _, want := range []int{20, 20, 8} {
+			n, ss, err := s.DeferOverflow(ctx, store.At(t0), o, 5*time.Minute, 20)
 			require.NoError(t, err)
 			require.Equal(t, want, n, "every ready job like it, in batches of 20")
 			total += n
+			slots = append(slots, ss...)
 		}
-		require.Equal(t, 46, total)
-		for _, id := range got[4:] {
+		require.Equal(t, 48, total)
+		require.Equal(t, []time.Time{at(2 * time.Minute), at(3 * time.Minute), at(4 * time.Minute), at(5 * time.Minute)}, slots,
+			"the next slots, one interval apart, up to the horizon")
+		require.Equal(t, store.StateScheduled, state(t, s, got[2]).State)
+		for _, id := range got[6:] {
 			require.Equal(t, store.StateParked, state(t, s, id).State)
 		}
 		require.Equal(t, store.StateReady, state(t, s, holder).State, "a job holding a concurrency slot is left to the claims")
-		require.Equal(t, 47, budgetNamed(t, s, "k/x").Parked)
+		require.Equal(t, 44, budgetNamed(t, s, "k/x").Parked)
 
 		enqueue(t, s, t0, limited("k", "k/x"))
-		n, err := s.ParkOverflow(ctx, store.At(at(time.Hour)), o, 2*time.Minute, 20)
+		n, _, err := s.DeferOverflow(ctx, store.At(at(time.Hour)), o, 5*time.Minute, 20)
 		require.NoError(t, err)
-		require.Zero(t, n, "an hour on, the budget has slots within the horizon: nothing is parked")
+		require.Zero(t, n, "an hour on, the budget has room: nothing is deferred")
 	})
 }
 

@@ -83,12 +83,6 @@ WHERE ready_limited = ? AND rate_keys = ? AND kind = ? AND holds_slot = 0
 ORDER BY priority, id LIMIT ? FOR UPDATE SKIP LOCKED`, []any{queue, rateKeys, kind, limit}
 }
 
-// MarkParked parks jobs on a budget.
-func (Dialect) MarkParked(ids []int64, key string) (string, []any) {
-	return `UPDATE sluice_jobs SET state = 'parked', wait_key = ? WHERE id IN (` + sqlgen.List(len(ids)) + `) AND state = 'ready'`,
-		append([]any{key}, sqlgen.Int64s(ids)...)
-}
-
 // MarkRunning claims jobs for a process.
 func (Dialect) MarkRunning(ids []int64, processID, now int64) (string, []any) {
 	return `UPDATE sluice_jobs SET state = 'running', attempt = attempt + 1, process_id = ?, attempted_at = ?, wait_key = NULL,
@@ -471,12 +465,13 @@ func (Dialect) ReleaseHolders(keys []string) (string, []any) {
 	return `UPDATE sluice_jobs SET holds_slot = 0 WHERE conc_key IN (` + sqlgen.List(len(keys)) + `) AND holds_slot = 1`, sqlgen.Strings(keys)
 }
 
-// AddParked counts jobs parked on a budget outside a claim.
-func (Dialect) AddParked(key string, n int) (string, []any) {
-	return `UPDATE sluice_budgets SET parked = parked + ? WHERE name = ?`, []any{n, key}
-}
-
 // GetBudget reads one budget.
 func (Dialect) GetBudget(key string) (string, []any) {
 	return `SELECT ` + store.BudgetColumns + ` FROM sluice_budgets WHERE name = ?`, []any{key}
+}
+
+// MoveCursor moves a budget's slot cursor and counts parked jobs, if the
+// cursor is still where it was read.
+func (Dialect) MoveCursor(key string, from, to int64, parked int) (string, []any) {
+	return `UPDATE sluice_budgets SET next_slot_ns = ?, parked = parked + ? WHERE name = ? AND next_slot_ns = ?`, []any{to, parked, key, from}
 }

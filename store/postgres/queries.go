@@ -95,11 +95,6 @@ WHERE state = 'ready' AND rate_keys IS NOT NULL AND queue = $1 AND rate_keys = $
 ORDER BY priority, id LIMIT $4 FOR UPDATE SKIP LOCKED`, []any{queue, rateKeys, kind, limit}
 }
 
-// MarkParked parks jobs on a budget.
-func (Dialect) MarkParked(ids []int64, key string) (string, []any) {
-	return `UPDATE sluice_jobs SET state = 'parked', wait_key = $1 WHERE id = ANY($2) AND state = 'ready'`, []any{key, ids}
-}
-
 // MarkRunning claims jobs for a process.
 func (Dialect) MarkRunning(ids []int64, processID, now int64) (string, []any) {
 	return `UPDATE sluice_jobs SET state = 'running', attempt = attempt + 1, process_id = $1, attempted_at = $2, wait_key = NULL,
@@ -492,12 +487,13 @@ func (Dialect) ReleaseHolders(keys []string) (string, []any) {
 	return `UPDATE sluice_jobs SET holds_slot = false WHERE conc_key = ANY($1) AND holds_slot`, []any{keys}
 }
 
-// AddParked counts jobs parked on a budget outside a claim.
-func (Dialect) AddParked(key string, n int) (string, []any) {
-	return `UPDATE sluice_budgets SET parked = parked + $1 WHERE name = $2`, []any{n, key}
-}
-
 // GetBudget reads one budget.
 func (Dialect) GetBudget(key string) (string, []any) {
 	return `SELECT ` + store.BudgetColumns + ` FROM sluice_budgets WHERE name = $1`, []any{key}
+}
+
+// MoveCursor moves a budget's slot cursor and counts parked jobs, if the
+// cursor is still where it was read.
+func (Dialect) MoveCursor(key string, from, to int64, parked int) (string, []any) {
+	return `UPDATE sluice_budgets SET next_slot_ns = $1, parked = parked + $2 WHERE name = $3 AND next_slot_ns = $4`, []any{to, parked, key, from}
 }
