@@ -126,6 +126,9 @@ type Worker struct {
 	mu      sync.Mutex
 	running map[int64]*runningJob
 	jobs    sync.WaitGroup
+	// sending counts the finished jobs whose result is on its way to
+	// results: shutdown waits for them before closing it.
+	sending sync.WaitGroup
 	freed   chan struct{}
 	results chan result
 
@@ -290,6 +293,9 @@ func (w *Worker) Run(ctx context.Context) error {
 
 	w.stopping.Store(true)
 	w.shutdown(stopJobs)
+	// A job that finished before shutdown released the rest is still
+	// sending its result; every other one was released and sends none.
+	w.sending.Wait()
 	close(w.results)
 	<-completed
 	stopBeat()
@@ -558,9 +564,13 @@ func (w *Worker) start(ctx context.Context, j *store.Job) {
 		w.mu.Lock()
 		delete(w.running, j.ID)
 		released := rj.released
+		if !released {
+			w.sending.Add(1)
+		}
 		w.mu.Unlock()
 		if !released {
 			w.results <- res
+			w.sending.Done()
 		}
 		select {
 		case w.freed <- struct{}{}:
