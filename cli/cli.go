@@ -28,8 +28,8 @@ import (
 	"syscall"
 
 	"github.com/sluicequeue/sluice/dispatcher"
+	"github.com/sluicequeue/sluice/internal/engine"
 	"github.com/sluicequeue/sluice/jobs"
-	"github.com/sluicequeue/sluice/store"
 	"github.com/sluicequeue/sluice/store/dburl"
 )
 
@@ -276,7 +276,7 @@ func Parse(fs *flag.FlagSet, args []string) error {
 
 // open parses a command's args and opens the migrated store its
 // --database-url names; the caller closes it.
-func (e *Env) open(ctx context.Context, fs *flag.FlagSet, url *string, args []string) (*store.Store, error) {
+func (e *Env) open(ctx context.Context, fs *flag.FlagSet, url *string, args []string) (*engine.Store, error) {
 	if err := Parse(fs, args); err != nil {
 		return nil, err
 	}
@@ -284,7 +284,7 @@ func (e *Env) open(ctx context.Context, fs *flag.FlagSet, url *string, args []st
 }
 
 // Open opens the store at url.
-func Open(ctx context.Context, url string) (*store.Store, error) {
+func Open(ctx context.Context, url string) (*engine.Store, error) {
 	s, err := dburl.Open(ctx, url)
 	if err != nil {
 		return nil, err
@@ -293,7 +293,7 @@ func Open(ctx context.Context, url string) (*store.Store, error) {
 }
 
 // OpenChecked opens the store at url and checks that it is migrated.
-func OpenChecked(ctx context.Context, url string) (*store.Store, error) {
+func OpenChecked(ctx context.Context, url string) (*engine.Store, error) {
 	s, err := Open(ctx, url)
 	if err != nil {
 		return nil, err

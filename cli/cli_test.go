@@ -17,10 +17,10 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/sluicequeue/sluice/cli"
+	"github.com/sluicequeue/sluice/internal/engine"
 	"github.com/sluicequeue/sluice/internal/testdb"
 	"github.com/sluicequeue/sluice/jobs"
 	"github.com/sluicequeue/sluice/ratelimit"
-	"github.com/sluicequeue/sluice/store"
 )
 
 type ping struct{ N int }
@@ -107,8 +107,8 @@ func TestOperatorCommandsEndToEnd(t *testing.T) {
 			require.Equal(t, 0, code)
 			require.Equal(t, "BUDGET  LIMIT  WAITING  PARKED  NEXT ADMISSION\n", out)
 
-			one := &store.Conc{Key: "acct/7", To: 1, Duration: time.Minute}
-			blocked, err := s.Enqueue(context.Background(), nil, store.At(time.Now()), []store.NewJob{
+			one := &engine.Conc{Key: "acct/7", To: 1, Duration: time.Minute}
+			blocked, err := s.Enqueue(context.Background(), nil, engine.At(time.Now()), []engine.NewJob{
 				{Kind: "ping", Queue: "default", Args: []byte(`{}`), MaxAttempts: 1, Conc: one},
 				{Kind: "ping", Queue: "default", Args: []byte(`{}`), MaxAttempts: 1, Conc: one},
 			})

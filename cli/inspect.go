@@ -10,7 +10,7 @@ import (
 	"text/tabwriter"
 	"time"
 
-	"github.com/sluicequeue/sluice/store"
+	"github.com/sluicequeue/sluice/internal/engine"
 )
 
 func printJSON(e *Env, v any) error {
@@ -46,7 +46,7 @@ func runStats(ctx context.Context, env *Env, args []string) error {
 	}
 	now := time.Now()
 	if *asJSON {
-		queues := map[string]map[store.State]int64{}
+		queues := map[string]map[engine.State]int64{}
 		for _, q := range st {
 			queues[q.Queue] = q.Counts
 		}
@@ -59,13 +59,13 @@ func runStats(ctx context.Context, env *Env, args []string) error {
 	rows := make([][]string, 0, len(st))
 	for _, q := range st {
 		row := []string{q.Queue}
-		for _, state := range store.States {
+		for _, state := range engine.States {
 			row = append(row, strconv.FormatInt(q.Counts[state], 10))
 		}
 		rows = append(rows, row)
 	}
 	header := "QUEUE"
-	for _, state := range store.States {
+	for _, state := range engine.States {
 		header += "\t" + strings.ToUpper(string(state))
 	}
 	if err := table(env, header, rows); err != nil || len(bs) == 0 {
@@ -80,7 +80,7 @@ func runStats(ctx context.Context, env *Env, args []string) error {
 }
 
 // nextAdmission says when a budget next admits a job.
-func nextAdmission(b store.BudgetInfo, now time.Time) string {
+func nextAdmission(b engine.BudgetInfo, now time.Time) string {
 	if t := b.NextAdmission(now); !t.IsZero() {
 		return fmtIn(t, now)
 	}
@@ -97,9 +97,9 @@ func runJobs(ctx context.Context, env *Env, args []string) error {
 	if err := Parse(fs, args); err != nil {
 		return err
 	}
-	f := store.JobFilter{Kind: *kind, Queue: *queue, Limit: *limit}
+	f := engine.JobFilter{Kind: *kind, Queue: *queue, Limit: *limit}
 	if *state != "" {
-		st, err := store.ParseState(*state)
+		st, err := engine.ParseState(*state)
 		if err != nil {
 			return Usagef("--state: %v", err)
 		}
@@ -134,19 +134,19 @@ func runJobs(ctx context.Context, env *Env, args []string) error {
 }
 
 // describeState says why a waiting job waits.
-func describeState(j *store.JobInfo) string {
+func describeState(j *engine.JobInfo) string {
 	switch {
-	case j.State == store.StateBlocked:
+	case j.State == engine.StateBlocked:
 		return "blocked (concurrency: " + j.ConcKey + ")"
-	case j.WaitKey != "" && j.State == store.StateScheduled:
+	case j.WaitKey != "" && j.State == engine.StateScheduled:
 		return "scheduled (rate limited: " + j.WaitKey + ")"
-	case j.WaitKey != "" && j.State == store.StateParked:
+	case j.WaitKey != "" && j.State == engine.StateParked:
 		return "parked (rate limited: " + j.WaitKey + ")"
 	}
 	return string(j.State)
 }
 
-func jobJSON(j *store.JobInfo) map[string]any {
+func jobJSON(j *engine.JobInfo) map[string]any {
 	m := map[string]any{
 		"id": j.ID, "kind": j.Kind, "queue": j.Queue, "priority": j.Priority, "state": j.State,
 		"attempt": j.Attempt, "max_attempts": j.MaxAttempts, "args": json.RawMessage(j.Args),
@@ -159,7 +159,7 @@ func jobJSON(j *store.JobInfo) map[string]any {
 	if j.ConcKey != "" {
 		m["concurrency_key"] = j.ConcKey
 		m["holds_slot"] = j.HoldsSlot
-		if j.State == store.StateBlocked {
+		if j.State == engine.StateBlocked {
 			m["reason"] = "concurrency limit"
 		}
 	}
@@ -197,23 +197,23 @@ func parseIDs(args []string) ([]int64, error) {
 
 func runRetry(ctx context.Context, env *Env, args []string) error {
 	fs, url := env.FlagSet("retry", "retry ID... [flags]")
-	return operateJobs(ctx, env, fs, url, args, "ready", func(s *store.Store, ids []int64) ([]int64, error) {
-		return s.RetryJobs(ctx, store.DatabaseTime(time.Now), ids)
+	return operateJobs(ctx, env, fs, url, args, "ready", func(s *engine.Store, ids []int64) ([]int64, error) {
+		return s.RetryJobs(ctx, engine.DatabaseTime(time.Now), ids)
 	})
 }
 
 func runCancel(ctx context.Context, env *Env, args []string) error {
 	fs, url := env.FlagSet("cancel", "cancel ID... [--reason TEXT] [flags]")
 	reason := fs.String("reason", "cancelled by an operator", "recorded as the job's last error")
-	return operateJobs(ctx, env, fs, url, args, "cancelled", func(s *store.Store, ids []int64) ([]int64, error) {
-		return s.CancelJobs(ctx, store.DatabaseTime(time.Now), ids, *reason)
+	return operateJobs(ctx, env, fs, url, args, "cancelled", func(s *engine.Store, ids []int64) ([]int64, error) {
+		return s.CancelJobs(ctx, engine.DatabaseTime(time.Now), ids, *reason)
 	})
 }
 
 // operateJobs runs an operator's action on the job ids among args and
 // says, per job, what it became.
 func operateJobs(ctx context.Context, env *Env, fs *flag.FlagSet, url *string, args []string, became string,
-	op func(*store.Store, []int64) ([]int64, error)) error {
+	op func(*engine.Store, []int64) ([]int64, error)) error {
 	if err := Parse(fs, args); err != nil {
 		return err
 	}
@@ -294,7 +294,7 @@ func runBudgets(ctx context.Context, env *Env, args []string) error {
 	defer s.Close()
 	switch verb {
 	case "clear-idle":
-		n, err := s.ClearIdleBudgets(ctx, store.DatabaseTime(time.Now), *batch, *pause)
+		n, err := s.ClearIdleBudgets(ctx, engine.DatabaseTime(time.Now), *batch, *pause)
 		if err != nil {
 			return err
 		}
@@ -313,7 +313,7 @@ func runBudgets(ctx context.Context, env *Env, args []string) error {
 		out := make([]map[string]any, len(bs))
 		for i, b := range bs {
 			out[i] = map[string]any{"key": b.Name, "waiting": b.Waiting, "parked": b.Parked, "limit": describeLimit(b),
-				"next_admission": b.NextAdmission(now), "next_slot": store.FromNanos(b.NextSlot)}
+				"next_admission": b.NextAdmission(now), "next_slot": engine.FromNanos(b.NextSlot)}
 		}
 		return printJSON(env, out)
 	}
@@ -325,7 +325,7 @@ func runBudgets(ctx context.Context, env *Env, args []string) error {
 }
 
 // describeLimit prints the limit a budget was last charged under.
-func describeLimit(b store.BudgetInfo) string {
+func describeLimit(b engine.BudgetInfo) string {
 	switch {
 	case b.IntervalNS == 0:
 		return "-"
@@ -352,7 +352,7 @@ func runSemaphores(ctx context.Context, env *Env, args []string) error {
 		out := make([]map[string]any, len(sems))
 		for i, m := range sems {
 			out[i] = map[string]any{"key": m.Name, "limit": m.Limit, "free": m.Free(), "held": m.Held, "holding": m.Holding,
-				"blocked": m.Blocked, "expires_at": store.FromMicros(m.ExpiresAt)}
+				"blocked": m.Blocked, "expires_at": engine.FromMicros(m.ExpiresAt)}
 		}
 		return printJSON(env, out)
 	}
@@ -360,7 +360,7 @@ func runSemaphores(ctx context.Context, env *Env, args []string) error {
 	for i, m := range sems {
 		expires := "-"
 		if m.Held > 0 {
-			expires = fmtIn(store.FromMicros(m.ExpiresAt), now)
+			expires = fmtIn(engine.FromMicros(m.ExpiresAt), now)
 		}
 		rows[i] = []string{m.Name, strconv.Itoa(m.Limit), strconv.Itoa(m.Free()), strconv.Itoa(m.Holding), strconv.Itoa(m.Blocked), expires}
 	}

@@ -8,8 +8,8 @@ import (
 	"strings"
 	"time"
 
+	"github.com/sluicequeue/sluice/internal/engine"
 	"github.com/sluicequeue/sluice/jobs"
-	"github.com/sluicequeue/sluice/store"
 )
 
 func runLimits(ctx context.Context, env *Env, args []string) error {
@@ -51,7 +51,7 @@ func runLimits(ctx context.Context, env *Env, args []string) error {
 	defer s.Close()
 	switch verb {
 	case "set":
-		if err := s.SetOverride(ctx, store.Override{Target: fs.Arg(0), To: *to, Per: *per, Burst: *burst}, time.Now()); err != nil {
+		if err := s.SetOverride(ctx, engine.Override{Target: fs.Arg(0), To: *to, Per: *per, Burst: *burst}, time.Now()); err != nil {
 			return err
 		}
 		// Print what was stored: the store fills in defaults (burst 0 is 1)
@@ -88,17 +88,17 @@ func runLimits(ctx context.Context, env *Env, args []string) error {
 }
 
 // storedOverride reads back the override of target.
-func storedOverride(ctx context.Context, s *store.Store, target string) (store.Override, error) {
+func storedOverride(ctx context.Context, s *engine.Store, target string) (engine.Override, error) {
 	list, err := s.ListOverrides(ctx)
 	if err != nil {
-		return store.Override{}, fmt.Errorf("the override is set, but reading it back failed: %w", err)
+		return engine.Override{}, fmt.Errorf("the override is set, but reading it back failed: %w", err)
 	}
 	for _, o := range list {
 		if o.Target == target {
 			return o, nil
 		}
 	}
-	return store.Override{}, fmt.Errorf("the override of %s is set, but was gone when read back (cleared meanwhile?)", target)
+	return engine.Override{}, fmt.Errorf("the override of %s is set, but was gone when read back (cleared meanwhile?)", target)
 }
 
 // errFindings makes check exit non-zero.

@@ -8,7 +8,7 @@ import (
 	"strings"
 	"text/tabwriter"
 
-	"github.com/sluicequeue/sluice/store"
+	"github.com/sluicequeue/sluice/internal/engine"
 	"github.com/sluicequeue/sluice/store/dburl"
 )
 
@@ -157,7 +157,7 @@ func migrateSQL(env *Env, args []string) error {
 	if err != nil {
 		return Usagef("%v", err)
 	}
-	ms, err := store.LoadMigrations(d.Migrations())
+	ms, err := engine.LoadMigrations(d.Migrations())
 	if err != nil {
 		return err
 	}

@@ -14,9 +14,9 @@ import (
 	"time"
 
 	"github.com/sluicequeue/sluice/clock"
+	"github.com/sluicequeue/sluice/internal/engine"
 	"github.com/sluicequeue/sluice/internal/heartbeat"
 	"github.com/sluicequeue/sluice/jobs"
-	"github.com/sluicequeue/sluice/store"
 )
 
 // Defaults.
@@ -69,7 +69,7 @@ type Config struct {
 // Dispatcher promotes scheduled jobs and keeps parked ones moving.
 type Dispatcher struct {
 	cfg   Config
-	store *store.Store
+	store *engine.Store
 	clock clock.Clock
 	log   *slog.Logger
 	pid   atomic.Int64
@@ -81,7 +81,7 @@ type Dispatcher struct {
 // Interval or HeartbeatInterval under jobs.MinInterval, a DeadAfter shorter
 // than jobs.DeadAfterHeartbeats × HeartbeatInterval, and, naming the task,
 // when a recurring task is invalid (a bad schedule, a missing key or args).
-func New(s *store.Store, cfg Config) (*Dispatcher, error) {
+func New(s *engine.Store, cfg Config) (*Dispatcher, error) {
 	if cfg.BatchSize < 0 {
 		return nil, fmt.Errorf("dispatcher: New: BatchSize is %d; it must be positive, or 0 for the default (%d)", cfg.BatchSize, DefaultBatchSize)
 	}
@@ -104,7 +104,7 @@ func New(s *store.Store, cfg Config) (*Dispatcher, error) {
 		cfg.BatchSize = DefaultBatchSize
 	}
 	if cfg.Horizon == 0 {
-		cfg.Horizon = store.DefaultHorizon
+		cfg.Horizon = engine.DefaultHorizon
 	}
 	if cfg.HeartbeatInterval == 0 {
 		cfg.HeartbeatInterval = DefaultHeartbeatInterval
@@ -219,7 +219,7 @@ func (d *Dispatcher) Run(ctx context.Context) error {
 
 func (d *Dispatcher) register(ctx context.Context) error {
 	host, _ := os.Hostname()
-	pid, err := d.store.RegisterProcess(ctx, store.Process{Kind: "dispatcher", Name: d.cfg.Name, Hostname: host, PID: os.Getpid()}, d.storeClock())
+	pid, err := d.store.RegisterProcess(ctx, engine.Process{Kind: "dispatcher", Name: d.cfg.Name, Hostname: host, PID: os.Getpid()}, d.storeClock())
 	if err != nil {
 		return fmt.Errorf("dispatcher: %w", err)
 	}
@@ -230,9 +230,9 @@ func (d *Dispatcher) register(ctx context.Context) error {
 // storeClock is the clock the dispatcher's store operations compare
 // stored times with: the database's, unless the dispatcher decides on its
 // own (HostClock, or a Clock that is not the system's).
-func (d *Dispatcher) storeClock() store.Clock {
+func (d *Dispatcher) storeClock() engine.Clock {
 	if !d.cfg.HostClock && (d.cfg.DatabaseClock || clock.IsSystem(d.cfg.Clock)) {
-		return store.DatabaseTime(d.clock.Now)
+		return engine.DatabaseTime(d.clock.Now)
 	}
-	return store.HostTime(d.clock.Now)
+	return engine.HostTime(d.clock.Now)
 }

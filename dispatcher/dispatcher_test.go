@@ -12,21 +12,21 @@ import (
 
 	"github.com/sluicequeue/sluice/clock"
 	"github.com/sluicequeue/sluice/dispatcher"
+	"github.com/sluicequeue/sluice/internal/engine"
 	"github.com/sluicequeue/sluice/internal/testdb"
-	"github.com/sluicequeue/sluice/store"
 )
 
 var t0 = time.Date(2026, 3, 1, 12, 0, 0, 0, time.UTC)
 
 func quiet() *slog.Logger { return slog.New(slog.NewTextHandler(io.Discard, nil)) }
 
-func scheduled(t *testing.T, s *store.Store, n int, at time.Time) []int64 {
+func scheduled(t *testing.T, s *engine.Store, n int, at time.Time) []int64 {
 	t.Helper()
-	jobs := make([]store.NewJob, n)
+	jobs := make([]engine.NewJob, n)
 	for i := range jobs {
-		jobs[i] = store.NewJob{Kind: "k", Queue: "default", Args: []byte(`{}`), MaxAttempts: 1, RunAt: at}
+		jobs[i] = engine.NewJob{Kind: "k", Queue: "default", Args: []byte(`{}`), MaxAttempts: 1, RunAt: at}
 	}
-	res, err := s.Enqueue(context.Background(), nil, store.At(t0), jobs)
+	res, err := s.Enqueue(context.Background(), nil, engine.At(t0), jobs)
 	require.NoError(t, err)
 	ids := make([]int64, len(res))
 	for i, r := range res {
@@ -36,7 +36,7 @@ func scheduled(t *testing.T, s *store.Store, n int, at time.Time) []int64 {
 }
 
 func TestTickPromotesInBatchesAndSaysWhenFull(t *testing.T) {
-	testdb.Each(t, func(t *testing.T, s *store.Store) {
+	testdb.Each(t, func(t *testing.T, s *engine.Store) {
 		c := clock.NewFake(t0)
 		scheduled(t, s, 1200, t0.Add(time.Second))
 		scheduled(t, s, 5, t0.Add(time.Hour))
@@ -59,7 +59,7 @@ func TestTickPromotesInBatchesAndSaysWhenFull(t *testing.T) {
 }
 
 func TestSeveralDispatchersPromoteEachJobOnce(t *testing.T) {
-	testdb.Each(t, func(t *testing.T, s *store.Store) {
+	testdb.Each(t, func(t *testing.T, s *engine.Store) {
 		c := clock.NewFake(t0)
 		for i := 1; i <= 30; i++ {
 			scheduled(t, s, 40, t0.Add(time.Duration(i)*time.Minute))
@@ -97,12 +97,12 @@ func TestSeveralDispatchersPromoteEachJobOnce(t *testing.T) {
 		require.Equal(t, 1200, total+res.Promoted)
 		st, err := s.Stats(context.Background())
 		require.NoError(t, err)
-		require.Equal(t, int64(1200), st[0].Counts[store.StateReady])
+		require.Equal(t, int64(1200), st[0].Counts[engine.StateReady])
 	})
 }
 
 func TestRunPromotesOnItsInterval(t *testing.T) {
-	testdb.Each(t, func(t *testing.T, s *store.Store) {
+	testdb.Each(t, func(t *testing.T, s *engine.Store) {
 		c := clock.NewFake(t0)
 		id := scheduled(t, s, 1, t0.Add(3*time.Second))[0]
 		d := newDispatcher(t, s, dispatcher.Config{Clock: c, Logger: quiet()})
@@ -113,13 +113,13 @@ func TestRunPromotesOnItsInterval(t *testing.T) {
 			<-c.WaitForTimerAt(t0.Add(time.Duration(i) * time.Second))
 			j, err := s.GetJob(context.Background(), id)
 			require.NoError(t, err)
-			require.Equal(t, store.StateScheduled, j.State, "not promoted before its time (tick %d)", i)
+			require.Equal(t, engine.StateScheduled, j.State, "not promoted before its time (tick %d)", i)
 			c.Advance(time.Second)
 		}
 		<-c.WaitForTimerAt(t0.Add(4 * time.Second)) // the tick at 3 s has run
 		j, err := s.GetJob(context.Background(), id)
 		require.NoError(t, err)
-		require.Equal(t, store.StateReady, j.State)
+		require.Equal(t, engine.StateReady, j.State)
 		cancel()
 		require.NoError(t, <-done)
 		procs, err := s.ListProcesses(context.Background())
@@ -129,7 +129,7 @@ func TestRunPromotesOnItsInterval(t *testing.T) {
 }
 
 func TestIdleBudgetsAreClearedHourlyUnlessTurnedOff(t *testing.T) {
-	testdb.Each(t, func(t *testing.T, s *store.Store) {
+	testdb.Each(t, func(t *testing.T, s *engine.Store) {
 		ctx := context.Background()
 		c := clock.NewFake(t0) // 12:00:00: the first hourly tick is 13:00
 		idle := func(name string) {
@@ -164,7 +164,7 @@ func TestIdleBudgetsAreClearedHourlyUnlessTurnedOff(t *testing.T) {
 }
 
 // newDispatcher makes a dispatcher, failing the test on an error.
-func newDispatcher(t testing.TB, s *store.Store, cfg dispatcher.Config) *dispatcher.Dispatcher {
+func newDispatcher(t testing.TB, s *engine.Store, cfg dispatcher.Config) *dispatcher.Dispatcher {
 	t.Helper()
 	d, err := dispatcher.New(s, cfg)
 	if err != nil {

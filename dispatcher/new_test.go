@@ -9,8 +9,8 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/sluicequeue/sluice/dispatcher"
+	"github.com/sluicequeue/sluice/internal/driver/sqlite"
 	"github.com/sluicequeue/sluice/jobs"
-	"github.com/sluicequeue/sluice/store/sqlite"
 )
 
 // New refuses settings that would hammer the database or reap live

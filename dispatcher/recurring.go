@@ -9,8 +9,8 @@ import (
 
 	"github.com/robfig/cron/v3"
 
+	"github.com/sluicequeue/sluice/internal/engine"
 	"github.com/sluicequeue/sluice/jobs"
-	"github.com/sluicequeue/sluice/store"
 )
 
 // Task is a recurring task: at every tick of Schedule one job of Args is
@@ -198,7 +198,7 @@ func (d *Dispatcher) runTasks(ctx context.Context, now time.Time) (int, error) {
 func (d *Dispatcher) runTick(ctx context.Context, t *task, tick, now time.Time) (bool, error) {
 	switch {
 	case t.item != nil:
-		return d.store.RunTick(ctx, t.key, tick, now, func(ex store.Executor) (int64, error) {
+		return d.store.RunTick(ctx, t.key, tick, now, func(ex engine.Executor) (int64, error) {
 			res, err := d.cfg.Client.EnqueueIn(ctx, ex, []jobs.Item{*t.item})
 			if err != nil {
 				return 0, err
@@ -228,7 +228,7 @@ type TaskInfo struct {
 	Next time.Time
 	// Last is the latest recorded tick, zero if none (or for tasks that
 	// run in every dispatcher without recording ticks).
-	Last store.Tick
+	Last engine.Tick
 }
 
 // Tasks lists the dispatcher's tasks, in key order, with their next ticks

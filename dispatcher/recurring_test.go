@@ -11,9 +11,9 @@ import (
 
 	"github.com/sluicequeue/sluice/clock"
 	"github.com/sluicequeue/sluice/dispatcher"
+	"github.com/sluicequeue/sluice/internal/engine"
 	"github.com/sluicequeue/sluice/internal/testdb"
 	"github.com/sluicequeue/sluice/jobs"
-	"github.com/sluicequeue/sluice/store"
 )
 
 type report struct {
@@ -28,15 +28,15 @@ func registry(t *testing.T) *jobs.Registry {
 	return reg
 }
 
-func reports(t *testing.T, s *store.Store) []*store.JobInfo {
+func reports(t *testing.T, s *engine.Store) []*engine.JobInfo {
 	t.Helper()
-	js, err := s.ListJobs(context.Background(), store.JobFilter{Kind: "report", Limit: 10000})
+	js, err := s.ListJobs(context.Background(), engine.JobFilter{Kind: "report", Limit: 10000})
 	require.NoError(t, err)
 	return js
 }
 
 func TestSeveralDispatchersEnqueueEachTickOnce(t *testing.T) {
-	testdb.Each(t, func(t *testing.T, s *store.Store) {
+	testdb.Each(t, func(t *testing.T, s *engine.Store) {
 		c := clock.NewFake(t0) // 12:00
 		client := jobs.NewClient(s, registry(t), jobs.ClientConfig{Clock: c})
 		cfg := dispatcher.Config{Clock: c, Logger: quiet(), Client: client, Tasks: []dispatcher.Task{
@@ -85,7 +85,7 @@ func assert(t *testing.T, err error) {
 }
 
 func TestARestartMidHourNeitherLosesNorRepeatsATick(t *testing.T) {
-	testdb.Each(t, func(t *testing.T, s *store.Store) {
+	testdb.Each(t, func(t *testing.T, s *engine.Store) {
 		ctx := context.Background()
 		c := clock.NewFake(t0) // 12:00
 		client := jobs.NewClient(s, registry(t), jobs.ClientConfig{Clock: c})
@@ -128,7 +128,7 @@ func TestARestartMidHourNeitherLosesNorRepeatsATick(t *testing.T) {
 }
 
 func TestTicksMissedWhileNoDispatcherRanAreNotReplayed(t *testing.T) {
-	testdb.Each(t, func(t *testing.T, s *store.Store) {
+	testdb.Each(t, func(t *testing.T, s *engine.Store) {
 		ctx := context.Background()
 		c := clock.NewFake(t0)
 		client := jobs.NewClient(s, registry(t), jobs.ClientConfig{Clock: c})
@@ -192,29 +192,29 @@ func TestLoadConfig(t *testing.T) {
 }
 
 func TestFinishedJobsAreClearedAfterTheirRetention(t *testing.T) {
-	testdb.Each(t, func(t *testing.T, s *store.Store) {
+	testdb.Each(t, func(t *testing.T, s *engine.Store) {
 		ctx := context.Background()
 		c := clock.NewFake(t0)
-		res, err := s.Enqueue(ctx, nil, store.At(t0), []store.NewJob{
+		res, err := s.Enqueue(ctx, nil, engine.At(t0), []engine.NewJob{
 			{Kind: "k", Queue: "q", Args: []byte(`{}`), MaxAttempts: 1},
 			{Kind: "k", Queue: "q", Args: []byte(`{}`), MaxAttempts: 1},
 			{Kind: "k", Queue: "q", Args: []byte(`{}`), MaxAttempts: 1},
 		})
 
 		require.NoError(t, err)
-		pid, err := s.RegisterProcess(ctx, store.Process{Kind: "worker", PID: 1}, store.At(t0))
+		pid, err := s.RegisterProcess(ctx, engine.Process{Kind: "worker", PID: 1}, engine.At(t0))
 		require.NoError(t, err)
-		_, err = s.Claim(ctx, store.ClaimParams{ProcessID: pid, Queues: []string{"q"}, Max: 3, Clock: store.HostTime(c.Now)})
+		_, err = s.Claim(ctx, engine.ClaimParams{ProcessID: pid, Queues: []string{"q"}, Max: 3, Clock: engine.HostTime(c.Now)})
 		require.NoError(t, err)
-		require.NoError(t, s.Finish(ctx, pid, store.At(t0), store.Outcomes{Completed: []int64{res[0].ID},
-			Others: []store.Transition{{ID: res[1].ID, State: store.StateFailed, Finished: true}}}))
-		require.NoError(t, s.Finish(ctx, pid, store.At(t0.Add(2*time.Hour)), store.Outcomes{Completed: []int64{res[2].ID}}))
+		require.NoError(t, s.Finish(ctx, pid, engine.At(t0), engine.Outcomes{Completed: []int64{res[0].ID},
+			Others: []engine.Transition{{ID: res[1].ID, State: engine.StateFailed, Finished: true}}}))
+		require.NoError(t, s.Finish(ctx, pid, engine.At(t0.Add(2*time.Hour)), engine.Outcomes{Completed: []int64{res[2].ID}}))
 		d := newDispatcher(t, s, dispatcher.Config{Clock: c, Logger: quiet(), Maintenance: dispatcher.Maintenance{Retention: 24 * time.Hour}})
 		c.Set(t0.Add(25 * time.Hour)) // the 13:00 tick of the next day
 		_, err = d.Tick(ctx)
 		require.NoError(t, err)
 		_, err = s.GetJob(ctx, res[0].ID)
-		require.ErrorIs(t, err, store.ErrNotFound, "completed 25 h ago: deleted")
+		require.ErrorIs(t, err, engine.ErrNotFound, "completed 25 h ago: deleted")
 		for _, i := range []int{1, 2} {
 			_, err = s.GetJob(ctx, res[i].ID)
 			require.NoError(t, err, "failed jobs, and jobs younger than the retention, are kept")

@@ -17,9 +17,9 @@ import (
 	"github.com/sluicequeue/sluice/clock"
 	"github.com/sluicequeue/sluice/coalesce"
 	"github.com/sluicequeue/sluice/concurrency"
+	"github.com/sluicequeue/sluice/internal/engine"
 	"github.com/sluicequeue/sluice/jobs"
 	"github.com/sluicequeue/sluice/ratelimit"
-	"github.com/sluicequeue/sluice/store"
 )
 
 type upstream struct{ N int }
@@ -76,10 +76,10 @@ func TestBadErrorTextIsRecordedOnEveryDatabase(t *testing.T) {
 				for i, r := range res {
 					j := h.job(r.ID)
 					if i >= len(badErrors) {
-						require.Equal(t, store.StateCompleted, j.State, "job %d", i)
+						require.Equal(t, engine.StateCompleted, j.State, "job %d", i)
 						continue
 					}
-					require.Equal(t, store.StateScheduled, j.State, "job %d", i)
+					require.Equal(t, engine.StateScheduled, j.State, "job %d", i)
 					require.Equal(t, 1, j.Attempt)
 					require.Equal(t, badErrors[i].want, j.LastError, "job %d", i)
 					require.True(t, utf8.ValidString(j.LastError))
@@ -94,11 +94,11 @@ func TestBadErrorTextIsRecordedOnEveryDatabase(t *testing.T) {
 // carrying marker, with a real data error of the database's own: it runs
 // an insert of NULL into a NOT NULL column in its place.
 type refuser struct {
-	store.DB
+	engine.DB
 	marker string
 }
 
-func (r refuser) Begin(ctx context.Context) (store.Tx, error) {
+func (r refuser) Begin(ctx context.Context) (engine.Tx, error) {
 	tx, err := r.DB.Begin(ctx)
 	if err != nil {
 		return nil, err
@@ -107,11 +107,11 @@ func (r refuser) Begin(ctx context.Context) (store.Tx, error) {
 }
 
 type refuserTx struct {
-	store.Tx
+	engine.Tx
 	marker string
 }
 
-func (t refuserTx) Exec(ctx context.Context, q string, args ...any) (store.Result, error) {
+func (t refuserTx) Exec(ctx context.Context, q string, args ...any) (engine.Result, error) {
 	for _, a := range args {
 		var ss []string
 		switch v := a.(type) {
@@ -148,7 +148,7 @@ func TestAResultTheDatabaseRefusesFailsAloneOnEveryDatabase(t *testing.T) {
 		res, err := h.client.EnqueueMany(context.Background(), items)
 		require.NoError(t, err)
 
-		refusing := store.New(h.store.Dialect(), refuser{DB: h.store.DB(), marker: "REFUSE ME"})
+		refusing := engine.New(h.store.Dialect(), refuser{DB: h.store.DB(), marker: "REFUSE ME"})
 		w, err := jobs.NewWorker(refusing, h.reg, jobs.WorkerConfig{Concurrency: n, Clock: h.clock, Logger: quiet()})
 		require.NoError(t, err)
 		_, err = w.Drain(context.Background())
@@ -159,7 +159,7 @@ func TestAResultTheDatabaseRefusesFailsAloneOnEveryDatabase(t *testing.T) {
 			j := h.job(r.ID)
 			switch i {
 			case 3:
-				require.Equal(t, store.StateScheduled, j.State, "the refused attempt fails and is retried")
+				require.Equal(t, engine.StateScheduled, j.State, "the refused attempt fails and is retried")
 				require.Equal(t, 1, j.Attempt)
 				require.True(t, strings.HasPrefix(j.LastError, prefix), j.LastError)
 				require.NotContains(t, j.LastError, "REFUSE ME")
@@ -167,10 +167,10 @@ func TestAResultTheDatabaseRefusesFailsAloneOnEveryDatabase(t *testing.T) {
 					require.Less(t, c, rune(utf8.RuneSelf), "ASCII: %q", j.LastError)
 				}
 			case 5:
-				require.Equal(t, store.StateScheduled, j.State)
+				require.Equal(t, engine.StateScheduled, j.State)
 				require.Equal(t, "an ordinary failure", j.LastError)
 			default:
-				require.Equal(t, store.StateCompleted, j.State, "job %d completes beside the refused one", i)
+				require.Equal(t, engine.StateCompleted, j.State, "job %d completes beside the refused one", i)
 			}
 		}
 
@@ -179,10 +179,10 @@ func TestAResultTheDatabaseRefusesFailsAloneOnEveryDatabase(t *testing.T) {
 		_, err = w.Drain(context.Background())
 		require.NoError(t, err)
 		j := h.job(res[3].ID)
-		require.Equal(t, store.StateFailed, j.State)
+		require.Equal(t, engine.StateFailed, j.State)
 		require.Equal(t, 2, j.Attempt)
 		require.True(t, strings.HasPrefix(j.LastError, prefix), j.LastError)
-		require.Equal(t, store.StateFailed, h.job(res[5].ID).State)
+		require.Equal(t, engine.StateFailed, h.job(res[5].ID).State)
 	})
 }
 
@@ -231,7 +231,7 @@ func TestEnqueueRefusesBadComputedKeysOnEveryDatabase(t *testing.T) {
 				_, err := h.client.Enqueue(ctx, args)
 				require.Error(t, err, "%T %.20q", args, c.key)
 				require.ErrorContains(t, err, c.want)
-				require.Equal(t, c.tooLong, errors.Is(err, store.ErrKeyTooLong))
+				require.Equal(t, c.tooLong, errors.Is(err, engine.ErrKeyTooLong))
 				require.Less(t, len(err.Error()), 300, "the error quotes a prefix of the key: %.400q", err.Error())
 				require.True(t, utf8.ValidString(err.Error()))
 				require.NotContains(t, err.Error(), "\x00")
@@ -254,7 +254,7 @@ func TestEnqueueRefusesBadComputedKeysOnEveryDatabase(t *testing.T) {
 		long := strings.Repeat("é", (255-len("keyed2/"))/2)
 		id := h.enqueue(keyed2{Key: long})
 		require.Equal(t, 1, h.drain(jobs.WorkerConfig{}).Completed)
-		require.Equal(t, store.StateCompleted, h.job(id).State)
+		require.Equal(t, engine.StateCompleted, h.job(id).State)
 	})
 }
 
@@ -336,12 +336,12 @@ func TestEnqueueRefusesNumbersAndTimesThatWouldWrap(t *testing.T) {
 		// last.
 		first := h.enqueue(email{Subject: "first"}, jobs.Priority(math.MinInt32), jobs.MaxAttempts(math.MaxInt32))
 		last := h.enqueue(email{Subject: "last"}, jobs.Priority(math.MaxInt32))
-		far := h.enqueue(email{}, jobs.RunAt(store.MaxRunAt))
+		far := h.enqueue(email{}, jobs.RunAt(engine.MaxRunAt))
 		require.Equal(t, math.MinInt32, h.job(first).Priority)
 		require.Equal(t, math.MaxInt32, h.job(first).MaxAttempts)
 		require.Equal(t, math.MaxInt32, h.job(last).Priority)
-		require.Equal(t, store.StateScheduled, h.job(far).State)
-		require.Equal(t, store.MaxRunAt.Truncate(time.Microsecond), h.job(far).RunAt)
+		require.Equal(t, engine.StateScheduled, h.job(far).State)
+		require.Equal(t, engine.MaxRunAt.Truncate(time.Microsecond), h.job(far).RunAt)
 	})
 }
 
@@ -430,7 +430,7 @@ func TestArgsOverTheServersPacketAreRefusedOnMySQL(t *testing.T) {
 			var packet int
 			require.NoError(t, rows.Scan(&packet))
 			rows.Close()
-			capBytes := store.MaxArgsBytes(s)
+			capBytes := engine.MaxArgsBytes(s)
 			require.Equal(t, (packet-min(64<<10, packet/2))/2, capBytes)
 
 			reg := jobs.NewRegistry()

@@ -11,8 +11,8 @@ import (
 
 	"golang.org/x/text/unicode/norm"
 
+	"github.com/sluicequeue/sluice/internal/engine"
 	"github.com/sluicequeue/sluice/ratelimit"
-	"github.com/sluicequeue/sluice/store"
 )
 
 // Severity says whether a finding stops a deploy.
@@ -61,13 +61,13 @@ const (
 // Check validates a registry against a database at start-up, as
 // `sluice check` does. Errors should stop a deploy; warnings name
 // declarations that are probably not what was meant.
-func Check(ctx context.Context, r *Registry, s *store.Store) ([]Finding, error) {
+func Check(ctx context.Context, r *Registry, s *engine.Store) ([]Finding, error) {
 	var out []Finding
 	add := func(code string, sev Severity, format string, args ...any) {
 		out = append(out, Finding{Code: code, Severity: sev, Message: fmt.Sprintf(format, args...)})
 	}
 	if err := s.CheckSchema(ctx); err != nil {
-		if !errors.Is(err, store.ErrPendingMigrations) {
+		if !errors.Is(err, engine.ErrPendingMigrations) {
 			return nil, err
 		}
 		add(CodePendingMigrations, SeverityError, "%v", err)
@@ -94,7 +94,7 @@ func Check(ctx context.Context, r *Registry, s *store.Store) ([]Finding, error) 
 	queues := make([]string, 0, len(r.queues))
 	for q, ls := range r.queues {
 		queues = append(queues, q)
-		scopes[store.QueueScope+"/"+q] = nil
+		scopes[engine.QueueScope+"/"+q] = nil
 		for _, l := range ls {
 			if ok, why := l.Spec.DrainPrecise(); !ok {
 				add(CodeImpreciseDrain, SeverityWarning, "the limit on queue %s (%s): %s", q, l.Spec, why)
@@ -185,7 +185,7 @@ func Check(ctx context.Context, r *Registry, s *store.Store) ([]Finding, error) 
 		if _, ok := scopes[o.Target]; ok {
 			continue
 		}
-		if _, ok := scopes[ratelimit.ScopeOf(o.Target)]; ok && !strings.HasPrefix(o.Target, store.QueueScope) {
+		if _, ok := scopes[ratelimit.ScopeOf(o.Target)]; ok && !strings.HasPrefix(o.Target, engine.QueueScope) {
 			continue
 		}
 		add(CodeStrayOverride, SeverityWarning, "the override of %s names no declared limit; it changes nothing", o.Target)

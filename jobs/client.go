@@ -12,8 +12,8 @@ import (
 	"unicode/utf8"
 
 	"github.com/sluicequeue/sluice/clock"
+	"github.com/sluicequeue/sluice/internal/engine"
 	"github.com/sluicequeue/sluice/internal/keys"
-	"github.com/sluicequeue/sluice/store"
 )
 
 // DefaultMaxArgsBytes is the largest encoded args an enqueue accepts.
@@ -54,7 +54,7 @@ type EnqueueEvent struct {
 
 // Client enqueues jobs. It is safe for concurrent use.
 type Client struct {
-	store     *store.Store
+	store     *engine.Store
 	reg       *Registry
 	clock     clock.Clock
 	maxArgs   int
@@ -62,7 +62,7 @@ type Client struct {
 }
 
 // NewClient returns a client that enqueues into s the kinds reg knows.
-func NewClient(s *store.Store, reg *Registry, cfg ClientConfig) *Client {
+func NewClient(s *engine.Store, reg *Registry, cfg ClientConfig) *Client {
 	if cfg.MaxArgsBytes <= 0 {
 		cfg.MaxArgsBytes = DefaultMaxArgsBytes
 	}
@@ -70,11 +70,11 @@ func NewClient(s *store.Store, reg *Registry, cfg ClientConfig) *Client {
 }
 
 // Store returns the client's store.
-func (c *Client) Store() *store.Store { return c.store }
+func (c *Client) Store() *engine.Store { return c.store }
 
 // Enqueued is what became of one enqueued job: its id (a new job's, or the
 // pending job's it joined), whether it joined one, and its state.
-type Enqueued = store.Enqueued
+type Enqueued = engine.Enqueued
 
 // Item is one job of an EnqueueMany.
 type Item struct {
@@ -125,16 +125,16 @@ func (c *Client) EnqueueManyTx(ctx context.Context, tx any, items []Item) ([]Enq
 }
 
 // EnqueueIn is EnqueueMany through a transaction of the store's own (a
-// store.Tx), for sluice's components that enqueue alongside other writes;
+// engine.Tx), for sluice's components that enqueue alongside other writes;
 // callers with their own pgx.Tx or *sql.Tx use EnqueueManyTx.
-func (c *Client) EnqueueIn(ctx context.Context, ex store.Executor, items []Item) ([]Enqueued, error) {
+func (c *Client) EnqueueIn(ctx context.Context, ex engine.Executor, items []Item) ([]Enqueued, error) {
 	if ex == nil {
 		return nil, errors.New("jobs: EnqueueIn: the executor is nil")
 	}
 	return c.enqueue(ctx, ex, items)
 }
 
-func (c *Client) wrapTx(tx any) (store.Executor, error) {
+func (c *Client) wrapTx(tx any) (engine.Executor, error) {
 	if tx == nil {
 		return nil, errors.New("jobs: EnqueueTx: the transaction is nil")
 	}
@@ -145,12 +145,12 @@ func (c *Client) wrapTx(tx any) (store.Executor, error) {
 	return ex, nil
 }
 
-func (c *Client) enqueue(ctx context.Context, ex store.Executor, items []Item) ([]Enqueued, error) {
+func (c *Client) enqueue(ctx context.Context, ex engine.Executor, items []Item) ([]Enqueued, error) {
 	if len(items) == 0 {
 		return nil, nil
 	}
 	now := c.clock.Now()
-	rows := make([]store.NewJob, len(items))
+	rows := make([]engine.NewJob, len(items))
 	for i, it := range items {
 		row, err := c.newJob(it, now)
 		if err != nil {
@@ -161,9 +161,9 @@ func (c *Client) enqueue(ctx context.Context, ex store.Executor, items []Item) (
 		}
 		rows[i] = row
 	}
-	sc := store.HostTime(func() time.Time { return now })
+	sc := engine.HostTime(func() time.Time { return now })
 	if clock.IsSystem(c.clock) {
-		sc = store.DatabaseTime(func() time.Time { return now })
+		sc = engine.DatabaseTime(func() time.Time { return now })
 	}
 	res, err := c.store.Enqueue(ctx, ex, sc, rows)
 	if err != nil {
@@ -182,10 +182,10 @@ func (c *Client) enqueue(ctx context.Context, ex store.Executor, items []Item) (
 
 // wakeReady wakes this process's workers for the queues that gained ready
 // jobs.
-func (c *Client) wakeReady(rows []store.NewJob, res []Enqueued) {
+func (c *Client) wakeReady(rows []engine.NewJob, res []Enqueued) {
 	seen := map[string]bool{}
 	for i, r := range rows {
-		if res[i].State == store.StateReady && !seen[r.Queue] {
+		if res[i].State == engine.StateReady && !seen[r.Queue] {
 			seen[r.Queue] = true
 			c.store.Wake(r.Queue)
 		}
@@ -194,66 +194,66 @@ func (c *Client) wakeReady(rows []store.NewJob, res []Enqueued) {
 
 // newJob checks one item and computes everything stored with it: encoded
 // args, queue, priority, run time and rate-limit keys.
-func (c *Client) newJob(it Item, now time.Time) (store.NewJob, error) {
+func (c *Client) newJob(it Item, now time.Time) (engine.NewJob, error) {
 	if it.Args == nil || isNilPointer(it.Args) {
-		return store.NewJob{}, errors.New("args are nil")
+		return engine.NewJob{}, errors.New("args are nil")
 	}
 	name := it.Args.Kind()
 	k := c.reg.lookup(name)
 	if k == nil {
-		return store.NewJob{}, fmt.Errorf("%w: %q (register it, or Declare it where another process runs it)", ErrUnknownKind, name)
+		return engine.NewJob{}, fmt.Errorf("%w: %q (register it, or Declare it where another process runs it)", ErrUnknownKind, name)
 	}
 	if t := reflect.TypeOf(it.Args); t != k.argsType {
-		return store.NewJob{}, fmt.Errorf("kind %s is registered with args %s, not %s", name, k.argsType, t)
+		return engine.NewJob{}, fmt.Errorf("kind %s is registered with args %s, not %s", name, k.argsType, t)
 	}
 	cfg := enqueueConfig{}
 	for _, o := range it.Options {
 		if o == nil {
-			return store.NewJob{}, fmt.Errorf("%s: nil option", name)
+			return engine.NewJob{}, fmt.Errorf("%s: nil option", name)
 		}
 		if err := o.applyEnqueue(&cfg); err != nil {
-			return store.NewJob{}, fmt.Errorf("%s: %w", name, err)
+			return engine.NewJob{}, fmt.Errorf("%s: %w", name, err)
 		}
 	}
 	body, err := encodeArgs(it.Args)
 	if err != nil {
-		return store.NewJob{}, fmt.Errorf("%s: %w", name, err)
+		return engine.NewJob{}, fmt.Errorf("%s: %w", name, err)
 	}
 	if len(body) > c.maxArgs {
-		return store.NewJob{}, fmt.Errorf("%s: %w: %d bytes encoded, the cap is %d", name, ErrArgsTooLarge, len(body), c.maxArgs)
+		return engine.NewJob{}, fmt.Errorf("%s: %w: %d bytes encoded, the cap is %d", name, ErrArgsTooLarge, len(body), c.maxArgs)
 	}
-	if m := store.MaxArgsBytes(c.store); m > 0 && len(body) > m {
-		return store.NewJob{}, fmt.Errorf("%s: %w: %d bytes encoded; the %s server carries at most %d bytes of args in one statement (raise its max_allowed_packet)",
+	if m := engine.MaxArgsBytes(c.store); m > 0 && len(body) > m {
+		return engine.NewJob{}, fmt.Errorf("%s: %w: %d bytes encoded; the %s server carries at most %d bytes of args in one statement (raise its max_allowed_packet)",
 			name, ErrArgsTooLarge, len(body), c.store.Dialect().Name(), m)
 	}
 	rateKeys, err := k.rateKeys(it.Args)
 	if err != nil {
-		return store.NewJob{}, fmt.Errorf("%s: %w", name, err)
+		return engine.NewJob{}, fmt.Errorf("%s: %w", name, err)
 	}
 	for _, rk := range rateKeys {
-		if err := store.CheckKey("rate-limit key", rk.Key); err != nil {
-			return store.NewJob{}, fmt.Errorf("%s: %w", name, err)
+		if err := engine.CheckKey("rate-limit key", rk.Key); err != nil {
+			return engine.NewJob{}, fmt.Errorf("%s: %w", name, err)
 		}
 	}
 	conc, err := k.concLimit(it.Args)
 	if err != nil {
-		return store.NewJob{}, fmt.Errorf("%s: %w", name, err)
+		return engine.NewJob{}, fmt.Errorf("%s: %w", name, err)
 	}
 	if conc != nil {
-		if err := store.CheckKey("concurrency key", conc.Key); err != nil {
-			return store.NewJob{}, fmt.Errorf("%s: %w", name, err)
+		if err := engine.CheckKey("concurrency key", conc.Key); err != nil {
+			return engine.NewJob{}, fmt.Errorf("%s: %w", name, err)
 		}
 	}
 	co, err := k.coalesceKey(it.Args)
 	if err != nil {
-		return store.NewJob{}, fmt.Errorf("%s: %w", name, err)
+		return engine.NewJob{}, fmt.Errorf("%s: %w", name, err)
 	}
 	if co != nil {
-		if err := store.CheckKey("coalesce key", co.Key); err != nil {
-			return store.NewJob{}, fmt.Errorf("%s: %w", name, err)
+		if err := engine.CheckKey("coalesce key", co.Key); err != nil {
+			return engine.NewJob{}, fmt.Errorf("%s: %w", name, err)
 		}
 	}
-	j := store.NewJob{
+	j := engine.NewJob{
 		Kind: name, Queue: k.cfg.queue, Priority: k.cfg.priority, Args: body,
 		MaxAttempts: k.cfg.maxAttempts, RateKeys: rateKeys, Conc: conc, Coalesce: co,
 	}
@@ -272,8 +272,8 @@ func (c *Client) newJob(it Item, now time.Time) (store.NewJob, error) {
 	case cfg.delay > 0:
 		j.RunAt = now.Add(cfg.delay)
 	}
-	if j.RunAt.After(store.MaxRunAt) {
-		return store.NewJob{}, fmt.Errorf("%s: the run time %s is after %s; schedule it earlier", name, j.RunAt.UTC().Format(time.RFC3339), store.MaxRunAt.Format(time.RFC3339))
+	if j.RunAt.After(engine.MaxRunAt) {
+		return engine.NewJob{}, fmt.Errorf("%s: the run time %s is after %s; schedule it earlier", name, j.RunAt.UTC().Format(time.RFC3339), engine.MaxRunAt.Format(time.RFC3339))
 	}
 	return j, nil
 }

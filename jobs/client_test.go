@@ -10,10 +10,10 @@ import (
 
 	"github.com/stretchr/testify/require"
 
+	"github.com/sluicequeue/sluice/internal/driver/postgres"
+	"github.com/sluicequeue/sluice/internal/engine"
 	"github.com/sluicequeue/sluice/internal/sqldb"
 	"github.com/sluicequeue/sluice/jobs"
-	"github.com/sluicequeue/sluice/store"
-	"github.com/sluicequeue/sluice/store/postgres"
 )
 
 func TestEnqueueAppliesKindDefaultsAndOverrides(t *testing.T) {
@@ -26,7 +26,7 @@ func TestEnqueueAppliesKindDefaultsAndOverrides(t *testing.T) {
 		require.Equal(t, "mail", j.Queue)
 		require.Equal(t, 3, j.Priority)
 		require.Equal(t, 7, j.MaxAttempts)
-		require.Equal(t, store.StateReady, j.State)
+		require.Equal(t, engine.StateReady, j.State)
 		require.JSONEq(t, `{"to":"a@example.com","subject":"hi"}`, string(j.Args))
 
 		id = h.enqueue(email{}, jobs.Queue("urgent"), jobs.Priority(-1), jobs.MaxAttempts(2), jobs.Delay(time.Minute))
@@ -34,7 +34,7 @@ func TestEnqueueAppliesKindDefaultsAndOverrides(t *testing.T) {
 		require.Equal(t, "urgent", j.Queue)
 		require.Equal(t, -1, j.Priority)
 		require.Equal(t, 2, j.MaxAttempts)
-		require.Equal(t, store.StateScheduled, j.State)
+		require.Equal(t, engine.StateScheduled, j.State)
 		require.Equal(t, t0.Add(time.Minute), j.RunAt)
 
 		id = h.enqueue(email{}, jobs.RunAt(t0.Add(time.Hour)))
@@ -89,7 +89,7 @@ func TestEnqueueManyReturnsIDsInOrder(t *testing.T) {
 
 // callerTx begins a transaction of the caller's own kind on the store's
 // database: pgx.Tx on PostgreSQL, *sql.Tx elsewhere.
-func callerTx(t *testing.T, s *store.Store) (tx any, commit, rollback func()) {
+func callerTx(t *testing.T, s *engine.Store) (tx any, commit, rollback func()) {
 	ctx := context.Background()
 	switch db := s.DB().(type) {
 	case *postgres.DB:
@@ -115,14 +115,14 @@ func TestEnqueueTxCommitsAndRollsBackWithTheCaller(t *testing.T) {
 		require.NoError(t, err)
 		rollback()
 		_, err = h.store.GetJob(ctx, id.ID)
-		require.ErrorIs(t, err, store.ErrNotFound)
+		require.ErrorIs(t, err, engine.ErrNotFound)
 
 		tx, commit, _ := callerTx(t, h.store)
 		ids, err := h.client.EnqueueManyTx(ctx, tx, []jobs.Item{{Args: email{To: "kept"}}, {Args: email{To: "kept too"}}})
 		require.NoError(t, err)
 		commit()
-		require.Equal(t, store.StateReady, h.job(ids[0].ID).State)
-		require.Equal(t, store.StateReady, h.job(ids[1].ID).State)
+		require.Equal(t, engine.StateReady, h.job(ids[0].ID).State)
+		require.Equal(t, engine.StateReady, h.job(ids[1].ID).State)
 
 		var wrong any = &sql.Tx{}
 		want := "takes a pgx.Tx, not a *sql.Tx"

@@ -14,10 +14,10 @@ import (
 	"github.com/sluicequeue/sluice/coalesce"
 	"github.com/sluicequeue/sluice/concurrency"
 	"github.com/sluicequeue/sluice/dispatcher"
+	"github.com/sluicequeue/sluice/internal/engine"
 	"github.com/sluicequeue/sluice/internal/testdb"
 	"github.com/sluicequeue/sluice/jobs"
 	"github.com/sluicequeue/sluice/ratelimit"
-	"github.com/sluicequeue/sluice/store"
 )
 
 type refresh struct {
@@ -137,7 +137,7 @@ func TestDebounceAndMaxDelayAreExact(t *testing.T) {
 		require.NoError(t, jobs.Register(h.reg, func(context.Context, *jobs.Job[refresh]) error { return nil },
 			jobs.Coalesce(coalesce.Rule[refresh]{Key: byShop, Debounce: 10 * time.Second, MaxDelay: 30 * time.Second})))
 		id := h.enqueued(refresh{Shop: 1}).ID
-		require.Equal(t, store.StateScheduled, h.job(id).State)
+		require.Equal(t, engine.StateScheduled, h.job(id).State)
 		require.Equal(t, t0.Add(10*time.Second), h.job(id).RunAt)
 		h.clock.Advance(5 * time.Second)
 		h.enqueued(refresh{Shop: 1})
@@ -169,10 +169,10 @@ func TestAFullJobThatWaitsIsDispatchedAtOnce(t *testing.T) {
 		}, jobs.Coalesce(coalesce.Rule[pushSKU]{Key: byShopP, OnConflict: coalesce.Collect, MaxCalls: 3, OnFull: coalesce.Dispatch, Debounce: time.Hour})))
 		id := h.enqueued(pushSKU{Shop: 1, SKU: "a"}).ID
 		h.enqueued(pushSKU{Shop: 1, SKU: "b"})
-		require.Equal(t, store.StateScheduled, h.job(id).State)
+		require.Equal(t, engine.StateScheduled, h.job(id).State)
 		last := h.enqueued(pushSKU{Shop: 1, SKU: "c"})
 		require.True(t, last.Joined)
-		require.Equal(t, store.StateReady, last.State, "full: made ready at once, not an hour later")
+		require.Equal(t, engine.StateReady, last.State, "full: made ready at once, not an hour later")
 		require.Equal(t, 1, h.drain(jobs.WorkerConfig{}).Completed)
 		require.Equal(t, []int{3}, sizes)
 	})
@@ -188,7 +188,7 @@ func TestAnEnqueueThatRollsBackNeitherCreatesNorJoins(t *testing.T) {
 		require.NoError(t, err)
 		rollback()
 		_, err = h.store.GetJob(ctx, res.ID)
-		require.ErrorIs(t, err, store.ErrNotFound, "nothing was created")
+		require.ErrorIs(t, err, engine.ErrNotFound, "nothing was created")
 
 		kept := h.enqueued(pushSKU{Shop: 1, SKU: "a"})
 		tx, _, rollback = callerTx(t, h.store)
@@ -327,19 +327,19 @@ func TestBulkCallsBatchWhileTheyWait(t *testing.T) {
 		st, err := h.store.Stats(context.Background())
 		require.NoError(t, err)
 		pendingCalls := 0
-		for _, j := range mustList(t, h, store.StateScheduled) {
+		for _, j := range mustList(t, h, engine.StateScheduled) {
 			pendingCalls += j.Calls
 		}
-		for _, j := range mustList(t, h, store.StateReady) {
+		for _, j := range mustList(t, h, engine.StateReady) {
 			pendingCalls += j.Calls
 		}
 		require.Equal(t, sent, total+pendingCalls, "every call ran or waits: %+v", st)
 	})
 }
 
-func mustList(t *testing.T, h *harness, state store.State) []*store.JobInfo {
+func mustList(t *testing.T, h *harness, state engine.State) []*engine.JobInfo {
 	t.Helper()
-	js, err := h.store.ListJobs(context.Background(), store.JobFilter{State: state, Limit: 1000})
+	js, err := h.store.ListJobs(context.Background(), engine.JobFilter{State: state, Limit: 1000})
 	require.NoError(t, err)
 	return js
 }

@@ -11,10 +11,10 @@ import (
 
 	"github.com/sluicequeue/sluice/concurrency"
 	"github.com/sluicequeue/sluice/dispatcher"
+	"github.com/sluicequeue/sluice/internal/engine"
 	"github.com/sluicequeue/sluice/internal/testdb"
 	"github.com/sluicequeue/sluice/jobs"
 	"github.com/sluicequeue/sluice/ratelimit"
-	"github.com/sluicequeue/sluice/store"
 )
 
 type accountJob struct {
@@ -136,22 +136,22 @@ func TestADeadWorkersSlotComesBackAfterItsDuration(t *testing.T) {
 			jobs.ConcurrencyLimit(concurrency.Limit[accountJob]{Key: func(a accountJob) any { return a.Account }, Duration: time.Minute})))
 		h.enqueue(accountJob{Account: 7, N: 1})
 		blocked := h.enqueue(accountJob{Account: 7, N: 2})
-		require.Equal(t, store.StateBlocked, h.job(blocked).State)
+		require.Equal(t, engine.StateBlocked, h.job(blocked).State)
 		// A process claims the first and is killed, slot and all.
-		dead, err := h.store.RegisterProcess(ctx, store.Process{Kind: "worker", PID: 1}, store.At(t0))
+		dead, err := h.store.RegisterProcess(ctx, engine.Process{Kind: "worker", PID: 1}, engine.At(t0))
 		require.NoError(t, err)
-		res, err := h.store.Claim(ctx, store.ClaimParams{ProcessID: dead, Queues: []string{"default"}, Max: 1, Clock: store.HostTime(h.clock.Now)})
+		res, err := h.store.Claim(ctx, engine.ClaimParams{ProcessID: dead, Queues: []string{"default"}, Max: 1, Clock: engine.HostTime(h.clock.Now)})
 		require.NoError(t, err)
 		require.Len(t, res.Jobs, 1)
 
 		d := newDispatcher(t, h.store, dispatcher.Config{Clock: h.clock, Logger: quiet()})
 		_, err = d.Tick(ctx)
 		require.NoError(t, err)
-		require.Equal(t, store.StateBlocked, h.job(blocked).State)
+		require.Equal(t, engine.StateBlocked, h.job(blocked).State)
 		h.clock.Advance(time.Minute + time.Second)
 		_, err = d.Tick(ctx)
 		require.NoError(t, err)
-		require.Equal(t, store.StateReady, h.job(blocked).State, "the lost slot was freed and handed on")
+		require.Equal(t, engine.StateReady, h.job(blocked).State, "the lost slot was freed and handed on")
 		require.Equal(t, 1, h.drain(jobs.WorkerConfig{}).Completed)
 		require.Equal(t, []int{2}, receive(t, ran, 1))
 	})
@@ -164,14 +164,14 @@ func TestDiscardThroughTheClient(t *testing.T) {
 		first := h.enqueue(accountJob{Account: 1})
 		second := h.enqueue(accountJob{Account: 1})
 		other := h.enqueue(accountJob{Account: 2})
-		require.Equal(t, store.StateReady, h.job(first).State)
-		require.Equal(t, store.StateReady, h.job(other).State)
+		require.Equal(t, engine.StateReady, h.job(first).State)
+		require.Equal(t, engine.StateReady, h.job(other).State)
 		j := h.job(second)
-		require.Equal(t, store.StateCancelled, j.State)
+		require.Equal(t, engine.StateCancelled, j.State)
 		require.Equal(t, "discarded: no concurrency slot free for account_job/1", j.LastError)
 		require.Equal(t, 2, h.drain(jobs.WorkerConfig{}).Completed)
 		third := h.enqueue(accountJob{Account: 1})
-		require.Equal(t, store.StateReady, h.job(third).State, "once the first finished, its slot is free again")
+		require.Equal(t, engine.StateReady, h.job(third).State, "once the first finished, its slot is free again")
 	})
 }
 

@@ -5,8 +5,8 @@ import (
 	"log/slog"
 	"time"
 
+	"github.com/sluicequeue/sluice/internal/engine"
 	"github.com/sluicequeue/sluice/ratelimit"
-	"github.com/sluicequeue/sluice/store"
 )
 
 // Hooks are called as a worker works, for metrics and logs. Each may be
@@ -100,7 +100,7 @@ type FinishEvent struct {
 }
 
 // deferEvents groups a claim's deferrals by kind, in the order they came.
-func deferEvents(ds []store.Deferral, shadow bool) []DeferEvent {
+func deferEvents(ds []engine.Deferral, shadow bool) []DeferEvent {
 	var out []DeferEvent
 	index := map[string]int{}
 	for _, d := range ds {
@@ -132,13 +132,13 @@ func deferEvents(ds []store.Deferral, shadow bool) []DeferEvent {
 }
 
 // report delivers a claim's deferral events to the hook and the debug log.
-func (w *Worker) report(res *store.ClaimResult) {
+func (w *Worker) report(res *engine.ClaimResult) {
 	for _, u := range res.Unfit {
 		w.log.Error("sluice: a job costs more than its rate limit's burst, so no slot could ever admit it; it failed (raise the burst, then retry it)",
 			"job_id", u.JobID, "kind", u.Kind, "budget", u.Key, "cost", u.Cost, "burst", u.Burst)
 	}
 	for _, batch := range []struct {
-		ds     []store.Deferral
+		ds     []engine.Deferral
 		shadow bool
 	}{{res.Deferred, false}, {res.Shadowed, true}} {
 		if len(batch.ds) == 0 {

@@ -8,9 +8,9 @@ import (
 	"time"
 
 	"github.com/sluicequeue/sluice/clock"
+	"github.com/sluicequeue/sluice/internal/driver/sqlite"
 	"github.com/sluicequeue/sluice/jobs"
 	"github.com/sluicequeue/sluice/ratelimit"
-	"github.com/sluicequeue/sluice/store/sqlite"
 )
 
 // SendWelcome is a job's args: a struct with a Kind.

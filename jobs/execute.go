@@ -11,7 +11,7 @@ import (
 	"time"
 	"unicode/utf8"
 
-	"github.com/sluicequeue/sluice/store"
+	"github.com/sluicequeue/sluice/internal/engine"
 )
 
 // maxErrorBytes caps the error text kept with a job.
@@ -26,7 +26,7 @@ type result struct {
 	pid      int64
 	id       int64
 	complete bool
-	t        store.Transition
+	t        engine.Transition
 	// holdsSlot is set when the job held a concurrency slot when claimed.
 	holdsSlot bool
 	// withCalls is set when the job collected calls.
@@ -34,17 +34,17 @@ type result struct {
 	// throttled is set when an upstream refused the run (RetryAfter), and
 	// pushes hold the job's budgets back until the wait is over.
 	throttled bool
-	pushes    []store.BudgetPush
+	pushes    []engine.BudgetPush
 	// job is the claimed job, for the outcome recorded instead when the
 	// database refuses this one.
-	job *store.Job
+	job *engine.Job
 	// refused is set on that outcome.
 	refused bool
 }
 
 // final reports whether the outcome ends the job.
 func (r result) final() bool {
-	return r.complete || r.t.State == store.StateFailed || r.t.State == store.StateCancelled
+	return r.complete || r.t.State == engine.StateFailed || r.t.State == engine.StateCancelled
 }
 
 // givesSlotBack reports whether a job that held a concurrency slot gives
@@ -55,7 +55,7 @@ func (r result) final() bool {
 func (r result) givesSlotBack() bool { return r.final() || r.throttled }
 
 // execute runs one claimed job and decides what becomes of it.
-func (w *Worker) execute(ctx context.Context, j *store.Job) result {
+func (w *Worker) execute(ctx context.Context, j *engine.Job) result {
 	began := time.Now()
 	res, err := w.run(ctx, j)
 	res.holdsSlot, res.withCalls, res.job = j.HoldsSlot, j.Calls > 1, j
@@ -68,7 +68,7 @@ func (w *Worker) execute(ctx context.Context, j *store.Job) result {
 	return res
 }
 
-func (w *Worker) run(ctx context.Context, j *store.Job) (result, error) {
+func (w *Worker) run(ctx context.Context, j *engine.Job) (result, error) {
 	k := w.reg.lookup(j.Kind)
 	if k == nil || k.work == nil {
 		if _, seen := w.unknown.LoadOrStore(j.Kind, true); !seen {
@@ -110,7 +110,7 @@ func (w *Worker) run(ctx context.Context, j *store.Job) (result, error) {
 }
 
 // call runs the handler, turning a panic into an error with its stack.
-func call(ctx context.Context, k *kind, j *store.Job, args any, more []any) (err error) {
+func call(ctx context.Context, k *kind, j *engine.Job, args any, more []any) (err error) {
 	defer func() {
 		if r := recover(); r != nil {
 			err = fmt.Errorf("panic: %v\n%s", r, debug.Stack())
@@ -120,7 +120,7 @@ func call(ctx context.Context, k *kind, j *store.Job, args any, more []any) (err
 }
 
 // outcome maps a handler's error to the job's next state.
-func (w *Worker) outcome(ctx context.Context, j *store.Job, err error) result {
+func (w *Worker) outcome(ctx context.Context, j *engine.Job, err error) result {
 	var cancelled *cancelError
 	var snoozed *snoozeError
 	var retryAfter *retryAfterError
@@ -128,11 +128,11 @@ func (w *Worker) outcome(ctx context.Context, j *store.Job, err error) result {
 	case err == nil:
 		return result{id: j.ID, complete: true}
 	case errors.Is(context.Cause(ctx), errShutdown):
-		return result{id: j.ID, t: store.Transition{ID: j.ID, State: store.StateReady, RunAt: w.clock.Now(), AttemptDelta: -1}}
+		return result{id: j.ID, t: engine.Transition{ID: j.ID, State: engine.StateReady, RunAt: w.clock.Now(), AttemptDelta: -1}}
 	case errors.As(err, &cancelled):
-		return result{id: j.ID, t: store.Transition{ID: j.ID, State: store.StateCancelled, Error: errorText(cancelled.err), Finished: true}}
+		return result{id: j.ID, t: engine.Transition{ID: j.ID, State: engine.StateCancelled, Error: errorText(cancelled.err), Finished: true}}
 	case errors.As(err, &snoozed):
-		return result{id: j.ID, t: store.Transition{ID: j.ID, State: store.StateScheduled, RunAt: w.clock.Now().Add(snoozed.d), AttemptDelta: -1}}
+		return result{id: j.ID, t: engine.Transition{ID: j.ID, State: engine.StateScheduled, RunAt: w.clock.Now().Add(snoozed.d), AttemptDelta: -1}}
 	case errors.As(err, &retryAfter):
 		return w.waitUpstream(j, retryAfter)
 	default:
@@ -143,19 +143,19 @@ func (w *Worker) outcome(ctx context.Context, j *store.Job, err error) result {
 // waitUpstream sends a job an upstream refused (a 429) back to wait
 // without spending an attempt, and holds back every budget it ran under
 // until then.
-func (w *Worker) waitUpstream(j *store.Job, e *retryAfterError) result {
+func (w *Worker) waitUpstream(j *engine.Job, e *retryAfterError) result {
 	now := w.clock.Now()
 	wait := min(e.wait(now), w.cfg.MaxRetryAfter)
-	t := store.Transition{ID: j.ID, State: store.StateScheduled, RunAt: now.Add(wait), AttemptDelta: -1, Error: errorText(e)}
-	var pushes []store.BudgetPush
+	t := engine.Transition{ID: j.ID, State: engine.StateScheduled, RunAt: now.Add(wait), AttemptDelta: -1, Error: errorText(e)}
+	var pushes []engine.BudgetPush
 	if w.limits != nil {
 		for _, rk := range j.RateKeys {
 			if spec, ok := w.limits.RateSpec(j.Kind, rk.Key); ok {
-				pushes = append(pushes, store.BudgetPush{Key: rk.Key, Wait: wait, Params: spec.Params})
+				pushes = append(pushes, engine.BudgetPush{Key: rk.Key, Wait: wait, Params: spec.Params})
 			}
 		}
 		for _, l := range w.limits.QueueLimits(j.Queue) {
-			pushes = append(pushes, store.BudgetPush{Key: l.Key, Wait: wait, Params: l.Spec.Params})
+			pushes = append(pushes, engine.BudgetPush{Key: l.Key, Wait: wait, Params: l.Spec.Params})
 		}
 	}
 	if len(pushes) > 0 {
@@ -166,16 +166,16 @@ func (w *Worker) waitUpstream(j *store.Job, e *retryAfterError) result {
 
 // failure retries a failed attempt after its backoff, or keeps the job as
 // failed when it has no attempts left.
-func (w *Worker) failure(j *store.Job, err error) result {
+func (w *Worker) failure(j *engine.Job, err error) result {
 	if j.Attempt >= j.MaxAttempts {
-		return result{id: j.ID, t: store.Transition{ID: j.ID, State: store.StateFailed, Error: errorText(err), Finished: true}}
+		return result{id: j.ID, t: engine.Transition{ID: j.ID, State: engine.StateFailed, Error: errorText(err), Finished: true}}
 	}
 	delay := jitter(DefaultBackoff(j.Attempt))
 	if k := w.reg.lookup(j.Kind); k != nil && k.cfg.backoff != nil {
 		delay = k.cfg.backoff(j.Attempt)
 	}
 	at := w.clock.Now().Add(delay)
-	return result{id: j.ID, t: store.Transition{ID: j.ID, State: store.StateScheduled, RunAt: at, Error: errorText(err)}}
+	return result{id: j.ID, t: engine.Transition{ID: j.ID, State: engine.StateScheduled, RunAt: at, Error: errorText(err)}}
 }
 
 // errorText is the text kept with a job for err: valid UTF-8 without NUL
@@ -225,11 +225,11 @@ func outcomeOf(r result) Outcome {
 	switch {
 	case r.complete:
 		return OutcomeCompleted
-	case r.t.State == store.StateFailed:
+	case r.t.State == engine.StateFailed:
 		return OutcomeFailed
-	case r.t.State == store.StateCancelled:
+	case r.t.State == engine.StateCancelled:
 		return OutcomeCancelled
-	case r.t.State == store.StateReady:
+	case r.t.State == engine.StateReady:
 		return OutcomeReleased
 	case r.throttled:
 		return OutcomeThrottled
@@ -248,7 +248,7 @@ func outcomeOf(r result) Outcome {
 func (w *Worker) complete(done chan<- struct{}) {
 	defer close(done)
 	maxText := maxBatchErrorBytes
-	if m := store.MaxArgsBytes(w.store); m > 0 {
+	if m := engine.MaxArgsBytes(w.store); m > 0 {
 		maxText = min(maxText, m)
 	}
 	for r := range w.results {
@@ -283,7 +283,7 @@ func (w *Worker) flush(batch []result) {
 	}
 	rec := recorder{
 		finish:   w.store.Finish,
-		isData:   func(err error) bool { return store.IsDataError(w.store, err) },
+		isData:   func(err error) bool { return engine.IsDataError(w.store, err) },
 		refused:  w.refused,
 		now:      w.storeClock,
 		log:      w.log,
@@ -310,7 +310,7 @@ func (w *Worker) refused(r result, dbErr error) result {
 		out = w.failure(r.job, err)
 	} else {
 		// Not reached: every result the worker makes carries its job.
-		out = result{id: r.id, t: store.Transition{ID: r.id, State: store.StateFailed, Error: err.Error(), Finished: true}}
+		out = result{id: r.id, t: engine.Transition{ID: r.id, State: engine.StateFailed, Error: err.Error(), Finished: true}}
 	}
 	out.pid, out.holdsSlot, out.withCalls, out.job, out.refused = r.pid, r.holdsSlot, r.withCalls, r.job, true
 	return out
@@ -319,10 +319,10 @@ func (w *Worker) refused(r result, dbErr error) result {
 // recorder writes batches of results, splitting a batch the database
 // refuses.
 type recorder struct {
-	finish   func(ctx context.Context, processID int64, c store.Clock, o store.Outcomes) error
+	finish   func(ctx context.Context, processID int64, c engine.Clock, o engine.Outcomes) error
 	isData   func(error) bool
 	refused  func(r result, err error) result
-	now      func() store.Clock
+	now      func() engine.Clock
 	log      *slog.Logger
 	stopping func() bool
 	sleep    func(time.Duration)
@@ -378,8 +378,8 @@ func (rc recorder) split(pid int64, rs []result, err error) {
 }
 
 // outcomes gathers results into what Finish records.
-func outcomes(rs []result) store.Outcomes {
-	var o store.Outcomes
+func outcomes(rs []result) engine.Outcomes {
+	var o engine.Outcomes
 	for _, r := range rs {
 		if r.complete {
 			o.Completed = append(o.Completed, r.id)

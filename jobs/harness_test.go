@@ -11,9 +11,9 @@ import (
 
 	"github.com/sluicequeue/sluice/clock"
 	"github.com/sluicequeue/sluice/dispatcher"
+	"github.com/sluicequeue/sluice/internal/engine"
 	"github.com/sluicequeue/sluice/internal/testdb"
 	"github.com/sluicequeue/sluice/jobs"
-	"github.com/sluicequeue/sluice/store"
 )
 
 var t0 = time.Date(2026, 3, 1, 12, 0, 0, 0, time.UTC)
@@ -33,7 +33,7 @@ func (email) Kind() string { return "email" }
 // client.
 type harness struct {
 	t      *testing.T
-	store  *store.Store
+	store  *engine.Store
 	clock  *clock.Fake
 	reg    *jobs.Registry
 	client *jobs.Client
@@ -43,7 +43,7 @@ func quiet() *slog.Logger { return slog.New(slog.NewTextHandler(io.Discard, nil)
 
 // each runs fn per backend with a fresh harness.
 func each(t *testing.T, fn func(t *testing.T, h *harness)) {
-	testdb.Each(t, func(t *testing.T, s *store.Store) {
+	testdb.Each(t, func(t *testing.T, s *engine.Store) {
 		c := clock.NewFake(t0)
 		reg := jobs.NewRegistry()
 		fn(t, &harness{t: t, store: s, clock: c, reg: reg, client: jobs.NewClient(s, reg, jobs.ClientConfig{Clock: c})})
@@ -70,7 +70,7 @@ func (h *harness) drain(cfg jobs.WorkerConfig) jobs.DrainResult {
 	return res
 }
 
-func (h *harness) job(id int64) *store.JobInfo {
+func (h *harness) job(id int64) *engine.JobInfo {
 	h.t.Helper()
 	j, err := h.store.GetJob(context.Background(), id)
 	require.NoError(h.t, err)
@@ -129,7 +129,7 @@ func assertNoErr(t *testing.T, err error) bool {
 }
 
 // newDispatcher makes a dispatcher, failing the test on an error.
-func newDispatcher(t testing.TB, s *store.Store, cfg dispatcher.Config) *dispatcher.Dispatcher {
+func newDispatcher(t testing.TB, s *engine.Store, cfg dispatcher.Config) *dispatcher.Dispatcher {
 	t.Helper()
 	d, err := dispatcher.New(s, cfg)
 	if err != nil {

@@ -4,8 +4,8 @@ import (
 	"context"
 	"sync/atomic"
 
+	"github.com/sluicequeue/sluice/internal/engine"
 	"github.com/sluicequeue/sluice/ratelimit"
-	"github.com/sluicequeue/sluice/store"
 )
 
 // limitsView is what a worker's claims decide against: the registry's
@@ -14,10 +14,10 @@ import (
 type limitsView struct {
 	reg       *Registry
 	shadowAll bool
-	overrides atomic.Pointer[map[string]store.Override]
+	overrides atomic.Pointer[map[string]engine.Override]
 }
 
-// RateSpec implements store.Limits.
+// RateSpec implements engine.Limits.
 func (v *limitsView) RateSpec(kind, key string) (ratelimit.Spec, bool) {
 	s, ok := v.reg.RateSpec(kind, key)
 	if !ok {
@@ -26,15 +26,15 @@ func (v *limitsView) RateSpec(kind, key string) (ratelimit.Spec, bool) {
 	return v.apply(key, s), true
 }
 
-// QueueLimits implements store.Limits.
-func (v *limitsView) QueueLimits(queue string) []store.QueueLimit {
+// QueueLimits implements engine.Limits.
+func (v *limitsView) QueueLimits(queue string) []engine.QueueLimit {
 	declared := v.reg.QueueLimits(queue)
 	if len(declared) == 0 {
 		return nil
 	}
-	out := make([]store.QueueLimit, len(declared))
+	out := make([]engine.QueueLimit, len(declared))
 	for i, l := range declared {
-		out[i] = store.QueueLimit{Key: l.Key, Spec: v.apply(l.Key, l.Spec)}
+		out[i] = engine.QueueLimit{Key: l.Key, Spec: v.apply(l.Key, l.Spec)}
 	}
 	return out
 }
@@ -56,12 +56,12 @@ func (v *limitsView) apply(key string, s ratelimit.Spec) ratelimit.Spec {
 }
 
 // refresh reads the overrides from the database.
-func (v *limitsView) refresh(ctx context.Context, s *store.Store) error {
+func (v *limitsView) refresh(ctx context.Context, s *engine.Store) error {
 	list, err := s.ListOverrides(ctx)
 	if err != nil {
 		return err
 	}
-	m := make(map[string]store.Override, len(list))
+	m := make(map[string]engine.Override, len(list))
 	for _, o := range list {
 		m[o.Target] = o
 	}

@@ -10,9 +10,9 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/sluicequeue/sluice/dispatcher"
+	"github.com/sluicequeue/sluice/internal/engine"
 	"github.com/sluicequeue/sluice/jobs"
 	"github.com/sluicequeue/sluice/ratelimit"
-	"github.com/sluicequeue/sluice/store"
 )
 
 type sms struct{ To string }
@@ -80,9 +80,9 @@ func TestToZeroPausesAndAnOverrideResumes(t *testing.T) {
 		require.Zero(t, ran, "paused for half an hour: nothing admitted")
 		st, err := h.store.Stats(ctx)
 		require.NoError(t, err)
-		require.Equal(t, int64(5), st[0].Counts[store.StateScheduled]+st[0].Counts[store.StateParked], "nothing lost")
+		require.Equal(t, int64(5), st[0].Counts[engine.StateScheduled]+st[0].Counts[engine.StateParked], "nothing lost")
 
-		require.NoError(t, h.store.SetOverride(ctx, store.Override{Target: "sms", To: 10, Per: time.Second, Burst: 1}, h.clock.Now()))
+		require.NoError(t, h.store.SetOverride(ctx, engine.Override{Target: "sms", To: 10, Per: time.Second, Burst: 1}, h.clock.Now()))
 		// Within the horizon (5 minutes) the probe comes back and is
 		// admitted; the dispatcher hands the rest slots at the new rate.
 		step(5)
@@ -110,7 +110,7 @@ func TestA429HoldsTheWholeBudgetAndSpendsNoAttempt(t *testing.T) {
 		res := h.drain(jobs.WorkerConfig{})
 		require.Equal(t, 1, res.Throttled)
 		j := h.job(id)
-		require.Equal(t, store.StateScheduled, j.State)
+		require.Equal(t, engine.StateScheduled, j.State)
 		require.Equal(t, 0, j.Attempt, "no attempt spent")
 		require.Equal(t, t0.Add(30*time.Second), j.RunAt)
 		require.Contains(t, j.LastError, "upstream asked to retry after 30s")
@@ -140,7 +140,7 @@ func TestA429HoldsTheWholeBudgetAndSpendsNoAttempt(t *testing.T) {
 		for _, r := range runs[1:] {
 			require.False(t, r.Before(t0.Add(30*time.Second)))
 		}
-		require.Equal(t, store.StateCompleted, h.job(id).State)
+		require.Equal(t, engine.StateCompleted, h.job(id).State)
 		require.Equal(t, 1, h.job(id).Attempt)
 	})
 }
@@ -181,7 +181,7 @@ func TestAnOverrideTakesEffectWithinTheRefreshInterval(t *testing.T) {
 		receive(t, ran, 1)
 		// A tenant gets a looser limit: it applies within 5 s, and its
 		// debt under the old limit is capped at the new burst's intervals.
-		require.NoError(t, h.store.SetOverride(ctx, store.Override{Target: "sms/premium", To: 60, Per: time.Minute, Burst: 1}, h.clock.Now()))
+		require.NoError(t, h.store.SetOverride(ctx, engine.Override{Target: "sms/premium", To: 60, Per: time.Minute, Burst: 1}, h.clock.Now()))
 		<-h.clock.WaitForTimerAt(t0.Add(5 * time.Second))
 		h.clock.Advance(5 * time.Second) // the worker reads the override
 		<-h.clock.WaitForTimerAt(t0.Add(10 * time.Second))
@@ -189,7 +189,7 @@ func TestAnOverrideTakesEffectWithinTheRefreshInterval(t *testing.T) {
 		// The worker waits for that slot (1 s, one interval of the new
 		// limit), not for its hour-long poll.
 		<-h.clock.WaitForTimerAt(t0.Add(6 * time.Second))
-		res, err := h.store.ListJobs(ctx, store.JobFilter{State: store.StateScheduled})
+		res, err := h.store.ListJobs(ctx, engine.JobFilter{State: engine.StateScheduled})
 		require.NoError(t, err)
 		require.Len(t, res, 1)
 		require.LessOrEqual(t, res[0].RunAt.Sub(h.clock.Now()), time.Second, "not an hour: the new limit, with its debt capped")
@@ -231,8 +231,8 @@ func TestCheckReportsEachFinding(t *testing.T) {
 		require.NoError(t, jobs.Register(h.reg, func(context.Context, *jobs.Job[refund]) error { return nil },
 			jobs.RateLimit(ratelimit.Limit[refund]{To: 50, Per: time.Minute, Group: "Stripe", Key: "global"})))
 		require.NoError(t, h.reg.LimitQueue("sms", ratelimit.QueueLimit{To: 1, Per: time.Second}))
-		require.NoError(t, h.store.SetOverride(ctx, store.Override{Target: "Stirpe/global", To: 1, Per: time.Second}, t0))
-		require.NoError(t, h.store.SetOverride(ctx, store.Override{Target: "Stripe/Account/7", To: 1, Per: time.Second}, t0))
+		require.NoError(t, h.store.SetOverride(ctx, engine.Override{Target: "Stirpe/global", To: 1, Per: time.Second}, t0))
+		require.NoError(t, h.store.SetOverride(ctx, engine.Override{Target: "Stripe/Account/7", To: 1, Per: time.Second}, t0))
 
 		findings, err := jobs.Check(ctx, h.reg, h.store)
 		require.NoError(t, err)

@@ -8,8 +8,8 @@ import (
 
 	"github.com/sluicequeue/sluice/coalesce"
 	"github.com/sluicequeue/sluice/concurrency"
+	"github.com/sluicequeue/sluice/internal/engine"
 	"github.com/sluicequeue/sluice/ratelimit"
-	"github.com/sluicequeue/sluice/store"
 )
 
 // Defaults for a kind that does not say otherwise.
@@ -67,7 +67,7 @@ func (q queueOption) check() error {
 	if q == "" {
 		return errors.New("Queue: the name is empty")
 	}
-	return store.CheckKey("Queue", string(q))
+	return engine.CheckKey("Queue", string(q))
 }
 func (q queueOption) applyRegister(c *kindConfig) error { c.queue = string(q); return q.check() }
 func (q queueOption) applyEnqueue(c *enqueueConfig) error {
@@ -187,12 +187,12 @@ type runAtOption time.Time
 
 // RunAt schedules the job to run no earlier than t. A time that is not
 // after now (or the zero time) runs the job now. t must not be after the
-// end of the year 9999 (store.MaxRunAt).
+// end of the year 9999 (engine.MaxRunAt).
 func RunAt(t time.Time) EnqueueOption { return runAtOption(t) }
 
 func (r runAtOption) applyEnqueue(c *enqueueConfig) error {
-	if t := time.Time(r); t.After(store.MaxRunAt) {
-		return fmt.Errorf("RunAt is %s; it must not be after %s", t.UTC().Format(time.RFC3339), store.MaxRunAt.Format(time.RFC3339))
+	if t := time.Time(r); t.After(engine.MaxRunAt) {
+		return fmt.Errorf("RunAt is %s; it must not be after %s", t.UTC().Format(time.RFC3339), engine.MaxRunAt.Format(time.RFC3339))
 	}
 	c.runAt = time.Time(r)
 	return nil

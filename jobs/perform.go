@@ -6,7 +6,7 @@ import (
 	"fmt"
 	"time"
 
-	"github.com/sluicequeue/sluice/store"
+	"github.com/sluicequeue/sluice/internal/engine"
 )
 
 // Perform runs the handler registered for the kind of args directly, as
@@ -27,7 +27,7 @@ func Perform[T Args](ctx context.Context, r *Registry, args T) error {
 	if err != nil {
 		return fmt.Errorf("jobs: perform %s: decode args: %w", args.Kind(), err)
 	}
-	j := &store.Job{Kind: k.name, Queue: k.cfg.queue, Priority: k.cfg.priority, Args: body,
+	j := &engine.Job{Kind: k.name, Queue: k.cfg.queue, Priority: k.cfg.priority, Args: body,
 		Attempt: 1, MaxAttempts: k.cfg.maxAttempts, CreatedAt: time.Now()}
 	return call(ctx, k, j, decoded, nil)
 }

@@ -12,10 +12,10 @@ import (
 
 	"github.com/sluicequeue/sluice/clock"
 	"github.com/sluicequeue/sluice/concurrency"
+	"github.com/sluicequeue/sluice/internal/engine"
 	"github.com/sluicequeue/sluice/internal/testdb"
 	"github.com/sluicequeue/sluice/jobs"
 	"github.com/sluicequeue/sluice/ratelimit"
-	"github.com/sluicequeue/sluice/store"
 )
 
 // A job an upstream refused (a 429) waits on its rate limits as a
@@ -39,14 +39,14 @@ func TestA429GivesTheConcurrencySlotBack(t *testing.T) {
 			jobs.RateLimit(ratelimit.Limit[accountJob]{To: 100, Per: time.Second, Burst: 100, Key: func(a accountJob) any { return a.N }})))
 		first := h.enqueue(accountJob{Account: 7, N: 1})
 		second := h.enqueue(accountJob{Account: 7, N: 2})
-		require.Equal(t, store.StateBlocked, h.job(second).State)
+		require.Equal(t, engine.StateBlocked, h.job(second).State)
 
 		res := h.drain(jobs.WorkerConfig{})
 		require.Equal(t, 1, res.Throttled)
 		require.Equal(t, 1, res.Completed, "the blocked job took the slot the throttled one gave back")
 		require.Equal(t, []int{1, 2}, ran)
 		j := h.job(first)
-		require.Equal(t, store.StateScheduled, j.State)
+		require.Equal(t, engine.StateScheduled, j.State)
 		require.False(t, j.HoldsSlot, "a job waiting on its rate holds no concurrency slot")
 
 		h.clock.Advance(time.Minute)
@@ -61,7 +61,7 @@ func TestA429GivesTheConcurrencySlotBack(t *testing.T) {
 // A worker whose host clock runs 2 s ahead of the database, told to decide
 // on the database's clock, charges and defers on the database's time.
 func TestAWorkerAheadOfTheDatabaseDecidesOnItsClock(t *testing.T) {
-	testdb.Each(t, func(t *testing.T, base *store.Store) {
+	testdb.Each(t, func(t *testing.T, base *engine.Store) {
 		dbClock := clock.NewFake(t0)
 		s := testdb.WithDatabaseClock(base, dbClock.Now)
 		host := clock.NewFake(t0.Add(2 * time.Second))
@@ -102,19 +102,19 @@ func TestAJobOverItsBurstAfterAnOverrideFails(t *testing.T) {
 				Cost: func(a syncArgs) int { return max(a.Items, 1) }})))
 		big := h.enqueue(syncArgs{Items: 5})
 		small := h.enqueue(syncArgs{Items: 1})
-		require.NoError(t, h.store.SetOverride(ctx, store.Override{Target: "sync", To: 10, Per: time.Second, Burst: 2}, t0))
+		require.NoError(t, h.store.SetOverride(ctx, engine.Override{Target: "sync", To: 10, Per: time.Second, Burst: 2}, t0))
 		var log bytes.Buffer
 		res := h.drain(jobs.WorkerConfig{Logger: slog.New(slog.NewTextHandler(&log, nil))})
 		require.Equal(t, 1, res.Completed)
 		j := h.job(big)
-		require.Equal(t, store.StateFailed, j.State)
+		require.Equal(t, engine.StateFailed, j.State)
 		require.Contains(t, j.LastError, "the job costs 5, more than the burst of 2")
 		require.Contains(t, log.String(), "costs more than its rate limit's burst")
-		require.Equal(t, store.StateCompleted, h.job(small).State)
+		require.Equal(t, engine.StateCompleted, h.job(small).State)
 
 		// Raised again, an operator's retry runs it.
 		require.NoError(t, h.store.ClearOverride(ctx, "sync"))
-		_, err := h.store.RetryJobs(ctx, store.At(t0), []int64{big})
+		_, err := h.store.RetryJobs(ctx, engine.At(t0), []int64{big})
 		require.NoError(t, err)
 		h.clock.Advance(time.Second)
 		require.Equal(t, 1, h.drain(jobs.WorkerConfig{}).Completed)

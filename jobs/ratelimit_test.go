@@ -15,10 +15,10 @@ import (
 
 	"github.com/sluicequeue/sluice/clock"
 	"github.com/sluicequeue/sluice/dispatcher"
+	"github.com/sluicequeue/sluice/internal/engine"
 	"github.com/sluicequeue/sluice/internal/testdb"
 	"github.com/sluicequeue/sluice/jobs"
 	"github.com/sluicequeue/sluice/ratelimit"
-	"github.com/sluicequeue/sluice/store"
 )
 
 type Account struct {
@@ -38,7 +38,7 @@ type refundArgs struct{ Account Account }
 
 func (refundArgs) Kind() string { return "refund" }
 
-func keysOf(t *testing.T, h *harness, id int64) []store.RateKey {
+func keysOf(t *testing.T, h *harness, id int64) []engine.RateKey {
 	t.Helper()
 	return h.job(id).RateKeys
 }
@@ -57,7 +57,7 @@ func TestRateLimitKeysFollowTheKeyRules(t *testing.T) {
 			jobs.RateLimit(ratelimit.Limit[syncArgs]{To: 5, Per: time.Second, Key: nil, Group: "off"}),
 		))
 		id := h.enqueue(syncArgs{Account: Account{ID: 7}, Region: "eu", Items: 3})
-		require.Equal(t, []store.RateKey{
+		require.Equal(t, []engine.RateKey{
 			{Key: "sync/Account/7", Cost: 1},
 			{Key: "regional/eu/7", Cost: 1},
 			{Key: "Stripe/global", Cost: 3},
@@ -101,7 +101,7 @@ func TestAKeyFunctionThatFailsFailsTheEnqueue(t *testing.T) {
 		// Every database refuses a key over 255 bytes alike, at enqueue.
 		long := strings.Repeat("k", 300)
 		_, err = h.client.Enqueue(ctx, keyed{Key: long})
-		require.ErrorIs(t, err, store.ErrKeyTooLong)
+		require.ErrorIs(t, err, engine.ErrKeyTooLong)
 		require.ErrorContains(t, err, "is 306 bytes; a key holds at most 255")
 		_, err = h.client.Enqueue(ctx, keyed{Key: "a\nb"})
 		require.ErrorContains(t, err, "contains a line break")
@@ -284,7 +284,7 @@ func TestConcurrentWorkersKeepTheLimitExactlyAndDrainAtItsRate(t *testing.T) {
 }
 
 func TestNoLimitsRegisteredMeansThePlainClaim(t *testing.T) {
-	testdb.Each(t, func(t *testing.T, s *store.Store) {
+	testdb.Each(t, func(t *testing.T, s *engine.Store) {
 		rs, rec := testdb.Record(s)
 		reg := jobs.NewRegistry()
 		require.NoError(t, jobs.Register(reg, ok))

@@ -15,7 +15,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/sluicequeue/sluice/clock"
-	"github.com/sluicequeue/sluice/store"
+	"github.com/sluicequeue/sluice/internal/engine"
 )
 
 var errRefused = errors.New("ERROR: invalid byte sequence for encoding \"UTF8\": 0xff (SQLSTATE 22021)")
@@ -33,7 +33,7 @@ type refusingStore struct {
 	recorded          map[int64][]string // id -> outcome ("completed" or the error text)
 }
 
-func (s *refusingStore) finish(_ context.Context, _ int64, _ store.Clock, o store.Outcomes) error {
+func (s *refusingStore) finish(_ context.Context, _ int64, _ engine.Clock, o engine.Outcomes) error {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	s.calls++
@@ -79,11 +79,11 @@ func newRecorder(t *testing.T, s *refusingStore) (recorder, *[]time.Duration) {
 func batch(n int) []result {
 	rs := make([]result, 0, n)
 	for id := int64(1); id <= int64(n); id++ {
-		j := &store.Job{ID: id, Kind: "k", Attempt: 1, MaxAttempts: 3}
+		j := &engine.Job{ID: id, Kind: "k", Attempt: 1, MaxAttempts: 3}
 		if id%2 == 0 {
 			rs = append(rs, result{id: id, complete: true, job: j})
 		} else {
-			rs = append(rs, result{id: id, job: j, t: store.Transition{ID: id, State: store.StateScheduled, Error: "failure"}})
+			rs = append(rs, result{id: id, job: j, t: engine.Transition{ID: id, State: engine.StateScheduled, Error: "failure"}})
 		}
 	}
 	return rs
@@ -137,9 +137,9 @@ func TestRecorderGivesUpOnAJobWhoseRefusedOutcomeIsRefusedToo(t *testing.T) {
 
 func TestARefusedResultWithNoAttemptsLeftFails(t *testing.T) {
 	w := &Worker{reg: NewRegistry(), clock: clock.NewFake(time.Date(2026, 3, 1, 12, 0, 0, 0, time.UTC))}
-	j := &store.Job{ID: 9, Kind: "k", Attempt: 3, MaxAttempts: 3}
+	j := &engine.Job{ID: 9, Kind: "k", Attempt: 3, MaxAttempts: 3}
 	r := w.refused(result{id: 9, pid: 4, holdsSlot: true, complete: true, job: j}, errors.New("Incorrect string value: '\\xFF' for column \x00 \u00e9\n"))
-	require.Equal(t, store.StateFailed, r.t.State)
+	require.Equal(t, engine.StateFailed, r.t.State)
 	require.True(t, r.t.Finished)
 	require.True(t, r.final(), "a failed job gives its concurrency slot back")
 	require.True(t, r.refused)

@@ -11,8 +11,8 @@ import (
 
 	"github.com/sluicequeue/sluice/coalesce"
 	"github.com/sluicequeue/sluice/concurrency"
+	"github.com/sluicequeue/sluice/internal/engine"
 	"github.com/sluicequeue/sluice/ratelimit"
-	"github.com/sluicequeue/sluice/store"
 )
 
 // ErrUnknownKind is returned when enqueueing args whose kind the registry
@@ -25,7 +25,7 @@ var ErrUnknownKind = errors.New("kind not registered")
 type Registry struct {
 	mu     sync.RWMutex
 	kinds  map[string]*kind
-	queues map[string][]store.QueueLimit
+	queues map[string][]engine.QueueLimit
 	// limited is set once any kind declares a rate limit; until then
 	// claims run the plain queue's statements.
 	limited bool
@@ -42,7 +42,7 @@ type kind struct {
 	decode   func([]byte) (any, error)
 	// work runs the handler with the job's args (and its collected calls,
 	// decoded); nil for a kind declared without one.
-	work func(ctx context.Context, j *store.Job, args any, calls []any) error
+	work func(ctx context.Context, j *engine.Job, args any, calls []any) error
 	// coalesce is the kind's coalescing rule; nil without one.
 	coalesce *coalesceRule
 }
@@ -68,17 +68,17 @@ type concRule struct {
 
 // NewRegistry returns an empty registry.
 func NewRegistry() *Registry {
-	return &Registry{kinds: map[string]*kind{}, queues: map[string][]store.QueueLimit{}}
+	return &Registry{kinds: map[string]*kind{}, queues: map[string][]engine.QueueLimit{}}
 }
 
 // LimitQueue declares a rate limit on a whole queue: every job claimed from
 // it, whatever its kind, draws on the queue's one budget ("@queue/NAME"),
 // combined with its kind's own limits. A queue takes one limit.
 func (r *Registry) LimitQueue(queue string, l ratelimit.QueueLimit) error {
-	if err := store.CheckKey("queue", queue); err != nil {
+	if err := engine.CheckKey("queue", queue); err != nil {
 		return fmt.Errorf("jobs: limit queue: %w", err)
 	}
-	if err := store.CheckKey("queue budget key", store.QueueScope+"/"+queue); err != nil {
+	if err := engine.CheckKey("queue budget key", engine.QueueScope+"/"+queue); err != nil {
 		return fmt.Errorf("jobs: limit queue: %w", err)
 	}
 	spec, err := l.Compile(queue)
@@ -90,14 +90,14 @@ func (r *Registry) LimitQueue(queue string, l ratelimit.QueueLimit) error {
 	if len(r.queues[queue]) > 0 {
 		return fmt.Errorf("jobs: limit queue %s: the queue is already limited", queue)
 	}
-	r.queues[queue] = []store.QueueLimit{{Key: store.QueueScope + "/" + queue, Spec: spec}}
+	r.queues[queue] = []engine.QueueLimit{{Key: engine.QueueScope + "/" + queue, Spec: spec}}
 	r.limited = true
 	return nil
 }
 
 // QueueLimits returns the limits declared on a queue; it implements
-// store.Limits.
-func (r *Registry) QueueLimits(queue string) []store.QueueLimit {
+// engine.Limits.
+func (r *Registry) QueueLimits(queue string) []engine.QueueLimit {
 	r.mu.RLock()
 	defer r.mu.RUnlock()
 	return r.queues[queue]
@@ -152,7 +152,7 @@ func register[T Args](r *Registry, h Handler[T], calls CallsHandler[T], opts []R
 	if name == "" {
 		return fmt.Errorf("jobs: register %T: Kind() returned an empty name or panicked on the zero value", zero)
 	}
-	if err := store.CheckKey("kind", name); err != nil {
+	if err := engine.CheckKey("kind", name); err != nil {
 		return fmt.Errorf("jobs: register %T: %w", zero, err)
 	}
 	fail := func(err error) error { return fmt.Errorf("jobs: register %s: %w", name, err) }
@@ -222,7 +222,7 @@ func register[T Args](r *Registry, h Handler[T], calls CallsHandler[T], opts []R
 		return fail(errors.New("RegisterCalls is for kinds that Coalesce with OnConflict: Collect"))
 	}
 	if h != nil || calls != nil {
-		k.work = func(ctx context.Context, j *store.Job, args any, more []any) error {
+		k.work = func(ctx context.Context, j *engine.Job, args any, more []any) error {
 			job := &Job[T]{
 				ID: j.ID, Args: args.(T), Kind: j.Kind, Queue: j.Queue, Priority: j.Priority,
 				Attempt: j.Attempt, MaxAttempts: j.MaxAttempts, CreatedAt: j.CreatedAt,
@@ -326,7 +326,7 @@ func (r *Registry) Kinds() []string {
 }
 
 // RateSpec returns the limit the kind declares for the scope of a budget
-// key; it implements store.Limits.
+// key; it implements engine.Limits.
 func (r *Registry) RateSpec(kindName, budgetKey string) (ratelimit.Spec, bool) {
 	k := r.lookup(kindName)
 	if k == nil {
@@ -338,7 +338,7 @@ func (r *Registry) RateSpec(kindName, budgetKey string) (ratelimit.Spec, bool) {
 
 // limits returns the registry as the claim's Limits, or nil when no kind
 // declares a limit, so that claims run exactly the plain statements.
-func (r *Registry) limits() store.Limits {
+func (r *Registry) limits() engine.Limits {
 	r.mu.RLock()
 	defer r.mu.RUnlock()
 	if !r.limited {
@@ -349,7 +349,7 @@ func (r *Registry) limits() store.Limits {
 
 // concLimit computes a job's concurrency key at enqueue; nil without a
 // limit.
-func (k *kind) concLimit(args any) (*store.Conc, error) {
+func (k *kind) concLimit(args any) (*engine.Conc, error) {
 	if k.conc == nil {
 		return nil, nil
 	}
@@ -358,12 +358,12 @@ func (k *kind) concLimit(args any) (*store.Conc, error) {
 		return nil, err
 	}
 	s := k.conc.spec
-	return &store.Conc{Key: key, To: s.To, Duration: s.Duration, Discard: s.Discard}, nil
+	return &engine.Conc{Key: key, To: s.To, Duration: s.Duration, Discard: s.Discard}, nil
 }
 
 // coalesceKey computes a job's coalescing key at enqueue; nil without a
 // rule.
-func (k *kind) coalesceKey(args any) (*store.Coalesce, error) {
+func (k *kind) coalesceKey(args any) (*engine.Coalesce, error) {
 	if k.coalesce == nil {
 		return nil, nil
 	}
@@ -371,15 +371,15 @@ func (k *kind) coalesceKey(args any) (*store.Coalesce, error) {
 	if err != nil {
 		return nil, err
 	}
-	return &store.Coalesce{Key: key, Rule: k.coalesce.spec}, nil
+	return &engine.Coalesce{Key: key, Rule: k.coalesce.spec}, nil
 }
 
 // rateKeys computes a job's budget keys and costs at enqueue.
-func (k *kind) rateKeys(args any) ([]store.RateKey, error) {
+func (k *kind) rateKeys(args any) ([]engine.RateKey, error) {
 	if len(k.rules) == 0 {
 		return nil, nil
 	}
-	out := make([]store.RateKey, 0, len(k.rules))
+	out := make([]engine.RateKey, 0, len(k.rules))
 	for _, rule := range k.rules {
 		key, err := rule.key(args)
 		if err != nil {
@@ -389,7 +389,7 @@ func (k *kind) rateKeys(args any) ([]store.RateKey, error) {
 		if err != nil {
 			return nil, err
 		}
-		out = append(out, store.RateKey{Key: key, Cost: cost})
+		out = append(out, engine.RateKey{Key: key, Cost: cost})
 	}
 	return out, nil
 }

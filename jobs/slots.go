@@ -5,7 +5,7 @@ import (
 	"sync"
 	"time"
 
-	"github.com/sluicequeue/sluice/store"
+	"github.com/sluicequeue/sluice/internal/engine"
 )
 
 // maxKnownSlots bounds how many coming slots a worker remembers; past it,
@@ -49,7 +49,7 @@ type dueSlots struct {
 
 // note records what a claim handed out and measures the clocks' offset:
 // began and ended are the worker's times around the claim.
-func (d *dueSlots) note(res *store.ClaimResult, began, ended time.Time) {
+func (d *dueSlots) note(res *engine.ClaimResult, began, ended time.Time) {
 	d.mu.Lock()
 	defer d.mu.Unlock()
 	if at := res.DecidedAt; !at.IsZero() {

@@ -12,9 +12,9 @@ import (
 	"time"
 
 	"github.com/sluicequeue/sluice/clock"
+	"github.com/sluicequeue/sluice/internal/engine"
 	"github.com/sluicequeue/sluice/internal/heartbeat"
 	"github.com/sluicequeue/sluice/internal/keys"
-	"github.com/sluicequeue/sluice/store"
 )
 
 // Worker defaults.
@@ -47,7 +47,7 @@ const (
 	maxBudgetHint = 256
 	// dueLead is how early a worker wakes for a slot its claims handed
 	// out: the claim then admits the job at its slot (see
-	// store.ClaimParams.DueLead), instead of a wake-up and a round trip
+	// engine.ClaimParams.DueLead), instead of a wake-up and a round trip
 	// late, which a limit with no burst to spare would lose.
 	dueLead = 2 * time.Millisecond
 )
@@ -114,7 +114,7 @@ type WorkerConfig struct {
 // Worker claims and runs jobs. Create it with NewWorker and call Run.
 type Worker struct {
 	cfg   WorkerConfig
-	store *store.Store
+	store *engine.Store
 	reg   *Registry
 	clock clock.Clock
 	log   *slog.Logger
@@ -154,7 +154,7 @@ type Worker struct {
 }
 
 type runningJob struct {
-	job      *store.Job
+	job      *engine.Job
 	released bool
 }
 
@@ -163,7 +163,7 @@ type runningJob struct {
 // count or duration (but JobTimeout, where negative means none), a
 // PollInterval, HeartbeatInterval or OverrideRefresh under MinInterval,
 // and a DeadAfter shorter than DeadAfterHeartbeats × HeartbeatInterval.
-func NewWorker(s *store.Store, reg *Registry, cfg WorkerConfig) (*Worker, error) {
+func NewWorker(s *engine.Store, reg *Registry, cfg WorkerConfig) (*Worker, error) {
 	if s == nil || reg == nil {
 		return nil, errors.New("jobs: NewWorker needs a store and a registry")
 	}
@@ -201,7 +201,7 @@ func NewWorker(s *store.Store, reg *Registry, cfg WorkerConfig) (*Worker, error)
 	setDefault(&cfg.ShutdownTimeout, DefaultShutdownTimeout)
 	setDefault(&cfg.HeartbeatInterval, DefaultHeartbeatInterval)
 	setDefault(&cfg.DeadAfter, DefaultDeadAfter)
-	setDefault(&cfg.Horizon, store.DefaultHorizon)
+	setDefault(&cfg.Horizon, engine.DefaultHorizon)
 	setDefault(&cfg.OverrideRefresh, 5*time.Second)
 	setDefault(&cfg.MaxRetryAfter, time.Hour)
 	for _, f := range []struct {
@@ -311,7 +311,7 @@ func (w *Worker) Run(ctx context.Context) error {
 
 func (w *Worker) register(ctx context.Context) error {
 	host, _ := os.Hostname()
-	pid, err := w.store.RegisterProcess(ctx, store.Process{
+	pid, err := w.store.RegisterProcess(ctx, engine.Process{
 		Kind: "worker", Name: w.cfg.Name, Hostname: host, PID: os.Getpid(), Queues: strings.Join(w.cfg.Queues, ","),
 	}, w.storeClock())
 	if err != nil {
@@ -400,7 +400,7 @@ func (w *Worker) claimRound(ctx, jobsCtx context.Context, promote bool) (bool, e
 // while claims defer more of them than they admit (a flood on a tight
 // budget at the head of the queue, which DeferOverflow is moving out of the
 // way), and widens it again, up to the free slots, as they admit.
-func (w *Worker) adaptWindow(res *store.ClaimResult, window int) {
+func (w *Worker) adaptWindow(res *engine.ClaimResult, window int) {
 	deferred := len(res.Deferred) + len(res.Unfit)
 	admitted := 0
 	for _, j := range res.Jobs {
@@ -434,7 +434,7 @@ const (
 // overflow a claim found, so that a flood on a tight budget leaves the
 // ready queue in a few set-based statements instead of passing through
 // claim after claim.
-func (w *Worker) sweep(ctx context.Context, overflows []store.Overflow) {
+func (w *Worker) sweep(ctx context.Context, overflows []engine.Overflow) {
 	for _, o := range overflows {
 		if _, busy := w.sweeping.LoadOrStore(o.Key, true); busy {
 			continue
@@ -478,10 +478,10 @@ func (w *Worker) sweep(ctx context.Context, overflows []store.Overflow) {
 // claim takes up to max ready jobs (deciding up to window of them against
 // their limits, and first taking the due waiting jobs when promote is set)
 // and reports the claim to the hooks and the log.
-func (w *Worker) claim(ctx context.Context, max, window int, promote bool) (*store.ClaimResult, error) {
+func (w *Worker) claim(ctx context.Context, max, window int, promote bool) (*engine.ClaimResult, error) {
 	began := time.Now()
 	hostBegan := w.clock.Now()
-	res, err := w.store.Claim(ctx, store.ClaimParams{
+	res, err := w.store.Claim(ctx, engine.ClaimParams{
 		ProcessID:  w.pid.Load(),
 		Queues:     w.cfg.Queues,
 		Max:        max,
@@ -508,7 +508,7 @@ func (w *Worker) claim(ctx context.Context, max, window int, promote bool) (*sto
 
 // claimLimits returns the limits claims decide against, or nil (a plain
 // claim) when no limit is declared.
-func (w *Worker) claimLimits() store.Limits {
+func (w *Worker) claimLimits() engine.Limits {
 	if w.limits == nil {
 		return nil
 	}
@@ -536,11 +536,11 @@ func (w *Worker) refreshOverrides(ctx context.Context) {
 // storeClock is the clock the worker's store operations decide on: the
 // database's, unless the worker decides on its own (HostClock, or a
 // Clock that is not the system's).
-func (w *Worker) storeClock() store.Clock {
+func (w *Worker) storeClock() engine.Clock {
 	if !w.cfg.HostClock && (w.cfg.DatabaseClock || clock.IsSystem(w.cfg.Clock)) {
-		return store.DatabaseTime(w.clock.Now)
+		return engine.DatabaseTime(w.clock.Now)
 	}
-	return store.HostTime(w.clock.Now)
+	return engine.HostTime(w.clock.Now)
 }
 
 func (w *Worker) free() int {
@@ -550,7 +550,7 @@ func (w *Worker) free() int {
 }
 
 // start runs a claimed job in its own goroutine.
-func (w *Worker) start(ctx context.Context, j *store.Job) {
+func (w *Worker) start(ctx context.Context, j *engine.Job) {
 	rj := &runningJob{job: j}
 	pid := w.pid.Load()
 	w.mu.Lock()

@@ -8,8 +8,8 @@ import (
 
 	"github.com/stretchr/testify/require"
 
+	"github.com/sluicequeue/sluice/internal/driver/sqlite"
 	"github.com/sluicequeue/sluice/jobs"
-	"github.com/sluicequeue/sluice/store/sqlite"
 )
 
 // NewWorker refuses settings that would hammer the database or run jobs

@@ -10,9 +10,9 @@ import (
 
 	"github.com/stretchr/testify/require"
 
+	"github.com/sluicequeue/sluice/internal/engine"
 	"github.com/sluicequeue/sluice/internal/testdb"
 	"github.com/sluicequeue/sluice/jobs"
-	"github.com/sluicequeue/sluice/store"
 )
 
 func TestWorkerRunsEveryJobOnce(t *testing.T) {
@@ -53,7 +53,7 @@ func TestWorkerRunsEveryJobOnce(t *testing.T) {
 		}
 		st, err := h.store.Stats(context.Background())
 		require.NoError(t, err)
-		require.Equal(t, int64(n), st[0].Counts[store.StateCompleted])
+		require.Equal(t, int64(n), st[0].Counts[engine.StateCompleted])
 	})
 }
 
@@ -85,7 +85,7 @@ func TestRetriesBackOffOnTheFakeClock(t *testing.T) {
 		res := h.drain(jobs.WorkerConfig{})
 		require.Equal(t, 1, res.Retried)
 		j := h.job(id)
-		require.Equal(t, store.StateScheduled, j.State)
+		require.Equal(t, engine.StateScheduled, j.State)
 		require.Equal(t, "upstream unavailable", j.LastError)
 		require.Equal(t, 1, j.Attempt)
 		wait := j.RunAt.Sub(t0)
@@ -104,7 +104,7 @@ func TestRetriesBackOffOnTheFakeClock(t *testing.T) {
 
 		h.clock.Advance(gap)
 		require.Equal(t, 1, h.drain(jobs.WorkerConfig{}).Completed)
-		require.Equal(t, store.StateCompleted, h.job(id).State)
+		require.Equal(t, engine.StateCompleted, h.job(id).State)
 		require.Equal(t, 3, h.job(id).Attempt)
 	})
 }
@@ -118,7 +118,7 @@ func TestFailedAfterMaxAttempts(t *testing.T) {
 		h.clock.Advance(2 * time.Second)
 		require.Equal(t, 1, h.drain(jobs.WorkerConfig{}).Failed)
 		j := h.job(id)
-		require.Equal(t, store.StateFailed, j.State)
+		require.Equal(t, engine.StateFailed, j.State)
 		require.Equal(t, "bad request", j.LastError)
 		require.Equal(t, 2, j.Attempt)
 		require.Equal(t, h.clock.Now(), j.FinishedAt)
@@ -149,16 +149,16 @@ func TestCancelSnoozeAndPanic(t *testing.T) {
 		require.Equal(t, jobs.DrainResult{Cancelled: 1, Snoozed: 1, Retried: 1}, res)
 
 		j := h.job(cancel)
-		require.Equal(t, store.StateCancelled, j.State)
+		require.Equal(t, engine.StateCancelled, j.State)
 		require.Equal(t, "account closed", j.LastError)
 
 		j = h.job(snooze)
-		require.Equal(t, store.StateScheduled, j.State)
+		require.Equal(t, engine.StateScheduled, j.State)
 		require.Equal(t, 0, j.Attempt, "a snooze spends no attempt")
 		require.Equal(t, t0.Add(time.Minute), j.RunAt)
 
 		j = h.job(boom)
-		require.Equal(t, store.StateScheduled, j.State, "a panic fails the job, not the process")
+		require.Equal(t, engine.StateScheduled, j.State, "a panic fails the job, not the process")
 		require.Contains(t, j.LastError, "panic: boom")
 		require.Contains(t, j.LastError, "worker_test.go", "with its stack")
 	})
@@ -188,15 +188,15 @@ func TestUnknownKindAndUndecodableArgsAreRetriedNotLost(t *testing.T) {
 		require.NoError(t, jobs.Declare[email](h.reg)) // this process enqueues it, another runs it
 		require.NoError(t, jobs.Register(h.reg, ok))
 		unknown := h.enqueue(email{To: "x"})
-		bad, err := h.store.Enqueue(context.Background(), nil, store.At(t0), []store.NewJob{{Kind: "noop", Queue: "default", Args: []byte(`{"N":"not a number"}`), MaxAttempts: 3}})
+		bad, err := h.store.Enqueue(context.Background(), nil, engine.At(t0), []engine.NewJob{{Kind: "noop", Queue: "default", Args: []byte(`{"N":"not a number"}`), MaxAttempts: 3}})
 		require.NoError(t, err)
 		require.Equal(t, 2, h.drain(jobs.WorkerConfig{}).Retried)
 
 		j := h.job(unknown)
-		require.Equal(t, store.StateScheduled, j.State)
+		require.Equal(t, engine.StateScheduled, j.State)
 		require.Contains(t, j.LastError, `no handler for kind "email"`)
 		j = h.job(bad[0].ID)
-		require.Equal(t, store.StateScheduled, j.State)
+		require.Equal(t, engine.StateScheduled, j.State)
 		require.Contains(t, j.LastError, "decode args of noop")
 	})
 }
@@ -228,11 +228,11 @@ func TestGracefulShutdownFinishesOrReleases(t *testing.T) {
 		stop()
 		for _, id := range []int64{cooperative, stubborn} {
 			j := h.job(id)
-			require.Equal(t, store.StateReady, j.State, "job %d is released back to ready", id)
+			require.Equal(t, engine.StateReady, j.State, "job %d is released back to ready", id)
 			require.Equal(t, 0, j.Attempt, "and its attempt given back")
 		}
 		close(unblock) // the stubborn handler returns after its release: nothing changes
-		require.Equal(t, store.StateReady, h.job(stubborn).State)
+		require.Equal(t, engine.StateReady, h.job(stubborn).State)
 	})
 }
 
@@ -253,7 +253,7 @@ func TestGracefulShutdownLetsQuickJobsFinish(t *testing.T) {
 			close(finish)
 		}()
 		stop()
-		require.Equal(t, store.StateCompleted, h.job(id).State)
+		require.Equal(t, engine.StateCompleted, h.job(id).State)
 	})
 }
 
@@ -264,9 +264,9 @@ func TestALiveWorkerReleasesADeadProcesssJobs(t *testing.T) {
 		require.NoError(t, jobs.Register(h.reg, func(_ context.Context, j *jobs.Job[noop]) error { ran <- j.Attempt; return nil }))
 		id := h.enqueue(noop{})
 		// A process claims the job and is killed: it never heartbeats again.
-		dead, err := h.store.RegisterProcess(ctx, store.Process{Kind: "worker", PID: 1}, store.At(t0))
+		dead, err := h.store.RegisterProcess(ctx, engine.Process{Kind: "worker", PID: 1}, engine.At(t0))
 		require.NoError(t, err)
-		res, err := h.store.Claim(ctx, store.ClaimParams{ProcessID: dead, Queues: []string{"default"}, Max: 1, Clock: store.HostTime(h.clock.Now)})
+		res, err := h.store.Claim(ctx, engine.ClaimParams{ProcessID: dead, Queues: []string{"default"}, Max: 1, Clock: engine.HostTime(h.clock.Now)})
 		require.NoError(t, err)
 		require.Len(t, res.Jobs, 1)
 
@@ -280,7 +280,7 @@ func TestALiveWorkerReleasesADeadProcesssJobs(t *testing.T) {
 			h.clock.Advance(time.Minute)
 		}
 		require.Equal(t, []int{2}, receive(t, ran, 1), "it runs again, the lost run counted as an attempt")
-		require.Equal(t, store.LostError, h.job(id).LastError)
+		require.Equal(t, engine.LostError, h.job(id).LastError)
 	})
 }
 
@@ -290,7 +290,7 @@ func TestWorkerRefusesPendingMigrations(t *testing.T) {
 			s := b.OpenRaw(t)
 			w, err := jobs.NewWorker(s, jobs.NewRegistry(), jobs.WorkerConfig{Logger: quiet()})
 			require.NoError(t, err)
-			require.ErrorIs(t, w.Run(context.Background()), store.ErrPendingMigrations)
+			require.ErrorIs(t, w.Run(context.Background()), engine.ErrPendingMigrations)
 		})
 	}
 }

@@ -20,8 +20,8 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/sluicequeue/sluice/clock"
+	"github.com/sluicequeue/sluice/internal/engine"
 	"github.com/sluicequeue/sluice/jobs"
-	"github.com/sluicequeue/sluice/store"
 )
 
 // Config configures the metrics. The zero value is usable.
@@ -41,7 +41,7 @@ type Config struct {
 // Metrics is a prometheus.Collector of sluice's metrics.
 type Metrics struct {
 	cfg   Config
-	store *store.Store
+	store *engine.Store
 	clock clock.Clock
 	log   *slog.Logger
 
@@ -59,7 +59,7 @@ type Metrics struct {
 }
 
 // New returns the metrics of the jobs in s.
-func New(s *store.Store, cfg Config) *Metrics {
+func New(s *engine.Store, cfg Config) *Metrics {
 	if cfg.Namespace == "" {
 		cfg.Namespace = "sluice"
 	}
@@ -101,10 +101,10 @@ func (m *Metrics) OnEnqueue(e jobs.EnqueueEvent) {
 	case e.Joined:
 		result = "joined"
 		m.coalesced.WithLabelValues(e.Kind).Inc()
-	case e.State == store.StateBlocked:
+	case e.State == engine.StateBlocked:
 		result = "blocked"
 		m.blocked.WithLabelValues(e.Kind).Inc()
-	case e.State == store.StateCancelled:
+	case e.State == engine.StateCancelled:
 		result = "discarded"
 	}
 	m.enqueued.WithLabelValues(e.Kind, result).Inc()
@@ -160,8 +160,8 @@ func (m *Metrics) Collect(ch chan<- prometheus.Metric) {
 		ch <- prometheus.NewInvalidMetric(m.depth, err)
 	}
 	for _, q := range depth {
-		for _, state := range store.States {
-			if state == store.StateCompleted || state == store.StateCancelled {
+		for _, state := range engine.States {
+			if state == engine.StateCompleted || state == engine.StateCancelled {
 				continue
 			}
 			ch <- prometheus.MustNewConstMetric(m.depth, prometheus.GaugeValue, float64(q.Counts[state]), q.Queue, string(state))

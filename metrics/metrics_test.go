@@ -16,11 +16,11 @@ import (
 	"github.com/sluicequeue/sluice/clock"
 	"github.com/sluicequeue/sluice/coalesce"
 	"github.com/sluicequeue/sluice/concurrency"
+	"github.com/sluicequeue/sluice/internal/engine"
 	"github.com/sluicequeue/sluice/internal/testdb"
 	"github.com/sluicequeue/sluice/jobs"
 	"github.com/sluicequeue/sluice/metrics"
 	"github.com/sluicequeue/sluice/ratelimit"
-	"github.com/sluicequeue/sluice/store"
 )
 
 type charge struct{ Account int }
@@ -36,7 +36,7 @@ type refresh struct{ Shop int }
 func (refresh) Kind() string { return "refresh" }
 
 func TestMetricsCountAndScrape(t *testing.T) {
-	testdb.Each(t, func(t *testing.T, s *store.Store) {
+	testdb.Each(t, func(t *testing.T, s *engine.Store) {
 		ctx := context.Background()
 		t0 := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
 		c := clock.NewFake(t0)

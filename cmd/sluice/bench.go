@@ -13,9 +13,9 @@ import (
 	"time"
 
 	"github.com/sluicequeue/sluice/cli"
+	"github.com/sluicequeue/sluice/internal/engine"
 	"github.com/sluicequeue/sluice/jobs"
 	"github.com/sluicequeue/sluice/ratelimit"
-	"github.com/sluicequeue/sluice/store"
 )
 
 const (
@@ -176,7 +176,7 @@ func (f *benchFlags) check(set map[string]bool) error {
 type bench struct {
 	env   *cli.Env
 	f     benchFlags
-	store *store.Store
+	store *engine.Store
 	quiet *slog.Logger
 
 	// Set by configure, for one run.
@@ -214,7 +214,7 @@ func newBench(ctx context.Context, env *cli.Env, f benchFlags) (*bench, error) {
 }
 
 // open opens a connection pool of the bench's own.
-func (b *bench) open(ctx context.Context) (*store.Store, error) {
+func (b *bench) open(ctx context.Context) (*engine.Store, error) {
 	s, err := cli.Open(ctx, b.f.url)
 	if err != nil {
 		return nil, err

@@ -7,8 +7,8 @@ import (
 	"sort"
 	"time"
 
+	"github.com/sluicequeue/sluice/internal/engine"
 	"github.com/sluicequeue/sluice/ratelimit"
-	"github.com/sluicequeue/sluice/store"
 )
 
 // admissions reads when each of the bench queue's jobs of a kind was
@@ -28,7 +28,7 @@ func (b *bench) admissions(ctx context.Context, k kind) (map[string][]time.Time,
 		if err := rows.Scan(&key, &at); err != nil {
 			return nil, err
 		}
-		out[key.String] = append(out[key.String], store.FromMicros(at))
+		out[key.String] = append(out[key.String], engine.FromMicros(at))
 	}
 	for _, ts := range out {
 		sort.Slice(ts, func(i, j int) bool { return ts[i].Before(ts[j]) })

@@ -10,8 +10,8 @@ import (
 	"time"
 
 	"github.com/sluicequeue/sluice/dispatcher"
+	"github.com/sluicequeue/sluice/internal/engine"
 	"github.com/sluicequeue/sluice/jobs"
-	"github.com/sluicequeue/sluice/store"
 )
 
 // settle is how long registered workers get to start listening (LISTEN on
@@ -30,7 +30,7 @@ const stallAfter = time.Minute
 // no job is touched before the time it returns. Runs with --procs are
 // always gated. Otherwise the workers start at once and the time returned
 // is the moment before (how in-process runs have always been timed).
-func (b *bench) startWorkers(ctx context.Context, s *store.Store, gated bool) (began time.Time, stop func(), err error) {
+func (b *bench) startWorkers(ctx context.Context, s *engine.Store, gated bool) (began time.Time, stop func(), err error) {
 	gated = gated || b.f.procs > 0
 	if gated {
 		if err := b.store.PauseQueue(ctx, benchQueue, time.Now()); err != nil {
@@ -226,7 +226,7 @@ func (b *bench) depth(ctx context.Context) string {
 		if q.Queue != benchQueue {
 			continue
 		}
-		for _, st := range store.States {
+		for _, st := range engine.States {
 			if n := q.Counts[st]; n > 0 {
 				parts = append(parts, fmt.Sprintf("%s %d", st, n))
 			}

@@ -7,15 +7,15 @@ import (
 
 	"github.com/stretchr/testify/require"
 
+	"github.com/sluicequeue/sluice/internal/engine"
 	"github.com/sluicequeue/sluice/internal/testdb"
 	"github.com/sluicequeue/sluice/ratelimit"
-	"github.com/sluicequeue/sluice/store"
 )
 
 // A backlog drains at To − Burst + 1 a second with default settings, for a
 // small burst as for a large one, and no second holds more than To.
 func TestABacklogDrainsAtTheDeclaredRate(t *testing.T) {
-	testdb.Each(t, func(t *testing.T, s *store.Store) {
+	testdb.Each(t, func(t *testing.T, s *engine.Store) {
 		for _, burst := range []int{2, 6} {
 			claims, err := run(context.Background(), s, burst, 2)
 			require.NoError(t, err)

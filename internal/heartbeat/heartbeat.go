@@ -10,14 +10,14 @@ import (
 	"time"
 
 	"github.com/sluicequeue/sluice/clock"
-	"github.com/sluicequeue/sluice/store"
+	"github.com/sluicequeue/sluice/internal/engine"
 )
 
 // Run stamps the process row pid names every interval (timed by c, stamped
 // on sc's time), registering again through reregister when another
 // process reaped it, and releases the jobs of processes whose heartbeat is
 // older than deadAfter. It returns when ctx is done.
-func Run(ctx context.Context, s *store.Store, c clock.Clock, sc store.Clock, log *slog.Logger, interval, deadAfter time.Duration, pid *atomic.Int64, reregister func(context.Context) error) {
+func Run(ctx context.Context, s *engine.Store, c clock.Clock, sc engine.Clock, log *slog.Logger, interval, deadAfter time.Duration, pid *atomic.Int64, reregister func(context.Context) error) {
 	t := c.NewTimer(interval)
 	defer t.Stop()
 	for {
@@ -32,7 +32,7 @@ func Run(ctx context.Context, s *store.Store, c clock.Clock, sc store.Clock, log
 }
 
 // Beat is one round of Run.
-func Beat(ctx context.Context, s *store.Store, sc store.Clock, log *slog.Logger, deadAfter time.Duration, pid *atomic.Int64, reregister func(context.Context) error) {
+func Beat(ctx context.Context, s *engine.Store, sc engine.Clock, log *slog.Logger, deadAfter time.Duration, pid *atomic.Int64, reregister func(context.Context) error) {
 	alive, err := s.Heartbeat(ctx, pid.Load(), sc)
 	switch {
 	case err != nil:

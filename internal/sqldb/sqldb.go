@@ -7,7 +7,7 @@ import (
 	"database/sql"
 	"fmt"
 
-	"github.com/sluicequeue/sluice/store"
+	"github.com/sluicequeue/sluice/internal/engine"
 )
 
 // querier is what *sql.DB, *sql.Tx and *sql.Conn have in common.
@@ -23,18 +23,18 @@ type Executor struct{ q querier }
 func Wrap(q querier) Executor { return Executor{q: q} }
 
 // Exec runs a statement.
-func (e Executor) Exec(ctx context.Context, query string, args ...any) (store.Result, error) {
+func (e Executor) Exec(ctx context.Context, query string, args ...any) (engine.Result, error) {
 	r, err := e.q.ExecContext(ctx, query, args...)
 	if err != nil {
-		return store.Result{}, err
+		return engine.Result{}, err
 	}
 	n, _ := r.RowsAffected()
 	id, _ := r.LastInsertId()
-	return store.Result{RowsAffected: n, LastInsertID: id}, nil
+	return engine.Result{RowsAffected: n, LastInsertID: id}, nil
 }
 
 // Query runs a statement that returns rows.
-func (e Executor) Query(ctx context.Context, query string, args ...any) (store.Rows, error) {
+func (e Executor) Query(ctx context.Context, query string, args ...any) (engine.Rows, error) {
 	r, err := e.q.QueryContext(ctx, query, args...)
 	if err != nil {
 		return nil, err
@@ -59,7 +59,7 @@ func NewDB(db *sql.DB) *DB { return &DB{Executor: Wrap(db), db: db} }
 func (d *DB) SQL() *sql.DB { return d.db }
 
 // Begin starts a transaction.
-func (d *DB) Begin(ctx context.Context) (store.Tx, error) {
+func (d *DB) Begin(ctx context.Context) (engine.Tx, error) {
 	tx, err := d.db.BeginTx(ctx, nil)
 	if err != nil {
 		return nil, err
@@ -71,7 +71,7 @@ func (d *DB) Begin(ctx context.Context) (store.Tx, error) {
 func (d *DB) Close() error { return d.db.Close() }
 
 // WrapTx adapts a caller's *sql.Tx.
-func (d *DB) WrapTx(tx any) (store.Executor, error) {
+func (d *DB) WrapTx(tx any) (engine.Executor, error) {
 	if t, ok := tx.(*sql.Tx); ok && t != nil {
 		return Wrap(t), nil
 	}

@@ -4,20 +4,20 @@ import (
 	"fmt"
 	"time"
 
-	"github.com/sluicequeue/sluice/store"
+	"github.com/sluicequeue/sluice/internal/engine"
 )
 
 // WithDatabaseClock returns a store over s's database whose own clock —
-// the one store.DatabaseTime reads — is now, on every backend (SQLite,
+// the one engine.DatabaseTime reads — is now, on every backend (SQLite,
 // which has no clock of its own, included): for tests of hosts whose
 // clocks are off from the database's.
-func WithDatabaseClock(s *store.Store, now func() time.Time) *store.Store {
-	return store.New(clockDialect{Dialect: s.Dialect(), now: now}, s.DB())
+func WithDatabaseClock(s *engine.Store, now func() time.Time) *engine.Store {
+	return engine.New(clockDialect{Dialect: s.Dialect(), now: now}, s.DB())
 }
 
 // clockDialect reads its clock from a function instead of the database.
 type clockDialect struct {
-	store.Dialect
+	engine.Dialect
 	now func() time.Time
 }
 
@@ -26,7 +26,7 @@ func (d clockDialect) Now() string { return fmt.Sprintf("SELECT %d", d.now().Uni
 
 // IDStep forwards the dialect's, for MySQL's multi-row inserts.
 func (d clockDialect) IDStep() int64 {
-	if st, ok := d.Dialect.(store.IDStep); ok {
+	if st, ok := d.Dialect.(engine.IDStep); ok {
 		return st.IDStep()
 	}
 	return 1

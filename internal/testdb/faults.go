@@ -6,7 +6,7 @@ import (
 	"strings"
 	"sync"
 
-	"github.com/sluicequeue/sluice/store"
+	"github.com/sluicequeue/sluice/internal/engine"
 )
 
 // Fault is the error a Faults pool injects: a deadlock, as far as the
@@ -29,7 +29,7 @@ func (Fault) Retryable() bool { return true }
 // pool and its transactions (a commit counts as one); Refuse fails
 // statements whose arguments hold a marker, with a plain error.
 type Faults struct {
-	store.DB
+	engine.DB
 	mu     sync.Mutex
 	n      int
 	failAt map[int]bool
@@ -46,9 +46,9 @@ type Faults struct {
 
 // WithFaults returns a store over s's database whose statements f counts
 // and fails.
-func WithFaults(s *store.Store) (*store.Store, *Faults) {
+func WithFaults(s *engine.Store) (*engine.Store, *Faults) {
 	f := &Faults{DB: s.DB(), failAt: map[int]bool{}}
-	return store.New(s.Dialect(), f), f
+	return engine.New(s.Dialect(), f), f
 }
 
 // FailAt makes the statement (or commit) n statements from now fail.
@@ -119,15 +119,15 @@ func poisoned(args []any, marker string) bool {
 }
 
 // Exec counts and runs a statement.
-func (f *Faults) Exec(ctx context.Context, q string, args ...any) (store.Result, error) {
+func (f *Faults) Exec(ctx context.Context, q string, args ...any) (engine.Result, error) {
 	if err := f.next(args); err != nil {
-		return store.Result{}, err
+		return engine.Result{}, err
 	}
 	return f.DB.Exec(ctx, q, args...)
 }
 
 // Query counts and runs a statement.
-func (f *Faults) Query(ctx context.Context, q string, args ...any) (store.Rows, error) {
+func (f *Faults) Query(ctx context.Context, q string, args ...any) (engine.Rows, error) {
 	if err := f.next(args); err != nil {
 		return nil, err
 	}
@@ -135,7 +135,7 @@ func (f *Faults) Query(ctx context.Context, q string, args ...any) (store.Rows, 
 }
 
 // Begin starts a transaction whose statements and commit are counted.
-func (f *Faults) Begin(ctx context.Context) (store.Tx, error) {
+func (f *Faults) Begin(ctx context.Context) (engine.Tx, error) {
 	f.mu.Lock()
 	hook := f.BeforeRetry
 	if !f.fired {
@@ -150,25 +150,25 @@ func (f *Faults) Begin(ctx context.Context) (store.Tx, error) {
 	if err != nil {
 		return nil, err
 	}
-	if _, ok := tx.(store.Pipeliner); ok {
+	if _, ok := tx.(engine.Pipeliner); ok {
 		return &faultPipeTx{faultTx{Tx: tx, f: f}}, nil
 	}
 	return &faultTx{Tx: tx, f: f}, nil
 }
 
 type faultTx struct {
-	store.Tx
+	engine.Tx
 	f *Faults
 }
 
-func (t *faultTx) Exec(ctx context.Context, q string, args ...any) (store.Result, error) {
+func (t *faultTx) Exec(ctx context.Context, q string, args ...any) (engine.Result, error) {
 	if err := t.f.next(args); err != nil {
-		return store.Result{}, err
+		return engine.Result{}, err
 	}
 	return t.Tx.Exec(ctx, q, args...)
 }
 
-func (t *faultTx) Query(ctx context.Context, q string, args ...any) (store.Rows, error) {
+func (t *faultTx) Query(ctx context.Context, q string, args ...any) (engine.Rows, error) {
 	if err := t.f.next(args); err != nil {
 		return nil, err
 	}
@@ -190,11 +190,11 @@ func (t *faultTx) Commit(ctx context.Context) error {
 // its statements.
 type faultPipeTx struct{ faultTx }
 
-func (t *faultPipeTx) Pipeline(ctx context.Context, stmts []store.Stmt, read func(int, store.Rows) error) error {
+func (t *faultPipeTx) Pipeline(ctx context.Context, stmts []engine.Stmt, read func(int, engine.Rows) error) error {
 	for _, st := range stmts {
 		if err := t.f.next(st.Args); err != nil {
 			return err
 		}
 	}
-	return t.Tx.(store.Pipeliner).Pipeline(ctx, stmts, read)
+	return t.Tx.(engine.Pipeliner).Pipeline(ctx, stmts, read)
 }

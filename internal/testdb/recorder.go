@@ -4,21 +4,21 @@ import (
 	"context"
 	"sync"
 
-	"github.com/sluicequeue/sluice/store"
+	"github.com/sluicequeue/sluice/internal/engine"
 )
 
 // Recorder is a store pool that records the text of every statement run
 // through it, in its transactions too.
 type Recorder struct {
-	store.DB
+	engine.DB
 	mu    sync.Mutex
 	stmts []string
 }
 
 // Record returns a store over s's database whose statements r records.
-func Record(s *store.Store) (*store.Store, *Recorder) {
+func Record(s *engine.Store) (*engine.Store, *Recorder) {
 	r := &Recorder{DB: s.DB()}
-	return store.New(s.Dialect(), r), r
+	return engine.New(s.Dialect(), r), r
 }
 
 func (r *Recorder) record(q string) {
@@ -28,19 +28,19 @@ func (r *Recorder) record(q string) {
 }
 
 // Exec records and runs a statement.
-func (r *Recorder) Exec(ctx context.Context, q string, args ...any) (store.Result, error) {
+func (r *Recorder) Exec(ctx context.Context, q string, args ...any) (engine.Result, error) {
 	r.record(q)
 	return r.DB.Exec(ctx, q, args...)
 }
 
 // Query records and runs a statement.
-func (r *Recorder) Query(ctx context.Context, q string, args ...any) (store.Rows, error) {
+func (r *Recorder) Query(ctx context.Context, q string, args ...any) (engine.Rows, error) {
 	r.record(q)
 	return r.DB.Query(ctx, q, args...)
 }
 
 // Begin starts a transaction whose statements are recorded too.
-func (r *Recorder) Begin(ctx context.Context) (store.Tx, error) {
+func (r *Recorder) Begin(ctx context.Context) (engine.Tx, error) {
 	tx, err := r.DB.Begin(ctx)
 	if err != nil {
 		return nil, err
@@ -58,16 +58,16 @@ func (r *Recorder) Take() []string {
 }
 
 type recTx struct {
-	store.Tx
+	engine.Tx
 	r *Recorder
 }
 
-func (t *recTx) Exec(ctx context.Context, q string, args ...any) (store.Result, error) {
+func (t *recTx) Exec(ctx context.Context, q string, args ...any) (engine.Result, error) {
 	t.r.record(q)
 	return t.Tx.Exec(ctx, q, args...)
 }
 
-func (t *recTx) Query(ctx context.Context, q string, args ...any) (store.Rows, error) {
+func (t *recTx) Query(ctx context.Context, q string, args ...any) (engine.Rows, error) {
 	t.r.record(q)
 	return t.Tx.Query(ctx, q, args...)
 }

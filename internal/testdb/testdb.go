@@ -23,10 +23,10 @@ import (
 
 	"github.com/jackc/pgx/v5"
 
-	"github.com/sluicequeue/sluice/store"
-	"github.com/sluicequeue/sluice/store/mysql"
-	"github.com/sluicequeue/sluice/store/postgres"
-	"github.com/sluicequeue/sluice/store/sqlite"
+	"github.com/sluicequeue/sluice/internal/driver/mysql"
+	"github.com/sluicequeue/sluice/internal/driver/postgres"
+	"github.com/sluicequeue/sluice/internal/driver/sqlite"
+	"github.com/sluicequeue/sluice/internal/engine"
 )
 
 // Env names the variables that point tests at the servers.
@@ -45,7 +45,7 @@ type Backend struct {
 }
 
 // Open opens a fresh store on b, migrated unless raw.
-func (b Backend) Open(t testing.TB) *store.Store {
+func (b Backend) Open(t testing.TB) *engine.Store {
 	t.Helper()
 	s := b.OpenRaw(t)
 	if _, err := s.MigrateUp(context.Background(), 0); err != nil {
@@ -55,7 +55,7 @@ func (b Backend) Open(t testing.TB) *store.Store {
 }
 
 // OpenRaw opens a fresh store on b without migrating it.
-func (b Backend) OpenRaw(t testing.TB) *store.Store {
+func (b Backend) OpenRaw(t testing.TB) *engine.Store {
 	t.Helper()
 	s, err := OpenURL(context.Background(), b.URL(t))
 	if err != nil {
@@ -68,8 +68,8 @@ func (b Backend) OpenRaw(t testing.TB) *store.Store {
 // Opener returns a function that opens another store (its own connection
 // pool) on the database at u, closed when the test ends: for tests of
 // several processes sharing one database.
-func Opener(t testing.TB, u string) func() *store.Store {
-	return func() *store.Store {
+func Opener(t testing.TB, u string) func() *engine.Store {
+	return func() *engine.Store {
 		t.Helper()
 		s, err := OpenURL(context.Background(), u)
 		if err != nil {
@@ -81,7 +81,7 @@ func Opener(t testing.TB, u string) func() *store.Store {
 }
 
 // OpenURL opens a store from one of the URLs a Backend returns.
-func OpenURL(ctx context.Context, u string) (*store.Store, error) {
+func OpenURL(ctx context.Context, u string) (*engine.Store, error) {
 	switch {
 	case strings.HasPrefix(u, "postgres://"), strings.HasPrefix(u, "postgresql://"):
 		return postgres.Open(ctx, u)
@@ -106,7 +106,7 @@ func Backends(t testing.TB) []Backend {
 }
 
 // Each runs fn as a subtest per backend, with a fresh migrated store.
-func Each(t *testing.T, fn func(t *testing.T, s *store.Store)) {
+func Each(t *testing.T, fn func(t *testing.T, s *engine.Store)) {
 	for _, b := range Backends(t) {
 		t.Run(b.Name, func(t *testing.T) { fn(t, b.Open(t)) })
 	}
@@ -115,7 +115,7 @@ func Each(t *testing.T, fn func(t *testing.T, s *store.Store)) {
 // EachPool runs fn as a subtest per backend, with a fresh migrated store
 // and a function that opens another pool on the same database, as another
 // process would.
-func EachPool(t *testing.T, fn func(t *testing.T, s *store.Store, open func() *store.Store)) {
+func EachPool(t *testing.T, fn func(t *testing.T, s *engine.Store, open func() *engine.Store)) {
 	for _, b := range Backends(t) {
 		t.Run(b.Name, func(t *testing.T) {
 			u := b.URL(t)

@@ -13,14 +13,14 @@ import (
 	"testing"
 
 	"github.com/sluicequeue/sluice/clock"
+	"github.com/sluicequeue/sluice/internal/engine"
 	"github.com/sluicequeue/sluice/jobs"
-	"github.com/sluicequeue/sluice/store"
 )
 
 // Job is an enqueued job with its args decoded.
 type Job[T jobs.Args] struct {
 	Args T
-	*store.JobInfo
+	*engine.JobInfo
 }
 
 // Enqueued returns the jobs of T's kind that were enqueued, newest first
@@ -28,14 +28,14 @@ type Job[T jobs.Args] struct {
 // that may not have committed) or else through the client's pool.
 func Enqueued[T jobs.Args](ctx context.Context, c *jobs.Client, tx any) ([]Job[T], error) {
 	var zero T
-	var ex store.Executor = c.Store().DB()
+	var ex engine.Executor = c.Store().DB()
 	if tx != nil {
 		var err error
 		if ex, err = c.Store().DB().WrapTx(tx); err != nil {
 			return nil, err
 		}
 	}
-	infos, err := c.Store().ListJobsVia(ctx, ex, store.JobFilter{Kind: zero.Kind(), Limit: 1000})
+	infos, err := c.Store().ListJobsVia(ctx, ex, engine.JobFilter{Kind: zero.Kind(), Limit: 1000})
 	if err != nil {
 		return nil, err
 	}
@@ -53,7 +53,7 @@ func Enqueued[T jobs.Args](ctx context.Context, c *jobs.Client, tx any) ([]Job[T
 type Want struct {
 	Queue    string
 	Priority *int
-	State    store.State
+	State    engine.State
 	// MaxAttempts, when not 0, must match.
 	MaxAttempts int
 }
@@ -84,7 +84,7 @@ func RequireEnqueued[T jobs.Args](t testing.TB, c *jobs.Client, tx any, args T, 
 	return Job[T]{}
 }
 
-func (w Want) matches(j *store.JobInfo) bool {
+func (w Want) matches(j *engine.JobInfo) bool {
 	return (w.Queue == "" || w.Queue == j.Queue) &&
 		(w.Priority == nil || *w.Priority == j.Priority) &&
 		(w.State == "" || w.State == j.State) &&
@@ -118,7 +118,7 @@ func describe[T jobs.Args](js []Job[T]) string {
 // Drain works the queues inline until no job is ready, on clk (which it
 // never advances), and returns what it did; see jobs.Worker.Drain. With
 // no queues it drains "default".
-func Drain(ctx context.Context, t testing.TB, s *store.Store, reg *jobs.Registry, clk clock.Clock, queues ...string) jobs.DrainResult {
+func Drain(ctx context.Context, t testing.TB, s *engine.Store, reg *jobs.Registry, clk clock.Clock, queues ...string) jobs.DrainResult {
 	t.Helper()
 	w, err := jobs.NewWorker(s, reg, jobs.WorkerConfig{Queues: queues, Clock: clk, Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
 	if err != nil {

@@ -11,12 +11,12 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/sluicequeue/sluice/clock"
+	"github.com/sluicequeue/sluice/internal/driver/postgres"
+	"github.com/sluicequeue/sluice/internal/engine"
 	"github.com/sluicequeue/sluice/internal/sqldb"
 	"github.com/sluicequeue/sluice/internal/testdb"
 	"github.com/sluicequeue/sluice/jobs"
 	"github.com/sluicequeue/sluice/jobs/jobstest"
-	"github.com/sluicequeue/sluice/store"
-	"github.com/sluicequeue/sluice/store/postgres"
 )
 
 type welcome struct {
@@ -36,7 +36,7 @@ func (f *fakeT) Fatalf(format string, args ...any) {
 	f.failed = fmt.Sprintf(format, args...)
 }
 
-func begin(t *testing.T, s *store.Store) (tx any, rollback func()) {
+func begin(t *testing.T, s *engine.Store) (tx any, rollback func()) {
 	ctx := context.Background()
 	switch db := s.DB().(type) {
 	case *postgres.DB:
@@ -53,7 +53,7 @@ func begin(t *testing.T, s *store.Store) (tx any, rollback func()) {
 }
 
 func TestRequireEnqueuedSeesATransactionsJobs(t *testing.T) {
-	testdb.Each(t, func(t *testing.T, s *store.Store) {
+	testdb.Each(t, func(t *testing.T, s *engine.Store) {
 		reg := jobs.NewRegistry()
 		require.NoError(t, jobs.Declare[welcome](reg, jobs.Queue("mail")))
 		c := jobs.NewClient(s, reg, jobs.ClientConfig{})
@@ -62,7 +62,7 @@ func TestRequireEnqueuedSeesATransactionsJobs(t *testing.T) {
 		require.NoError(t, err)
 
 		two := 2
-		j := jobstest.RequireEnqueued(t, c, tx, welcome{UserID: 42}, jobstest.Want{Queue: "mail", Priority: &two, State: store.StateReady})
+		j := jobstest.RequireEnqueued(t, c, tx, welcome{UserID: 42}, jobstest.Want{Queue: "mail", Priority: &two, State: engine.StateReady})
 		require.Equal(t, int64(42), j.Args.UserID)
 
 		ft := &fakeT{TB: t}
@@ -80,7 +80,7 @@ func TestRequireEnqueuedSeesATransactionsJobs(t *testing.T) {
 }
 
 func TestPerformAndDrain(t *testing.T) {
-	testdb.Each(t, func(t *testing.T, s *store.Store) {
+	testdb.Each(t, func(t *testing.T, s *engine.Store) {
 		ctx := context.Background()
 		reg := jobs.NewRegistry()
 		var seen []int64

@@ -11,10 +11,10 @@ import (
 
 	"github.com/jackc/pgx/v5/pgxpool"
 
-	"github.com/sluicequeue/sluice/store"
-	"github.com/sluicequeue/sluice/store/mysql"
-	"github.com/sluicequeue/sluice/store/postgres"
-	"github.com/sluicequeue/sluice/store/sqlite"
+	"github.com/sluicequeue/sluice/internal/driver/mysql"
+	"github.com/sluicequeue/sluice/internal/driver/postgres"
+	"github.com/sluicequeue/sluice/internal/driver/sqlite"
+	"github.com/sluicequeue/sluice/internal/engine"
 )
 
 // Default is the URL used when none is given: the embedded SQLite file.
@@ -29,7 +29,7 @@ const Default = "sqlite:sluice.db"
 //
 // It does not migrate. Its errors never show the URL's password (see
 // Redact).
-func Open(ctx context.Context, rawURL string) (*store.Store, error) {
+func Open(ctx context.Context, rawURL string) (*engine.Store, error) {
 	open, err := parse(rawURL)
 	if err != nil {
 		return nil, RedactError(err, rawURL)
@@ -42,7 +42,7 @@ func Open(ctx context.Context, rawURL string) (*store.Store, error) {
 }
 
 // parse checks rawURL without connecting and returns how to open it.
-func parse(rawURL string) (func(context.Context) (*store.Store, error), error) {
+func parse(rawURL string) (func(context.Context) (*engine.Store, error), error) {
 	scheme, rest := split(rawURL)
 	switch scheme {
 	case "postgres", "postgresql":
@@ -52,18 +52,18 @@ func parse(rawURL string) (func(context.Context) (*store.Store, error), error) {
 			_, err = postgres.Open(context.Background(), rawURL)
 			return nil, fmt.Errorf("%w (in %s)", err, Redact(rawURL))
 		}
-		return func(ctx context.Context) (*store.Store, error) { return postgres.Open(ctx, rawURL) }, nil
+		return func(ctx context.Context) (*engine.Store, error) { return postgres.Open(ctx, rawURL) }, nil
 	case "mysql":
 		if _, err := mysql.Config(rawURL); err != nil {
 			return nil, fmt.Errorf("%w (in %s)", err, Redact(rawURL))
 		}
-		return func(ctx context.Context) (*store.Store, error) { return mysql.Open(ctx, rawURL) }, nil
+		return func(ctx context.Context) (*engine.Store, error) { return mysql.Open(ctx, rawURL) }, nil
 	case "sqlite", "file", "":
 		path, opts, err := sqliteOptions(rest)
 		if err != nil {
 			return nil, err
 		}
-		return func(ctx context.Context) (*store.Store, error) { return sqlite.Open(ctx, path, opts) }, nil
+		return func(ctx context.Context) (*engine.Store, error) { return sqlite.Open(ctx, path, opts) }, nil
 	}
 	return nil, fmt.Errorf("unknown database URL scheme %q: use postgres://…, mysql://… or sqlite:PATH", scheme)
 }
@@ -106,7 +106,7 @@ func sqliteOptions(rest string) (string, sqlite.Options, error) {
 
 // Dialect returns a dialect by name ("postgres", "mysql" or "sqlite"),
 // without connecting: for printing its migrations.
-func Dialect(name string) (store.Dialect, error) {
+func Dialect(name string) (engine.Dialect, error) {
 	switch strings.ToLower(name) {
 	case "postgres", "postgresql":
 		return postgres.Dialect{}, nil

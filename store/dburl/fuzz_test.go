@@ -7,8 +7,8 @@ import (
 
 	"github.com/stretchr/testify/require"
 
-	"github.com/sluicequeue/sluice/store/mysql"
-	"github.com/sluicequeue/sluice/store/postgres"
+	"github.com/sluicequeue/sluice/internal/driver/mysql"
+	"github.com/sluicequeue/sluice/internal/driver/postgres"
 )
 
 // cancelled makes postgres.Open return once the URL is parsed, without

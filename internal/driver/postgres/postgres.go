@@ -1,0 +1,255 @@
+// Package postgres is sluice's PostgreSQL store, over pgx/v5's native pool.
+//
+// Claims lock candidates with FOR UPDATE SKIP LOCKED, lists travel as
+// arrays (one statement text per operation, so pgx prepares each once),
+// and enqueues and promotions wake listening workers with NOTIFY.
+package postgres
+
+import (
+	"context"
+	"embed"
+	"errors"
+	"fmt"
+	"io/fs"
+	"regexp"
+	"strings"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/sluicequeue/sluice/internal/engine"
+)
+
+//go:embed migrations/*.sql
+var migrations embed.FS
+
+// Channel is the NOTIFY channel that carries the names of queues that
+// gained ready jobs ("*" for any).
+const Channel = engine.Channel
+
+// Open connects to the database at url (postgres://…; pgx's parameters,
+// such as pool_max_conns and search_path, apply). It does not migrate.
+func Open(ctx context.Context, url string) (*engine.Store, error) {
+	cfg, err := pgxpool.ParseConfig(url)
+	if err != nil {
+		// The message never shows the connection string, nor the parts of
+		// it pgx quotes: pgx masks the password only on a best-effort basis
+		// in malformed strings. The caller knows the string it passed.
+		msg := err.Error()
+		var pce *pgconn.ParseConfigError
+		if errors.As(err, &pce) {
+			msg = pce.Error()
+			if inner := pce.Unwrap(); inner != nil && !strings.HasPrefix(url, "postgres://") && !strings.HasPrefix(url, "postgresql://") {
+				// A keyword=value string's detail quotes the text left.
+				msg = strings.TrimSuffix(msg, " ("+inner.Error()+")")
+			}
+			if i := strings.LastIndex(msg, "`: "); i >= 0 {
+				msg = msg[i+len("`: "):]
+			}
+		}
+		msg = quotedText.ReplaceAllStringFunc(msg, func(q string) string {
+			if len([]rune(q)) > 3 { // more than one character between the quotes
+				return `"…"`
+			}
+			return q
+		})
+		return nil, fmt.Errorf("postgres: cannot parse the connection string: %s", msg)
+	}
+	pool, err := pgxpool.NewWithConfig(ctx, cfg)
+	if err != nil {
+		return nil, fmt.Errorf("postgres: %w", err)
+	}
+	if err := pool.Ping(ctx); err != nil {
+		pool.Close()
+		return nil, fmt.Errorf("postgres: connect to %s:%d: %w", cfg.ConnConfig.Host, cfg.ConnConfig.Port, err)
+	}
+	return engine.New(Dialect{}, &DB{pool: pool}), nil
+}
+
+// quotedText matches a quoted string in a parse error: a piece of the
+// connection string, maybe of its password, unless it is one character.
+var quotedText = regexp.MustCompile(`"(?:[^"\\]|\\.)*"`)
+
+// DB is the store's pool over pgxpool.
+type DB struct {
+	pool *pgxpool.Pool
+}
+
+// Pool returns the underlying pgx pool, for callers that share it.
+func (d *DB) Pool() *pgxpool.Pool { return d.pool }
+
+// Exec runs a statement.
+func (d *DB) Exec(ctx context.Context, q string, args ...any) (engine.Result, error) {
+	return execOn(ctx, d.pool, q, args)
+}
+
+// Query runs a statement that returns rows.
+func (d *DB) Query(ctx context.Context, q string, args ...any) (engine.Rows, error) {
+	return d.pool.Query(ctx, q, args...)
+}
+
+// Begin starts a transaction.
+func (d *DB) Begin(ctx context.Context) (engine.Tx, error) {
+	tx, err := d.pool.Begin(ctx)
+	if err != nil {
+		return nil, err
+	}
+	return Tx{tx: tx}, nil
+}
+
+// Close closes the pool.
+func (d *DB) Close() error {
+	d.pool.Close()
+	return nil
+}
+
+// WrapTx adapts a caller's pgx.Tx.
+func (d *DB) WrapTx(tx any) (engine.Executor, error) {
+	if t, ok := tx.(pgx.Tx); ok && t != nil {
+		return Tx{tx: t}, nil
+	}
+	return nil, fmt.Errorf("the postgres store takes a pgx.Tx, not a %T", tx)
+}
+
+// Listen holds a connection of its own LISTENing on channel and calls fn
+// with each payload until ctx is done or the connection fails.
+func (d *DB) Listen(ctx context.Context, channel string, fn func(string)) error {
+	conn, err := pgx.ConnectConfig(ctx, d.pool.Config().ConnConfig)
+	if err != nil {
+		return fmt.Errorf("listen: %w", err)
+	}
+	defer conn.Close(context.WithoutCancel(ctx))
+	if _, err := conn.Exec(ctx, "LISTEN "+pgx.Identifier{channel}.Sanitize()); err != nil {
+		return fmt.Errorf("listen: %w", err)
+	}
+	for {
+		n, err := conn.WaitForNotification(ctx)
+		if err != nil {
+			if ctx.Err() != nil {
+				return nil
+			}
+			return fmt.Errorf("listen: %w", err)
+		}
+		fn(n.Payload)
+	}
+}
+
+type querier interface {
+	Exec(ctx context.Context, sql string, args ...any) (pgconn.CommandTag, error)
+	Query(ctx context.Context, sql string, args ...any) (pgx.Rows, error)
+}
+
+func execOn(ctx context.Context, q querier, sql string, args []any) (engine.Result, error) {
+	tag, err := q.Exec(ctx, sql, args...)
+	if err != nil {
+		return engine.Result{}, err
+	}
+	return engine.Result{RowsAffected: tag.RowsAffected()}, nil
+}
+
+// Tx is a transaction: the store's own, or a caller's pgx.Tx passed to
+// EnqueueTx.
+type Tx struct{ tx pgx.Tx }
+
+// Exec runs a statement.
+func (t Tx) Exec(ctx context.Context, q string, args ...any) (engine.Result, error) {
+	return execOn(ctx, t.tx, q, args)
+}
+
+// Query runs a statement that returns rows.
+func (t Tx) Query(ctx context.Context, q string, args ...any) (engine.Rows, error) {
+	return t.tx.Query(ctx, q, args...)
+}
+
+// Commit commits.
+func (t Tx) Commit(ctx context.Context) error { return t.tx.Commit(ctx) }
+
+// Rollback aborts; it is a no-op after Commit.
+func (t Tx) Rollback(ctx context.Context) error {
+	if err := t.tx.Rollback(ctx); err != nil && !errors.Is(err, pgx.ErrTxClosed) {
+		return err
+	}
+	return nil
+}
+
+// Dialect is PostgreSQL's SQL.
+type Dialect struct{}
+
+var _ engine.Dialect = Dialect{}
+
+// Name returns "postgres".
+func (Dialect) Name() string { return "postgres" }
+
+// Migrations returns the embedded migrations.
+func (Dialect) Migrations() fs.FS {
+	sub, _ := fs.Sub(migrations, "migrations")
+	return sub
+}
+
+// InsertReturnsIDs is true.
+func (Dialect) InsertReturnsIDs() bool { return true }
+
+// MaxKeyLength is 0: text has no limit.
+func (Dialect) MaxKeyLength() int { return 0 }
+
+// MaxInsertBatch bounds one insert's arrays.
+func (Dialect) MaxInsertBatch() int { return 5000 }
+
+// IsUndefinedTable recognises undefined_table and undefined_column.
+func (Dialect) IsUndefinedTable(err error) bool {
+	var e *pgconn.PgError
+	return errors.As(err, &e) && (e.Code == "42P01" || e.Code == "42703")
+}
+
+// IsDataError recognises the server refusing a value: SQLSTATE class 22
+// (data exception: text that is not valid UTF-8 or holds NUL, a number out
+// of range, a value too long), class 23 (integrity constraint violation)
+// and 54000 (program limit exceeded, as for an index row too large).
+func (Dialect) IsDataError(err error) bool {
+	var e *pgconn.PgError
+	if !errors.As(err, &e) {
+		return false
+	}
+	return strings.HasPrefix(e.Code, "22") || strings.HasPrefix(e.Code, "23") || e.Code == "54000"
+}
+
+var _ engine.DataErrorer = Dialect{}
+
+// IsRetryable recognises deadlocks, serialization failures and lock
+// timeouts.
+func (Dialect) IsRetryable(err error) bool {
+	var e *pgconn.PgError
+	return errors.As(err, &e) && (e.Code == "40P01" || e.Code == "40001" || e.Code == "55P03")
+}
+
+// Pipeline sends stmts in one batch: one round trip.
+func (t Tx) Pipeline(ctx context.Context, stmts []engine.Stmt, read func(int, engine.Rows) error) error {
+	b := &pgx.Batch{}
+	for _, st := range stmts {
+		b.Queue(st.SQL, st.Args...)
+	}
+	br := t.tx.SendBatch(ctx, b)
+	for i, st := range stmts {
+		if !st.Rows {
+			if _, err := br.Exec(); err != nil {
+				_ = br.Close()
+				return err
+			}
+			continue
+		}
+		rows, err := br.Query()
+		if err == nil {
+			err = read(i, rows)
+			rows.Close()
+			if err == nil {
+				err = rows.Err()
+			}
+		}
+		if err != nil {
+			_ = br.Close()
+			return err
+		}
+	}
+	return br.Close()
+}

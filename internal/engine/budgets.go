@@ -1,0 +1,275 @@
+package engine
+
+import (
+	"context"
+	"database/sql"
+	"fmt"
+	"slices"
+	"strings"
+	"time"
+
+	"github.com/sluicequeue/sluice/ratelimit"
+)
+
+type (
+	nullString = sql.NullString
+	nullInt64  = sql.NullInt64
+)
+
+// budget is one locked budget row during a claim or an unpark.
+type budget struct {
+	row   BudgetRow
+	state ratelimit.State
+	// prepared is set once the row's debt has been capped for the limit
+	// this claim applies.
+	prepared bool
+	dirty    bool
+	// parkedNow is set when this transaction parked jobs on the budget.
+	parkedNow bool
+}
+
+// params returns the limit the row was last charged under.
+func (b *budget) params() ratelimit.Params { return b.row.Params() }
+
+// prepare applies the rules for a changed limit, once per claim, and
+// records the limit the row is now charged under. now is in nanoseconds.
+func (b *budget) prepare(p ratelimit.Params, now int64) {
+	if b.prepared {
+		return
+	}
+	b.prepared = true
+	prev := b.params()
+	if prev != p {
+		p.CapDebt(&b.state, now, prev)
+		b.row.IntervalNS, b.row.Burst = p.Interval, p.Burst
+		if p.Paused {
+			b.row.Burst = 0
+		}
+		b.dirty = true
+	}
+}
+
+// save returns the row to write, stamped at now (µs).
+func (b *budget) save(now int64) BudgetRow {
+	b.row.TAT, b.row.NextSlot, b.row.UpdatedAt = b.state.TAT, b.state.NextSlot, now
+	return b.row
+}
+
+func scanBudget(rows Rows, extra ...any) (BudgetRow, error) {
+	var r BudgetRow
+	dest := append([]any{&r.Name, &r.TAT, &r.NextSlot, &r.IntervalNS, &r.Burst, &r.Parked, &r.UpdatedAt}, extra...)
+	if err := rows.Scan(dest...); err != nil {
+		return r, fmt.Errorf("read budget: %w", err)
+	}
+	return r, nil
+}
+
+func queryBudgets(ctx context.Context, ex Executor, q string, args []any) ([]BudgetRow, error) {
+	rows, err := ex.Query(ctx, q, args...)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	var out []BudgetRow
+	for rows.Next() {
+		r, err := scanBudget(rows)
+		if err != nil {
+			return nil, err
+		}
+		out = append(out, r)
+	}
+	return out, rows.Err()
+}
+
+// lockBudgets locks the budget rows of keys (sorted), creating the missing
+// ones, and then reads the time the claim decides at: the database's clock
+// when c asks for it and the database has one, else the caller's. The time
+// is read after the last lock is taken; where the database can, in the
+// same round trip. A row that is still missing (cleared as idle in
+// between) reads as the empty state, which admits exactly as the cleared
+// row did.
+func (s *Store) lockBudgets(ctx context.Context, tx Executor, keys []string, c Clock) (map[string]*budget, time.Time, error) {
+	out := make(map[string]*budget, len(keys))
+	var after []Stmt
+	if s.readsDatabase(c) {
+		after = append(after, query(s.d.Now(), nil))
+	}
+	var dbNow int64
+	err := s.lockByName(ctx, tx, keys, s.d.LockBudgets, s.d.InsertBudgets, after,
+		func(k string) bool { return out[k] != nil },
+		func(rows Rows) error {
+			r, err := scanBudget(rows)
+			if err == nil {
+				out[r.Name] = &budget{row: r, state: ratelimit.State{TAT: r.TAT, NextSlot: r.NextSlot}}
+			}
+			return err
+		},
+		func(rows Rows) error { return rows.Scan(&dbNow) })
+	if err != nil {
+		return nil, time.Time{}, fmt.Errorf("lock budgets: %w", err)
+	}
+	for _, k := range keys {
+		if out[k] == nil {
+			out[k] = &budget{row: BudgetRow{Name: k}, dirty: true}
+		}
+	}
+	if len(after) > 0 {
+		return out, FromMicros(dbNow), nil
+	}
+	return out, c.Host(), nil
+}
+
+// lockByName locks rows by name, in sorted order: it runs lock(keys) and
+// then the after statements, in one round trip where the database can.
+// For keys that found says are still missing, it runs insert(missing),
+// lock(missing) and the after statements again, so that after always runs
+// after the last lock. scan reads each locked row; scanAfter each row of
+// an after statement.
+func (s *Store) lockByName(ctx context.Context, tx Executor, keys []string, lock, insert func([]string) (string, []any),
+	after []Stmt, found func(string) bool, scan, scanAfter func(Rows) error) error {
+	read := func(first int) func(i int, rows Rows) error {
+		return func(i int, rows Rows) error {
+			each := scanAfter
+			if i == first {
+				each = scan
+			}
+			for rows.Next() {
+				if err := each(rows); err != nil {
+					return err
+				}
+			}
+			return nil
+		}
+	}
+	if err := pipeline(ctx, tx, append([]Stmt{query(lock(keys))}, after...), read(0)); err != nil {
+		return err
+	}
+	var missing []string
+	for _, k := range keys {
+		if !found(k) {
+			missing = append(missing, k)
+		}
+	}
+	if len(missing) == 0 {
+		return nil
+	}
+	stmts := append([]Stmt{stmt(insert(missing)), query(lock(missing))}, after...)
+	return pipeline(ctx, tx, stmts, read(1))
+}
+
+// saveBudgets returns the statement that writes the changed budgets back,
+// in key order, stamped at now (µs), or false when none changed.
+func (s *Store) saveBudgets(budgets map[string]*budget, now int64) (Stmt, bool) {
+	var rows []BudgetRow
+	for _, b := range budgets {
+		if b.dirty {
+			rows = append(rows, b.save(now))
+		}
+	}
+	if len(rows) == 0 {
+		return Stmt{}, false
+	}
+	slices.SortFunc(rows, func(a, b BudgetRow) int { return strings.Compare(a.Name, b.Name) })
+	return stmt(s.d.SaveBudgets(rows)), true
+}
+
+// ListBudgets returns every budget with how many jobs wait on it.
+func (s *Store) ListBudgets(ctx context.Context) ([]BudgetInfo, error) {
+	rows, err := s.db.Query(ctx, s.d.ListBudgets())
+	if err != nil {
+		return nil, s.wrap(fmt.Errorf("list budgets: %w", err))
+	}
+	defer rows.Close()
+	var out []BudgetInfo
+	for rows.Next() {
+		var waiting int64
+		r, err := scanBudget(rows, &waiting)
+		if err != nil {
+			return nil, err
+		}
+		out = append(out, BudgetInfo{BudgetRow: r, Waiting: int(waiting)})
+	}
+	return out, rows.Err()
+}
+
+// BudgetInfo is a budget and the jobs waiting on it.
+type BudgetInfo struct {
+	BudgetRow
+	// Waiting counts scheduled and parked jobs held by this budget.
+	Waiting int
+}
+
+// NextAdmission is when the budget next admits a cost-1 job, as of now;
+// zero for a paused budget.
+func (b BudgetInfo) NextAdmission(now time.Time) time.Time {
+	p := b.Params()
+	if p.Paused {
+		return time.Time{}
+	}
+	_, at := p.Check(ratelimit.State{TAT: b.TAT, NextSlot: b.NextSlot}, Nanos(now), 1)
+	return FromNanos(max(at, Nanos(now)))
+}
+
+// Params returns the limit the budget was last charged under.
+func (r BudgetRow) Params() ratelimit.Params {
+	return ratelimit.Params{
+		Interval: r.IntervalNS,
+		Burst:    r.Burst,
+		Paused:   r.IntervalNS > 0 && r.Burst == 0,
+	}
+}
+
+// ClearIdleBudgets deletes, batchSize at a time with a pause between
+// batches, the budgets that admit exactly as a missing row would
+// (ratelimit.Idle, with no job parked on them). Rows a claim holds locked
+// are skipped. Each batch decides on c's time, read in its own
+// transaction. It returns how many it deleted.
+func (s *Store) ClearIdleBudgets(ctx context.Context, c Clock, batchSize int, pause time.Duration) (int, error) {
+	if batchSize <= 0 {
+		batchSize = 500
+	}
+	total := 0
+	for {
+		found := 0
+		var idle []string
+		err := s.inTx(ctx, func(tx Tx) error {
+			idle = nil
+			at, err := s.now(ctx, tx, c)
+			if err != nil {
+				return err
+			}
+			now := Nanos(at)
+			q, args := s.d.LockIdleBudgets(now, batchSize)
+			rows, err := queryBudgets(ctx, tx, q, args)
+			if err != nil {
+				return err
+			}
+			found = len(rows)
+			for _, r := range rows {
+				if r.Parked == 0 && ratelimit.Idle(ratelimit.State{TAT: r.TAT, NextSlot: r.NextSlot}, now) {
+					idle = append(idle, r.Name)
+				}
+			}
+			if len(idle) == 0 {
+				return nil
+			}
+			q, args = s.d.DeleteBudgets(idle)
+			_, err = exec(ctx, tx, q, args)
+			return err
+		})
+		if err != nil {
+			return total, s.wrap(fmt.Errorf("clear idle budgets: %w", err))
+		}
+		total += len(idle)
+		if found < batchSize {
+			return total, nil
+		}
+		if pause > 0 {
+			select {
+			case <-ctx.Done():
+				return total, ctx.Err()
+			case <-time.After(pause):
+			}
+		}
+	}
+}

@@ -1,0 +1,387 @@
+package engine
+
+import (
+	"cmp"
+	"context"
+	"errors"
+	"fmt"
+	"slices"
+	"time"
+
+	"github.com/sluicequeue/sluice/ratelimit"
+)
+
+// DefaultHorizon is how far ahead a budget hands out slots to deferred
+// jobs; jobs beyond it are parked until the horizon reaches them.
+const DefaultHorizon = 5 * time.Minute
+
+// Limits tells a claim which rate limits apply to a job. The worker's
+// registry implements it.
+type Limits interface {
+	// RateSpec returns the limit that the job's kind declares for the
+	// budget key's scope, or false when it declares none (for example,
+	// the job was enqueued under a limit that has since been removed).
+	RateSpec(kind, budgetKey string) (ratelimit.Spec, bool)
+	// QueueLimits returns the limits on a queue, which cover every job
+	// claimed from it whatever its kind; none for most queues.
+	QueueLimits(queue string) []QueueLimit
+}
+
+// QueueLimit is a limit on a whole queue and the budget it draws on.
+type QueueLimit struct {
+	Key  string
+	Spec ratelimit.Spec
+}
+
+// QueueScope is the scope of queue limits' budget keys: a queue's budget
+// is "@queue/NAME".
+const QueueScope = "@queue"
+
+// ClaimParams says what a claim takes and how it decides.
+type ClaimParams struct {
+	// ProcessID is the claiming worker's registered id.
+	ProcessID int64
+	// Queues are tried in order until enough candidates are locked.
+	Queues []string
+	// Max is how many jobs to claim at most: the worker's free slots.
+	Max int
+	// Candidates is how many ready jobs that carry a rate-limit key a claim
+	// with Limits locks and decides, beside up to Max that carry none.
+	// Defaults to Max; negative takes none (PromoteDue's jobs still come). Candidates past the first Max admitted are left
+	// ready, unless their limit defers them. A worker narrows it while its
+	// claims defer more than they admit, so that a flood on a tight budget
+	// costs each claim little while it is parked out of the way
+	// (DeferOverflow).
+	Candidates int
+	// Clock stamps the claim and decides rate limits. With DatabaseTime the
+	// decision reads the database's clock once, after the budget rows are
+	// locked, so skew between worker hosts cannot let claims through
+	// closer than the limit allows (SQLite has no clock of its own; the
+	// host's is read there).
+	Clock Clock
+	// Limits applies rate limits; nil claims exactly as a plain queue.
+	Limits Limits
+	// Horizon is how far ahead slots are handed out. Defaults to
+	// DefaultHorizon.
+	Horizon time.Duration
+	// PromoteDue, with Limits, makes the claim first take the due jobs of
+	// its queues that wait on a rate limit (deferred ones whose slot has
+	// come, and ones an upstream 429 held back) and check them with the
+	// rest, so a backlog drains at its limit's pace and not at the
+	// dispatcher's. A worker sets it when a slot it knows of has come, and
+	// when it polls.
+	PromoteDue bool
+	// DueLead, with PromoteDue, also takes the waiting jobs due within it,
+	// and a job among them that its budget admits within DueLead is
+	// admitted at that time: the claim waits for it, on the database's
+	// clock. A worker that wakes DueLead before a slot thus admits the job
+	// at its slot instead of a wake-up and a round trip later, which a
+	// limit with no burst to spare would lose. 0 takes only due jobs.
+	DueLead time.Duration
+	// BudgetHint, sorted, are the budgets the claim expects to need — a
+	// worker passes those its last claim locked (ClaimResult.Budgets). They
+	// are locked in the round trip that locks the candidates, saving one;
+	// a claim that needs a budget the hint did not name, sorting before
+	// one it did, starts again without the hint, so budgets are always
+	// locked in one global order.
+	BudgetHint []string
+}
+
+// ClaimResult is what a claim took and what it deferred.
+type ClaimResult struct {
+	// Jobs are claimed: running, for this process.
+	Jobs []*Job
+	// Deferred jobs were over a rate limit and wait again.
+	Deferred []Deferral
+	// Shadowed jobs were over a limit in shadow mode: they run, and this
+	// records that an enforcing limit would have deferred them.
+	Shadowed []Deferral
+	// Unfit jobs failed: one of their limits can never admit their cost.
+	Unfit []Unfit
+	// Promoted counts the due waiting jobs the claim took (PromoteDue).
+	Promoted int
+	// Budgets are the budgets the claim locked, sorted: the next claim's
+	// BudgetHint.
+	Budgets []string
+	// MoreLimited is set when the claim took as many rate-limited
+	// candidates as it was allowed (Candidates): more may be ready.
+	MoreLimited bool
+	// Overflows are the budgets this claim deferred jobs on while more
+	// limited jobs were ready (or that it parked jobs on), with what
+	// identifies the jobs like them: DeferOverflow defers those in bulk,
+	// out of the claims' way.
+	Overflows []Overflow
+	// DueAt is the time PromoteDue took due jobs at, on the claim's clock:
+	// every waiting job due by then was taken (zero without PromoteDue).
+	DueAt time.Time
+	// Unparked are the slots the claim handed to parked jobs of the
+	// budgets it locked, when those budgets' slots came within the
+	// horizon: like a deferral's, each is a time to claim again at.
+	Unparked []time.Time
+	// DecidedAt is the time rate limits were decided at (read after the
+	// budget locks); zero when no candidate carried a limit.
+	DecidedAt time.Time
+	// woke are queues whose blocked jobs took the slots deferred jobs gave
+	// back.
+	woke []string
+	// hinted are the budgets locked from BudgetHint, and hintedAt the
+	// database's clock read after them (zero on the caller's clock).
+	hinted   map[string]*budget
+	hintedAt time.Time
+}
+
+// Deferral records one job a rate limit held back.
+type Deferral struct {
+	JobID int64
+	Kind  string
+	// Key is the budget that held the job: of several, the one whose next
+	// admission is latest.
+	Key string
+	// Until is the slot the job comes back at; zero when it is parked.
+	Until time.Time
+	// Parked is set when the budget's slots reach past the horizon.
+	Parked bool
+}
+
+// Claim takes up to p.Max ready jobs in one transaction: it locks
+// candidates queue by queue (by priority, then id), checks those that
+// carry a rate-limit key against their budgets, claims the admitted ones
+// and defers the rest. With no limits it runs only the plain statements.
+func (s *Store) Claim(ctx context.Context, p ClaimParams) (*ClaimResult, error) {
+	if p.Max <= 0 {
+		return &ClaimResult{}, nil
+	}
+	var res *ClaimResult
+	claim := func() error {
+		return s.inTx(ctx, func(tx Tx) error {
+			res = &ClaimResult{}
+			return s.claim(ctx, tx, p, res)
+		})
+	}
+	err := claim()
+	if errors.Is(err, errHintMissed) {
+		p.BudgetHint = nil
+		err = claim()
+	}
+	if err != nil {
+		return nil, s.wrap(fmt.Errorf("claim: %w", err))
+	}
+	s.Wake(res.woke...)
+	return res, nil
+}
+
+// errHintMissed restarts a claim whose BudgetHint missed a budget that
+// sorts before one it locked.
+var errHintMissed = errors.New("the budget hint missed a budget")
+
+func (s *Store) claim(ctx context.Context, tx Tx, p ClaimParams, res *ClaimResult) error {
+	window := p.Max
+	if p.Limits != nil {
+		window = p.Max
+		switch {
+		case p.Candidates > 0:
+			window = p.Candidates
+		case p.Candidates < 0:
+			window = 0
+		}
+	}
+	var due []*Job
+	if p.Limits != nil && p.PromoteDue {
+		var err error
+		if due, err = s.promoteDue(ctx, tx, p, max(window, p.Max), res); err != nil {
+			return err
+		}
+	}
+	cands, err := s.candidates(ctx, tx, p, window, due, res)
+	if err != nil {
+		return err
+	}
+	if len(cands) == 0 {
+		return nil
+	}
+	admitted := cands
+	var writes []Stmt
+	var gives holders
+	if p.Limits != nil {
+		var err error
+		if admitted, writes, gives, err = s.applyLimits(ctx, tx, p, cands, res); err != nil {
+			return err
+		}
+	}
+	now := res.DecidedAt
+	if now.IsZero() {
+		now = p.Clock.Host()
+	}
+	if len(gives) > 0 {
+		stmts, queues, err := s.giveBack(ctx, tx, At(now), gives)
+		if err != nil {
+			return err
+		}
+		writes = append(writes, stmts...)
+		res.woke = queues
+	}
+	if len(admitted) > 0 {
+		ids := make([]int64, len(admitted))
+		for i, j := range admitted {
+			ids[i] = j.ID
+			j.Attempt++
+		}
+		writes = append(writes, stmt(s.d.MarkRunning(ids, p.ProcessID, Micros(now))))
+	}
+	if err := pipeline(ctx, tx, writes, nil); err != nil {
+		return fmt.Errorf("claim and defer: %w", err)
+	}
+	if err := s.loadCalls(ctx, tx, admitted); err != nil {
+		return err
+	}
+	res.Jobs = admitted
+	return nil
+}
+
+// candidates locks a claim's candidates queue by queue: up to p.Max of the
+// ready jobs that carry no rate-limit key and, with Limits, up to window of
+// those that do, in priority and id order. The two are separate streams,
+// each through its own index, so a flood of limited jobs at the head of a
+// queue is never walked over on the way to the jobs behind it. Without
+// Limits a claim takes only jobs that carry no key: a worker that knows no
+// limit never runs a limited job unchecked.
+func (s *Store) candidates(ctx context.Context, tx Tx, p ClaimParams, window int, due []*Job, res *ClaimResult) ([]*Job, error) {
+	var plain, limited []*Job
+	for _, q := range p.Queues {
+		// Both streams of a queue in one round trip where the database can.
+		var stmts []Stmt
+		var into []*[]*Job
+		if n := p.Max - len(plain); n > 0 {
+			stmts, into = append(stmts, query(s.d.LockReady(q, false, n))), append(into, &plain)
+		}
+		if n := window - len(limited); p.Limits != nil && n > 0 {
+			stmts, into = append(stmts, query(s.d.LockReady(q, true, n))), append(into, &limited)
+		}
+		// The hinted budgets, and then the clock, ride along with the
+		// first queue's candidates.
+		hinted := len(p.BudgetHint) > 0 && p.Limits != nil && res.hinted == nil
+		if hinted {
+			res.hinted = map[string]*budget{}
+			stmts = append(stmts, query(s.d.LockBudgets(p.BudgetHint)))
+			if s.readsDatabase(p.Clock) {
+				stmts = append(stmts, query(s.d.Now(), nil))
+			}
+		}
+		err := pipeline(ctx, tx, stmts, func(i int, rows Rows) error {
+			for rows.Next() {
+				switch {
+				case i < len(into):
+					j, err := scanJob(rows)
+					if err != nil {
+						return err
+					}
+					*into[i] = append(*into[i], j)
+				case i == len(into):
+					r, err := scanBudget(rows)
+					if err != nil {
+						return err
+					}
+					res.hinted[r.Name] = &budget{row: r, state: ratelimit.State{TAT: r.TAT, NextSlot: r.NextSlot}}
+				default:
+					var us int64
+					if err := rows.Scan(&us); err != nil {
+						return err
+					}
+					res.hintedAt = FromMicros(us)
+				}
+			}
+			return nil
+		})
+		if err != nil {
+			return nil, err
+		}
+		if len(plain) >= p.Max && (p.Limits == nil || len(limited) >= window) {
+			break
+		}
+	}
+	res.MoreLimited = p.Limits != nil && window > 0 && len(limited) >= window
+	if len(limited) == 0 && len(due) == 0 {
+		return plain, nil
+	}
+	// Merge in queue order: the queues as given, then priority, then id.
+	rank := make(map[string]int, len(p.Queues))
+	for i, q := range p.Queues {
+		rank[q] = i
+	}
+	out := append(append(plain, limited...), due...)
+	slices.SortStableFunc(out, func(a, b *Job) int {
+		return cmp.Or(cmp.Compare(rank[a.Queue], rank[b.Queue]), cmp.Compare(a.Priority, b.Priority), cmp.Compare(a.ID, b.ID))
+	})
+	// A due job the claim made ready may also have come through a stream.
+	return slices.CompactFunc(out, func(a, b *Job) bool { return a.ID == b.ID }), nil
+}
+
+// promoteDue makes the due jobs of p's queues that wait on a rate limit
+// ready, taking concurrency slots for those that need one, so that the
+// claim's candidates include them. It wakes no other worker: this claim
+// takes them.
+func (s *Store) promoteDue(ctx context.Context, tx Tx, p ClaimParams, limit int, res *ClaimResult) ([]*Job, error) {
+	at, err := s.now(ctx, tx, p.Clock)
+	if err != nil {
+		return nil, err
+	}
+	by := at.Add(max(p.DueLead, 0))
+	q, args := s.d.LockDueWaiting(p.Queues, Micros(by), limit)
+	rows, err := tx.Query(ctx, q, args...)
+	if err != nil {
+		return nil, fmt.Errorf("lock due waiting jobs: %w", err)
+	}
+	var jobs []*Job
+	var due []DueRow
+	for rows.Next() {
+		var limit int
+		var duration int64
+		var discard bool
+		j, err := scanJob(rows, &limit, &duration, &discard)
+		if err != nil {
+			rows.Close()
+			return nil, err
+		}
+		d := DueRow{ID: j.ID, Queue: j.Queue, HoldsSlot: j.HoldsSlot}
+		if j.ConcKey != "" {
+			d.Conc = &Conc{Key: j.ConcKey, To: limit, Duration: time.Duration(duration) * time.Microsecond, Discard: discard}
+		}
+		jobs, due = append(jobs, j), append(due, d)
+	}
+	rows.Close()
+	if err := rows.Err(); err != nil {
+		return nil, fmt.Errorf("lock due waiting jobs: %w", err)
+	}
+	res.Promoted, res.DueAt = len(due), by
+	pr, err := s.promote(ctx, tx, due, Micros(at), false)
+	if err != nil {
+		return nil, fmt.Errorf("promote due waiting jobs: %w", err)
+	}
+	// The ones made ready are this claim's candidates, whatever else the
+	// claim looks at.
+	var ready []*Job
+	for _, j := range jobs {
+		if slices.Contains(pr.ready, j.ID) {
+			j.HoldsSlot = j.HoldsSlot || slices.Contains(pr.slotted, j.ID)
+			ready = append(ready, j)
+		}
+	}
+	return ready, nil
+}
+
+func scanJob(rows Rows, extra ...any) (*Job, error) {
+	var j Job
+	var args, rateKeys, concKey, waitKey nullString
+	var created, runAt int64
+	dest := append([]any{&j.ID, &j.Kind, &j.Queue, &j.Priority, &args, &j.Attempt, &j.MaxAttempts, &created, &runAt, &rateKeys,
+		&concKey, &j.HoldsSlot, &j.Calls, &waitKey}, extra...)
+	if err := rows.Scan(dest...); err != nil {
+		return nil, fmt.Errorf("read job: %w", err)
+	}
+	j.ConcKey, j.WaitKey = concKey.String, waitKey.String
+	j.Args = []byte(args.String)
+	j.CreatedAt = FromMicros(created)
+	j.RunAt = FromMicros(runAt)
+	j.RateKeys = DecodeRateKeys(rateKeys.String)
+	return &j, nil
+}

@@ -1,0 +1,263 @@
+package engine
+
+import (
+	"cmp"
+	"context"
+	"errors"
+	"fmt"
+	"slices"
+	"time"
+
+	"github.com/sluicequeue/sluice/coalesce"
+)
+
+// maxCoalesceRounds bounds how many times one call looks for the pending
+// job of its key again after losing a race to create it.
+const maxCoalesceRounds = 5
+
+// enqueueTx enqueues jobs of which some coalesce or need concurrency
+// slots, in one transaction (the caller's, or one of the store's). Locks
+// are taken in one order everywhere: the pending jobs calls join (by key),
+// then the semaphores (by key). It changes rows (states, slots, coalesce
+// keys): a transaction that is retried passes fresh copies.
+func (s *Store) enqueueTx(ctx context.Context, ex Executor, c Clock, jobs []NewJob, rows []InsertRow) ([]Enqueued, error) {
+	now := c.Host()
+	nowUS := Micros(now)
+	out := make([]Enqueued, len(rows))
+	created := map[int]bool{}
+	var order []int
+	for i, j := range jobs {
+		if j.Coalesce != nil {
+			order = append(order, i)
+		}
+	}
+	slices.SortStableFunc(order, func(a, b int) int { return cmp.Compare(jobs[a].Coalesce.Key, jobs[b].Coalesce.Key) })
+	for _, i := range order {
+		e, isNew, err := s.coalesceOne(ctx, ex, now, jobs[i], &rows[i])
+		if err != nil {
+			return nil, err
+		}
+		out[i], created[i] = e, isNew
+	}
+
+	// Slots for the jobs that are ready on arrival: plain ones before they
+	// are inserted, coalescing ones just created.
+	var keys []string
+	for i, r := range rows {
+		if r.ConcKey != "" && r.State == StateReady && (jobs[i].Coalesce == nil || created[i]) {
+			keys = append(keys, r.ConcKey)
+		}
+	}
+	var writes []Stmt
+	if len(keys) > 0 {
+		sl, err := s.lockSlots(ctx, ex, keys, c)
+		if err != nil {
+			return nil, err
+		}
+		var took []int64
+		var missed []SetRow
+		for i := range rows {
+			r := &rows[i]
+			if r.ConcKey == "" || r.State != StateReady || (jobs[i].Coalesce != nil && !created[i]) {
+				continue
+			}
+			switch {
+			case sl.take(jobs[i].Conc):
+				r.HoldsSlot = true
+				if created[i] {
+					took = append(took, out[i].ID)
+				}
+			case jobs[i].Conc.Discard:
+				r.State, r.LastError, r.FinishedAt = StateCancelled, DiscardedError+" for "+r.ConcKey, nowUS
+			default:
+				r.State = StateBlocked
+			}
+			if created[i] && r.State != StateReady {
+				missed = append(missed, SetRow{ID: out[i].ID, State: r.State, Error: r.LastError, FinishedAt: r.FinishedAt})
+			}
+			out[i].State = r.State
+		}
+		if len(took) > 0 {
+			writes = append(writes, stmt(s.d.MarkSlots(took, true)))
+		}
+		if len(missed) > 0 {
+			writes = append(writes, stmt(s.d.SetJobs(StateReady, 0, nowUS, missed)))
+		}
+		writes = append(writes, sl.writes()...)
+	}
+
+	var plain []InsertRow
+	var at []int
+	for i, j := range jobs {
+		if j.Coalesce == nil {
+			plain = append(plain, rows[i])
+			at = append(at, i)
+		}
+	}
+	if len(plain) > 0 {
+		ids, err := s.insertAll(ctx, ex, plain)
+		if err != nil {
+			return nil, err
+		}
+		for k, i := range at {
+			out[i] = Enqueued{ID: ids[k], State: rows[i].State}
+		}
+	}
+	if err := pipeline(ctx, ex, writes, nil); err != nil {
+		return nil, fmt.Errorf("save semaphores: %w", err)
+	}
+	return out, nil
+}
+
+// coalesceOne joins the call to the pending job of its key, or creates
+// that job, and reports which.
+func (s *Store) coalesceOne(ctx context.Context, ex Executor, now time.Time, j NewJob, row *InsertRow) (Enqueued, bool, error) {
+	nowUS := Micros(now)
+	rule := j.Coalesce.Rule
+	row.CoalesceKey, row.FirstCallAt = j.Coalesce.Key, nowUS
+	if rule.Debounce > 0 {
+		if at := Micros(now.Add(rule.Debounce)); at > row.RunAt {
+			row.RunAt, row.State = at, StateScheduled
+		}
+	}
+	for round := 0; round < maxCoalesceRounds; round++ {
+		p, err := s.lockPending(ctx, ex, j.Coalesce.Key)
+		if err != nil {
+			return Enqueued{}, false, err
+		}
+		if p != nil {
+			state, err := s.join(ctx, ex, now, rule, p, row)
+			return Enqueued{ID: p.ID, Joined: true, State: state}, false, err
+		}
+		id, ok, err := s.insertCoalescing(ctx, ex, *row)
+		if err != nil || ok {
+			return Enqueued{ID: id, State: row.State}, ok, err
+		}
+		// Another enqueue created the pending job since we looked: join it.
+	}
+	return Enqueued{}, false, fmt.Errorf("coalesce %s: the pending job kept changing under this call; try again", j.Coalesce.Key)
+}
+
+// lockPending locks the pending job that holds key, or returns nil.
+func (s *Store) lockPending(ctx context.Context, ex Executor, key string) (*PendingRow, error) {
+	q, args := s.d.LockPending(key)
+	var first nullInt64
+	rows, err := s.queryJobInfosExtra(ctx, ex, q, args, &first)
+	if err != nil || len(rows) == 0 {
+		return nil, err
+	}
+	return &PendingRow{JobInfo: *rows[0], FirstCallAt: first.Int64}, nil
+}
+
+// insertCoalescing inserts a job that takes a coalesce key and reports
+// false when a pending job already holds the key.
+func (s *Store) insertCoalescing(ctx context.Context, ex Executor, row InsertRow) (int64, bool, error) {
+	q, args := s.d.InsertCoalescing(row)
+	if s.d.InsertReturnsIDs() {
+		ids, err := queryInt64s(ctx, ex, q, args)
+		if err != nil || len(ids) == 0 {
+			return 0, false, err
+		}
+		return ids[0], true, nil
+	}
+	res, err := exec(ctx, ex, q, args)
+	if err != nil || res.RowsAffected != 1 {
+		return 0, false, err
+	}
+	return res.LastInsertID, true, nil
+}
+
+// join applies one call to the pending job p and returns its state after.
+func (s *Store) join(ctx context.Context, ex Executor, now time.Time, rule coalesce.Spec, p *PendingRow, row *InsertRow) (State, error) {
+	nowUS := Micros(now)
+	u := CoalesceUpdate{ID: p.ID, Calls: p.Calls, State: p.State}
+	var writes []Stmt
+	dispatch := false
+	switch rule.OnConflict {
+	case coalesce.Replace:
+		u.Args = row.Args
+	case coalesce.Collect:
+		u.Calls++
+		writes = append(writes, stmt(s.d.InsertCall(p.ID, u.Calls, row.Args, nowUS)))
+		if rule.MaxCalls > 0 && u.Calls >= rule.MaxCalls {
+			u.ReleaseKey = true // full: the next call starts a new job
+			dispatch = rule.Dispatch && (p.State == StateScheduled || p.State == StateParked)
+		}
+	}
+	switch {
+	case dispatch:
+		u.State, u.RunAt = StateScheduled, nowUS
+	case rule.Debounce > 0 && (p.State == StateReady || p.State == StateScheduled):
+		var rateSlot time.Time
+		if p.State == StateScheduled && p.WaitKey != "" {
+			rateSlot = p.RunAt
+		}
+		if at := rule.RunAt(now, FromMicros(p.FirstCallAt), rateSlot); at.After(now) {
+			u.State, u.RunAt = StateScheduled, Micros(at)
+		}
+	}
+	writes = append(writes, stmt(s.d.UpdateCoalesced(u)))
+	if err := pipeline(ctx, ex, writes, nil); err != nil {
+		return "", fmt.Errorf("join pending job %d: %w", p.ID, err)
+	}
+	if !dispatch {
+		return u.State, nil
+	}
+	// A full job that waited becomes ready at once; a claim may send it
+	// back to wait on its rate limit.
+	if _, err := s.promote(ctx, ex, []DueRow{{ID: p.ID, Queue: p.Queue, Conc: p.Conc, HoldsSlot: p.HoldsSlot}}, nowUS, true); err != nil {
+		return "", fmt.Errorf("dispatch full job %d: %w", p.ID, err)
+	}
+	j, err := s.lockPendingByID(ctx, ex, p.ID)
+	if err != nil {
+		return "", err
+	}
+	return j, nil
+}
+
+// lockPendingByID reads a job's state in the transaction.
+func (s *Store) lockPendingByID(ctx context.Context, ex Executor, id int64) (State, error) {
+	q, args := s.d.LockJob(id)
+	js, err := s.queryJobInfos(ctx, ex, q, args)
+	if err != nil {
+		return "", err
+	}
+	if len(js) == 0 {
+		return "", errors.New("the job vanished")
+	}
+	return js[0].State, nil
+}
+
+// loadCalls attaches their collected calls to the jobs that have more than
+// one.
+func (s *Store) loadCalls(ctx context.Context, ex Executor, jobs []*Job) error {
+	byID := map[int64]*Job{}
+	var ids []int64
+	for _, j := range jobs {
+		if j.Calls > 1 {
+			byID[j.ID] = j
+			ids = append(ids, j.ID)
+			j.CallArgs = [][]byte{j.Args}
+		}
+	}
+	if len(ids) == 0 {
+		return nil
+	}
+	q, args := s.d.LoadCalls(ids)
+	rows, err := ex.Query(ctx, q, args...)
+	if err != nil {
+		return fmt.Errorf("load calls: %w", err)
+	}
+	defer rows.Close()
+	for rows.Next() {
+		var id int64
+		var body string
+		if err := rows.Scan(&id, &body); err != nil {
+			return err
+		}
+		if j := byID[id]; j != nil {
+			j.CallArgs = append(j.CallArgs, []byte(body))
+		}
+	}
+	return rows.Err()
+}

@@ -1,0 +1,58 @@
+package engine
+
+import "context"
+
+// Executor runs statements. It is implemented over a pool, a transaction
+// of the store's own, or a caller's transaction (EnqueueTx).
+type Executor interface {
+	// Exec runs a statement and reports the rows it affected and, where
+	// the database reports one, the first id it inserted.
+	Exec(ctx context.Context, query string, args ...any) (Result, error)
+	// Query runs a statement that returns rows.
+	Query(ctx context.Context, query string, args ...any) (Rows, error)
+}
+
+// Result is what Exec reports.
+type Result struct {
+	RowsAffected int64
+	LastInsertID int64
+}
+
+// Rows is a result set, read with Next and Scan and closed when done.
+// Scan destinations are the database/sql ones (sql.NullString and the
+// like), which pgx also accepts.
+type Rows interface {
+	Next() bool
+	Scan(dest ...any) error
+	Err() error
+	Close()
+}
+
+// Tx is a transaction the store began.
+type Tx interface {
+	Executor
+	Commit(ctx context.Context) error
+	Rollback(ctx context.Context) error
+}
+
+// DB is a store's connection pool.
+type DB interface {
+	Executor
+	// Begin starts a transaction. On SQLite it takes the write lock at
+	// once (BEGIN IMMEDIATE).
+	Begin(ctx context.Context) (Tx, error)
+	// Close releases the pool.
+	Close() error
+	// WrapTx adapts a caller's own transaction (pgx.Tx on PostgreSQL,
+	// *sql.Tx elsewhere) so that work can join it, or says what type it
+	// takes instead.
+	WrapTx(tx any) (Executor, error)
+}
+
+// Listener is implemented by pools that can wake workers when jobs become
+// ready (LISTEN/NOTIFY on PostgreSQL).
+type Listener interface {
+	// Listen blocks until ctx is done, calling fn with each notification's
+	// payload on channel.
+	Listen(ctx context.Context, channel string, fn func(payload string)) error
+}

@@ -1,0 +1,256 @@
+package engine
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"slices"
+	"time"
+	"unicode/utf8"
+)
+
+// ErrKeyTooLong is wrapped by the error an enqueue returns for a key longer
+// than the database's key column holds.
+var ErrKeyTooLong = errors.New("key too long")
+
+// IDStep is how far apart the ids of one multi-row insert are on
+// databases that report only the first (MySQL's auto_increment_increment).
+// Dialects that need it set it when they open.
+type IDStep interface{ IDStep() int64 }
+
+// Enqueue adds jobs through ex (the store's pool when nil) and returns
+// what became of each, in the order given. Every job is checked before
+// anything is written, and the call is all or nothing: a bad job writes
+// none of them, and the error names its index. Plain jobs are inserted in
+// batches of at most MaxInsertBatch (one transaction for the lot when
+// there are several); a job that coalesces joins the pending job of its
+// key or creates it, and a job that is ready with a concurrency limit
+// takes a slot (or is blocked or discarded) — those in one transaction:
+// the caller's, or the store's own. c stamps the jobs (created_at is the
+// caller's time) and the concurrency slots they take.
+func (s *Store) Enqueue(ctx context.Context, ex Executor, c Clock, jobs []NewJob) ([]Enqueued, error) {
+	if len(jobs) == 0 {
+		return nil, nil
+	}
+	if ex == nil {
+		ex = s.db
+	}
+	if err := s.checkSchema(ctx, ex); err != nil {
+		return nil, err
+	}
+	now := c.Host()
+	rows := make([]InsertRow, len(jobs))
+	plain := true
+	for i, j := range jobs {
+		row, err := s.insertRow(j, now)
+		if err != nil {
+			if len(jobs) > 1 {
+				return nil, fmt.Errorf("enqueue: job %d (%s): %w", i, j.Kind, err)
+			}
+			return nil, fmt.Errorf("enqueue %s: %w", j.Kind, err)
+		}
+		rows[i] = row
+		plain = plain && j.Coalesce == nil && !(row.ConcKey != "" && row.State == StateReady)
+	}
+	var out []Enqueued
+	var err error
+	switch {
+	case plain:
+		var ids []int64
+		if ex != s.db || s.batchEnd(rows, 0) == len(rows) {
+			// One statement, or the caller's transaction: all or nothing
+			// as it is.
+			ids, err = s.insertAll(ctx, ex, rows)
+		} else {
+			err = s.inTx(ctx, func(tx Tx) error {
+				ids, err = s.insertAll(ctx, tx, rows)
+				return err
+			})
+		}
+		if err == nil {
+			out = make([]Enqueued, len(ids))
+			for i, id := range ids {
+				out[i] = Enqueued{ID: id, State: rows[i].State}
+			}
+		} else if len(rows) > 1 {
+			err = s.blame(ctx, rows, jobs, err)
+		}
+	case ex == s.db:
+		err = s.inTx(ctx, func(tx Tx) error {
+			// enqueueTx changes its rows: every attempt starts from the
+			// rows as checked.
+			out, err = s.enqueueTx(ctx, tx, c, jobs, slices.Clone(rows))
+			return err
+		})
+	default:
+		out, err = s.enqueueTx(ctx, ex, c, jobs, rows)
+	}
+	if err != nil {
+		return nil, s.wrap(fmt.Errorf("enqueue: %w", err))
+	}
+	return out, nil
+}
+
+// blame finds which of rows the database refused, after a multi-row insert
+// failed with err: it inserts halves in transactions that always roll
+// back, down to one row, and names it. A failure that is not a row's own
+// (the connection, the schema) is returned as it was.
+func (s *Store) blame(ctx context.Context, rows []InsertRow, jobs []NewJob, err error) error {
+	if ctx.Err() != nil || s.d.IsUndefinedTable(err) || s.retryable(err) {
+		return err
+	}
+	refused := func(lo, hi int) error {
+		tx, err := s.db.Begin(ctx)
+		if err != nil {
+			return nil
+		}
+		defer func() { _ = tx.Rollback(context.WithoutCancel(ctx)) }()
+		_, err = s.insertAll(ctx, tx, rows[lo:hi])
+		return err
+	}
+	lo, hi := 0, len(rows)
+	if refused(lo, hi) == nil {
+		return err // it was not the rows
+	}
+	for hi-lo > 1 {
+		mid := (lo + hi) / 2
+		if refused(lo, mid) != nil {
+			hi = mid
+		} else {
+			lo = mid
+		}
+	}
+	if e := refused(lo, hi); e != nil {
+		return fmt.Errorf("job %d (%s): %w", lo, jobs[lo].Kind, e)
+	}
+	return err
+}
+
+// insertAll inserts rows in batches and returns their ids in order.
+func (s *Store) insertAll(ctx context.Context, ex Executor, rows []InsertRow) ([]int64, error) {
+	ids := make([]int64, 0, len(rows))
+	for start := 0; start < len(rows); {
+		end := s.batchEnd(rows, start)
+		got, err := s.insert(ctx, ex, rows[start:end])
+		if err != nil {
+			return nil, err
+		}
+		ids = append(ids, got...)
+		start = end
+	}
+	return ids, nil
+}
+
+// maxBatchBytes bounds the text one insert statement carries, well under
+// the packet limits of every database; a server with a smaller cap
+// (MySQL's max_allowed_packet) gets batches of at most MaxArgsBytes.
+const maxBatchBytes = 4 << 20
+
+// rowBytes counts a row's numbers and punctuation in an insert statement.
+const rowBytes = 128
+
+// batchEnd returns where the insert batch that begins at start ends: at
+// most MaxInsertBatch rows and maxBatchBytes (or MaxArgsBytes, when the
+// database's is smaller) of text, and at least one row.
+func (s *Store) batchEnd(rows []InsertRow, start int) int {
+	limit := maxBatchBytes
+	if m := MaxArgsBytes(s); m > 0 {
+		limit = min(limit, m)
+	}
+	end, size := start, 0
+	for end < len(rows) && end-start < s.d.MaxInsertBatch() {
+		r := &rows[end]
+		size += len(r.Args) + len(r.Kind) + len(r.Queue) + len(r.RateKeys) + len(r.ConcKey) + len(r.LastError) + len(r.CoalesceKey) + rowBytes
+		if end > start && size > limit {
+			break
+		}
+		end++
+	}
+	return end
+}
+
+func (s *Store) insertRow(j NewJob, now time.Time) (InsertRow, error) {
+	if j.Kind == "" {
+		return InsertRow{}, errors.New("kind is empty")
+	}
+	if j.Queue == "" {
+		return InsertRow{}, errors.New("queue is empty")
+	}
+	if err := s.validate(j); err != nil {
+		return InsertRow{}, err
+	}
+	for _, k := range j.RateKeys {
+		if err := s.checkKey("rate-limit", k.Key); err != nil {
+			return InsertRow{}, err
+		}
+	}
+	if j.Conc != nil {
+		if err := s.checkKey("concurrency", j.Conc.Key); err != nil {
+			return InsertRow{}, err
+		}
+	}
+	if j.Coalesce != nil {
+		if err := s.checkKey("coalesce", j.Coalesce.Key); err != nil {
+			return InsertRow{}, err
+		}
+	}
+	for name, v := range map[string]string{"kind": j.Kind, "queue": j.Queue} {
+		if max := s.d.MaxKeyLength(); max > 0 && utf8.RuneCountInString(v) > max {
+			return InsertRow{}, fmt.Errorf("%w: %s is %d characters; %s holds at most %d", ErrKeyTooLong, name, utf8.RuneCountInString(v), s.d.Name(), max)
+		}
+	}
+	created := Micros(now)
+	runAt := created
+	state := StateReady
+	if !j.RunAt.IsZero() && j.RunAt.After(now) {
+		runAt, state = Micros(j.RunAt), StateScheduled
+	}
+	row := InsertRow{
+		Kind:        j.Kind,
+		Queue:       j.Queue,
+		Priority:    j.Priority,
+		State:       state,
+		Args:        string(j.Args),
+		MaxAttempts: j.MaxAttempts,
+		CreatedAt:   created,
+		RunAt:       runAt,
+		RateKeys:    EncodeRateKeys(j.RateKeys),
+	}
+	if c := j.Conc; c != nil {
+		row.ConcKey, row.ConcLimit, row.ConcDuration, row.ConcDiscard = c.Key, c.To, c.Duration.Microseconds(), c.Discard
+	}
+	return row, nil
+}
+
+// checkKey refuses a key the key columns cannot hold (see CheckKey).
+func (s *Store) checkKey(what, key string) error {
+	return CheckKey(what+" key", key)
+}
+
+func (s *Store) insert(ctx context.Context, ex Executor, rows []InsertRow) ([]int64, error) {
+	q, args := s.d.InsertJobs(rows)
+	if s.d.InsertReturnsIDs() {
+		ids, err := queryInt64s(ctx, ex, q, args)
+		if err != nil {
+			return nil, err
+		}
+		if len(ids) != len(rows) {
+			return nil, fmt.Errorf("inserted %d jobs but got %d ids back", len(rows), len(ids))
+		}
+		slices.Sort(ids)
+		return ids, nil
+	}
+	res, err := exec(ctx, ex, q, args)
+	if err != nil {
+		return nil, err
+	}
+	step := int64(1)
+	if st, ok := s.d.(IDStep); ok {
+		step = st.IDStep()
+	}
+	ids := make([]int64, len(rows))
+	for i := range ids {
+		ids[i] = res.LastInsertID + int64(i)*step
+	}
+	return ids, nil
+}

@@ -1,0 +1,192 @@
+package engine
+
+import (
+	"context"
+	"fmt"
+	"slices"
+	"time"
+
+	"github.com/sluicequeue/sluice/ratelimit"
+)
+
+// Outcomes are what became of the jobs a process ran.
+type Outcomes struct {
+	// Completed jobs' handlers returned nil.
+	Completed []int64
+	// Others move elsewhere: retried, snoozed, failed, cancelled.
+	Others []Transition
+	// SlotHolders are the jobs among them that held a concurrency slot
+	// when claimed and now finish for good (completed, failed, cancelled):
+	// their slots are given back, each to the first job blocked on its
+	// key.
+	SlotHolders []int64
+	// WithCalls are the completed jobs that collected calls: with
+	// DeleteOnComplete their calls are deleted with them.
+	WithCalls []int64
+	// Pushes hold budgets back after an upstream asked to wait (a 429):
+	// none of their jobs is admitted before Until.
+	Pushes []BudgetPush
+}
+
+// BudgetPush holds a budget back for a while.
+type BudgetPush struct {
+	Key string
+	// Wait is how long, from the moment the finish is recorded (on the
+	// clock the budget decides on), no job is admitted.
+	Wait time.Duration
+	// Params is the limit the budget is charged under.
+	Params ratelimit.Params
+}
+
+// Finish records the outcomes of jobs the process ran, in one transaction:
+// the completed ones in one statement (deleted instead when
+// DeleteOnComplete is set), the rest as transitions. A job that is no
+// longer running for this process (released as lost, or by a shutdown
+// that timed out) is left as it is, its slot too.
+//
+// c stamps the jobs (finished_at is the caller's time) and decides the
+// budgets held back and the slots given back.
+func (s *Store) Finish(ctx context.Context, processID int64, c Clock, o Outcomes) error {
+	if len(o.Completed) == 0 && len(o.Others) == 0 {
+		return nil
+	}
+	nowUS := Micros(c.Host())
+	var woke []string
+	err := s.inTx(ctx, func(tx Tx) error {
+		woke = nil
+		hs, err := s.lockHolders(ctx, tx, o.SlotHolders, processID)
+		if err != nil {
+			return err
+		}
+		var writes []Stmt
+		if len(o.Completed) > 0 {
+			if s.DeleteOnComplete {
+				if len(o.WithCalls) > 0 {
+					writes = append(writes, stmt(s.d.DeleteCalls(o.WithCalls)))
+				}
+				writes = append(writes, stmt(s.d.DeleteJobs(o.Completed, processID)))
+			} else {
+				writes = append(writes, stmt(s.d.CompleteJobs(o.Completed, processID, nowUS)))
+			}
+		}
+		if len(o.Others) > 0 {
+			writes = append(writes, stmt(s.d.SetJobs(StateRunning, processID, nowUS, setRows(o.Others, nowUS))))
+		}
+		if len(o.Pushes) > 0 {
+			st, err := s.pushBudgets(ctx, tx, c, o.Pushes)
+			if err != nil {
+				return err
+			}
+			writes = append(writes, st)
+		}
+		gives, queues, err := s.giveBack(ctx, tx, c, hs)
+		if err != nil {
+			return err
+		}
+		woke = queues
+		return pipeline(ctx, tx, append(writes, gives...), nil)
+	})
+	if err != nil {
+		return s.wrap(fmt.Errorf("finish jobs: %w", err))
+	}
+	s.Wake(woke...)
+	return nil
+}
+
+// pushBudgets locks the pushed budgets (in key order), reads c's time
+// after the locks, and moves each budget so that nothing is admitted
+// before now + Wait: its TAT to that time plus the tolerance, and its slot
+// cursor to that time. It returns the statement that saves them.
+func (s *Store) pushBudgets(ctx context.Context, tx Tx, c Clock, pushes []BudgetPush) (Stmt, error) {
+	byKey := map[string]BudgetPush{}
+	keys := make([]string, 0, len(pushes))
+	for _, p := range pushes {
+		if prev, ok := byKey[p.Key]; !ok || p.Wait > prev.Wait {
+			if !ok {
+				keys = append(keys, p.Key)
+			}
+			byKey[p.Key] = p
+		}
+	}
+	slices.Sort(keys)
+	budgets, at, err := s.lockBudgets(ctx, tx, keys, c)
+	if err != nil {
+		return Stmt{}, err
+	}
+	now := Nanos(at)
+	for _, k := range keys {
+		p, b := byKey[k], budgets[k]
+		b.prepare(p.Params, now)
+		until := now + p.Wait.Nanoseconds()
+		b.state.TAT = max(b.state.TAT, until+p.Params.Tolerance())
+		b.state.NextSlot = max(b.state.NextSlot, until)
+		b.dirty = true
+	}
+	st, _ := s.saveBudgets(budgets, Micros(at))
+	return st, nil
+}
+
+// Release puts jobs the process claimed but did not finish back to ready,
+// giving back the attempt their claim counted. A worker shutting down
+// calls it for the jobs still running when its timeout ran out.
+func (s *Store) Release(ctx context.Context, processID int64, c Clock, ids []int64) error {
+	now := c.Host()
+	ts := make([]Transition, len(ids))
+	for i, id := range ids {
+		ts[i] = Transition{ID: id, State: StateReady, RunAt: now, AttemptDelta: -1}
+	}
+	err := s.inTx(ctx, func(tx Tx) error {
+		if err := s.transition(ctx, tx, StateRunning, processID, Micros(now), ts); err != nil {
+			return err
+		}
+		return s.notify(ctx, tx, []string{"*"})
+	})
+	if err != nil {
+		return s.wrap(fmt.Errorf("release jobs: %w", err))
+	}
+	s.Wake("*")
+	return nil
+}
+
+// transition applies transitions to jobs in state from.
+func (s *Store) transition(ctx context.Context, tx Executor, from State, processID, now int64, ts []Transition) error {
+	if len(ts) == 0 {
+		return nil
+	}
+	q, args := s.d.SetJobs(from, processID, now, setRows(ts, now))
+	if _, err := exec(ctx, tx, q, args); err != nil {
+		return fmt.Errorf("move jobs from %s: %w", from, err)
+	}
+	return nil
+}
+
+// setRows turns transitions into SetJobs rows.
+func setRows(ts []Transition, now int64) []SetRow {
+	rows := make([]SetRow, len(ts))
+	for i, t := range ts {
+		rows[i] = SetRow{ID: t.ID, State: t.State, WaitKey: t.WaitKey, Error: t.Error, AttemptDelta: t.AttemptDelta}
+		if !t.RunAt.IsZero() {
+			rows[i].RunAt = Micros(t.RunAt)
+		}
+		if t.Finished {
+			rows[i].FinishedAt = now
+		}
+	}
+	return rows
+}
+
+// notify wakes listening workers for queues that gained ready jobs, on
+// databases that can.
+func (s *Store) notify(ctx context.Context, ex Executor, queues []string) error {
+	if len(queues) == 0 {
+		return nil
+	}
+	q, args := s.d.Notify(queues)
+	if q == "" {
+		return nil
+	}
+	if _, err := exec(ctx, ex, q, args); err != nil {
+		return fmt.Errorf("notify: %w", err)
+	}
+	return nil
+}

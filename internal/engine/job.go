@@ -1,0 +1,230 @@
+package engine
+
+import (
+	"fmt"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/sluicequeue/sluice/coalesce"
+)
+
+// State is where a job is in its life. Every job is in exactly one.
+type State string
+
+// The states a job moves through.
+const (
+	// StateReady jobs may be claimed now.
+	StateReady State = "ready"
+	// StateScheduled jobs wait for their run_at: a delayed enqueue, a
+	// retry's backoff, a snooze, or a rate limit's next check.
+	StateScheduled State = "scheduled"
+	// StateParked jobs wait on a rate-limit budget whose slots are handed
+	// out beyond the horizon; the dispatcher gives them slots in order as
+	// the horizon advances.
+	StateParked State = "parked"
+	// StateBlocked jobs wait for a concurrency slot of their key; the next
+	// slot given back goes to the first of them.
+	StateBlocked State = "blocked"
+	// StateRunning jobs are claimed by a live process.
+	StateRunning State = "running"
+	// StateCompleted jobs finished without error.
+	StateCompleted State = "completed"
+	// StateFailed jobs used up their attempts; they are kept with their
+	// last error until retried or cleaned.
+	StateFailed State = "failed"
+	// StateCancelled jobs were discarded by their handler or an operator.
+	StateCancelled State = "cancelled"
+)
+
+// States lists every state, in the order of a job's life.
+var States = []State{StateReady, StateScheduled, StateParked, StateBlocked, StateRunning, StateCompleted, StateFailed, StateCancelled}
+
+// ParseState checks a state's name.
+func ParseState(s string) (State, error) {
+	for _, st := range States {
+		if string(st) == s {
+			return st, nil
+		}
+	}
+	return "", fmt.Errorf("unknown job state %q (one of %s)", s, joinStates(States))
+}
+
+func joinStates(ss []State) string {
+	names := make([]string, len(ss))
+	for i, s := range ss {
+		names[i] = string(s)
+	}
+	return strings.Join(names, ", ")
+}
+
+// Micros converts a time to the stored form: microseconds since the Unix
+// epoch, rounded down.
+func Micros(t time.Time) int64 { return t.UnixMicro() }
+
+// FromMicros converts a stored time back, in UTC.
+func FromMicros(us int64) time.Time { return time.UnixMicro(us).UTC() }
+
+// Nanos converts a time to a budget's stored form: nanoseconds since the
+// Unix epoch.
+func Nanos(t time.Time) int64 { return t.UnixNano() }
+
+// FromNanos converts a budget's stored time back, in UTC.
+func FromNanos(ns int64) time.Time { return time.Unix(0, ns).UTC() }
+
+// microsAfter converts a budget's time (ns) to a job's (µs), rounding up:
+// a job told to come back at a slot never comes back before it.
+func microsAfter(ns int64) int64 {
+	us := ns / 1000
+	if ns%1000 > 0 {
+		us++
+	}
+	return us
+}
+
+// NewJob is a job to insert.
+type NewJob struct {
+	Kind        string
+	Queue       string
+	Priority    int
+	Args        []byte
+	MaxAttempts int
+	// RunAt is when the job may first run; the zero time means now, and
+	// a time not after now inserts the job ready.
+	RunAt time.Time
+	// RateKeys are the budgets the job draws on, each with its cost.
+	RateKeys []RateKey
+	// Conc is the job's concurrency limit, if its kind declares one.
+	Conc *Conc
+	// Coalesce is the job's coalescing rule, if its kind declares one.
+	Coalesce *Coalesce
+}
+
+// Coalesce is a job's coalescing rule and key: while a job holding Key is
+// pending, this one joins it instead of being inserted.
+type Coalesce struct {
+	Key  string
+	Rule coalesce.Spec
+}
+
+// Enqueued is what became of one enqueued job.
+type Enqueued struct {
+	// ID is the job's id: a new job's, or the pending job's it joined.
+	ID int64
+	// Joined is set when the call joined a pending job instead of adding
+	// one.
+	Joined bool
+	// State is the job's state after the enqueue: ready or scheduled, or
+	// blocked (no concurrency slot free), or cancelled (discarded by its
+	// concurrency limit).
+	State State
+}
+
+// Conc is a job's concurrency limit: at most To jobs of Key hold a slot
+// at once.
+type Conc struct {
+	Key      string
+	To       int
+	Duration time.Duration
+	// Discard finishes the job as cancelled when no slot is free, instead
+	// of blocking it.
+	Discard bool
+}
+
+// RateKey is one budget a job draws on.
+type RateKey struct {
+	Key  string
+	Cost int
+}
+
+// EncodeRateKeys packs a job's budgets into their stored form: one per
+// line, a cost above 1 after a tab.
+func EncodeRateKeys(keys []RateKey) string {
+	var b strings.Builder
+	for i, k := range keys {
+		if i > 0 {
+			b.WriteByte('\n')
+		}
+		b.WriteString(k.Key)
+		if k.Cost > 1 {
+			b.WriteByte('\t')
+			b.WriteString(strconv.Itoa(k.Cost))
+		}
+	}
+	return b.String()
+}
+
+// DecodeRateKeys reverses EncodeRateKeys.
+func DecodeRateKeys(s string) []RateKey {
+	if s == "" {
+		return nil
+	}
+	lines := strings.Split(s, "\n")
+	out := make([]RateKey, 0, len(lines))
+	for _, l := range lines {
+		k := RateKey{Key: l, Cost: 1}
+		if i := strings.LastIndexByte(l, '\t'); i >= 0 {
+			if c, err := strconv.Atoi(l[i+1:]); err == nil && c > 0 {
+				k = RateKey{Key: l[:i], Cost: c}
+			}
+		}
+		out = append(out, k)
+	}
+	return out
+}
+
+// Job is a stored job, as a claim returns it.
+type Job struct {
+	ID          int64
+	Kind        string
+	Queue       string
+	Priority    int
+	Args        []byte
+	Attempt     int
+	MaxAttempts int
+	CreatedAt   time.Time
+	RunAt       time.Time
+	RateKeys    []RateKey
+	// ConcKey is the job's concurrency key, and HoldsSlot whether it holds
+	// one of the key's slots.
+	ConcKey   string
+	HoldsSlot bool
+	// Calls counts the calls the job collected (1 for most jobs), and
+	// CallArgs holds every call's args, oldest first, when it is more
+	// than one; Args is the first.
+	Calls    int
+	CallArgs [][]byte
+	// WaitKey is the rate-limit budget the job waits on (scheduled or
+	// parked), or waited on until it became ready again; empty otherwise.
+	WaitKey string
+}
+
+// JobInfo is a stored job with everything an operator may want to see.
+type JobInfo struct {
+	Job
+	State       State
+	AttemptedAt time.Time
+	FinishedAt  time.Time
+	ProcessID   int64
+	LastError   string
+	// Conc is the job's concurrency limit, nil without one.
+	Conc *Conc
+}
+
+// Transition moves one job to a new state, as a handler's outcome or a
+// claim's deferral decides.
+type Transition struct {
+	ID    int64
+	State State
+	// RunAt is the new run time for scheduled jobs; zero keeps it.
+	RunAt time.Time
+	// WaitKey names the rate-limit budget a deferred job waits on.
+	WaitKey string
+	// Error is recorded as the job's last error; empty keeps the old one.
+	Error string
+	// AttemptDelta is added to the attempt count: -1 gives back the
+	// attempt a claim counted (snooze, release).
+	AttemptDelta int
+	// Finished stamps finished_at with the transition's time.
+	Finished bool
+}

@@ -1,0 +1,151 @@
+package engine_test
+
+import (
+	"context"
+	"fmt"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/sluicequeue/sluice/internal/engine"
+	"github.com/sluicequeue/sluice/internal/testdb"
+	"github.com/sluicequeue/sluice/ratelimit"
+)
+
+// TestOverlappingLimitsHoldAcrossClaimersWithoutDeadlock runs claimers on
+// their own connection pools over jobs that each draw on two budgets —
+// their account's and a shared one — locked in one global order: neither
+// bound is ever exceeded, and no claim deadlocks.
+func TestOverlappingLimitsHoldAcrossClaimersWithoutDeadlock(t *testing.T) {
+	for _, b := range testdb.Backends(t) {
+		t.Run(b.Name, func(t *testing.T) {
+			url := b.URL(t)
+			ctx := context.Background()
+			lim := limits{
+				"acct": spec(t, "acct", 4, 100*time.Millisecond, 2), // per account
+				"api":  spec(t, "api", 6, 100*time.Millisecond, 3),  // all accounts
+			}
+			open := testdb.Opener(t, url)
+			s := open()
+			_, err := s.MigrateUp(ctx, 0)
+			require.NoError(t, err)
+			const n = 120
+			jobs := make([]engine.NewJob, n)
+			for i := range jobs {
+				jobs[i] = job("k", "default", 0)
+				// Half list the shared budget first: the claim must lock in
+				// one global order whatever the order a job declares.
+				keys := []engine.RateKey{{Key: fmt.Sprintf("acct/%d", i%3), Cost: 1}, {Key: "api/global", Cost: 1}}
+				if i%2 == 0 {
+					keys[0], keys[1] = keys[1], keys[0]
+				}
+				jobs[i].RateKeys = keys
+			}
+			enqueue(t, s, time.Now(), jobs...)
+			var mu sync.Mutex
+			admitted := map[string][]time.Time{}
+			total := 0
+			var wg sync.WaitGroup
+			deadline := time.Now().Add(40 * time.Second)
+			for w := 0; w < 4; w++ {
+				cs := open()
+				pid := register(t, cs, time.Now())
+				wg.Add(1)
+				go func() {
+					defer wg.Done()
+					for time.Now().Before(deadline) {
+						mu.Lock()
+						done := total >= n
+						mu.Unlock()
+						if done {
+							return
+						}
+						if _, _, err := cs.Promote(ctx, engine.At(time.Now()), 100); !assertNoErr(t, err) {
+							return
+						}
+						if _, err := cs.Unpark(ctx, engine.At(time.Now()), 0, 10); !assertNoErr(t, err) {
+							return
+						}
+						res, err := cs.Claim(ctx, engine.ClaimParams{ProcessID: pid, Queues: []string{"default"}, Max: 5,
+							Clock: engine.DatabaseTime(time.Now), Limits: lim})
+						if !assertNoErr(t, err) {
+							return
+						}
+						mu.Lock()
+						for _, j := range res.Jobs {
+							for _, rk := range j.RateKeys {
+								admitted[rk.Key] = append(admitted[rk.Key], res.DecidedAt)
+							}
+						}
+						total += len(res.Jobs)
+						mu.Unlock()
+					}
+				}()
+			}
+			wg.Wait()
+			require.Equal(t, n, total, "every job was admitted, and no claimer stopped on an error")
+			require.LessOrEqual(t, ratelimit.BusiestWindow(admitted["api/global"], 100*time.Millisecond), 6)
+			for a := 0; a < 3; a++ {
+				require.LessOrEqual(t, ratelimit.BusiestWindow(admitted[fmt.Sprintf("acct/%d", a)], 100*time.Millisecond), 4)
+			}
+		})
+	}
+}
+
+// TestShadowModeRecordsTheDecisionsAnEnforcingRunMakes feeds one trace to
+// an enforcing limit and to the same limit in shadow mode: shadow runs
+// every job, and flags as would-defer exactly the jobs enforcement defers.
+func TestShadowModeRecordsTheDecisionsAnEnforcingRunMakes(t *testing.T) {
+	testdb.Each(t, func(t *testing.T, s *engine.Store) {
+		enforcing := limits{"e": spec(t, "e", 3, time.Second, 2)}
+		sh := spec(t, "s", 3, time.Second, 2)
+		sh.Shadow = true
+		shadow := limits{"s": sh}
+		pid := register(t, s, t0)
+		now := t0
+		arrivals := []int{4, 0, 1, 3, 0, 2, 5, 1, 0, 2}
+		for step, n := range arrivals {
+			var e, sj []engine.NewJob
+			for i := 0; i < n; i++ {
+				a, b := limited("k", "e/x"), limited("k", "s/x")
+				a.Queue, b.Queue = "enforcing", "shadow"
+				e, sj = append(e, a), append(sj, b)
+			}
+			if n > 0 {
+				enqueue(t, s, now, e...)
+				enqueue(t, s, now, sj...)
+			}
+			re := claimLimited(t, s, pid, now, 100, enforcing, time.Hour, "enforcing")
+			rs := claimLimited(t, s, pid, now, 100, shadow, time.Hour, "shadow")
+			require.Len(t, rs.Jobs, n, "step %d: shadow mode runs everything", step)
+			require.Empty(t, rs.Deferred)
+			require.Len(t, re.Jobs, n-len(re.Deferred))
+			require.Equal(t, len(re.Deferred), len(rs.Shadowed), "step %d: the same decisions", step)
+			now = now.Add(300 * time.Millisecond)
+		}
+		bs, err := s.ListBudgets(context.Background())
+		require.NoError(t, err)
+		require.Len(t, bs, 2)
+		require.Equal(t, bs[0].TAT, bs[1].TAT, "the shadow budget advanced exactly as the enforcing one")
+	})
+}
+
+func TestACostChargesSeveralTokens(t *testing.T) {
+	testdb.Each(t, func(t *testing.T, s *engine.Store) {
+		lim := limits{"bulk": spec(t, "bulk", 5, time.Second, 5)} // T = 1 s, 5 tokens at once
+		big := limited("k", "bulk/x")
+		big.RateKeys[0].Cost = 4
+		got := enqueue(t, s, t0, big, limited("k", "bulk/x"), limited("k", "bulk/x"))
+		pid := register(t, s, t0)
+		res := claimLimited(t, s, pid, t0, 10, lim, 0)
+		require.Equal(t, []int64{got[0], got[1]}, ids(res.Jobs), "4 tokens, then 1: the burst of 5 is spent")
+		require.Equal(t, at(time.Second), res.Deferred[0].Until)
+
+		_, err := s.Enqueue(context.Background(), nil, engine.At(t0), []engine.NewJob{{Kind: "k", Queue: "q", Args: []byte(`{}`), MaxAttempts: 1,
+			RateKeys: []engine.RateKey{{Key: "a\tb", Cost: 1}}}})
+
+		require.ErrorContains(t, err, "contains a tab")
+	})
+}

@@ -1,0 +1,133 @@
+package engine
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"slices"
+	"time"
+
+	"github.com/sluicequeue/sluice/ratelimit"
+)
+
+// Overflow is a budget a claim deferred a job on while more jobs were
+// ready, and what identifies the ready jobs that would wait on it too:
+// those of the same queue and kind that draw on exactly the same budgets,
+// at the same costs.
+type Overflow struct {
+	Queue    string
+	Kind     string
+	RateKeys string // as stored: EncodeRateKeys
+	// Key is the budget the jobs wait on.
+	Key string
+}
+
+func (res *ClaimResult) noteOverflow(o Overflow) {
+	if !slices.Contains(res.Overflows, o) {
+		res.Overflows = append(res.Overflows, o)
+	}
+}
+
+// DeferOverflow defers one batch of the ready jobs that a claim found would
+// wait on a budget, as a claim would defer them — each the next free slot
+// within the horizon, or parked past it — but in one set-based transaction
+// of its own instead of claim after claim: a flood of jobs on one tight
+// budget leaves the ready queue in a few statements, and each job still
+// moves once. It stops when the budget has room again (the claims admit
+// what comes next). It returns the jobs it deferred and the slots it
+// handed out: fewer jobs than batch when the flood is out of the way.
+// Callers repeat it, pausing between batches so that the claims around
+// them keep their pace.
+//
+// It never holds the budget while it works: it reads the budget, defers
+// the jobs, and moves the budget's slot cursor only if no claim moved it
+// meanwhile (a compare-and-set at the very end, so claims wait for it no
+// longer than its commit); if one did, it starts the batch again.
+func (s *Store) DeferOverflow(ctx context.Context, c Clock, o Overflow, horizon time.Duration, batch int) (int, []time.Time, error) {
+	if horizon <= 0 {
+		horizon = DefaultHorizon
+	}
+	if batch <= 0 {
+		batch = 1000
+	}
+	cost := 1
+	for _, rk := range DecodeRateKeys(o.RateKeys) {
+		if rk.Key == o.Key {
+			cost = rk.Cost
+		}
+	}
+	for range maxCursorRaces {
+		n, slots, err := s.deferOverflow(ctx, c, o, horizon, batch, cost)
+		if errors.Is(err, errCursorMoved) {
+			continue
+		}
+		if err != nil {
+			return 0, nil, s.wrap(fmt.Errorf("defer the overflow of %s: %w", o.Key, err))
+		}
+		return n, slots, nil
+	}
+	return 0, nil, nil // the claims are busy with the budget: leave it to them
+}
+
+// maxCursorRaces bounds the batches DeferOverflow starts again after a
+// claim moved the budget's cursor under it.
+const maxCursorRaces = 3
+
+var errCursorMoved = errors.New("the budget's slot cursor moved")
+
+func (s *Store) deferOverflow(ctx context.Context, c Clock, o Overflow, horizon time.Duration, batch, cost int) (int, []time.Time, error) {
+	var n int
+	var slots []time.Time
+	err := s.inTx(ctx, func(tx Tx) error {
+		n, slots = 0, nil
+		at, err := s.now(ctx, tx, c)
+		if err != nil {
+			return err
+		}
+		q, args := s.d.GetBudget(o.Key)
+		rows, err := queryBudgets(ctx, tx, q, args)
+		if err != nil || len(rows) == 0 {
+			return err
+		}
+		b := &budget{row: rows[0], state: ratelimit.State{TAT: rows[0].TAT, NextSlot: rows[0].NextSlot}}
+		p := b.params()
+		now := Nanos(at)
+		if p.Interval == 0 || !p.Fits(cost) {
+			return nil // never charged yet, or over its burst: the claims decide
+		}
+		ok, earliest := p.Check(b.state, now, cost)
+		if ok {
+			return nil // room again: the claims admit what comes next
+		}
+		q, args = s.d.LockReadyLike(o.Queue, o.Kind, o.RateKeys, batch)
+		ids, err := queryInt64s(ctx, tx, q, args)
+		if err != nil || len(ids) == 0 {
+			return err
+		}
+		from := b.state.NextSlot
+		until := now + horizon.Nanoseconds()
+		jobs := make([]SetRow, len(ids))
+		parked := 0
+		for i, id := range ids {
+			if slot, ok := slotFor(b, p, earliest, now, until, cost); ok {
+				jobs[i] = SetRow{ID: id, State: StateScheduled, RunAt: microsAfter(slot), WaitKey: o.Key}
+				slots = append(slots, FromNanos(slot))
+			} else {
+				jobs[i] = SetRow{ID: id, State: StateParked, WaitKey: o.Key}
+				parked++
+			}
+		}
+		var moved Result
+		q, args = s.d.MoveCursor(o.Key, from, b.state.NextSlot, parked)
+		err = pipeline(ctx, tx, []Stmt{stmt(s.d.SetJobs(StateReady, 0, Micros(at), jobs))}, nil)
+		if err == nil {
+			moved, err = exec(ctx, tx, q, args)
+		}
+		if err == nil && moved.RowsAffected != 1 {
+			err = errCursorMoved
+		}
+		n = len(ids)
+		return err
+	})
+	return n, slots, err
+}

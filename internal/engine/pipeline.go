@@ -1,0 +1,55 @@
+package engine
+
+import "context"
+
+// Stmt is one statement of a pipeline.
+type Stmt struct {
+	SQL  string
+	Args []any
+	// Rows is set for a statement whose rows the caller reads.
+	Rows bool
+}
+
+// Pipeliner is implemented by transactions that can send several
+// statements in one round trip (pgx's batches on PostgreSQL). The server
+// runs them in order, each after the one before has finished, so a
+// statement that reads the clock after one that takes locks reads it after
+// the locks.
+type Pipeliner interface {
+	Pipeline(ctx context.Context, stmts []Stmt, read func(i int, rows Rows) error) error
+}
+
+// pipeline runs stmts in order through ex, in one round trip where ex can,
+// calling read with the rows of each statement that has Rows set.
+func pipeline(ctx context.Context, ex Executor, stmts []Stmt, read func(i int, rows Rows) error) error {
+	if p, ok := ex.(Pipeliner); ok && len(stmts) > 1 {
+		return p.Pipeline(ctx, stmts, read)
+	}
+	for i, st := range stmts {
+		if !st.Rows {
+			if _, err := ex.Exec(ctx, st.SQL, st.Args...); err != nil {
+				return err
+			}
+			continue
+		}
+		rows, err := ex.Query(ctx, st.SQL, st.Args...)
+		if err != nil {
+			return err
+		}
+		err = read(i, rows)
+		rows.Close()
+		if err == nil {
+			err = rows.Err()
+		}
+		if err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// stmt makes a Stmt from a dialect method's result.
+func stmt(q string, args []any) Stmt { return Stmt{SQL: q, Args: args} }
+
+// query makes a Stmt whose rows are read.
+func query(q string, args []any) Stmt { return Stmt{SQL: q, Args: args, Rows: true} }

@@ -1,0 +1,175 @@
+package engine
+
+import (
+	"context"
+	"fmt"
+	"slices"
+	"time"
+)
+
+// Process describes a worker or dispatcher when it registers.
+type Process struct {
+	Kind     string // "worker" or "dispatcher"
+	Name     string
+	Hostname string
+	PID      int
+	Queues   string
+}
+
+// LostError is recorded on a job whose process stopped heartbeating while
+// it ran.
+const LostError = "process lost: its heartbeat expired while the job ran"
+
+// RegisterProcess records a live process and returns its id. Its start
+// and first heartbeat are stamped on c's time: the database's with
+// DatabaseTime, the clock every process's heartbeat is then compared with.
+func (s *Store) RegisterProcess(ctx context.Context, p Process, c Clock) (int64, error) {
+	now, err := s.now(ctx, s.db, c)
+	if err != nil {
+		return 0, s.wrap(fmt.Errorf("register process: %w", err))
+	}
+	row := ProcessRow{Kind: p.Kind, Name: p.Name, Hostname: p.Hostname, PID: p.PID, Queues: p.Queues, StartedAt: Micros(now), HeartbeatAt: Micros(now)}
+	q, args := s.d.InsertProcess(row)
+	if s.d.InsertReturnsIDs() {
+		ids, err := queryInt64s(ctx, s.db, q, args)
+		if err != nil {
+			return 0, s.wrap(fmt.Errorf("register process: %w", err))
+		}
+		if len(ids) != 1 {
+			return 0, fmt.Errorf("register process: got %d ids back", len(ids))
+		}
+		return ids[0], nil
+	}
+	res, err := exec(ctx, s.db, q, args)
+	if err != nil {
+		return 0, s.wrap(fmt.Errorf("register process: %w", err))
+	}
+	return res.LastInsertID, nil
+}
+
+// Heartbeat stamps a process as alive, on c's time. It reports false when
+// the process is no longer registered: another process found it dead and
+// released its jobs, so it must register again.
+func (s *Store) Heartbeat(ctx context.Context, id int64, c Clock) (bool, error) {
+	now, err := s.now(ctx, s.db, c)
+	if err != nil {
+		return false, s.wrap(fmt.Errorf("heartbeat: %w", err))
+	}
+	q, args := s.d.Heartbeat(id, Micros(now))
+	res, err := exec(ctx, s.db, q, args)
+	if err != nil {
+		return false, s.wrap(fmt.Errorf("heartbeat: %w", err))
+	}
+	return res.RowsAffected > 0, nil
+}
+
+// DeregisterProcess removes a process that stopped cleanly.
+func (s *Store) DeregisterProcess(ctx context.Context, id int64) error {
+	q, args := s.d.DeleteProcess(id)
+	if _, err := exec(ctx, s.db, q, args); err != nil {
+		return s.wrap(fmt.Errorf("deregister process: %w", err))
+	}
+	return nil
+}
+
+// ReapDeadProcesses finds processes whose heartbeat is older than
+// threshold, releases the jobs they were running back to ready (the lost
+// run counts as an attempt; a job with none left fails), and removes them.
+// Running jobs whose process row is gone are released the same way. It
+// returns how many jobs it released or failed.
+func (s *Store) ReapDeadProcesses(ctx context.Context, c Clock, threshold time.Duration) (int, error) {
+	released := 0
+	var queues, woke []string
+	err := s.inTx(ctx, func(tx Tx) error {
+		released, queues, woke = 0, nil, nil
+		now, err := s.now(ctx, tx, c)
+		if err != nil {
+			return err
+		}
+		nowUS := Micros(now)
+		q, args := s.d.LockDeadProcesses(Micros(now.Add(-threshold)), 100)
+		dead, err := queryInt64s(ctx, tx, q, args)
+		if err != nil {
+			return fmt.Errorf("find dead processes: %w", err)
+		}
+		q, args = s.d.LockOrphans(dead, 1000)
+		rows, err := tx.Query(ctx, q, args...)
+		if err != nil {
+			return fmt.Errorf("find lost jobs: %w", err)
+		}
+		var ts []Transition
+		gives := holders{} // a job that fails for good gives its slot back; one released keeps it
+		for rows.Next() {
+			var id int64
+			var queue string
+			var attempt, maxAttempts int
+			var concKey nullString
+			var holdsSlot bool
+			if err := rows.Scan(&id, &queue, &attempt, &maxAttempts, &concKey, &holdsSlot); err != nil {
+				rows.Close()
+				return err
+			}
+			t := Transition{ID: id, State: StateReady, RunAt: now, Error: LostError}
+			if attempt >= maxAttempts {
+				t = Transition{ID: id, State: StateFailed, Error: LostError, Finished: true}
+				if holdsSlot {
+					gives[id] = concKey.String
+				}
+			} else if !slices.Contains(queues, queue) {
+				queues = append(queues, queue)
+			}
+			ts = append(ts, t)
+		}
+		rows.Close()
+		if err := rows.Err(); err != nil {
+			return err
+		}
+		if err := s.transition(ctx, tx, StateRunning, 0, nowUS, ts); err != nil {
+			return err
+		}
+		released = len(ts)
+		if err := s.notify(ctx, tx, queues); err != nil {
+			return err
+		}
+		stmts, handed, err := s.giveBack(ctx, tx, At(now), gives)
+		if err != nil {
+			return err
+		}
+		woke = handed
+		if err := pipeline(ctx, tx, stmts, nil); err != nil {
+			return err
+		}
+		if len(dead) > 0 {
+			q, args := s.d.DeleteProcesses(dead)
+			if _, err := exec(ctx, tx, q, args); err != nil {
+				return fmt.Errorf("remove dead processes: %w", err)
+			}
+		}
+		return nil
+	})
+	if err != nil {
+		return 0, s.wrap(fmt.Errorf("reap dead processes: %w", err))
+	}
+	s.Wake(append(queues, woke...)...)
+	return released, nil
+}
+
+// ListProcesses returns the registered processes.
+func (s *Store) ListProcesses(ctx context.Context) ([]ProcessRow, error) {
+	rows, err := s.db.Query(ctx, s.d.ListProcesses())
+	if err != nil {
+		return nil, s.wrap(fmt.Errorf("list processes: %w", err))
+	}
+	defer rows.Close()
+	var out []ProcessRow
+	for rows.Next() {
+		var p ProcessRow
+		var name, host, queues nullString
+		if err := rows.Scan(&p.ID, &p.Kind, &name, &host, &p.PID, &queues, &p.StartedAt, &p.HeartbeatAt); err != nil {
+			return nil, err
+		}
+		p.Name, p.Hostname, p.Queues = name.String, host.String, queues.String
+		out = append(out, p)
+	}
+	return out, rows.Err()
+}

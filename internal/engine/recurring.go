@@ -1,0 +1,83 @@
+package engine
+
+import (
+	"context"
+	"fmt"
+	"time"
+)
+
+// RunTick runs one tick of a recurring task at most once however many
+// dispatchers try: in one transaction it records (task, runAt) unless it is
+// recorded already, and then calls enqueue with the transaction, whose job
+// commits with the record. It reports whether this call ran the tick. When
+// enqueue is nil the record alone is committed (for work that runs outside
+// the transaction).
+func (s *Store) RunTick(ctx context.Context, task string, runAt, now time.Time, enqueue func(ex Executor) (int64, error)) (bool, error) {
+	ran := false
+	err := s.inTx(ctx, func(tx Tx) error {
+		ran = false
+		q, args := s.d.InsertTick(task, Micros(runAt), Micros(now))
+		res, err := exec(ctx, tx, q, args)
+		if err != nil {
+			return err
+		}
+		if res.RowsAffected != 1 {
+			return nil // another dispatcher ran this tick
+		}
+		ran = true
+		if enqueue == nil {
+			return nil
+		}
+		id, err := enqueue(tx)
+		if err != nil {
+			return err
+		}
+		q, args = s.d.SetTickJob(task, Micros(runAt), id)
+		_, err = exec(ctx, tx, q, args)
+		return err
+	})
+	if err != nil {
+		return false, s.wrap(fmt.Errorf("recurring task %s at %s: %w", task, runAt.Format(time.RFC3339), err))
+	}
+	return ran, nil
+}
+
+// Tick is a recurring task's latest recorded tick.
+type Tick struct {
+	Task  string
+	RunAt time.Time
+	RanAt time.Time
+	// JobID is the job the tick enqueued; 0 for maintenance tasks.
+	JobID int64
+}
+
+// LastTicks returns each recurring task's latest recorded tick.
+func (s *Store) LastTicks(ctx context.Context) (map[string]Tick, error) {
+	rows, err := s.db.Query(ctx, s.d.LastTicks())
+	if err != nil {
+		return nil, s.wrap(fmt.Errorf("last ticks: %w", err))
+	}
+	defer rows.Close()
+	out := map[string]Tick{}
+	for rows.Next() {
+		var t Tick
+		var runAt, ranAt int64
+		var job nullInt64
+		if err := rows.Scan(&t.Task, &runAt, &ranAt, &job); err != nil {
+			return nil, err
+		}
+		t.RunAt, t.RanAt, t.JobID = FromMicros(runAt), FromMicros(ranAt), job.Int64
+		out[t.Task] = t
+	}
+	return out, rows.Err()
+}
+
+// DeleteTicks deletes the records of ticks older than before.
+func (s *Store) DeleteTicks(ctx context.Context, before time.Time) (int, error) {
+	q, args := s.d.DeleteTicks(Micros(before))
+	res, err := exec(ctx, s.db, q, args)
+	if err != nil {
+		return 0, s.wrap(fmt.Errorf("delete old ticks: %w", err))
+	}
+	return int(res.RowsAffected), nil
+}

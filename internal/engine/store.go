@@ -1,0 +1,118 @@
+// Package store is sluice's storage: the contract every database meets,
+// the migrations, and the one algorithm for enqueue, claim, deferral,
+// promotion and recovery that runs on all of them. The packages below it
+// (internal/driver/postgres, mysql, sqlite) supply only a Dialect (SQL
+// text and types) and a connection pool.
+package engine
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync/atomic"
+)
+
+// ErrPendingMigrations is returned when the database's schema is missing
+// or older than this version of sluice needs. Run `sluice migrate up`.
+var ErrPendingMigrations = errors.New("sluice: the database schema is missing or out of date (pending migrations; run `sluice migrate up`)")
+
+// Store runs sluice's operations against one database.
+type Store struct {
+	d        Dialect
+	db       DB
+	schemaOK atomic.Bool
+	wake     wakeHub
+	// DeleteOnComplete deletes jobs when they complete instead of keeping
+	// them for inspection. Defaults to false.
+	DeleteOnComplete bool
+}
+
+// New returns a store over db speaking d.
+func New(d Dialect, db DB) *Store { return &Store{d: d, db: db} }
+
+// Dialect returns the store's dialect.
+func (s *Store) Dialect() Dialect { return s.d }
+
+// DB returns the store's pool.
+func (s *Store) DB() DB { return s.db }
+
+// Close closes the pool.
+func (s *Store) Close() error { return s.db.Close() }
+
+// maxRetries bounds how many times a transaction that hit a deadlock or a
+// serialization failure is run again.
+const maxRetries = 5
+
+// inTx runs fn in a transaction, committing if it returns nil. A deadlock
+// or serialization failure runs it again, up to maxRetries times, so fn
+// must start from fresh inputs on every call: whatever it computed or
+// changed in a failed attempt is rolled back in the database and must not
+// survive in Go either. Public operations pass its error through wrap.
+func (s *Store) inTx(ctx context.Context, fn func(tx Tx) error) error {
+	var err error
+	for attempt := 0; attempt < maxRetries; attempt++ {
+		err = s.tryTx(ctx, fn)
+		if err == nil || !s.retryable(err) || ctx.Err() != nil {
+			break
+		}
+	}
+	return err
+}
+
+// Retryable is implemented by errors that say the whole transaction may
+// simply run again, as a deadlock or a serialization failure does: a
+// pool wrapper's own errors (a test's injected failures) use it to be
+// treated as the database's would.
+type Retryable interface {
+	Retryable() bool
+}
+
+// retryable reports whether err lets a transaction run again.
+func (s *Store) retryable(err error) bool {
+	var r Retryable
+	return s.d.IsRetryable(err) || errors.As(err, &r) && r.Retryable()
+}
+
+func (s *Store) tryTx(ctx context.Context, fn func(tx Tx) error) error {
+	tx, err := s.db.Begin(ctx)
+	if err != nil {
+		return err
+	}
+	if err := fn(tx); err != nil {
+		_ = tx.Rollback(context.WithoutCancel(ctx))
+		return err
+	}
+	return tx.Commit(ctx)
+}
+
+// wrap turns "no such table" into ErrPendingMigrations.
+func (s *Store) wrap(err error) error {
+	if err != nil && s.d.IsUndefinedTable(err) {
+		s.schemaOK.Store(false)
+		return fmt.Errorf("%w: %v", ErrPendingMigrations, err)
+	}
+	return err
+}
+
+// exec runs one statement built by the dialect.
+func exec(ctx context.Context, ex Executor, q string, args []any) (Result, error) {
+	return ex.Exec(ctx, q, args...)
+}
+
+// queryInt64s runs a statement returning one int64 column.
+func queryInt64s(ctx context.Context, ex Executor, q string, args []any) ([]int64, error) {
+	rows, err := ex.Query(ctx, q, args...)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	var out []int64
+	for rows.Next() {
+		var v int64
+		if err := rows.Scan(&v); err != nil {
+			return nil, err
+		}
+		out = append(out, v)
+	}
+	return out, rows.Err()
+}

@@ -1,0 +1,103 @@
+package engine
+
+import (
+	"bytes"
+	"errors"
+	"fmt"
+	"math"
+	"time"
+	"unicode/utf8"
+
+	"github.com/sluicequeue/sluice/internal/keys"
+)
+
+// MaxRunAt is the latest time a job may be scheduled for: the end of the
+// year 9999. Later times do not fit the stored microseconds on every
+// database (and past the year 294246 not in an int64 at all).
+var MaxRunAt = time.Date(9999, 12, 31, 23, 59, 59, 999999000, time.UTC)
+
+// ArgsLimiter is implemented by dialects whose server caps the size of one
+// statement, and so the args one job may carry (MySQL's
+// max_allowed_packet).
+type ArgsLimiter interface {
+	// MaxArgsBytes is the largest encoded args one job may carry; 0 means
+	// the server sets no cap below sluice's own.
+	MaxArgsBytes() int
+}
+
+// MaxArgsBytes returns the largest encoded args one job may carry on s, or
+// 0 when the database sets no cap below sluice's own.
+func MaxArgsBytes(s *Store) int {
+	if l, ok := s.d.(ArgsLimiter); ok {
+		return max(l.MaxArgsBytes(), 0)
+	}
+	return 0
+}
+
+// CheckKey refuses a key or a name that cannot be stored alike on every
+// database (see keys.Check: 1 to 255 bytes of valid UTF-8 without control
+// characters). what names it in the error ("rate-limit key", "queue"); a
+// key that is too long wraps ErrKeyTooLong.
+func CheckKey(what, key string) error {
+	err := keys.Check(what, key)
+	if err != nil && errors.Is(err, keys.ErrTooLong) {
+		return tooLong{err}
+	}
+	return err
+}
+
+// tooLong adds ErrKeyTooLong to a keys error without changing its text.
+type tooLong struct{ error }
+
+func (e tooLong) Unwrap() []error { return []error{e.error, ErrKeyTooLong} }
+
+// validate refuses a job that the database would refuse, or store other
+// than given: the last line behind the checks of package jobs.
+func (s *Store) validate(j NewJob) error {
+	if err := CheckKey("kind", j.Kind); err != nil {
+		return err
+	}
+	if err := CheckKey("queue", j.Queue); err != nil {
+		return err
+	}
+	switch {
+	case j.Priority < math.MinInt32 || j.Priority > math.MaxInt32:
+		return fmt.Errorf("priority %d is out of range: it must fit 32 bits (%d to %d)", j.Priority, math.MinInt32, math.MaxInt32)
+	case j.MaxAttempts < 0 || j.MaxAttempts > math.MaxInt32:
+		return fmt.Errorf("max attempts %d is out of range: it must fit 32 bits (at most %d)", j.MaxAttempts, math.MaxInt32)
+	case j.RunAt.After(MaxRunAt):
+		return fmt.Errorf("run at %s is out of range: it must not be after %s", j.RunAt.UTC().Format(time.RFC3339), MaxRunAt.Format(time.RFC3339))
+	case j.Conc != nil && (j.Conc.To < 1 || j.Conc.To > math.MaxInt32):
+		return fmt.Errorf("concurrency limit %d is out of range: it must be between 1 and %d", j.Conc.To, math.MaxInt32)
+	}
+	return s.checkArgs(j.Args)
+}
+
+// checkArgs refuses args the database would refuse or change: bytes that
+// are not valid UTF-8, a NUL byte (PostgreSQL's text refuses it), or more
+// than the server carries in one statement.
+func (s *Store) checkArgs(args []byte) error {
+	if !utf8.Valid(args) {
+		return fmt.Errorf("args are not valid UTF-8 (at byte %d)", invalidAt(args))
+	}
+	if i := bytes.IndexByte(args, 0); i >= 0 {
+		return fmt.Errorf("args hold a NUL byte (at byte %d)", i)
+	}
+	if m := MaxArgsBytes(s); m > 0 && len(args) > m {
+		return fmt.Errorf("args are %d bytes; the %s server carries at most %d bytes of args in one job", len(args), s.d.Name(), m)
+	}
+	return nil
+}
+
+// invalidAt returns the offset of the first byte of b that does not start
+// a valid UTF-8 sequence.
+func invalidAt(b []byte) int {
+	for i := 0; i < len(b); {
+		r, n := utf8.DecodeRune(b[i:])
+		if r == utf8.RuneError && n == 1 {
+			return i
+		}
+		i += n
+	}
+	return len(b)
+}

@@ -1,0 +1,102 @@
+package engine
+
+import (
+	"context"
+	"log/slog"
+	"slices"
+	"sync"
+	"time"
+)
+
+// Channel is the notification channel that carries the names of queues
+// that gained ready jobs ("*" for any), on databases that have one.
+const Channel = "sluice_ready"
+
+// wakeHub fans wake-ups out to the workers that share a store: from this
+// process's enqueues at once, and from other processes' through the
+// database's notifications where it has them (PostgreSQL).
+type wakeHub struct {
+	mu     sync.Mutex
+	subs   map[*subscriber]struct{}
+	cancel context.CancelFunc
+}
+
+type subscriber struct {
+	queues []string
+	ch     chan struct{}
+}
+
+func (s *subscriber) wants(queue string) bool {
+	return queue == "*" || slices.Contains(s.queues, queue)
+}
+
+// Subscribe returns a channel that receives a signal (coalesced) whenever
+// one of queues may have gained ready jobs, and a function that ends the
+// subscription. The first subscriber starts listening for the database's
+// notifications; the last one to leave stops it.
+func (s *Store) Subscribe(queues []string) (<-chan struct{}, func()) {
+	sub := &subscriber{queues: slices.Clone(queues), ch: make(chan struct{}, 1)}
+	h := &s.wake
+	h.mu.Lock()
+	if h.subs == nil {
+		h.subs = map[*subscriber]struct{}{}
+	}
+	h.subs[sub] = struct{}{}
+	if l, ok := s.db.(Listener); ok && h.cancel == nil {
+		ctx, cancel := context.WithCancel(context.Background())
+		h.cancel = cancel
+		go s.listen(ctx, l)
+	}
+	h.mu.Unlock()
+	var once sync.Once
+	return sub.ch, func() {
+		once.Do(func() {
+			h.mu.Lock()
+			defer h.mu.Unlock()
+			delete(h.subs, sub)
+			if len(h.subs) == 0 && h.cancel != nil {
+				h.cancel()
+				h.cancel = nil
+			}
+		})
+	}
+}
+
+// Wake signals the subscribers of each queue ("*" wakes all).
+func (s *Store) Wake(queues ...string) {
+	h := &s.wake
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	for sub := range h.subs {
+		for _, q := range queues {
+			if sub.wants(q) {
+				select {
+				case sub.ch <- struct{}{}:
+				default:
+				}
+				break
+			}
+		}
+	}
+}
+
+// listen relays the database's notifications until ctx ends, reconnecting
+// with a growing pause after a failure.
+func (s *Store) listen(ctx context.Context, l Listener) {
+	pause := time.Second
+	for ctx.Err() == nil {
+		err := l.Listen(ctx, Channel, func(queue string) { s.Wake(queue) })
+		if ctx.Err() != nil {
+			return
+		}
+		slog.Warn("sluice: notifications lost; workers poll until they return", "err", err, "retry_in", pause)
+		// A notification may have been missed while the connection was down.
+		s.Wake("*")
+		select {
+		case <-ctx.Done():
+			return
+		case <-time.After(pause):
+		}
+		pause = min(pause*2, 30*time.Second)
+	}
+}
