@@ -30,6 +30,7 @@ import (
 	"github.com/sluicequeue/sluice/dispatcher"
 	"github.com/sluicequeue/sluice/internal/engine"
 	"github.com/sluicequeue/sluice/jobs"
+	"github.com/sluicequeue/sluice/store"
 	"github.com/sluicequeue/sluice/store/dburl"
 )
 
@@ -280,20 +281,26 @@ func (e *Env) open(ctx context.Context, fs *flag.FlagSet, url *string, args []st
 	if err := Parse(fs, args); err != nil {
 		return nil, err
 	}
-	return OpenChecked(ctx, *url)
+	return openChecked(ctx, *url)
 }
 
-// Open opens the store at url.
-func Open(ctx context.Context, url string) (*engine.Store, error) {
-	s, err := dburl.Open(ctx, url)
+// openChecked is OpenChecked for the commands that read and change the
+// database through sluice's engine.
+func openChecked(ctx context.Context, url string) (*engine.Store, error) {
+	s, err := OpenChecked(ctx, url)
 	if err != nil {
 		return nil, err
 	}
-	return s, nil
+	return engine.From(s), nil
+}
+
+// Open opens the store at url.
+func Open(ctx context.Context, url string) (*store.Store, error) {
+	return store.Open(ctx, url)
 }
 
 // OpenChecked opens the store at url and checks that it is migrated.
-func OpenChecked(ctx context.Context, url string) (*engine.Store, error) {
+func OpenChecked(ctx context.Context, url string) (*store.Store, error) {
 	s, err := Open(ctx, url)
 	if err != nil {
 		return nil, err

@@ -64,7 +64,7 @@ func TestOperatorCommandsEndToEnd(t *testing.T) {
 			defer s.Close()
 			reg := jobs.NewRegistry()
 			require.NoError(t, jobs.Declare[ping](reg))
-			c := jobs.NewClient(s, reg, jobs.ClientConfig{})
+			c := jobs.NewClient(testdb.Public(s), reg, jobs.ClientConfig{})
 			ids, err := c.EnqueueMany(context.Background(), []jobs.Item{{Args: ping{1}}, {Args: ping{2}}, {Args: ping{3}, Options: []jobs.EnqueueOption{jobs.Queue("mail")}}})
 			require.NoError(t, err)
 
@@ -196,10 +196,10 @@ func TestStatsShowBudgetsAndRecurringListsTasks(t *testing.T) {
 			reg := jobs.NewRegistry()
 			require.NoError(t, jobs.Register(reg, func(context.Context, *jobs.Job[ping]) error { return nil },
 				jobs.RateLimit(ratelimit.Limit[ping]{To: 1, Per: time.Hour, Key: "global"})))
-			c := jobs.NewClient(s, reg, jobs.ClientConfig{})
+			c := jobs.NewClient(testdb.Public(s), reg, jobs.ClientConfig{})
 			_, err = c.EnqueueMany(ctx, []jobs.Item{{Args: ping{1}}, {Args: ping{2}}})
 			require.NoError(t, err)
-			w, err := jobs.NewWorker(s, reg, jobs.WorkerConfig{Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
+			w, err := jobs.NewWorker(testdb.Public(s), reg, jobs.WorkerConfig{Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
 			require.NoError(t, err)
 			res, err := w.Drain(ctx)
 			require.NoError(t, err)

@@ -108,7 +108,7 @@ func runJobs(ctx context.Context, env *Env, args []string) error {
 	if *limit < 1 {
 		return Usagef("--limit must be at least 1")
 	}
-	s, err := OpenChecked(ctx, *url)
+	s, err := openChecked(ctx, *url)
 	if err != nil {
 		return err
 	}
@@ -221,7 +221,7 @@ func operateJobs(ctx context.Context, env *Env, fs *flag.FlagSet, url *string, a
 	if err != nil {
 		return err
 	}
-	s, err := OpenChecked(ctx, *url)
+	s, err := openChecked(ctx, *url)
 	if err != nil {
 		return err
 	}

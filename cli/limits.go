@@ -44,7 +44,7 @@ func runLimits(ctx context.Context, env *Env, args []string) error {
 	default:
 		return Usagef("unknown limits action %q: use list, set or clear", verb)
 	}
-	s, err := OpenChecked(ctx, *url)
+	s, err := openChecked(ctx, *url)
 	if err != nil {
 		return err
 	}

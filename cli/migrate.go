@@ -8,8 +8,8 @@ import (
 	"strings"
 	"text/tabwriter"
 
+	"github.com/sluicequeue/sluice/internal/driver"
 	"github.com/sluicequeue/sluice/internal/engine"
-	"github.com/sluicequeue/sluice/store/dburl"
 )
 
 const migrateUsage = "migrate up [--to VERSION] | down [N] | status | sql --dialect D [--down]"
@@ -153,10 +153,11 @@ func migrateSQL(env *Env, args []string) error {
 	if *dialect == "" {
 		return Usagef("--dialect is required: postgres, mysql or sqlite")
 	}
-	d, err := dburl.Dialect(*dialect)
+	b, err := driver.ByName(*dialect)
 	if err != nil {
 		return Usagef("%v", err)
 	}
+	d := b.Dialect
 	ms, err := engine.LoadMigrations(d.Migrations())
 	if err != nil {
 		return err

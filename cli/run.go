@@ -11,8 +11,8 @@ import (
 	"time"
 
 	"github.com/sluicequeue/sluice/dispatcher"
-	"github.com/sluicequeue/sluice/internal/engine"
 	"github.com/sluicequeue/sluice/jobs"
+	"github.com/sluicequeue/sluice/store"
 )
 
 // logFlag adds --log-level to fs.
@@ -160,7 +160,7 @@ func configFlag(fs *flag.FlagSet) *string {
 
 // dispatcher builds the app's dispatcher: its tasks declared in code and
 // those of the config file, if any.
-func (e *Env) dispatcher(s *engine.Store, configPath string, cfg dispatcher.Config) (*dispatcher.Dispatcher, error) {
+func (e *Env) dispatcher(s *store.Store, configPath string, cfg dispatcher.Config) (*dispatcher.Dispatcher, error) {
 	cfg.Tasks = append(cfg.Tasks, e.App.Tasks...)
 	if configPath != "" {
 		f, err := os.Open(configPath)
@@ -188,7 +188,10 @@ func runRecurring(ctx context.Context, env *Env, args []string) error {
 	fs, url := env.FlagSet("recurring", "recurring [--config FILE] [--json] [flags]")
 	config := configFlag(fs)
 	asJSON := fs.Bool("json", false, "print JSON for scripts")
-	s, err := env.open(ctx, fs, url, args)
+	if err := Parse(fs, args); err != nil {
+		return err
+	}
+	s, err := OpenChecked(ctx, *url)
 	if err != nil {
 		return err
 	}

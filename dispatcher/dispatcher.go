@@ -17,6 +17,7 @@ import (
 	"github.com/sluicequeue/sluice/internal/engine"
 	"github.com/sluicequeue/sluice/internal/heartbeat"
 	"github.com/sluicequeue/sluice/jobs"
+	"github.com/sluicequeue/sluice/store"
 )
 
 // Defaults.
@@ -81,7 +82,8 @@ type Dispatcher struct {
 // Interval or HeartbeatInterval under jobs.MinInterval, a DeadAfter shorter
 // than jobs.DeadAfterHeartbeats × HeartbeatInterval, and, naming the task,
 // when a recurring task is invalid (a bad schedule, a missing key or args).
-func New(s *engine.Store, cfg Config) (*Dispatcher, error) {
+func New(pub *store.Store, cfg Config) (*Dispatcher, error) {
+	s := engine.From(pub)
 	if cfg.BatchSize < 0 {
 		return nil, fmt.Errorf("dispatcher: New: BatchSize is %d; it must be positive, or 0 for the default (%d)", cfg.BatchSize, DefaultBatchSize)
 	}

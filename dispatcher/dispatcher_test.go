@@ -166,7 +166,7 @@ func TestIdleBudgetsAreClearedHourlyUnlessTurnedOff(t *testing.T) {
 // newDispatcher makes a dispatcher, failing the test on an error.
 func newDispatcher(t testing.TB, s *engine.Store, cfg dispatcher.Config) *dispatcher.Dispatcher {
 	t.Helper()
-	d, err := dispatcher.New(s, cfg)
+	d, err := dispatcher.New(testdb.Public(s), cfg)
 	if err != nil {
 		t.Fatal(err)
 	}

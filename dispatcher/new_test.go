@@ -9,14 +9,14 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/sluicequeue/sluice/dispatcher"
-	"github.com/sluicequeue/sluice/internal/driver/sqlite"
 	"github.com/sluicequeue/sluice/jobs"
+	"github.com/sluicequeue/sluice/store"
 )
 
 // New refuses settings that would hammer the database or reap live
 // processes, naming the field and its value; zero still means the default.
 func TestNewRefusesNonsenseSettings(t *testing.T) {
-	s, err := sqlite.Open(context.Background(), filepath.Join(t.TempDir(), "d.db"), sqlite.Options{})
+	s, err := store.Open(context.Background(), "sqlite:"+filepath.Join(t.TempDir(), "d.db"))
 	require.NoError(t, err)
 	t.Cleanup(func() { _ = s.Close() })
 	newDispatcher := func(cfg dispatcher.Config) error {

@@ -38,7 +38,7 @@ func reports(t *testing.T, s *engine.Store) []*engine.JobInfo {
 func TestSeveralDispatchersEnqueueEachTickOnce(t *testing.T) {
 	testdb.Each(t, func(t *testing.T, s *engine.Store) {
 		c := clock.NewFake(t0) // 12:00
-		client := jobs.NewClient(s, registry(t), jobs.ClientConfig{Clock: c})
+		client := jobs.NewClient(testdb.Public(s), registry(t), jobs.ClientConfig{Clock: c})
 		cfg := dispatcher.Config{Clock: c, Logger: quiet(), Client: client, Tasks: []dispatcher.Task{
 			{Key: "every-10m", Schedule: "*/10 * * * *", Args: report{Period: "10m"}},
 			{Key: "hourly", Schedule: "@hourly", Args: report{Period: "1h"}, Options: []jobs.EnqueueOption{jobs.Priority(2)}},
@@ -88,7 +88,7 @@ func TestARestartMidHourNeitherLosesNorRepeatsATick(t *testing.T) {
 	testdb.Each(t, func(t *testing.T, s *engine.Store) {
 		ctx := context.Background()
 		c := clock.NewFake(t0) // 12:00
-		client := jobs.NewClient(s, registry(t), jobs.ClientConfig{Clock: c})
+		client := jobs.NewClient(testdb.Public(s), registry(t), jobs.ClientConfig{Clock: c})
 		cfg := dispatcher.Config{Clock: c, Logger: quiet(), Client: client,
 			Tasks: []dispatcher.Task{{Key: "hourly", Schedule: "0 * * * *", Args: report{}}}}
 		step := func(d *dispatcher.Dispatcher, to time.Duration) {
@@ -131,7 +131,7 @@ func TestTicksMissedWhileNoDispatcherRanAreNotReplayed(t *testing.T) {
 	testdb.Each(t, func(t *testing.T, s *engine.Store) {
 		ctx := context.Background()
 		c := clock.NewFake(t0)
-		client := jobs.NewClient(s, registry(t), jobs.ClientConfig{Clock: c})
+		client := jobs.NewClient(testdb.Public(s), registry(t), jobs.ClientConfig{Clock: c})
 		d := newDispatcher(t, s, dispatcher.Config{Clock: c, Logger: quiet(), Client: client,
 			Tasks: []dispatcher.Task{{Key: "every-minute", Schedule: "@every 1m", Args: report{}}}})
 		c.Advance(10 * time.Minute) // ten ticks pass with no tick run
@@ -143,7 +143,7 @@ func TestTicksMissedWhileNoDispatcherRanAreNotReplayed(t *testing.T) {
 
 func TestInvalidTasksFailAtStartNamingTheTask(t *testing.T) {
 	s := testdb.Backends(t)[0].Open(t)
-	client := jobs.NewClient(s, registry(t), jobs.ClientConfig{})
+	client := jobs.NewClient(testdb.Public(s), registry(t), jobs.ClientConfig{})
 	for _, c := range []struct {
 		task dispatcher.Task
 		want string
@@ -153,13 +153,13 @@ func TestInvalidTasksFailAtStartNamingTheTask(t *testing.T) {
 		{dispatcher.Task{Schedule: "@hourly", Args: report{}}, "a recurring task has no Key"},
 		{dispatcher.Task{Key: "x", Schedule: "@hourly"}, "recurring task x has no Args"},
 	} {
-		_, err := dispatcher.New(s, dispatcher.Config{Client: client, Tasks: []dispatcher.Task{c.task}})
+		_, err := dispatcher.New(testdb.Public(s), dispatcher.Config{Client: client, Tasks: []dispatcher.Task{c.task}})
 		require.ErrorContains(t, err, c.want)
 	}
-	_, err := dispatcher.New(s, dispatcher.Config{Client: client, Tasks: []dispatcher.Task{
+	_, err := dispatcher.New(testdb.Public(s), dispatcher.Config{Client: client, Tasks: []dispatcher.Task{
 		{Key: "a", Schedule: "@hourly", Args: report{}}, {Key: "a", Schedule: "@daily", Args: report{}}}})
 	require.ErrorContains(t, err, "recurring task a is declared twice")
-	_, err = dispatcher.New(s, dispatcher.Config{Maintenance: dispatcher.Maintenance{ClearFinishedJobs: dispatcher.MaintenanceTask{Schedule: "whenever"}}})
+	_, err = dispatcher.New(testdb.Public(s), dispatcher.Config{Maintenance: dispatcher.Maintenance{ClearFinishedJobs: dispatcher.MaintenanceTask{Schedule: "whenever"}}})
 	require.ErrorContains(t, err, `built-in task sluice.clear_finished_jobs: schedule "whenever"`)
 }
 

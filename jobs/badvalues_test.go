@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"github.com/sluicequeue/sluice/internal/testdb"
 	"math"
 	"strings"
 	"sync"
@@ -149,7 +150,7 @@ func TestAResultTheDatabaseRefusesFailsAloneOnEveryDatabase(t *testing.T) {
 		require.NoError(t, err)
 
 		refusing := engine.New(h.store.Dialect(), refuser{DB: h.store.DB(), marker: "REFUSE ME"})
-		w, err := jobs.NewWorker(refusing, h.reg, jobs.WorkerConfig{Concurrency: n, Clock: h.clock, Logger: quiet()})
+		w, err := jobs.NewWorker(testdb.Public(refusing), h.reg, jobs.WorkerConfig{Concurrency: n, Clock: h.clock, Logger: quiet()})
 		require.NoError(t, err)
 		_, err = w.Drain(context.Background())
 		require.NoError(t, err)
@@ -325,7 +326,7 @@ func TestEnqueueRefusesNumbersAndTimesThatWouldWrap(t *testing.T) {
 			require.ErrorContains(t, err, c.want)
 		}
 		// A delay that lands after the year 9999.
-		late := jobs.NewClient(h.store, h.reg, jobs.ClientConfig{Clock: clock.NewFake(time.Date(9999, 12, 31, 0, 0, 0, 0, time.UTC))})
+		late := jobs.NewClient(testdb.Public(h.store), h.reg, jobs.ClientConfig{Clock: clock.NewFake(time.Date(9999, 12, 31, 0, 0, 0, 0, time.UTC))})
 		_, err := late.Enqueue(ctx, email{}, jobs.Delay(48*time.Hour))
 		require.ErrorContains(t, err, "the run time 10000-01-02T00:00:00Z is after 9999-12-31T23:59:59Z")
 		st, err := h.store.Stats(ctx)
@@ -442,7 +443,7 @@ func TestArgsOverTheServersPacketAreRefusedOnMySQL(t *testing.T) {
 				mu.Unlock()
 				return nil
 			}))
-			c := jobs.NewClient(s, reg, jobs.ClientConfig{MaxArgsBytes: 4 * packet})
+			c := jobs.NewClient(testdb.Public(s), reg, jobs.ClientConfig{MaxArgsBytes: 4 * packet})
 
 			// {"S":"\"\"…"}: 8 bytes and two per quote, each of which the
 			// driver escapes again.
@@ -459,7 +460,7 @@ func TestArgsOverTheServersPacketAreRefusedOnMySQL(t *testing.T) {
 			_, err = c.EnqueueMany(ctx, []jobs.Item{{Args: third}, {Args: third}, {Args: third}})
 			require.NoError(t, err)
 
-			w, err := jobs.NewWorker(s, reg, jobs.WorkerConfig{Concurrency: 4, Logger: quiet()})
+			w, err := jobs.NewWorker(testdb.Public(s), reg, jobs.WorkerConfig{Concurrency: 4, Logger: quiet()})
 			require.NoError(t, err)
 			res, err := w.Drain(ctx)
 			require.NoError(t, err)

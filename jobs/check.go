@@ -13,6 +13,7 @@ import (
 
 	"github.com/sluicequeue/sluice/internal/engine"
 	"github.com/sluicequeue/sluice/ratelimit"
+	"github.com/sluicequeue/sluice/store"
 )
 
 // Severity says whether a finding stops a deploy.
@@ -61,7 +62,8 @@ const (
 // Check validates a registry against a database at start-up, as
 // `sluice check` does. Errors should stop a deploy; warnings name
 // declarations that are probably not what was meant.
-func Check(ctx context.Context, r *Registry, s *engine.Store) ([]Finding, error) {
+func Check(ctx context.Context, r *Registry, pub *store.Store) ([]Finding, error) {
+	s := engine.From(pub)
 	var out []Finding
 	add := func(code string, sev Severity, format string, args ...any) {
 		out = append(out, Finding{Code: code, Severity: sev, Message: fmt.Sprintf(format, args...)})

@@ -14,6 +14,7 @@ import (
 	"github.com/sluicequeue/sluice/clock"
 	"github.com/sluicequeue/sluice/internal/engine"
 	"github.com/sluicequeue/sluice/internal/keys"
+	"github.com/sluicequeue/sluice/store"
 )
 
 // DefaultMaxArgsBytes is the largest encoded args an enqueue accepts.
@@ -54,6 +55,7 @@ type EnqueueEvent struct {
 
 // Client enqueues jobs. It is safe for concurrent use.
 type Client struct {
+	pub       *store.Store
 	store     *engine.Store
 	reg       *Registry
 	clock     clock.Clock
@@ -62,15 +64,15 @@ type Client struct {
 }
 
 // NewClient returns a client that enqueues into s the kinds reg knows.
-func NewClient(s *engine.Store, reg *Registry, cfg ClientConfig) *Client {
+func NewClient(s *store.Store, reg *Registry, cfg ClientConfig) *Client {
 	if cfg.MaxArgsBytes <= 0 {
 		cfg.MaxArgsBytes = DefaultMaxArgsBytes
 	}
-	return &Client{store: s, reg: reg, clock: clock.OrSystem(cfg.Clock), maxArgs: cfg.MaxArgsBytes, onEnqueue: cfg.OnEnqueue}
+	return &Client{pub: s, store: engine.From(s), reg: reg, clock: clock.OrSystem(cfg.Clock), maxArgs: cfg.MaxArgsBytes, onEnqueue: cfg.OnEnqueue}
 }
 
 // Store returns the client's store.
-func (c *Client) Store() *engine.Store { return c.store }
+func (c *Client) Store() *store.Store { return c.pub }
 
 // Enqueued is what became of one enqueued job: its id (a new job's, or the
 // pending job's it joined), whether it joined one, and its state.

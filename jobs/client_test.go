@@ -3,6 +3,7 @@ package jobs_test
 import (
 	"context"
 	"database/sql"
+	"github.com/sluicequeue/sluice/internal/testdb"
 	"strconv"
 	"strings"
 	"testing"
@@ -50,7 +51,7 @@ func TestEnqueueRefusesBadInputBeforeWriting(t *testing.T) {
 		require.ErrorContains(t, err, `"email"`)
 
 		require.NoError(t, jobs.Declare[email](h.reg))
-		small := jobs.NewClient(h.store, h.reg, jobs.ClientConfig{Clock: h.clock, MaxArgsBytes: 64})
+		small := jobs.NewClient(testdb.Public(h.store), h.reg, jobs.ClientConfig{Clock: h.clock, MaxArgsBytes: 64})
 		_, err = small.Enqueue(ctx, email{Subject: strings.Repeat("x", 100)})
 		require.ErrorIs(t, err, jobs.ErrArgsTooLarge)
 		require.ErrorContains(t, err, "122 bytes encoded, the cap is 64")

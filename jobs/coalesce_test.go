@@ -225,7 +225,7 @@ func TestConcurrentEnqueuersShareOnePendingJobAndLoseNoCall(t *testing.T) {
 			ids := map[int64]int{}
 			var wg sync.WaitGroup
 			for c := 0; c < callers; c++ {
-				client := jobs.NewClient(open(), reg, jobs.ClientConfig{})
+				client := jobs.NewClient(testdb.Public(open()), reg, jobs.ClientConfig{})
 				wg.Add(1)
 				go func(c int) {
 					defer wg.Done()
@@ -242,7 +242,7 @@ func TestConcurrentEnqueuersShareOnePendingJobAndLoseNoCall(t *testing.T) {
 			}
 			wg.Wait()
 			require.Len(t, ids, 1, "exactly one pending job")
-			w, err := jobs.NewWorker(s, reg, jobs.WorkerConfig{Logger: quiet(), Clock: clock.System()})
+			w, err := jobs.NewWorker(testdb.Public(s), reg, jobs.WorkerConfig{Logger: quiet(), Clock: clock.System()})
 			require.NoError(t, err)
 			res, err := w.Drain(context.Background())
 			require.NoError(t, err)

@@ -94,12 +94,12 @@ func TestNoMoreThanToJobsOfAKeyRunAtOnce(t *testing.T) {
 					}
 				}
 			}
-			_, err = jobs.NewClient(s, reg, jobs.ClientConfig{}).EnqueueMany(context.Background(), items)
+			_, err = jobs.NewClient(testdb.Public(s), reg, jobs.ClientConfig{}).EnqueueMany(context.Background(), items)
 			require.NoError(t, err)
 			ctx, cancel := context.WithCancel(context.Background())
 			var wg sync.WaitGroup
 			for i := 0; i < 3; i++ {
-				w, err := jobs.NewWorker(open(), reg, jobs.WorkerConfig{Concurrency: 6, PollInterval: 10 * time.Millisecond, Logger: quiet()})
+				w, err := jobs.NewWorker(testdb.Public(open()), reg, jobs.WorkerConfig{Concurrency: 6, PollInterval: 10 * time.Millisecond, Logger: quiet()})
 				require.NoError(t, err)
 				wg.Add(1)
 				go func() { defer wg.Done(); _ = w.Run(ctx) }()

@@ -8,9 +8,9 @@ import (
 	"time"
 
 	"github.com/sluicequeue/sluice/clock"
-	"github.com/sluicequeue/sluice/internal/driver/sqlite"
 	"github.com/sluicequeue/sluice/jobs"
 	"github.com/sluicequeue/sluice/ratelimit"
+	"github.com/sluicequeue/sluice/store"
 )
 
 // SendWelcome is a job's args: a struct with a Kind.
@@ -24,7 +24,7 @@ func Example() {
 	ctx := context.Background()
 	dir, _ := os.MkdirTemp("", "sluice-example")
 	defer os.RemoveAll(dir)
-	s, _ := sqlite.Open(ctx, filepath.Join(dir, "jobs.db"), sqlite.Options{})
+	s, _ := store.Open(ctx, "sqlite:"+filepath.Join(dir, "jobs.db"))
 	defer s.Close()
 	_, _ = s.MigrateUp(ctx, 0)
 
@@ -56,7 +56,7 @@ func ExampleRateLimit() {
 	ctx := context.Background()
 	dir, _ := os.MkdirTemp("", "sluice-example")
 	defer os.RemoveAll(dir)
-	s, _ := sqlite.Open(ctx, filepath.Join(dir, "jobs.db"), sqlite.Options{})
+	s, _ := store.Open(ctx, "sqlite:"+filepath.Join(dir, "jobs.db"))
 	defer s.Close()
 	_, _ = s.MigrateUp(ctx, 0)
 	clk := clock.NewFake(time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC))

@@ -46,7 +46,7 @@ func each(t *testing.T, fn func(t *testing.T, h *harness)) {
 	testdb.Each(t, func(t *testing.T, s *engine.Store) {
 		c := clock.NewFake(t0)
 		reg := jobs.NewRegistry()
-		fn(t, &harness{t: t, store: s, clock: c, reg: reg, client: jobs.NewClient(s, reg, jobs.ClientConfig{Clock: c})})
+		fn(t, &harness{t: t, store: s, clock: c, reg: reg, client: jobs.NewClient(testdb.Public(s), reg, jobs.ClientConfig{Clock: c})})
 	})
 }
 
@@ -58,7 +58,7 @@ func (h *harness) worker(cfg jobs.WorkerConfig) *jobs.Worker {
 	if cfg.Logger == nil {
 		cfg.Logger = quiet()
 	}
-	w, err := jobs.NewWorker(h.store, h.reg, cfg)
+	w, err := jobs.NewWorker(testdb.Public(h.store), h.reg, cfg)
 	require.NoError(h.t, err)
 	return w
 }
@@ -131,7 +131,7 @@ func assertNoErr(t *testing.T, err error) bool {
 // newDispatcher makes a dispatcher, failing the test on an error.
 func newDispatcher(t testing.TB, s *engine.Store, cfg dispatcher.Config) *dispatcher.Dispatcher {
 	t.Helper()
-	d, err := dispatcher.New(s, cfg)
+	d, err := dispatcher.New(testdb.Public(s), cfg)
 	if err != nil {
 		t.Fatal(err)
 	}

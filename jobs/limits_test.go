@@ -2,6 +2,7 @@ package jobs_test
 
 import (
 	"context"
+	"github.com/sluicequeue/sluice/internal/testdb"
 	"net/http"
 	"strings"
 	"testing"
@@ -234,7 +235,7 @@ func TestCheckReportsEachFinding(t *testing.T) {
 		require.NoError(t, h.store.SetOverride(ctx, engine.Override{Target: "Stirpe/global", To: 1, Per: time.Second}, t0))
 		require.NoError(t, h.store.SetOverride(ctx, engine.Override{Target: "Stripe/Account/7", To: 1, Per: time.Second}, t0))
 
-		findings, err := jobs.Check(ctx, h.reg, h.store)
+		findings, err := jobs.Check(ctx, h.reg, testdb.Public(h.store))
 		require.NoError(t, err)
 		var got []string
 		for _, f := range findings {
@@ -253,7 +254,7 @@ func TestCheckReportsEachFinding(t *testing.T) {
 			jobs.RateLimit(ratelimit.Limit[sms]{To: 30, Per: time.Second, Key: "global"}),
 			jobs.RateLimit(ratelimit.Limit[sms]{To: 300, Per: time.Second, Burst: 2, Group: "fast", Key: "global"}),
 			jobs.RateLimit(ratelimit.Limit[sms]{To: 20, Per: time.Second, Key: "x", Group: "fine"})))
-		findings, err = jobs.Check(ctx, h.reg, h.store)
+		findings, err = jobs.Check(ctx, h.reg, testdb.Public(h.store))
 		require.NoError(t, err)
 		got = nil
 		for _, f := range findings {
@@ -271,7 +272,7 @@ func TestCheckReportsPendingMigrations(t *testing.T) {
 	for _, b := range backends(t) {
 		t.Run(b.Name, func(t *testing.T) {
 			s := b.OpenRaw(t)
-			findings, err := jobs.Check(context.Background(), jobs.NewRegistry(), s)
+			findings, err := jobs.Check(context.Background(), jobs.NewRegistry(), testdb.Public(s))
 			require.NoError(t, err)
 			require.Len(t, findings, 1)
 			require.Equal(t, "E001", findings[0].Code)

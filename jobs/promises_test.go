@@ -68,14 +68,14 @@ func TestAWorkerAheadOfTheDatabaseDecidesOnItsClock(t *testing.T) {
 		reg := jobs.NewRegistry()
 		require.NoError(t, jobs.Register(reg, func(context.Context, *jobs.Job[noop]) error { return nil },
 			jobs.RateLimit(ratelimit.Limit[noop]{To: 1, Per: 10 * time.Second, Key: "global"})))
-		client := jobs.NewClient(s, reg, jobs.ClientConfig{Clock: host})
+		client := jobs.NewClient(testdb.Public(s), reg, jobs.ClientConfig{Clock: host})
 		for range 2 {
 			_, err := client.Enqueue(context.Background(), noop{})
 			require.NoError(t, err)
 		}
 		var decided []time.Time
 		var deferred []jobs.DeferEvent
-		w, err := jobs.NewWorker(s, reg, jobs.WorkerConfig{Clock: host, DatabaseClock: true, Logger: quiet(),
+		w, err := jobs.NewWorker(testdb.Public(s), reg, jobs.WorkerConfig{Clock: host, DatabaseClock: true, Logger: quiet(),
 			Hooks: jobs.Hooks{
 				OnClaim: func(e jobs.ClaimEvent) { decided = append(decided, e.DecidedAt) },
 				OnDefer: func(e jobs.DeferEvent) { deferred = append(deferred, e) },

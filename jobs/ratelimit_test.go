@@ -245,13 +245,13 @@ func TestConcurrentWorkersKeepTheLimitExactlyAndDrainAtItsRate(t *testing.T) {
 			for i := range items {
 				items[i] = jobs.Item{Args: keyed{}}
 			}
-			_, err = jobs.NewClient(s, reg, jobs.ClientConfig{}).EnqueueMany(context.Background(), items)
+			_, err = jobs.NewClient(testdb.Public(s), reg, jobs.ClientConfig{}).EnqueueMany(context.Background(), items)
 			require.NoError(t, err)
 
 			ctx, cancel := context.WithCancel(context.Background())
 			var wg sync.WaitGroup
 			for i := 0; i < 3; i++ {
-				w, err := jobs.NewWorker(open(), reg, jobs.WorkerConfig{Concurrency: 5, PollInterval: 20 * time.Millisecond, Logger: quiet(),
+				w, err := jobs.NewWorker(testdb.Public(open()), reg, jobs.WorkerConfig{Concurrency: 5, PollInterval: 20 * time.Millisecond, Logger: quiet(),
 					Hooks: jobs.Hooks{OnClaim: func(e jobs.ClaimEvent) {
 						mu.Lock()
 						for n := 0; n < e.Claimed; n++ {
@@ -289,10 +289,10 @@ func TestNoLimitsRegisteredMeansThePlainClaim(t *testing.T) {
 		reg := jobs.NewRegistry()
 		require.NoError(t, jobs.Register(reg, ok))
 		c := clock.NewFake(t0)
-		client := jobs.NewClient(rs, reg, jobs.ClientConfig{Clock: c})
+		client := jobs.NewClient(testdb.Public(rs), reg, jobs.ClientConfig{Clock: c})
 		_, err := client.Enqueue(context.Background(), noop{})
 		require.NoError(t, err)
-		w, err := jobs.NewWorker(rs, reg, jobs.WorkerConfig{Clock: c, Logger: quiet()})
+		w, err := jobs.NewWorker(testdb.Public(rs), reg, jobs.WorkerConfig{Clock: c, Logger: quiet()})
 		require.NoError(t, err)
 		rec.Take()
 		res, err := w.Drain(context.Background())

@@ -15,6 +15,7 @@ import (
 	"github.com/sluicequeue/sluice/internal/engine"
 	"github.com/sluicequeue/sluice/internal/heartbeat"
 	"github.com/sluicequeue/sluice/internal/keys"
+	"github.com/sluicequeue/sluice/store"
 )
 
 // Worker defaults.
@@ -163,10 +164,11 @@ type runningJob struct {
 // count or duration (but JobTimeout, where negative means none), a
 // PollInterval, HeartbeatInterval or OverrideRefresh under MinInterval,
 // and a DeadAfter shorter than DeadAfterHeartbeats × HeartbeatInterval.
-func NewWorker(s *engine.Store, reg *Registry, cfg WorkerConfig) (*Worker, error) {
-	if s == nil || reg == nil {
+func NewWorker(pub *store.Store, reg *Registry, cfg WorkerConfig) (*Worker, error) {
+	if pub == nil || reg == nil {
 		return nil, errors.New("jobs: NewWorker needs a store and a registry")
 	}
+	s := engine.From(pub)
 	if len(cfg.Queues) == 0 {
 		cfg.Queues = []string{DefaultQueue}
 	}

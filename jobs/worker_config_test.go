@@ -8,14 +8,14 @@ import (
 
 	"github.com/stretchr/testify/require"
 
-	"github.com/sluicequeue/sluice/internal/driver/sqlite"
 	"github.com/sluicequeue/sluice/jobs"
+	"github.com/sluicequeue/sluice/store"
 )
 
 // NewWorker refuses settings that would hammer the database or run jobs
 // twice, naming the field and its value; zero still means the default.
 func TestNewWorkerRefusesNonsenseSettings(t *testing.T) {
-	s, err := sqlite.Open(context.Background(), filepath.Join(t.TempDir(), "w.db"), sqlite.Options{})
+	s, err := store.Open(context.Background(), "sqlite:"+filepath.Join(t.TempDir(), "w.db"))
 	require.NoError(t, err)
 	t.Cleanup(func() { _ = s.Close() })
 	reg := jobs.NewRegistry()

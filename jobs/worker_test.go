@@ -288,7 +288,7 @@ func TestWorkerRefusesPendingMigrations(t *testing.T) {
 	for _, b := range testdb.Backends(t) {
 		t.Run(b.Name, func(t *testing.T) {
 			s := b.OpenRaw(t)
-			w, err := jobs.NewWorker(s, jobs.NewRegistry(), jobs.WorkerConfig{Logger: quiet()})
+			w, err := jobs.NewWorker(testdb.Public(s), jobs.NewRegistry(), jobs.WorkerConfig{Logger: quiet()})
 			require.NoError(t, err)
 			require.ErrorIs(t, w.Run(context.Background()), engine.ErrPendingMigrations)
 		})

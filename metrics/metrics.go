@@ -22,6 +22,7 @@ import (
 	"github.com/sluicequeue/sluice/clock"
 	"github.com/sluicequeue/sluice/internal/engine"
 	"github.com/sluicequeue/sluice/jobs"
+	"github.com/sluicequeue/sluice/store"
 )
 
 // Config configures the metrics. The zero value is usable.
@@ -59,7 +60,8 @@ type Metrics struct {
 }
 
 // New returns the metrics of the jobs in s.
-func New(s *engine.Store, cfg Config) *Metrics {
+func New(pub *store.Store, cfg Config) *Metrics {
+	s := engine.From(pub)
 	if cfg.Namespace == "" {
 		cfg.Namespace = "sluice"
 	}

@@ -40,7 +40,7 @@ func TestMetricsCountAndScrape(t *testing.T) {
 		ctx := context.Background()
 		t0 := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
 		c := clock.NewFake(t0)
-		m := metrics.New(s, metrics.Config{Clock: c})
+		m := metrics.New(testdb.Public(s), metrics.Config{Clock: c})
 		reg := prometheus.NewRegistry()
 		require.NoError(t, reg.Register(m))
 
@@ -55,7 +55,7 @@ func TestMetricsCountAndScrape(t *testing.T) {
 		}, jobs.ConcurrencyLimit(concurrency.Limit[ping]{Key: "one"})))
 		require.NoError(t, jobs.Register(jr, func(context.Context, *jobs.Job[refresh]) error { return nil },
 			jobs.Coalesce(coalesce.Rule[refresh]{Key: func(r refresh) any { return r.Shop }}), jobs.Queue("other")))
-		client := jobs.NewClient(s, jr, jobs.ClientConfig{Clock: c, OnEnqueue: m.OnEnqueue})
+		client := jobs.NewClient(testdb.Public(s), jr, jobs.ClientConfig{Clock: c, OnEnqueue: m.OnEnqueue})
 		for _, a := range []jobs.Args{charge{}, charge{}, ping{N: 1}, ping{N: 0}, refresh{Shop: 1}, refresh{Shop: 1}} {
 			_, err := client.Enqueue(ctx, a)
 			require.NoError(t, err)
@@ -78,7 +78,7 @@ sluice_oldest_waiting_job_age_seconds{queue="default",throttled="true"} 60
 sluice_oldest_waiting_job_age_seconds{queue="other",throttled="false"} 60
 `), "sluice_oldest_waiting_job_age_seconds"))
 
-		w, err := jobs.NewWorker(s, jr, jobs.WorkerConfig{Clock: c, Hooks: m.Hooks(), Logger: slog.New(slog.NewTextHandler(io.Discard, nil)),
+		w, err := jobs.NewWorker(testdb.Public(s), jr, jobs.WorkerConfig{Clock: c, Hooks: m.Hooks(), Logger: slog.New(slog.NewTextHandler(io.Discard, nil)),
 			Queues: []string{"default", "other"}})
 		require.NoError(t, err)
 		_, err = w.Drain(ctx)

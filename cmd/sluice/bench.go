@@ -16,6 +16,7 @@ import (
 	"github.com/sluicequeue/sluice/internal/engine"
 	"github.com/sluicequeue/sluice/jobs"
 	"github.com/sluicequeue/sluice/ratelimit"
+	"github.com/sluicequeue/sluice/store"
 )
 
 const (
@@ -174,8 +175,11 @@ func (f *benchFlags) check(set map[string]bool) error {
 // bench is the benchmark's state: the flags and the parent's store, and,
 // per run, the registry the run declares and what its handlers saw.
 type bench struct {
-	env   *cli.Env
-	f     benchFlags
+	env *cli.Env
+	f   benchFlags
+	// pub is the store as workers and clients take it; store is the
+	// engine behind it, which the bench reads and resets directly.
+	pub   *store.Store
 	store *engine.Store
 	quiet *slog.Logger
 
@@ -200,7 +204,7 @@ func newBench(ctx context.Context, env *cli.Env, f benchFlags) (*bench, error) {
 		_ = s.Close()
 		return nil, err
 	}
-	b.store = s
+	b.pub, b.store = s, engine.From(s)
 	// The flags' own kinds: bench_limited when --rate is given.
 	if err := b.configure(kindsConfig{rate: f.rate, burst: f.burst}, f.rate != ""); err != nil {
 		_ = s.Close()
@@ -214,13 +218,12 @@ func newBench(ctx context.Context, env *cli.Env, f benchFlags) (*bench, error) {
 }
 
 // open opens a connection pool of the bench's own.
-func (b *bench) open(ctx context.Context) (*engine.Store, error) {
-	s, err := cli.Open(ctx, b.f.url)
-	if err != nil {
-		return nil, err
+func (b *bench) open(ctx context.Context) (*store.Store, error) {
+	var opts []store.Option
+	if b.f.deleteDone {
+		opts = append(opts, store.DeleteOnComplete())
 	}
-	s.DeleteOnComplete = b.f.deleteDone
-	return s, nil
+	return store.Open(ctx, b.f.url, opts...)
 }
 
 // configure starts a run: the kinds it declares (the workers, in this
@@ -240,7 +243,7 @@ func (b *bench) configure(kc kindsConfig, dispatch bool) error {
 		to, per, _ := parseRate(kc.rate)
 		b.limit = &ratelimit.Limit[benchLimited]{To: to, Per: per, Burst: kc.burst}
 	}
-	b.client = jobs.NewClient(b.store, b.reg, jobs.ClientConfig{})
+	b.client = jobs.NewClient(b.pub, b.reg, jobs.ClientConfig{})
 	return nil
 }
 

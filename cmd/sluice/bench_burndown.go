@@ -48,7 +48,7 @@ func (b *bench) burn(ctx context.Context, n int, item func(int) jobs.Item, k kin
 	if err := b.analyze(ctx); err != nil {
 		return 0, err
 	}
-	began, stop, err := b.startWorkers(ctx, b.store, false)
+	began, stop, err := b.startWorkers(ctx, b.pub, false)
 	if err != nil {
 		return 0, err
 	}
@@ -94,7 +94,7 @@ func (b *bench) continuous(ctx context.Context) error {
 			}
 		}()
 	}
-	began, stop, err := b.startWorkers(ctx, b.store, false)
+	began, stop, err := b.startWorkers(ctx, b.pub, false)
 	if err != nil {
 		cancel()
 		wg.Wait()

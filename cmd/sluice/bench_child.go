@@ -12,6 +12,7 @@ import (
 
 	"github.com/sluicequeue/sluice/cli"
 	"github.com/sluicequeue/sluice/jobs"
+	"github.com/sluicequeue/sluice/store"
 )
 
 // benchWorkerCmd is the hidden command `sluice bench --procs N` starts N
@@ -40,12 +41,15 @@ func runBenchWorker(ctx context.Context, env *cli.Env, args []string) error {
 	if err := cli.Parse(fs, args); err != nil {
 		return err
 	}
-	s, err := cli.Open(ctx, *url)
+	var opts []store.Option
+	if *deleteDone {
+		opts = append(opts, store.DeleteOnComplete())
+	}
+	s, err := store.Open(ctx, *url, opts...)
 	if err != nil {
 		return err
 	}
 	defer s.Close()
-	s.DeleteOnComplete = *deleteDone
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	go func() { _, _ = io.Copy(io.Discard, os.Stdin); cancel() }() // the bench is gone

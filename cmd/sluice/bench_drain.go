@@ -159,7 +159,7 @@ func (b *bench) drainOne(ctx context.Context, i int, l drainLimit) (drainResult,
 	if err := b.analyze(ctx); err != nil {
 		return r, err
 	}
-	began, stop, err := b.startWorkers(ctx, b.store, true)
+	began, stop, err := b.startWorkers(ctx, b.pub, true)
 	if err != nil {
 		return r, err
 	}

@@ -135,7 +135,7 @@ func (b *bench) floodLatency(ctx context.Context, round int, flood bool) (lightR
 	if err := b.analyze(ctx); err != nil {
 		return lightRun{}, err
 	}
-	ws := b.store
+	ws := b.pub
 	if b.f.procs == 0 {
 		var err error
 		if ws, err = b.open(ctx); err != nil {

@@ -23,7 +23,7 @@ const (
 // each took from enqueue to its handler's start.
 func (b *bench) latency(ctx context.Context) error {
 	b.say("bench: enqueue-to-start latency on %s, one job every 20ms for 10s, %s", b.store.Dialect().Name(), b.where())
-	ws := b.store
+	ws := b.pub
 	if b.f.procs == 0 {
 		var err error
 		if ws, err = b.open(ctx); err != nil {

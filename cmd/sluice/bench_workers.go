@@ -12,6 +12,7 @@ import (
 	"github.com/sluicequeue/sluice/dispatcher"
 	"github.com/sluicequeue/sluice/internal/engine"
 	"github.com/sluicequeue/sluice/jobs"
+	"github.com/sluicequeue/sluice/store"
 )
 
 // settle is how long registered workers get to start listening (LISTEN on
@@ -30,7 +31,7 @@ const stallAfter = time.Minute
 // no job is touched before the time it returns. Runs with --procs are
 // always gated. Otherwise the workers start at once and the time returned
 // is the moment before (how in-process runs have always been timed).
-func (b *bench) startWorkers(ctx context.Context, s *engine.Store, gated bool) (began time.Time, stop func(), err error) {
+func (b *bench) startWorkers(ctx context.Context, s *store.Store, gated bool) (began time.Time, stop func(), err error) {
 	gated = gated || b.f.procs > 0
 	if gated {
 		if err := b.store.PauseQueue(ctx, benchQueue, time.Now()); err != nil {
@@ -72,7 +73,7 @@ func (b *bench) startWorkers(ctx context.Context, s *engine.Store, gated bool) (
 	if b.dispatch {
 		ds := s
 		if kids != nil {
-			ds = b.store
+			ds = b.pub
 		}
 		d, err := dispatcher.New(ds, dispatcher.Config{Interval: b.f.dispInterval, Logger: b.quiet})
 		must(err)

@@ -22,9 +22,9 @@ import (
 
 	"github.com/sluicequeue/sluice/dispatcher"
 	"github.com/sluicequeue/sluice/examples/internal/recipe"
-	"github.com/sluicequeue/sluice/internal/engine"
 	"github.com/sluicequeue/sluice/jobs"
 	"github.com/sluicequeue/sluice/ratelimit"
+	"github.com/sluicequeue/sluice/store"
 )
 
 // SendWebhook delivers one webhook.
@@ -39,7 +39,7 @@ var limit = ratelimit.Limit[SendWebhook]{To: 10, Per: time.Second, Key: "global"
 // run works a backlog under the limit with the given burst, big enough to
 // last the given number of seconds, and returns the time each claim was
 // decided at: what the limit counts.
-func run(ctx context.Context, s *engine.Store, burst, seconds int) ([]time.Time, error) {
+func run(ctx context.Context, s *store.Store, burst, seconds int) ([]time.Time, error) {
 	reg := jobs.NewRegistry()
 	lim := limit
 	lim.Burst = burst

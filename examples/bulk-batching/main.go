@@ -17,9 +17,9 @@ import (
 
 	"github.com/sluicequeue/sluice/coalesce"
 	"github.com/sluicequeue/sluice/examples/internal/recipe"
-	"github.com/sluicequeue/sluice/internal/engine"
 	"github.com/sluicequeue/sluice/jobs"
 	"github.com/sluicequeue/sluice/ratelimit"
+	"github.com/sluicequeue/sluice/store"
 )
 
 // PushInventory pushes one SKU's stock level to a shop.
@@ -38,7 +38,7 @@ var limit = ratelimit.Limit[PushInventory]{To: 10, Per: time.Minute, Burst: 2, K
 
 // run pushes 5 SKUs a second for a minute and returns the size of each bulk
 // request and how many calls still wait.
-func run(ctx context.Context, s *engine.Store) (sizes []int, sent int, err error) {
+func run(ctx context.Context, s *store.Store) (sizes []int, sent int, err error) {
 	reg, l := jobs.NewRegistry(), recipe.NewLog()
 	err = jobs.RegisterCalls(reg, func(ctx context.Context, j *jobs.Job[PushInventory], calls []PushInventory) error {
 		l.Admit("shop")

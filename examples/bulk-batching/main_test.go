@@ -6,12 +6,12 @@ import (
 
 	"github.com/stretchr/testify/require"
 
-	"github.com/sluicequeue/sluice/internal/engine"
 	"github.com/sluicequeue/sluice/internal/testdb"
+	"github.com/sluicequeue/sluice/store"
 )
 
 func TestBulkCallsBatchWhileTheyWait(t *testing.T) {
-	testdb.Each(t, func(t *testing.T, s *engine.Store) {
+	testdb.EachPublic(t, func(t *testing.T, s *store.Store) {
 		sizes, sent, err := run(context.Background(), s)
 		require.NoError(t, err)
 		require.Equal(t, 300, sent)

@@ -15,9 +15,9 @@ import (
 	"time"
 
 	"github.com/sluicequeue/sluice/examples/internal/recipe"
-	"github.com/sluicequeue/sluice/internal/engine"
 	"github.com/sluicequeue/sluice/jobs"
 	"github.com/sluicequeue/sluice/ratelimit"
+	"github.com/sluicequeue/sluice/store"
 )
 
 // GeocodeAddress geocodes one address.
@@ -31,7 +31,7 @@ var limit = ratelimit.Limit[GeocodeAddress]{To: 1, Per: 5 * time.Second, Key: "g
 
 // run works 20 jobs for a minute of fake time and returns the gaps
 // between consecutive claims.
-func run(ctx context.Context, s *engine.Store) ([]time.Duration, error) {
+func run(ctx context.Context, s *store.Store) ([]time.Duration, error) {
 	reg, l := jobs.NewRegistry(), recipe.NewLog()
 	err := jobs.Register(reg, func(ctx context.Context, j *jobs.Job[GeocodeAddress]) error {
 		l.Admit("geocode_address/global") // call the geocoder here

@@ -7,12 +7,12 @@ import (
 
 	"github.com/stretchr/testify/require"
 
-	"github.com/sluicequeue/sluice/internal/engine"
 	"github.com/sluicequeue/sluice/internal/testdb"
+	"github.com/sluicequeue/sluice/store"
 )
 
 func TestFixedGap(t *testing.T) {
-	testdb.Each(t, func(t *testing.T, s *engine.Store) {
+	testdb.EachPublic(t, func(t *testing.T, s *store.Store) {
 		gaps, err := run(context.Background(), s)
 		require.NoError(t, err)
 		require.Len(t, gaps, 12, "13 claims in 60 s of fake time, at 0, 5, …, 60 s")

@@ -23,9 +23,9 @@ import (
 	"github.com/sluicequeue/sluice/concurrency"
 	"github.com/sluicequeue/sluice/dispatcher"
 	"github.com/sluicequeue/sluice/examples/internal/recipe"
-	"github.com/sluicequeue/sluice/internal/engine"
 	"github.com/sluicequeue/sluice/jobs"
 	"github.com/sluicequeue/sluice/ratelimit"
+	"github.com/sluicequeue/sluice/store"
 )
 
 // SyncStripeAccount syncs one account.
@@ -54,7 +54,7 @@ type report struct {
 // run enqueues jobsPerAccount syncs for each of accounts accounts, each
 // taking work, and works them with two workers and a dispatcher until all
 // are done.
-func run(ctx context.Context, s *engine.Store, accounts, jobsPerAccount int, work time.Duration) (report, error) {
+func run(ctx context.Context, s *store.Store, accounts, jobsPerAccount int, work time.Duration) (report, error) {
 	var mu sync.Mutex
 	running, most := map[int64]int{}, map[int64]int{}
 	var starts []time.Time

@@ -7,12 +7,12 @@ import (
 
 	"github.com/stretchr/testify/require"
 
-	"github.com/sluicequeue/sluice/internal/engine"
 	"github.com/sluicequeue/sluice/internal/testdb"
+	"github.com/sluicequeue/sluice/store"
 )
 
 func TestOneAtATimePerAccountUnderOneQuota(t *testing.T) {
-	testdb.Each(t, func(t *testing.T, s *engine.Store) {
+	testdb.EachPublic(t, func(t *testing.T, s *store.Store) {
 		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 		defer cancel()
 		r, err := run(ctx, s, 3, 3, 30*time.Millisecond)

@@ -20,9 +20,9 @@ import (
 	"github.com/sluicequeue/sluice/coalesce"
 	"github.com/sluicequeue/sluice/concurrency"
 	"github.com/sluicequeue/sluice/examples/internal/recipe"
-	"github.com/sluicequeue/sluice/internal/engine"
 	"github.com/sluicequeue/sluice/jobs"
 	"github.com/sluicequeue/sluice/ratelimit"
+	"github.com/sluicequeue/sluice/store"
 )
 
 // SyncShopProducts pulls one shop's catalogue.
@@ -53,7 +53,7 @@ type report struct {
 	Busiest int
 }
 
-func run(ctx context.Context, s *engine.Store) (report, error) {
+func run(ctx context.Context, s *store.Store) (report, error) {
 	reg, l := jobs.NewRegistry(), recipe.NewLog()
 	if err := register(reg, l); err != nil {
 		return report{}, err

@@ -2,16 +2,17 @@ package main
 
 import (
 	"context"
+	"github.com/sluicequeue/sluice/internal/engine"
 	"testing"
 
 	"github.com/stretchr/testify/require"
 
-	"github.com/sluicequeue/sluice/internal/engine"
 	"github.com/sluicequeue/sluice/internal/testdb"
+	"github.com/sluicequeue/sluice/store"
 )
 
 func TestOnePendingAndOneRunningPerShopUnderOneQuota(t *testing.T) {
-	testdb.Each(t, func(t *testing.T, s *engine.Store) {
+	testdb.EachPublic(t, func(t *testing.T, s *store.Store) {
 		r, err := run(context.Background(), s)
 		require.NoError(t, err)
 		require.Equal(t, 80, r.Requests)
@@ -22,12 +23,12 @@ func TestOnePendingAndOneRunningPerShopUnderOneQuota(t *testing.T) {
 	})
 }
 
-func pending(t *testing.T, s *engine.Store) int {
-	st, err := s.Stats(context.Background())
+func pending(t *testing.T, s *store.Store) int {
+	st, err := engine.From(s).Stats(context.Background())
 	require.NoError(t, err)
 	n := 0
 	for _, q := range st {
-		for _, state := range []engine.State{engine.StateReady, engine.StateScheduled, engine.StateParked, engine.StateBlocked} {
+		for _, state := range []store.State{store.StateReady, store.StateScheduled, store.StateParked, store.StateBlocked} {
 			n += int(q.Counts[state])
 		}
 	}

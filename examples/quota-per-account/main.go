@@ -15,9 +15,9 @@ import (
 	"time"
 
 	"github.com/sluicequeue/sluice/examples/internal/recipe"
-	"github.com/sluicequeue/sluice/internal/engine"
 	"github.com/sluicequeue/sluice/jobs"
 	"github.com/sluicequeue/sluice/ratelimit"
+	"github.com/sluicequeue/sluice/store"
 )
 
 // Shop is a record: a key that names it gives "Shop/ID".
@@ -38,7 +38,7 @@ var limit = ratelimit.Limit[SyncShopOrders]{To: 2, Per: time.Second, Burst: 2,
 
 // run works 10 jobs for each of 3 shops for 12 s of fake time and returns,
 // per budget, the busiest second and the time of its last claim.
-func run(ctx context.Context, s *engine.Store) (map[string]int, map[string]time.Duration, error) {
+func run(ctx context.Context, s *store.Store) (map[string]int, map[string]time.Duration, error) {
 	reg, l := jobs.NewRegistry(), recipe.NewLog()
 	err := jobs.Register(reg, func(ctx context.Context, j *jobs.Job[SyncShopOrders]) error {
 		l.Admit(fmt.Sprintf("sync_shop_orders/Shop/%d", j.Args.Shop.ID)) // call the shop's API here

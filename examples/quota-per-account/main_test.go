@@ -7,12 +7,12 @@ import (
 
 	"github.com/stretchr/testify/require"
 
-	"github.com/sluicequeue/sluice/internal/engine"
 	"github.com/sluicequeue/sluice/internal/testdb"
+	"github.com/sluicequeue/sluice/store"
 )
 
 func TestQuotaPerAccount(t *testing.T) {
-	testdb.Each(t, func(t *testing.T, s *engine.Store) {
+	testdb.EachPublic(t, func(t *testing.T, s *store.Store) {
 		busiest, last, err := run(context.Background(), s)
 		require.NoError(t, err)
 		require.Len(t, busiest, 3, "one budget per shop")

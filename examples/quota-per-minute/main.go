@@ -15,9 +15,9 @@ import (
 	"time"
 
 	"github.com/sluicequeue/sluice/examples/internal/recipe"
-	"github.com/sluicequeue/sluice/internal/engine"
 	"github.com/sluicequeue/sluice/jobs"
 	"github.com/sluicequeue/sluice/ratelimit"
+	"github.com/sluicequeue/sluice/store"
 )
 
 // SyncStripeCustomer pushes one account to Stripe.
@@ -39,7 +39,7 @@ func register(reg *jobs.Registry, l *recipe.Log) error {
 
 // run works a backlog of 250 jobs for three minutes of fake time and
 // returns the claims in each minute and in the busiest minute.
-func run(ctx context.Context, s *engine.Store) (perMinute []int, busiest int, err error) {
+func run(ctx context.Context, s *store.Store) (perMinute []int, busiest int, err error) {
 	reg, l := jobs.NewRegistry(), recipe.NewLog()
 	if err := register(reg, l); err != nil {
 		return nil, 0, err

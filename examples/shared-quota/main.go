@@ -13,9 +13,9 @@ import (
 	"time"
 
 	"github.com/sluicequeue/sluice/examples/internal/recipe"
-	"github.com/sluicequeue/sluice/internal/engine"
 	"github.com/sluicequeue/sluice/jobs"
 	"github.com/sluicequeue/sluice/ratelimit"
+	"github.com/sluicequeue/sluice/store"
 )
 
 // SyncStripeCustomer pushes one account to Stripe.
@@ -54,7 +54,7 @@ func register(reg *jobs.Registry, l *recipe.Log) error {
 
 // run works 150 of each kind for two minutes of fake time and returns the
 // claims of both kinds together in each minute, and of each kind.
-func run(ctx context.Context, s *engine.Store) (perMinute []int, byKind map[string]int, err error) {
+func run(ctx context.Context, s *store.Store) (perMinute []int, byKind map[string]int, err error) {
 	reg, l := jobs.NewRegistry(), recipe.NewLog()
 	if err := register(reg, l); err != nil {
 		return nil, nil, err

@@ -6,12 +6,12 @@ import (
 
 	"github.com/stretchr/testify/require"
 
-	"github.com/sluicequeue/sluice/internal/engine"
 	"github.com/sluicequeue/sluice/internal/testdb"
+	"github.com/sluicequeue/sluice/store"
 )
 
 func TestOneQuotaForSeveralKinds(t *testing.T) {
-	testdb.Each(t, func(t *testing.T, s *engine.Store) {
+	testdb.EachPublic(t, func(t *testing.T, s *store.Store) {
 		perMinute, byKind, err := run(context.Background(), s)
 		require.NoError(t, err)
 		require.Equal(t, []int{100, 91}, perMinute, "the two kinds share one budget")

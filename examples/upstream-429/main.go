@@ -24,9 +24,9 @@ import (
 
 	"github.com/sluicequeue/sluice/dispatcher"
 	"github.com/sluicequeue/sluice/examples/internal/recipe"
-	"github.com/sluicequeue/sluice/internal/engine"
 	"github.com/sluicequeue/sluice/jobs"
 	"github.com/sluicequeue/sluice/ratelimit"
+	"github.com/sluicequeue/sluice/store"
 )
 
 // upstream is an API that allows perSecond requests in each second.
@@ -73,7 +73,7 @@ type report struct {
 	Attempts int
 }
 
-func run(ctx context.Context, s *engine.Store, n int) (report, error) {
+func run(ctx context.Context, s *store.Store, n int) (report, error) {
 	up := &upstream{perSecond: 5}
 	srv := httptest.NewServer(up)
 	defer srv.Close()

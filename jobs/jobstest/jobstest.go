@@ -15,6 +15,7 @@ import (
 	"github.com/sluicequeue/sluice/clock"
 	"github.com/sluicequeue/sluice/internal/engine"
 	"github.com/sluicequeue/sluice/jobs"
+	"github.com/sluicequeue/sluice/store"
 )
 
 // Job is an enqueued job with its args decoded.
@@ -28,14 +29,15 @@ type Job[T jobs.Args] struct {
 // that may not have committed) or else through the client's pool.
 func Enqueued[T jobs.Args](ctx context.Context, c *jobs.Client, tx any) ([]Job[T], error) {
 	var zero T
-	var ex engine.Executor = c.Store().DB()
+	s := engine.From(c.Store())
+	var ex engine.Executor = s.DB()
 	if tx != nil {
 		var err error
-		if ex, err = c.Store().DB().WrapTx(tx); err != nil {
+		if ex, err = s.DB().WrapTx(tx); err != nil {
 			return nil, err
 		}
 	}
-	infos, err := c.Store().ListJobsVia(ctx, ex, engine.JobFilter{Kind: zero.Kind(), Limit: 1000})
+	infos, err := s.ListJobsVia(ctx, ex, engine.JobFilter{Kind: zero.Kind(), Limit: 1000})
 	if err != nil {
 		return nil, err
 	}
@@ -118,7 +120,7 @@ func describe[T jobs.Args](js []Job[T]) string {
 // Drain works the queues inline until no job is ready, on clk (which it
 // never advances), and returns what it did; see jobs.Worker.Drain. With
 // no queues it drains "default".
-func Drain(ctx context.Context, t testing.TB, s *engine.Store, reg *jobs.Registry, clk clock.Clock, queues ...string) jobs.DrainResult {
+func Drain(ctx context.Context, t testing.TB, s *store.Store, reg *jobs.Registry, clk clock.Clock, queues ...string) jobs.DrainResult {
 	t.Helper()
 	w, err := jobs.NewWorker(s, reg, jobs.WorkerConfig{Queues: queues, Clock: clk, Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
 	if err != nil {

@@ -56,7 +56,7 @@ func TestRequireEnqueuedSeesATransactionsJobs(t *testing.T) {
 	testdb.Each(t, func(t *testing.T, s *engine.Store) {
 		reg := jobs.NewRegistry()
 		require.NoError(t, jobs.Declare[welcome](reg, jobs.Queue("mail")))
-		c := jobs.NewClient(s, reg, jobs.ClientConfig{})
+		c := jobs.NewClient(testdb.Public(s), reg, jobs.ClientConfig{})
 		tx, rollback := begin(t, s)
 		_, err := c.EnqueueTx(context.Background(), tx, welcome{UserID: 42}, jobs.Priority(2))
 		require.NoError(t, err)
@@ -95,14 +95,14 @@ func TestPerformAndDrain(t *testing.T) {
 		require.ErrorContains(t, jobs.Perform(ctx, reg, welcome{}), "no user")
 
 		clk := clock.NewFake(time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC))
-		c := jobs.NewClient(s, reg, jobs.ClientConfig{Clock: clk})
+		c := jobs.NewClient(testdb.Public(s), reg, jobs.ClientConfig{Clock: clk})
 		_, err := c.EnqueueMany(ctx, []jobs.Item{{Args: welcome{UserID: 2}}, {Args: welcome{}}})
 		require.NoError(t, err)
-		res := jobstest.Drain(ctx, t, s, reg, clk)
+		res := jobstest.Drain(ctx, t, testdb.Public(s), reg, clk)
 		require.Equal(t, jobs.DrainResult{Completed: 1, Retried: 1}, res)
-		require.Zero(t, jobstest.Drain(ctx, t, s, reg, clk).Ran(), "the retry is a minute away")
+		require.Zero(t, jobstest.Drain(ctx, t, testdb.Public(s), reg, clk).Ran(), "the retry is a minute away")
 		clk.Advance(time.Minute)
-		require.Equal(t, 1, jobstest.Drain(ctx, t, s, reg, clk).Retried)
+		require.Equal(t, 1, jobstest.Drain(ctx, t, testdb.Public(s), reg, clk).Retried)
 		require.Equal(t, []int64{1, 0, 2, 0, 0}, seen)
 	})
 }

@@ -16,8 +16,8 @@ import (
 
 	"github.com/sluicequeue/sluice/clock"
 	"github.com/sluicequeue/sluice/dispatcher"
-	"github.com/sluicequeue/sluice/internal/driver/sqlite"
-	"github.com/sluicequeue/sluice/internal/engine"
+	"github.com/sluicequeue/sluice/store"
+
 	"github.com/sluicequeue/sluice/jobs"
 )
 
@@ -56,7 +56,7 @@ func (l *Log) All() []time.Time {
 // Simulate enqueues items at Start and works them for d of fake time: every
 // step (a dispatcher poll) it promotes due jobs and claims and runs all
 // that their limits admit.
-func Simulate(ctx context.Context, s *engine.Store, reg *jobs.Registry, l *Log, items []jobs.Item, step, d time.Duration) error {
+func Simulate(ctx context.Context, s *store.Store, reg *jobs.Registry, l *Log, items []jobs.Item, step, d time.Duration) error {
 	c := jobs.NewClient(s, reg, jobs.ClientConfig{Clock: l.Clock})
 	if _, err := c.EnqueueMany(ctx, items); err != nil {
 		return err
@@ -87,12 +87,12 @@ func PerWindow(times []time.Time, per time.Duration, windows int) []int {
 
 // TempStore opens a migrated SQLite store in a temporary directory, for
 // the example programs; close removes it.
-func TempStore(ctx context.Context) (s *engine.Store, closeFn func(), err error) {
+func TempStore(ctx context.Context) (s *store.Store, closeFn func(), err error) {
 	dir, err := os.MkdirTemp("", "sluice-example-")
 	if err != nil {
 		return nil, nil, err
 	}
-	s, err = sqlite.Open(ctx, filepath.Join(dir, "example.db"), sqlite.Options{})
+	s, err = store.Open(ctx, "sqlite:"+filepath.Join(dir, "example.db"))
 	if err == nil {
 		_, err = s.MigrateUp(ctx, 0)
 	}
@@ -107,7 +107,7 @@ func TempStore(ctx context.Context) (s *engine.Store, closeFn func(), err error)
 // each step it calls arrive (to enqueue what arrives then), lets the
 // dispatcher tick and works every job that is ready, then advances the
 // clock by step.
-func Timeline(ctx context.Context, s *engine.Store, reg *jobs.Registry, l *Log, step, d time.Duration, arrive func(c *jobs.Client, now time.Time) error) error {
+func Timeline(ctx context.Context, s *store.Store, reg *jobs.Registry, l *Log, step, d time.Duration, arrive func(c *jobs.Client, now time.Time) error) error {
 	quiet := slog.New(slog.NewTextHandler(io.Discard, nil))
 	c := jobs.NewClient(s, reg, jobs.ClientConfig{Clock: l.Clock})
 	w, err := jobs.NewWorker(s, reg, jobs.WorkerConfig{Clock: l.Clock, Concurrency: 100, Logger: quiet})

@@ -132,7 +132,19 @@ func probe(ctx context.Context, cfg *driver.Config) (Dialect, error) {
 	if cfg.MaxAllowedPacket > 0 && int64(cfg.MaxAllowedPacket) < packet {
 		packet = int64(cfg.MaxAllowedPacket)
 	}
-	return Dialect{mariaDB: strings.Contains(strings.ToLower(version), "mariadb"), step: step, packet: packet}, nil
+	return classify(version, step, packet)
+}
+
+// classify returns the dialect for a server that reports version, or
+// refuses a server sluice cannot run on safely: TiDB accepts FOR UPDATE
+// SKIP LOCKED but ignores the FOR UPDATE, so two workers would claim the
+// same jobs.
+func classify(version string, step, packet int64) (Dialect, error) {
+	v := strings.ToLower(version)
+	if strings.Contains(v, "tidb") {
+		return Dialect{}, fmt.Errorf("mysql: the server is TiDB (version %q), which ignores FOR UPDATE when SKIP LOCKED is given: two workers would run the same job, so sluice refuses to open it", version)
+	}
+	return Dialect{mariaDB: strings.Contains(v, "mariadb"), step: step, packet: packet}, nil
 }
 
 // Dialect is MySQL's and MariaDB's SQL.

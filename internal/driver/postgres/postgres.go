@@ -31,6 +31,23 @@ const Channel = engine.Channel
 // Open connects to the database at url (postgres://…; pgx's parameters,
 // such as pool_max_conns and search_path, apply). It does not migrate.
 func Open(ctx context.Context, url string) (*engine.Store, error) {
+	cfg, err := config(url)
+	if err != nil {
+		return nil, err
+	}
+	pool, err := pgxpool.NewWithConfig(ctx, cfg)
+	if err != nil {
+		return nil, fmt.Errorf("postgres: %w", err)
+	}
+	if err := pool.Ping(ctx); err != nil {
+		pool.Close()
+		return nil, fmt.Errorf("postgres: connect to %s:%d: %w", cfg.ConnConfig.Host, cfg.ConnConfig.Port, err)
+	}
+	return engine.New(Dialect{}, &DB{pool: pool}), nil
+}
+
+// config parses url, with an error that never shows it.
+func config(url string) (*pgxpool.Config, error) {
 	cfg, err := pgxpool.ParseConfig(url)
 	if err != nil {
 		// The message never shows the connection string, nor the parts of
@@ -56,15 +73,7 @@ func Open(ctx context.Context, url string) (*engine.Store, error) {
 		})
 		return nil, fmt.Errorf("postgres: cannot parse the connection string: %s", msg)
 	}
-	pool, err := pgxpool.NewWithConfig(ctx, cfg)
-	if err != nil {
-		return nil, fmt.Errorf("postgres: %w", err)
-	}
-	if err := pool.Ping(ctx); err != nil {
-		pool.Close()
-		return nil, fmt.Errorf("postgres: connect to %s:%d: %w", cfg.ConnConfig.Host, cfg.ConnConfig.Port, err)
-	}
-	return engine.New(Dialect{}, &DB{pool: pool}), nil
+	return cfg, nil
 }
 
 // quotedText matches a quoted string in a parse error: a piece of the

@@ -1,4 +1,4 @@
-package dburl
+package store
 
 import (
 	"context"
@@ -9,6 +9,7 @@ import (
 
 	"github.com/sluicequeue/sluice/internal/driver/mysql"
 	"github.com/sluicequeue/sluice/internal/driver/postgres"
+	"github.com/sluicequeue/sluice/store/dburl"
 )
 
 // cancelled makes postgres.Open return once the URL is parsed, without
@@ -24,8 +25,8 @@ var fuzzSchemes = []string{"postgres://", "postgresql://", "mysql://", "sqlite:/
 // FuzzPasswordNeverShown builds database URLs that carry a password, in
 // the userinfo or as a password parameter, and checks that parsing them
 // never panics and that the password appears neither in Redact's output
-// nor in any error: mysql.Config's, postgres.Open's, and those Open
-// returns.
+// nor in any error: mysql.Config's, postgres.Open's, and those Open's
+// check returns.
 func FuzzPasswordNeverShown(f *testing.F) {
 	for _, s := range []struct {
 		scheme, form uint8
@@ -75,18 +76,18 @@ func FuzzPasswordNeverShown(f *testing.F) {
 		}
 
 		// None of these may panic, whatever the input.
-		redacted := Redact(raw)
+		redacted := dburl.Redact(raw)
 		_, cfgErr := mysql.Config(raw)
 		_, pgErr := postgres.Open(cancelled, raw) // parses, then gives up at once
-		_, openErr := parse(raw)
-		openErr = RedactError(openErr, raw)
+		_, openErr := check(raw)
+		openErr = dburl.RedactError(openErr, raw)
 
 		// The password must be distinctive to be looked for: found once in
 		// the URL, and without the mask's letter.
 		if strings.Contains(pw, "x") || strings.Count(raw, pw) != 1 {
 			return
 		}
-		require.NotContains(t, redacted, pw, "Redact(%q)", raw)
+		require.NotContains(t, redacted, pw, "dburl.Redact(%q)", raw)
 		for name, err := range map[string]error{"mysql.Config": cfgErr, "postgres.Open": pgErr, "Open": openErr} {
 			if err != nil {
 				require.NotContains(t, err.Error(), pw, "%s(%q)", name, raw)
@@ -106,10 +107,10 @@ func FuzzRedactNeverPanics(f *testing.F) {
 		f.Add(s)
 	}
 	f.Fuzz(func(t *testing.T, raw string) {
-		r := Redact(raw)
-		require.Equal(t, r, Redact(r), "Redact(%q)", raw)
+		r := dburl.Redact(raw)
+		require.Equal(t, r, dburl.Redact(r), "dburl.Redact(%q)", raw)
 		_, _ = mysql.Config(raw)
-		_, err := parse(raw)
-		_ = RedactError(err, raw)
+		_, err := check(raw)
+		_ = dburl.RedactError(err, raw)
 	})
 }

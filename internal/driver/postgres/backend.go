@@ -1,0 +1,63 @@
+package postgres
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"fmt"
+	"net/url"
+
+	"github.com/jackc/pgx/v5"
+
+	"github.com/sluicequeue/sluice/internal/engine"
+)
+
+// Backend is PostgreSQL's entry in the table of backends.
+func Backend() engine.Backend {
+	return engine.Backend{
+		Name:    "postgres",
+		Aliases: []string{"postgresql"},
+		Schemes: []string{"postgres", "postgresql"},
+		Dialect: Dialect{},
+		Check: func(rawURL string) error {
+			_, err := config(rawURL)
+			return err
+		},
+		Open:    Open,
+		TestEnv: "SLUICE_TEST_POSTGRES_URL",
+		Scratch: scratch,
+	}
+}
+
+// scratch creates a schema of its own on the server at base and returns
+// base with search_path set to it.
+func scratch(ctx context.Context, base string) (string, func(context.Context) error, error) {
+	u, err := url.Parse(base)
+	if err != nil {
+		return "", nil, fmt.Errorf("postgres: parse the test server's URL: %w", err)
+	}
+	conn, err := pgx.Connect(ctx, base)
+	if err != nil {
+		return "", nil, fmt.Errorf("postgres: test server unreachable: %w", err)
+	}
+	defer conn.Close(context.Background())
+	b := make([]byte, 6)
+	_, _ = rand.Read(b)
+	schema := "sluice_t_" + hex.EncodeToString(b)
+	if _, err := conn.Exec(ctx, "CREATE SCHEMA "+schema); err != nil {
+		return "", nil, fmt.Errorf("postgres: create schema: %w", err)
+	}
+	drop := func(ctx context.Context) error {
+		c, err := pgx.Connect(ctx, base)
+		if err != nil {
+			return err
+		}
+		defer c.Close(ctx)
+		_, err = c.Exec(ctx, "DROP SCHEMA "+schema+" CASCADE")
+		return err
+	}
+	q := u.Query()
+	q.Set("search_path", schema)
+	u.RawQuery = q.Encode()
+	return u.String(), drop, nil
+}

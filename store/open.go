@@ -1,0 +1,63 @@
+package store
+
+import (
+	"context"
+	"fmt"
+
+	"github.com/sluicequeue/sluice/internal/driver"
+	"github.com/sluicequeue/sluice/internal/engine"
+	"github.com/sluicequeue/sluice/store/dburl"
+)
+
+// Open connects to the database rawURL names:
+//
+//	postgres://user@host:5432/db   PostgreSQL (pgx parameters apply)
+//	mysql://user:pass@host:3306/db MySQL 8 or MariaDB 10.6+
+//	sqlite:PATH or a file path     SQLite; ?synchronous=normal trades
+//	                               durability on power loss for speed
+//
+// It does not migrate (see MigrateUp). Its errors never show the URL's
+// password. A MySQL URL that turns out to name a TiDB server is refused:
+// TiDB ignores FOR UPDATE when SKIP LOCKED is given, so two workers would
+// run the same job.
+func Open(ctx context.Context, rawURL string, opts ...Option) (*Store, error) {
+	b, err := check(rawURL)
+	if err != nil {
+		return nil, err
+	}
+	e, err := b.Open(ctx, rawURL)
+	if err != nil {
+		return nil, dburl.RedactError(err, rawURL)
+	}
+	return wrap(e, opts), nil
+}
+
+// check finds rawURL's backend and checks the URL, without connecting.
+func check(rawURL string) (engine.Backend, error) {
+	b, err := driver.ForURL(rawURL)
+	if err != nil {
+		return b, dburl.RedactError(err, rawURL)
+	}
+	if err := b.Check(rawURL); err != nil {
+		return b, dburl.RedactError(fmt.Errorf("%w (in %s)", err, dburl.Redact(rawURL)), rawURL)
+	}
+	return b, nil
+}
+
+// Option changes how a store behaves; pass options to Open.
+type Option func(*engine.Store)
+
+// DeleteOnComplete deletes jobs when they complete instead of keeping them
+// as completed rows for the cleaner to delete after the retention. Failed
+// and cancelled jobs are kept either way.
+func DeleteOnComplete() Option {
+	return func(e *engine.Store) { e.DeleteOnComplete = true }
+}
+
+// wrap returns the public store around e, with opts applied.
+func wrap(e *engine.Store, opts []Option) *Store {
+	for _, o := range opts {
+		o(e)
+	}
+	return &Store{e: e}
+}

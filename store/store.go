@@ -1,0 +1,66 @@
+// Package store opens the database sluice keeps its jobs in, and migrates
+// it. It is all an application touches of the storage: open a *Store by
+// URL, migrate it, and hand it to jobs.NewClient, jobs.NewWorker and
+// dispatcher.New. The engine behind it (claims, budgets, semaphores,
+// coalescing, recovery) and the per-database drivers are internal.
+package store
+
+import (
+	"context"
+
+	"github.com/sluicequeue/sluice/internal/engine"
+)
+
+func init() {
+	engine.Install(func(s any) *engine.Store {
+		if st, ok := s.(*Store); ok && st != nil {
+			return st.e
+		}
+		return nil
+	}, func(e *engine.Store) any { return &Store{e: e} })
+}
+
+// Store is an open database: PostgreSQL, MySQL/MariaDB or SQLite. It is
+// safe for concurrent use; close it when done.
+type Store struct {
+	e *engine.Store
+}
+
+// ErrPendingMigrations is returned by enqueues and by a worker's start when
+// the database's schema is missing or older than this build of sluice.
+var ErrPendingMigrations = engine.ErrPendingMigrations
+
+// Migration is one numbered schema change: its version, name, and the SQL
+// that applies and reverts it.
+type Migration = engine.Migration
+
+// MigrationStatus is a migration and whether the database has it.
+type MigrationStatus = engine.MigrationStatus
+
+// Backend names the database the store is on: "postgres", "mysql" (MySQL
+// or MariaDB) or "sqlite".
+func (s *Store) Backend() string { return s.e.Dialect().Name() }
+
+// Close closes the store's connections.
+func (s *Store) Close() error { return s.e.Close() }
+
+// MigrateUp applies the pending migrations up to version target (0: all)
+// and returns those it applied. Several processes may run it at once.
+func (s *Store) MigrateUp(ctx context.Context, target int) ([]Migration, error) {
+	return s.e.MigrateUp(ctx, target)
+}
+
+// MigrateDown reverts the last steps applied migrations and returns them.
+func (s *Store) MigrateDown(ctx context.Context, steps int) ([]Migration, error) {
+	return s.e.MigrateDown(ctx, steps)
+}
+
+// MigrationStatus lists every migration this build knows and whether the
+// database has it.
+func (s *Store) MigrationStatus(ctx context.Context) ([]MigrationStatus, error) {
+	return s.e.MigrationStatus(ctx)
+}
+
+// CheckSchema returns ErrPendingMigrations unless the database has every
+// migration this build knows.
+func (s *Store) CheckSchema(ctx context.Context) error { return s.e.CheckSchema(ctx) }
