@@ -79,12 +79,19 @@ type Rule[T any] struct {
 // Spec is a compiled rule without its type.
 type Spec struct {
 	// Scope is the key's first part: the group, or the kind.
-	Scope      string
+	Scope string
+	// OnConflict is what a call does to the pending job it finds.
 	OnConflict OnConflict
-	MaxCalls   int
-	Dispatch   bool
-	Debounce   time.Duration
-	MaxDelay   time.Duration
+	// MaxCalls is how many calls one job collects (0: no cap).
+	MaxCalls int
+	// Dispatch makes the job run at once when it is full, instead of
+	// the next call waiting for a new job.
+	Dispatch bool
+	// Debounce delays the job this long after each call (0: none).
+	Debounce time.Duration
+	// MaxDelay bounds the debounce: at most this long after the first
+	// call (0: no bound).
+	MaxDelay time.Duration
 }
 
 // Compiled is a compiled Rule: its Spec and its key function.

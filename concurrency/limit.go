@@ -63,10 +63,14 @@ type Limit[T any] struct {
 // Spec is a compiled limit without its type.
 type Spec struct {
 	// Scope is the key's first part: the group, or the kind.
-	Scope    string
-	To       int
+	Scope string
+	// To is how many jobs with one key may hold a slot at once.
+	To int
+	// Duration is how long a slot is held at most before the dispatcher
+	// frees it (the declared Duration, or its default).
 	Duration time.Duration
-	Discard  bool
+	// Discard drops a job that finds no free slot instead of blocking it.
+	Discard bool
 }
 
 // Rule is a compiled Limit: its Spec and its key function.

@@ -27,9 +27,13 @@ const (
 
 // Finding is one thing Check found, with a stable code to look it up by.
 type Finding struct {
-	Code     string
+	// Code is the finding's stable code (E001, W001, …), documented in
+	// docs/rate-limits.md.
+	Code string
+	// Severity is SeverityError or SeverityWarning.
 	Severity Severity
-	Message  string
+	// Message says what was found, naming the kind, limit or key.
+	Message string
 }
 
 // String prints the finding as "W002 warning: …".

@@ -7,6 +7,9 @@ import (
 
 // DrainResult counts what a Drain did.
 type DrainResult struct {
+	// Completed, Retried, Failed, Cancelled and Snoozed count the runs
+	// that ended so: completed, failed and to be retried, failed for
+	// good, cancelled, snoozed.
 	Completed, Retried, Failed, Cancelled, Snoozed int
 	// Throttled counts runs an upstream refused (RetryAfter).
 	Throttled int

@@ -71,9 +71,12 @@ type Limit[T any] struct {
 type Spec struct {
 	// Scope is the budget key's first part: the group, or the kind.
 	Scope string
-	// To, Per and Burst are as declared (Burst defaulted).
-	To    int
-	Per   time.Duration
+	// To is how many claims any window of Per admits, as declared.
+	To int
+	// Per is the window, as declared.
+	Per time.Duration
+	// Burst is how many a quiet budget admits at once (1 when the
+	// declaration left it 0).
 	Burst int
 	// Params is the limit reduced for the math.
 	Params Params
@@ -220,9 +223,15 @@ func ScopeOf(budgetKey string) string {
 // from it, whatever its kind, draws on the queue's one budget, stored as
 // "@queue/NAME", on top of its kind's own limits.
 type QueueLimit struct {
-	To     int
-	Per    time.Duration
-	Burst  int
+	// To is how many claims from the queue any window of Per admits; 0
+	// pauses the queue's limited claims. Required.
+	To int
+	// Per is the window. Required, positive.
+	Per time.Duration
+	// Burst is how many a quiet queue admits at once, 1..To; 0 means 1.
+	Burst int
+	// Shadow records the limit's decisions without enforcing them.
+	// Default false.
 	Shadow bool
 }
 

@@ -20,8 +20,9 @@ import (
 
 // Job is an enqueued job with its args decoded.
 type Job[T jobs.Args] struct {
+	// Args are the job's args, decoded.
 	Args T
-	*engine.JobInfo
+	*store.JobInfo
 }
 
 // Enqueued returns the jobs of T's kind that were enqueued, newest first
@@ -53,9 +54,12 @@ func Enqueued[T jobs.Args](ctx context.Context, c *jobs.Client, tx any) ([]Job[T
 
 // Want narrows RequireEnqueued. Zero fields are not checked.
 type Want struct {
-	Queue    string
+	// Queue, when not empty, must match.
+	Queue string
+	// Priority, when not nil, must match.
 	Priority *int
-	State    engine.State
+	// State, when not empty, must match.
+	State store.State
 	// MaxAttempts, when not 0, must match.
 	MaxAttempts int
 }
