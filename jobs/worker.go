@@ -25,6 +25,8 @@ const (
 	DefaultShutdownTimeout   = 30 * time.Second
 	DefaultHeartbeatInterval = 60 * time.Second
 	DefaultDeadAfter         = 5 * time.Minute
+	// DefaultMaxRetryAfter caps the wait a RetryAfter error asks for.
+	DefaultMaxRetryAfter = time.Hour
 	// DeadAfterHeartbeats is how many heartbeat intervals DeadAfter must
 	// span at least, so that a live process is never presumed dead (and
 	// its jobs run twice) between two of its heartbeats.
@@ -109,6 +111,8 @@ type WorkerConfig struct {
 	Logger *slog.Logger
 	// Hooks are called as jobs are claimed, deferred and finished.
 	Hooks Hooks
+	// Middleware wraps every run of a handler, the first outermost.
+	Middleware []Middleware
 }
 
 // Worker claims and runs jobs. Create it with NewWorker and call Run.
@@ -203,7 +207,7 @@ func NewWorker(s *store.Store, reg *Registry, cfg WorkerConfig) (*Worker, error)
 	setDefault(&cfg.DeadAfter, DefaultDeadAfter)
 	setDefault(&cfg.Horizon, store.DefaultHorizon)
 	setDefault(&cfg.OverrideRefresh, 5*time.Second)
-	setDefault(&cfg.MaxRetryAfter, time.Hour)
+	setDefault(&cfg.MaxRetryAfter, DefaultMaxRetryAfter)
 	for _, f := range []struct {
 		name string
 		d    time.Duration

@@ -117,3 +117,15 @@ func Dialect(name string) (store.Dialect, error) {
 	}
 	return nil, fmt.Errorf("unknown dialect %q: use postgres, mysql or sqlite", name)
 }
+
+// SQLitePath returns the file a SQLite URL names, and false for any other
+// URL (or one that does not parse).
+func SQLitePath(rawURL string) (string, bool) {
+	scheme, rest := split(rawURL)
+	switch scheme {
+	case "sqlite", "file", "":
+		path, _, err := sqliteOptions(rest)
+		return path, err == nil
+	}
+	return "", false
+}
