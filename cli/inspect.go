@@ -95,7 +95,7 @@ func runStats(ctx context.Context, env *Env, args []string) error {
 			return err
 		}
 	}
-	fmt.Fprintf(env.Stdout, "\n%d live workers, %d live dispatchers (%s processes)\n", workers, dispatchers, env.App.name())
+	fmt.Fprintf(env.Stdout, "\n%d live workers, %d live dispatchers (see `%s processes`)\n", workers, dispatchers, env.App.name())
 	for _, n := range notes {
 		fmt.Fprintf(env.Stdout, "note: %s\n", n)
 	}

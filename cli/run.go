@@ -152,7 +152,6 @@ func runWorker(ctx context.Context, env *Env, args []string) error {
 	if err != nil {
 		return err
 	}
-	log.Info("sluice: worker queues", "queues", strings.Join(qs, ","))
 	return serve.run(ctx, env, s, log, health{pid: w.ProcessID, clock: storeClock(cfg.HostClock, cfg.Clock), interval: cfg.HeartbeatInterval}, w.Run)
 }
 
@@ -384,32 +383,41 @@ func fmtIn(t, now time.Time) string {
 
 // human rounds a duration for people: 840ms, 4.2s, 3m44s, 2h5m, 3d4h.
 func human(d time.Duration) string {
-	neg := ""
 	if d < 0 {
-		neg, d = "-", -d
+		return "-" + human(-d)
 	}
-	var out string
 	switch {
 	case d < time.Second:
-		out = d.Round(time.Millisecond).String()
+		return d.Round(time.Millisecond).String()
 	case d < 10*time.Second:
-		out = d.Round(100 * time.Millisecond).String()
+		return d.Round(100 * time.Millisecond).String()
 	case d < time.Hour:
-		out = d.Round(time.Second).String()
-		if strings.HasSuffix(out, "m0s") {
-			out = strings.TrimSuffix(out, "0s")
+		if r := d.Round(time.Second); r < time.Hour {
+			return trimZeros(r.String())
 		}
+		return human(time.Hour)
 	case d < 48*time.Hour:
-		out = strings.TrimSuffix(d.Round(time.Minute).String(), "0s")
-		if strings.HasSuffix(out, "h0m") {
-			out = strings.TrimSuffix(out, "0m")
+		if r := d.Round(time.Minute); r < 48*time.Hour {
+			return trimZeros(r.String())
 		}
-	default:
-		d = d.Round(time.Hour)
-		out = fmt.Sprintf("%dd", d/(24*time.Hour))
-		if h := (d % (24 * time.Hour)) / time.Hour; h > 0 {
-			out += fmt.Sprintf("%dh", h)
-		}
+		return human(48 * time.Hour)
 	}
-	return neg + out
+	d = d.Round(time.Hour)
+	out := fmt.Sprintf("%dd", d/(24*time.Hour))
+	if h := (d % (24 * time.Hour)) / time.Hour; h > 0 {
+		out += fmt.Sprintf("%dh", h)
+	}
+	return out
+}
+
+// trimZeros drops the zero seconds and minutes of a duration's text:
+// "3m0s" is "3m", "2h0m0s" is "2h".
+func trimZeros(s string) string {
+	if strings.HasSuffix(s, "m0s") {
+		s = strings.TrimSuffix(s, "0s")
+	}
+	if strings.HasSuffix(s, "h0m") {
+		s = strings.TrimSuffix(s, "0m")
+	}
+	return s
 }
