@@ -264,7 +264,7 @@ func (d *demoStats) verify(env *cli.Env, onDatabase bool, target string) error {
 		return fmt.Errorf("budgets over their limit: %s", strings.Join(over, ", "))
 	}
 	if onDatabase {
-		fmt.Fprintf(env.Stdout, "\nThe jobs are kept: try `go run ./cmd/sluice jobs --database-url %s --queue %s --kind geocode`.\n", dburl.Redact(target), demoQueue)
+		fmt.Fprintf(env.Stdout, "\nThe jobs are kept: try `go run ./cmd/sluice jobs --database-url '%s' --queue %s --kind geocode`.\n", dburl.Redact(target), demoQueue)
 	} else {
 		fmt.Fprintf(env.Stdout, "\nThe file is kept: try `go run ./cmd/sluice jobs --database-url %s --kind geocode`.\n", target)
 	}
