@@ -195,29 +195,31 @@ func describeState(j *store.JobInfo) string {
 }
 
 func jobJSON(j *store.JobInfo) map[string]any {
-	m := map[string]any{
+	orNil := func(s string) any {
+		if s == "" {
+			return nil
+		}
+		return s
+	}
+	var reason any
+	switch {
+	case j.State == store.StateBlocked:
+		reason = "concurrency limit"
+	case j.WaitKey != "":
+		reason = "rate limited"
+	}
+	var finished any
+	if !j.FinishedAt.IsZero() {
+		finished = j.FinishedAt
+	}
+	return map[string]any{
 		"id": j.ID, "kind": j.Kind, "queue": j.Queue, "priority": j.Priority, "state": j.State,
 		"attempt": j.Attempt, "max_attempts": j.MaxAttempts, "args": json.RawMessage(j.Args),
-		"created_at": j.CreatedAt, "run_at": j.RunAt,
+		"created_at": j.CreatedAt, "run_at": j.RunAt, "finished_at": finished,
+		"waiting_on": orNil(j.WaitKey), "reason": reason,
+		"concurrency_key": orNil(j.ConcKey), "holds_slot": j.HoldsSlot,
+		"last_error": orNil(j.LastError),
 	}
-	if j.WaitKey != "" {
-		m["waiting_on"] = j.WaitKey
-		m["reason"] = "rate limited"
-	}
-	if j.ConcKey != "" {
-		m["concurrency_key"] = j.ConcKey
-		m["holds_slot"] = j.HoldsSlot
-		if j.State == store.StateBlocked {
-			m["reason"] = "concurrency limit"
-		}
-	}
-	if j.LastError != "" {
-		m["last_error"] = j.LastError
-	}
-	if !j.FinishedAt.IsZero() {
-		m["finished_at"] = j.FinishedAt
-	}
-	return m
 }
 
 func clip(s string, n int) string {
