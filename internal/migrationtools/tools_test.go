@@ -182,7 +182,9 @@ type revisions struct {
 	revs []*atlasmigrate.Revision
 }
 
-func (r *revisions) Ident() *atlasmigrate.TableIdent { return &atlasmigrate.TableIdent{Name: "atlas_schema_revisions"} }
+func (r *revisions) Ident() *atlasmigrate.TableIdent {
+	return &atlasmigrate.TableIdent{Name: "atlas_schema_revisions"}
+}
 
 func (r *revisions) ReadRevisions(context.Context) ([]*atlasmigrate.Revision, error) {
 	r.mu.Lock()
