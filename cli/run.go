@@ -120,6 +120,9 @@ func runWorker(ctx context.Context, env *Env, args []string) error {
 		return err
 	}
 	qs := splitList(*queues)
+	if len(qs) == 0 && !isSet(fs, "queues") {
+		return Usagef("the app registers no kind with a handler, so there is no queue to claim by default: name the queues with --queues")
+	}
 	if len(qs) == 0 {
 		return Usagef("--queues is empty")
 	}
