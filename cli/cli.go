@@ -327,7 +327,9 @@ func (e *Env) Defaulted(url *string) bool {
 // once per command. With checked it also refuses a database whose schema
 // is not current.
 func (e *Env) Open(ctx context.Context, url *string, checked bool) (*store.Store, error) {
-	if e.Defaulted(url) && !e.noticed {
+	// An app's OpenStore may ignore the URL (a shared pool): the default
+	// is then nothing to announce.
+	if e.Defaulted(url) && !e.noticed && e.App.OpenStore == nil {
 		e.noticed = true
 		e.Notef("no --database-url or $%s given: using the default database %s", EnvDatabaseURL, DescribeURL(*url))
 	}

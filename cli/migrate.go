@@ -85,7 +85,10 @@ func runMigrate(ctx context.Context, env *Env, args []string) error {
 	// the default is part of it.
 	env.noticed = true
 	what := "database " + DescribeURL(*url)
-	if env.Defaulted(url) {
+	switch {
+	case env.App.OpenStore != nil:
+		what += ", as " + env.App.name() + " opens it (cli.App.OpenStore)"
+	case env.Defaulted(url):
 		what += fmt.Sprintf(", the default (no --database-url or $%s given)", EnvDatabaseURL)
 	}
 	fmt.Fprintln(env.Stdout, what)

@@ -12,7 +12,6 @@ import (
 	"time"
 
 	"github.com/sluicequeue/sluice/clock"
-
 	"github.com/sluicequeue/sluice/dispatcher"
 	"github.com/sluicequeue/sluice/jobs"
 	"github.com/sluicequeue/sluice/store"

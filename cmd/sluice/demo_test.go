@@ -17,7 +17,6 @@ import (
 func TestDemoRunsOnTheDatabaseItIsGiven(t *testing.T) {
 	for _, b := range testdb.Backends(t) {
 		t.Run(b.Name, func(t *testing.T) {
-			t.Parallel()
 			url := b.URL(t)
 			var out, errOut bytes.Buffer
 			app := &cli.App{Name: "sluice", Stdout: &out, Stderr: &errOut,
