@@ -7,12 +7,33 @@
 //		os.Exit(cli.Main(reg))
 //	}
 //
-// and then run `myapp worker --queues default,mail --concurrency 20` and
-// `myapp dispatcher`. The same program answers the operator's commands:
-// migrate, stats, jobs, retry, cancel, queues and budgets.
+// and then run `myapp worker` (it works the queues the registry's kinds
+// declare; --queues picks others) and `myapp dispatcher`. The same program
+// answers the operator's commands:
+//
+//	worker      claim and run jobs (--http-addr serves /healthz, /readyz, /metrics)
+//	dispatcher  promote scheduled jobs, run recurring tasks (--http-addr too)
+//	migrate     up [--to V] | down [N] | status | sql --dialect D [--format goose|golang-migrate|atlas --out DIR]
+//	stats       jobs per queue and state, budgets, and whether a dispatcher runs
+//	jobs        list jobs by state, kind and queue
+//	retry, cancel
+//	queues      list, pause QUEUE, resume QUEUE
+//	budgets     list rate-limit budgets, or clear-idle
+//	semaphores  concurrency keys
+//	recurring   recurring tasks with their last and next runs
+//	limits      rate-limit overrides: list, set, clear
+//	processes   live workers and dispatchers
+//	check       the app's declarations against the database (E…/W… codes)
+//
+// Most commands take --json; docs/operations.md documents each shape.
+// App's fields carry what flags cannot: the worker's and dispatcher's base
+// configuration (hooks, middleware, logger, …), how the store is opened
+// (OpenStore, to share the app's own pool) and configured (StoreOptions),
+// and the app's own subcommands (Commands).
 //
 // The database comes from --database-url, else SLUICE_DATABASE_URL, else
-// the embedded SQLite file sluice.db.
+// the embedded SQLite file sluice.db; a command that falls back to it says
+// so on stderr.
 package cli
 
 import (
@@ -23,9 +44,13 @@ import (
 	"io"
 	"os"
 	"os/signal"
+	"path/filepath"
 	"sort"
 	"strings"
+	"sync"
 	"syscall"
+
+	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/sluicequeue/sluice/dispatcher"
 	"github.com/sluicequeue/sluice/internal/engine"
@@ -62,6 +87,35 @@ type App struct {
 	Commands []Command
 	// Stdout and Stderr default to the process's.
 	Stdout, Stderr io.Writer
+
+	// Worker is the worker command's base configuration: what flags
+	// cannot say (Hooks, Middleware, Logger, Clock, …) is taken from it as
+	// is, and the settings that have flags (Queues, Concurrency,
+	// PollInterval, JobTimeout, ShutdownTimeout, HeartbeatInterval,
+	// DeadAfter, Horizon, MaxRetryAfter, HostClock, ShadowLimits) take it
+	// as their defaults, which the command line overrides. Queues
+	// defaults to every queue the registry's kinds declare.
+	Worker jobs.WorkerConfig
+	// Dispatcher is the dispatcher command's base configuration, the same
+	// way (Interval, BatchSize, Horizon, HeartbeatInterval and DeadAfter
+	// have flags). Its Tasks are run with App.Tasks.
+	Dispatcher dispatcher.Config
+	// OpenStore opens the store a database URL names. Defaults to
+	// store.Open with StoreOptions. An app that shares its own pool
+	// returns a store over it here (store.OpenPostgresPool,
+	// store.OpenMySQLDB, store.OpenSQLiteDB) and may ignore the URL.
+	OpenStore func(ctx context.Context, url string) (*store.Store, error)
+	// StoreOptions are the options of the stores commands open with
+	// store.Open (store.DeleteOnComplete(), for one). Default none; an
+	// OpenStore passes its own.
+	StoreOptions []store.Option
+	// Metrics turns on --metrics by default for worker and dispatcher:
+	// their --http-addr then serves Prometheus metrics at /metrics.
+	Metrics bool
+	// MetricsRegistry is where sluice's collector is registered and what
+	// /metrics serves, so the app's own metrics can be served with it.
+	// Defaults to a new registry with the Go and process collectors.
+	MetricsRegistry *prometheus.Registry
 }
 
 // Env is what a command runs with.
@@ -73,6 +127,12 @@ type Env struct {
 	// urls are the --database-url values of the command's flag sets, whose
 	// passwords its error must not show.
 	urls []*string
+	// chosen records, per --database-url value, whether the command line
+	// or the environment named the database; noticed is set once the
+	// command said it fell back to the default.
+	chosen   map[*string]*bool
+	noticed  bool
+	stderrMu sync.Mutex
 }
 
 // Main runs the app over reg with the process's arguments and signals, and
@@ -109,12 +169,15 @@ func (a *App) Run(ctx context.Context, args []string) int {
 	}
 	name := a.name()
 	cmds := a.commands()
-	if len(args) == 0 || args[0] == "-h" || args[0] == "--help" || args[0] == "help" {
+	if len(args) == 0 || args[0] == "-h" || args[0] == "--help" || args[0] == "help" && len(args) == 1 {
 		a.usage(env.Stdout, cmds)
 		if len(args) == 0 {
 			return 2
 		}
 		return 0
+	}
+	if args[0] == "help" && len(args) > 1 {
+		args = []string{args[1], "--help"}
 	}
 	cmd, ok := cmds[args[0]]
 	if !ok {
@@ -134,12 +197,21 @@ func (a *App) Run(ctx context.Context, args []string) int {
 	case errors.Is(err, flag.ErrHelp):
 		return 0
 	case errors.As(err, &ue):
-		fmt.Fprintf(env.Stderr, "%s %s: %s\n", name, cmd.Name, oneLine(env.redact(err)))
+		fmt.Fprintf(env.Stderr, "%s %s: %s\n", name, cmd.Name, a.ownName(oneLine(env.redact(err))))
 		return 2
 	default:
-		fmt.Fprintf(env.Stderr, "%s %s: %s\n", name, cmd.Name, oneLine(env.redact(err)))
+		fmt.Fprintf(env.Stderr, "%s %s: %s\n", name, cmd.Name, a.ownName(oneLine(env.redact(err))))
 		return 1
 	}
+}
+
+// ownName makes the commands an error suggests (the store's "run `sluice
+// migrate up`") name the program that runs.
+func (a *App) ownName(msg string) string {
+	if name := a.name(); name != "sluice" {
+		msg = strings.ReplaceAll(msg, "`sluice ", "`"+name+" ")
+	}
+	return msg
 }
 
 // redact masks, in a command's error, the password of every database URL
@@ -161,9 +233,8 @@ func (a *App) name() string {
 	if a.Name != "" {
 		return a.Name
 	}
-	if len(os.Args) > 0 {
-		parts := strings.Split(os.Args[0], "/")
-		return parts[len(parts)-1]
+	if len(os.Args) > 0 && os.Args[0] != "" {
+		return filepath.Base(os.Args[0])
 	}
 	return "sluice"
 }
@@ -199,7 +270,7 @@ func builtins() []Command {
 	return []Command{
 		{Name: "worker", Summary: "claim and run jobs", Run: runWorker},
 		{Name: "dispatcher", Summary: "promote scheduled jobs and keep rate-limited ones moving", Run: runDispatcher},
-		{Name: "migrate", Summary: "migrate up|down [N]|status, or print the SQL (migrate sql --dialect D)", Run: runMigrate},
+		{Name: "migrate", Summary: "migrate up|down [N]|status, or write the SQL for your own tool (migrate sql)", Run: runMigrate},
 		{Name: "stats", Summary: "jobs per queue and state", Run: runStats},
 		{Name: "jobs", Summary: "list jobs, filtered by state, kind and queue", Run: runJobs},
 		{Name: "retry", Summary: "run failed, cancelled or waiting jobs again now: retry ID...", Run: runRetry},
@@ -210,32 +281,104 @@ func builtins() []Command {
 		{Name: "recurring", Summary: "list recurring tasks with their last and next runs", Run: runRecurring},
 		{Name: "limits", Summary: "list rate-limit overrides, or set|clear one without a restart", Run: runLimits},
 		{Name: "check", Summary: "check the app's limits against the database (codes E…, W…)", Run: runCheck},
+		{Name: "processes", Summary: "list live workers and dispatchers: queues, heartbeat, jobs running", Run: runProcesses},
 	}
 }
 
 // FlagSet returns a flag set for a command that writes its help to the
 // env's stderr and carries --database-url. The URL's password is masked
 // wherever the flag set prints it (its default, from $SLUICE_DATABASE_URL,
-// in the help), and in the command's error.
+// in the help), and in the command's error. A flag error prints the usage
+// once; the error itself is the command's to print (Run does).
 func (e *Env) FlagSet(name, usage string) (*flag.FlagSet, *string) {
 	fs := flag.NewFlagSet(e.App.name()+" "+name, flag.ContinueOnError)
-	fs.SetOutput(e.Stderr)
+	// The flag package prints a flag error and then the usage: the error
+	// is left to Run, which prints it once, with the program's name.
+	fs.SetOutput(io.Discard)
 	fs.Usage = func() {
+		fs.SetOutput(e.Stderr)
+		defer fs.SetOutput(io.Discard)
 		fmt.Fprintf(e.Stderr, "usage: %s %s\n", e.App.name(), usage)
 		fs.PrintDefaults()
 	}
 	url := os.Getenv(EnvDatabaseURL)
+	named := url != ""
 	if url == "" {
 		url = dburl.Default
 	}
-	fs.Var(urlValue{&url}, "database-url", "database `URL`: postgres://…, mysql://… or sqlite:PATH (env "+EnvDatabaseURL+")")
+	fs.Var(urlValue{&url, &named}, "database-url", "database `URL`: postgres://…, mysql://… or sqlite:PATH (env "+EnvDatabaseURL+")")
 	e.urls = append(e.urls, &url)
+	if e.chosen == nil {
+		e.chosen = map[*string]*bool{}
+	}
+	e.chosen[&url] = &named
 	return fs, &url
 }
 
+// Defaulted reports whether url, a --database-url value of one of the
+// env's flag sets, is the default because neither the command line nor
+// the environment named a database.
+func (e *Env) Defaulted(url *string) bool {
+	named, ok := e.chosen[url]
+	return ok && !*named
+}
+
+// Open opens the store at *url, a --database-url value of one of the
+// env's flag sets, through the app's OpenStore (or store.Open with StoreOptions). When
+// the URL is the default (no flag, no environment) it says so on stderr,
+// once per command. With checked it also refuses a database whose schema
+// is not current.
+func (e *Env) Open(ctx context.Context, url *string, checked bool) (*store.Store, error) {
+	// An app's OpenStore may ignore the URL (a shared pool): the default
+	// is then nothing to announce.
+	if e.Defaulted(url) && !e.noticed && e.App.OpenStore == nil {
+		e.noticed = true
+		e.Notef("no --database-url or $%s given: using the default database %s", EnvDatabaseURL, DescribeURL(*url))
+	}
+	open := e.App.OpenStore
+	if open == nil {
+		open = func(ctx context.Context, url string) (*store.Store, error) {
+			return store.Open(ctx, url, e.App.StoreOptions...)
+		}
+	}
+	s, err := open(ctx, *url)
+	if err != nil {
+		return nil, err
+	}
+	if checked {
+		if err := s.CheckSchema(ctx); err != nil {
+			_ = s.Close()
+			return nil, err
+		}
+	}
+	return s, nil
+}
+
+// Notef prints one line to stderr, after the program's name.
+func (e *Env) Notef(format string, args ...any) {
+	e.stderrMu.Lock()
+	defer e.stderrMu.Unlock()
+	fmt.Fprintf(e.Stderr, "%s: %s\n", e.App.name(), fmt.Sprintf(format, args...))
+}
+
+// DescribeURL names a database for people: the URL with its password
+// masked, and for SQLite the file's absolute path.
+func DescribeURL(url string) string {
+	out := dburl.Redact(url)
+	if path, ok := dburl.SQLitePath(url); ok {
+		if abs, err := filepath.Abs(path); err == nil && abs != path {
+			out += " (" + abs + ")"
+		}
+	}
+	return out
+}
+
 // urlValue is the --database-url flag: a string that prints with its
-// password masked.
-type urlValue struct{ s *string }
+// password masked, and records that it was set.
+type urlValue struct {
+	s   *string
+	set *bool
+}
 
 func (v urlValue) String() string {
 	if v.s == nil {
@@ -246,6 +389,9 @@ func (v urlValue) String() string {
 
 func (v urlValue) Set(s string) error {
 	*v.s = s
+	if v.set != nil {
+		*v.set = true
+	}
 	return nil
 }
 
@@ -281,13 +427,13 @@ func (e *Env) open(ctx context.Context, fs *flag.FlagSet, url *string, args []st
 	if err := Parse(fs, args); err != nil {
 		return nil, err
 	}
-	return openChecked(ctx, *url)
+	return e.openEngine(ctx, url, true)
 }
 
-// openChecked is OpenChecked for the commands that read and change the
-// database through sluice's engine.
-func openChecked(ctx context.Context, url string) (*engine.Store, error) {
-	s, err := OpenChecked(ctx, url)
+// openEngine is Open for the commands that read and change the database
+// through sluice's engine.
+func (e *Env) openEngine(ctx context.Context, url *string, checked bool) (*engine.Store, error) {
+	s, err := e.Open(ctx, url, checked)
 	if err != nil {
 		return nil, err
 	}

@@ -21,6 +21,7 @@ import (
 	"github.com/sluicequeue/sluice/internal/testdb"
 	"github.com/sluicequeue/sluice/jobs"
 	"github.com/sluicequeue/sluice/ratelimit"
+	"github.com/sluicequeue/sluice/store/dburl"
 )
 
 type ping struct{ N int }
@@ -57,7 +58,7 @@ func TestOperatorCommandsEndToEnd(t *testing.T) {
 			require.Contains(t, out, "applied 001_core\napplied 002_rate_limits\napplied 003_concurrency\n")
 			code, out, _ = run(t, "migrate", "up", db)
 			require.Equal(t, 0, code)
-			require.Equal(t, "up to date\n", out)
+			require.Equal(t, "database "+dburl.Redact(url)+"\nup to date\n", out, "migrate names its database")
 
 			s, err := testdb.OpenURL(context.Background(), url)
 			require.NoError(t, err)
@@ -72,12 +73,22 @@ func TestOperatorCommandsEndToEnd(t *testing.T) {
 			require.Equal(t, 0, code)
 			require.Equal(t, "QUEUE    READY  SCHEDULED  PARKED  BLOCKED  RUNNING  COMPLETED  FAILED  CANCELLED\n"+
 				"default  2      0          0       0        0        0          0       0\n"+
-				"mail     1      0          0       0        0        0          0       0\n", out)
+				"mail     1      0          0       0        0        0          0       0\n"+
+				"\n0 live workers, 0 live dispatchers (see `myapp processes`)\n"+
+				"note: no dispatcher has heartbeated in the last 5m: scheduled jobs (retries, jobs to run later, rate-limited jobs waiting for a slot) are not made ready; run `myapp dispatcher`\n", out)
 			code, out, _ = run(t, "stats", "--json", db)
 			require.Equal(t, 0, code)
-			var st struct{ Queues map[string]map[string]int }
+			var st struct {
+				Queues          map[string]map[string]int
+				LiveDispatchers *int `json:"live_dispatchers"`
+				Notes           []string
+			}
 			require.NoError(t, json.Unmarshal([]byte(out), &st))
 			require.Equal(t, 2, st.Queues["default"]["ready"])
+			require.Len(t, st.Queues["mail"], len(engine.States), "zero counts are included: %s", out)
+			require.Contains(t, out, `"cancelled": 0`)
+			require.Equal(t, 0, *st.LiveDispatchers)
+			require.Len(t, st.Notes, 1)
 
 			code, out, _ = run(t, "cancel", db, "--reason", "not needed", fmt.Sprint(ids[0].ID))
 			require.Equal(t, 0, code)
@@ -116,7 +127,7 @@ func TestOperatorCommandsEndToEnd(t *testing.T) {
 			require.NoError(t, err)
 			code, out, _ = run(t, "semaphores", db)
 			require.Equal(t, 0, code)
-			require.Regexp(t, `^KEY\s+LIMIT\s+FREE\s+HOLDING\s+BLOCKED\s+EXPIRES\nacct/7\s+1\s+0\s+1\s+1\s+in 59\.\d+s\n$`, out)
+			require.Regexp(t, `^KEY\s+LIMIT\s+FREE\s+HOLDING\s+BLOCKED\s+EXPIRES\nacct/7\s+1\s+0\s+1\s+1\s+in (59|1m)\S*\n$`, out)
 			code, out, _ = run(t, "jobs", db, "--state", "blocked")
 			require.Equal(t, 0, code)
 			require.Regexp(t, fmt.Sprintf(`\n%d\s+ping\s+default\s+blocked \(concurrency: acct/7\)`, blocked[1].ID), out)
@@ -207,7 +218,7 @@ func TestStatsShowBudgetsAndRecurringListsTasks(t *testing.T) {
 
 			code, out, _ := run(t, "stats", db)
 			require.Equal(t, 0, code)
-			require.Regexp(t, `\n\nBUDGET\s+WAITING\s+NEXT ADMISSION\nping/global\s+1\s+in 59m59\.\d+s\n$`, out)
+			require.Regexp(t, `\n\nBUDGET\s+WAITING\s+NEXT ADMISSION\nping/global\s+1\s+in 1h\n\n`, out)
 			code, out, _ = run(t, "stats", "--json", db)
 			require.Equal(t, 0, code)
 			var st struct {
@@ -255,7 +266,9 @@ func TestLimitsAndCheckCommands(t *testing.T) {
 			require.Equal(t, 0, code)
 			code, out, _ = run(t, "check", db)
 			require.Equal(t, 0, code)
-			require.Equal(t, "0 errors, 0 warnings\n", out)
+			require.Equal(t, "W007 warning: no live worker claims queue default, where kinds ping go: their jobs wait until a worker claims it (worker --queues default)\n"+
+				"W008 warning: no dispatcher has heartbeated in the last 5m0s: scheduled jobs (retries, jobs to run later, rate-limited jobs waiting for a slot) are not made ready; run one (dispatcher)\n"+
+				"0 errors, 2 warnings\n", out)
 
 			code, out, _ = run(t, "limits", "set", "ping/premium", "--to", "120", "--per", "1m", "--burst", "5", db)
 			require.Equal(t, 0, code)
@@ -300,6 +313,14 @@ func TestLimitsAndCheckCommands(t *testing.T) {
 
 // migrate down N reverts N migrations; a count that is not a number, or
 // arguments up and status do not take, revert and apply nothing.
+// afterDB is migrate's output after the line that names the database.
+func afterDB(t *testing.T, out string) string {
+	t.Helper()
+	first, rest, _ := strings.Cut(out, "\n")
+	require.True(t, strings.HasPrefix(first, "database "), "migrate names its database first: %q", out)
+	return rest
+}
+
 func TestMigrateDownTakesACount(t *testing.T) {
 	for _, b := range testdb.Backends(t) {
 		t.Run(b.Name, func(t *testing.T) {
@@ -309,7 +330,7 @@ func TestMigrateDownTakesACount(t *testing.T) {
 				code, out, stderr := run(t, "migrate", "status", db)
 				require.Equal(t, 0, code, stderr)
 				var names []string
-				for _, line := range strings.Split(strings.TrimSpace(out), "\n")[1:] {
+				for _, line := range strings.Split(strings.TrimSpace(afterDB(t, out)), "\n")[1:] {
 					if f := strings.Fields(line); f[2] == "applied" {
 						names = append(names, f[0]+"_"+f[1])
 					}
@@ -337,15 +358,15 @@ func TestMigrateDownTakesACount(t *testing.T) {
 			code, out, stderr := run(t, "migrate", "down", "2", db)
 			require.Equal(t, 0, code, stderr)
 			n := len(all)
-			require.Equal(t, fmt.Sprintf("reverted %s\nreverted %s\n", all[n-1], all[n-2]), out)
+			require.Equal(t, fmt.Sprintf("reverted %s\nreverted %s\n", all[n-1], all[n-2]), afterDB(t, out))
 			require.Equal(t, all[:n-2], applied())
 
 			code, out, _ = run(t, "migrate", "down", db)
 			require.Equal(t, 0, code)
-			require.Equal(t, fmt.Sprintf("reverted %s\n", all[n-3]), out)
+			require.Equal(t, fmt.Sprintf("reverted %s\n", all[n-3]), afterDB(t, out))
 			code, out, _ = run(t, "migrate", "down", "--steps", "1", db)
 			require.Equal(t, 0, code)
-			require.Equal(t, fmt.Sprintf("reverted %s\n", all[n-4]), out)
+			require.Equal(t, fmt.Sprintf("reverted %s\n", all[n-4]), afterDB(t, out))
 			require.Equal(t, all[:n-4], applied())
 
 			code, _, _ = run(t, "migrate", "status", "extra", db)
@@ -356,7 +377,7 @@ func TestMigrateDownTakesACount(t *testing.T) {
 			require.Empty(t, applied())
 			code, out, _ = run(t, "migrate", "down", db)
 			require.Equal(t, 0, code)
-			require.Equal(t, "nothing to revert\n", out)
+			require.Equal(t, "nothing to revert\n", afterDB(t, out))
 		})
 	}
 }

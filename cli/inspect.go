@@ -44,17 +44,31 @@ func runStats(ctx context.Context, env *Env, args []string) error {
 	if err != nil {
 		return err
 	}
+	ps, err := processes(ctx, s)
+	if err != nil {
+		return err
+	}
+	workers, dispatchers := liveCounts(ps)
+	var notes []string
+	if dispatchers == 0 {
+		notes = append(notes, env.noDispatcher())
+	}
 	now := time.Now()
 	if *asJSON {
 		queues := map[string]map[engine.State]int64{}
 		for _, q := range st {
-			queues[q.Queue] = q.Counts
+			counts := map[engine.State]int64{}
+			for _, state := range engine.States {
+				counts[state] = q.Counts[state]
+			}
+			queues[q.Queue] = counts
 		}
 		budgets := make([]map[string]any, len(bs))
 		for i, b := range bs {
-			budgets[i] = map[string]any{"key": b.Name, "waiting": b.Waiting, "next_admission": b.NextAdmission(now)}
+			budgets[i] = map[string]any{"key": b.Name, "waiting": b.Waiting, "next_admission": jsonTime(b.NextAdmission(now))}
 		}
-		return printJSON(env, map[string]any{"queues": queues, "budgets": budgets})
+		return printJSON(env, map[string]any{"queues": queues, "budgets": budgets,
+			"live_workers": workers, "live_dispatchers": dispatchers, "notes": nonNil(notes)})
 	}
 	rows := make([][]string, 0, len(st))
 	for _, q := range st {
@@ -68,15 +82,40 @@ func runStats(ctx context.Context, env *Env, args []string) error {
 	for _, state := range engine.States {
 		header += "\t" + strings.ToUpper(string(state))
 	}
-	if err := table(env, header, rows); err != nil || len(bs) == 0 {
+	if err := table(env, header, rows); err != nil {
 		return err
 	}
-	rows = rows[:0]
-	for _, b := range bs {
-		rows = append(rows, []string{b.Name, strconv.Itoa(b.Waiting), nextAdmission(b, now)})
+	if len(bs) > 0 {
+		rows = rows[:0]
+		for _, b := range bs {
+			rows = append(rows, []string{b.Name, strconv.Itoa(b.Waiting), nextAdmission(b, now)})
+		}
+		fmt.Fprintln(env.Stdout)
+		if err := table(env, "BUDGET\tWAITING\tNEXT ADMISSION", rows); err != nil {
+			return err
+		}
 	}
-	fmt.Fprintln(env.Stdout)
-	return table(env, "BUDGET\tWAITING\tNEXT ADMISSION", rows)
+	fmt.Fprintf(env.Stdout, "\n%d live workers, %d live dispatchers (see `%s processes`)\n", workers, dispatchers, env.App.name())
+	for _, n := range notes {
+		fmt.Fprintf(env.Stdout, "note: %s\n", n)
+	}
+	return nil
+}
+
+// jsonTime is t for JSON, or nil for the zero time.
+func jsonTime(t time.Time) any {
+	if t.IsZero() {
+		return nil
+	}
+	return t
+}
+
+// nonNil makes an empty list print as [] rather than null.
+func nonNil[T any](v []T) []T {
+	if v == nil {
+		return []T{}
+	}
+	return v
 }
 
 // nextAdmission says when a budget next admits a job.
@@ -87,9 +126,18 @@ func nextAdmission(b engine.BudgetInfo, now time.Time) string {
 	return "paused"
 }
 
+// stateNames lists every job state, comma-separated.
+func stateNames() string {
+	names := make([]string, len(engine.States))
+	for i, st := range engine.States {
+		names[i] = string(st)
+	}
+	return strings.Join(names, ", ")
+}
+
 func runJobs(ctx context.Context, env *Env, args []string) error {
 	fs, url := env.FlagSet("jobs", "jobs [--state S] [--kind K] [--queue Q] [--limit N] [--json]")
-	state := fs.String("state", "", "only jobs in this state: ready, scheduled, parked, running, completed, failed, cancelled")
+	state := fs.String("state", "", "only jobs in this state: "+stateNames())
 	kind := fs.String("kind", "", "only jobs of this kind")
 	queue := fs.String("queue", "", "only jobs in this queue")
 	limit := fs.Int("limit", 50, "at most this many, newest first")
@@ -108,7 +156,7 @@ func runJobs(ctx context.Context, env *Env, args []string) error {
 	if *limit < 1 {
 		return Usagef("--limit must be at least 1")
 	}
-	s, err := openChecked(ctx, *url)
+	s, err := env.openEngine(ctx, url, true)
 	if err != nil {
 		return err
 	}
@@ -147,29 +195,31 @@ func describeState(j *engine.JobInfo) string {
 }
 
 func jobJSON(j *engine.JobInfo) map[string]any {
-	m := map[string]any{
+	orNil := func(s string) any {
+		if s == "" {
+			return nil
+		}
+		return s
+	}
+	var reason any
+	switch {
+	case j.State == engine.StateBlocked:
+		reason = "concurrency limit"
+	case j.WaitKey != "":
+		reason = "rate limited"
+	}
+	var finished any
+	if !j.FinishedAt.IsZero() {
+		finished = j.FinishedAt
+	}
+	return map[string]any{
 		"id": j.ID, "kind": j.Kind, "queue": j.Queue, "priority": j.Priority, "state": j.State,
 		"attempt": j.Attempt, "max_attempts": j.MaxAttempts, "args": json.RawMessage(j.Args),
-		"created_at": j.CreatedAt, "run_at": j.RunAt,
+		"created_at": j.CreatedAt, "run_at": j.RunAt, "finished_at": finished,
+		"waiting_on": orNil(j.WaitKey), "reason": reason,
+		"concurrency_key": orNil(j.ConcKey), "holds_slot": j.HoldsSlot,
+		"last_error": orNil(j.LastError),
 	}
-	if j.WaitKey != "" {
-		m["waiting_on"] = j.WaitKey
-		m["reason"] = "rate limited"
-	}
-	if j.ConcKey != "" {
-		m["concurrency_key"] = j.ConcKey
-		m["holds_slot"] = j.HoldsSlot
-		if j.State == engine.StateBlocked {
-			m["reason"] = "concurrency limit"
-		}
-	}
-	if j.LastError != "" {
-		m["last_error"] = j.LastError
-	}
-	if !j.FinishedAt.IsZero() {
-		m["finished_at"] = j.FinishedAt
-	}
-	return m
 }
 
 func clip(s string, n int) string {
@@ -221,7 +271,7 @@ func operateJobs(ctx context.Context, env *Env, fs *flag.FlagSet, url *string, a
 	if err != nil {
 		return err
 	}
-	s, err := openChecked(ctx, *url)
+	s, err := env.openEngine(ctx, url, true)
 	if err != nil {
 		return err
 	}
@@ -252,7 +302,11 @@ func runQueues(ctx context.Context, env *Env, args []string) error {
 			return err
 		}
 		if *asJSON {
-			return printJSON(env, qs)
+			out := make([]map[string]any, len(qs))
+			for i, q := range qs {
+				out[i] = map[string]any{"name": q.Name, "paused": q.Paused}
+			}
+			return printJSON(env, out)
 		}
 		rows := make([][]string, len(qs))
 		for i, q := range qs {
@@ -308,31 +362,29 @@ func runBudgets(ctx context.Context, env *Env, args []string) error {
 	if err != nil {
 		return err
 	}
+	overrides, err := s.ListOverrides(ctx)
+	if err != nil {
+		return err
+	}
 	now := time.Now()
 	if *asJSON {
 		out := make([]map[string]any, len(bs))
 		for i, b := range bs {
-			out[i] = map[string]any{"key": b.Name, "waiting": b.Waiting, "parked": b.Parked, "limit": describeLimit(b),
-				"next_admission": b.NextAdmission(now), "next_slot": engine.FromNanos(b.NextSlot)}
+			var slot any
+			if b.NextSlot != 0 {
+				slot = engine.FromNanos(b.NextSlot)
+			}
+			out[i] = map[string]any{"key": b.Name, "waiting": b.Waiting, "parked": b.Parked, "limit": env.describeLimit(b, overrides),
+				"interval_ns": b.IntervalNS, "burst": b.Burst, "paused": b.Params().Paused,
+				"next_admission": jsonTime(b.NextAdmission(now)), "next_slot": slot}
 		}
 		return printJSON(env, out)
 	}
 	rows := make([][]string, len(bs))
 	for i, b := range bs {
-		rows[i] = []string{b.Name, describeLimit(b), strconv.Itoa(b.Waiting), strconv.Itoa(b.Parked), nextAdmission(b, now)}
+		rows[i] = []string{b.Name, env.describeLimit(b, overrides), strconv.Itoa(b.Waiting), strconv.Itoa(b.Parked), nextAdmission(b, now)}
 	}
 	return table(env, "BUDGET\tLIMIT\tWAITING\tPARKED\tNEXT ADMISSION", rows)
-}
-
-// describeLimit prints the limit a budget was last charged under.
-func describeLimit(b engine.BudgetInfo) string {
-	switch {
-	case b.IntervalNS == 0:
-		return "-"
-	case b.Burst == 0:
-		return "paused (To: 0)"
-	}
-	return fmt.Sprintf("1 per %s, burst %d", time.Duration(b.IntervalNS), b.Burst)
 }
 
 func runSemaphores(ctx context.Context, env *Env, args []string) error {
@@ -351,8 +403,12 @@ func runSemaphores(ctx context.Context, env *Env, args []string) error {
 	if *asJSON {
 		out := make([]map[string]any, len(sems))
 		for i, m := range sems {
+			var expires any
+			if m.Held > 0 {
+				expires = engine.FromMicros(m.ExpiresAt)
+			}
 			out[i] = map[string]any{"key": m.Name, "limit": m.Limit, "free": m.Free(), "held": m.Held, "holding": m.Holding,
-				"blocked": m.Blocked, "expires_at": engine.FromMicros(m.ExpiresAt)}
+				"blocked": m.Blocked, "expires_at": expires}
 		}
 		return printJSON(env, out)
 	}

@@ -44,7 +44,7 @@ func runLimits(ctx context.Context, env *Env, args []string) error {
 	default:
 		return Usagef("unknown limits action %q: use list, set or clear", verb)
 	}
-	s, err := openChecked(ctx, *url)
+	s, err := env.openEngine(ctx, url, true)
 	if err != nil {
 		return err
 	}
@@ -110,7 +110,7 @@ func runCheck(ctx context.Context, env *Env, args []string) error {
 	if err := Parse(fs, args); err != nil {
 		return err
 	}
-	s, err := Open(ctx, *url)
+	s, err := env.Open(ctx, url, false)
 	if err != nil {
 		return err
 	}

@@ -12,7 +12,23 @@ import (
 	"github.com/sluicequeue/sluice/internal/engine"
 )
 
-const migrateUsage = "migrate up [--to VERSION] | down [N] | status | sql --dialect D [--down]"
+const migrateUsage = "migrate up [--to VERSION] | down [N] | status | sql --dialect D [--down] [--format F --out DIR]"
+
+// migrateHelp prints migrate's help, as every command's -h does.
+func migrateHelp(env *Env) {
+	name := env.App.name()
+	fmt.Fprintf(env.Stderr, "usage: %s %s\n\n"+
+		"  up      apply the pending migrations (--to VERSION: stop after it)\n"+
+		"  down N  revert the N newest applied migrations (default 1)\n"+
+		"  status  list the migrations and whether each is applied\n"+
+		"  sql     print a dialect's migrations, or write them for goose, golang-migrate or atlas (--format, --out)\n\n",
+		name, migrateUsage)
+	fs, _ := env.FlagSet("migrate", migrateUsage)
+	fs.SetOutput(env.Stderr)
+	fmt.Fprintln(env.Stderr, "flags of up, down and status:")
+	fs.PrintDefaults()
+	fmt.Fprintf(env.Stderr, "\nRun %s migrate ACTION -h for an action's own flags.\n", name)
+}
 
 func runMigrate(ctx context.Context, env *Env, args []string) error {
 	asksHelp := len(args) > 0 && args[0] == "help"
@@ -22,12 +38,7 @@ func runMigrate(ctx context.Context, env *Env, args []string) error {
 		}
 	}
 	if asksHelp {
-		fmt.Fprintf(env.Stderr, "usage: %s %s\n\n"+
-			"  up      apply the pending migrations (--to VERSION: stop after it)\n"+
-			"  down N  revert the N newest applied migrations (default 1)\n"+
-			"  status  list the migrations and whether each is applied\n"+
-			"  sql     print a dialect's migrations for your own migration tool\n\n"+
-			"Run %s migrate ACTION -h for its flags.\n", env.App.name(), migrateUsage, env.App.name())
+		migrateHelp(env)
 		return flag.ErrHelp
 	}
 	if len(args) == 0 || strings.HasPrefix(args[0], "-") {
@@ -70,7 +81,18 @@ func runMigrate(ctx context.Context, env *Env, args []string) error {
 		}
 		return Usagef("migrate %s takes no arguments, got %q%s", verb, strings.Join(fs.Args(), " "), hint)
 	}
-	s, err := Open(ctx, *url)
+	// migrate names its database every time, on stdout: the notice of
+	// the default is part of it.
+	env.noticed = true
+	what := "database " + DescribeURL(*url)
+	switch {
+	case env.App.OpenStore != nil:
+		what += ", as " + env.App.name() + " opens it (cli.App.OpenStore)"
+	case env.Defaulted(url):
+		what += fmt.Sprintf(", the default (no --database-url or $%s given)", EnvDatabaseURL)
+	}
+	fmt.Fprintln(env.Stdout, what)
+	s, err := env.openEngine(ctx, url, false)
 	if err != nil {
 		return err
 	}
@@ -139,11 +161,13 @@ func downCount(fs *flag.FlagSet, steps int) (int, error) {
 }
 
 // migrateSQL prints a dialect's migrations for teams that run their own
-// migration tool.
+// migration tool, or writes them in a tool's layout (--format, --out).
 func migrateSQL(env *Env, args []string) error {
-	fs, _ := env.FlagSet("migrate sql", "migrate sql --dialect postgres|mysql|sqlite [--down]")
+	fs, _ := env.FlagSet("migrate sql", "migrate sql --dialect postgres|mysql|sqlite [--down] [--format goose|golang-migrate|atlas --out DIR]")
 	dialect := fs.String("dialect", "", "postgres, mysql or sqlite (required)")
-	down := fs.Bool("down", false, "print the down migrations, newest first")
+	down := fs.Bool("down", false, "print the down migrations, newest first (plain format only)")
+	format := fs.String("format", "plain", "plain (one script on stdout), or a tool's layout of files per version: goose, golang-migrate or atlas")
+	out := fs.String("out", "", "with --format goose|golang-migrate|atlas: the directory to write the files to (created if missing)")
 	if err := Parse(fs, args); err != nil {
 		return err
 	}
@@ -162,20 +186,39 @@ func migrateSQL(env *Env, args []string) error {
 	if err != nil {
 		return err
 	}
+	switch {
+	case *format == "plain" && *out != "":
+		return Usagef("--out writes a tool's files: say which with --format goose, golang-migrate or atlas")
+	case *format == "plain":
+		return printPlainSQL(env, d, ms, *down)
+	case *out == "":
+		return Usagef("--format %s writes files: say where with --out DIR", *format)
+	case *down:
+		return Usagef("--down is for the plain format: --format %s writes the down migrations too, where the tool has them", *format)
+	}
+	files, err := toolFiles(*format, d, ms, env.App.name())
+	if err != nil {
+		return err
+	}
+	return writeFiles(env, *out, files)
+}
+
+// printPlainSQL prints every migration as one script.
+func printPlainSQL(env *Env, d engine.Dialect, ms []engine.Migration, down bool) error {
 	fmt.Fprintf(env.Stdout, "-- sluice schema for %s. sluice checks sluice_migrations for the versions applied.\n%s;\n\n",
 		d.Name(), d.CreateMigrationsTable())
 	for i := range ms {
 		m := ms[i]
 		body := m.Up
-		if *down {
+		if down {
 			m = ms[len(ms)-1-i]
 			body = m.Down
 		}
-		fmt.Fprintf(env.Stdout, "-- %03d_%s (%s)\n%s\n", m.Version, m.Name, map[bool]string{false: "up", true: "down"}[*down], strings.TrimSpace(body))
-		if !*down {
-			fmt.Fprintf(env.Stdout, "INSERT INTO sluice_migrations (version, name, applied_at) VALUES (%d, '%s', 0);\n", m.Version, m.Name)
+		fmt.Fprintf(env.Stdout, "-- %03d_%s (%s)\n%s\n", m.Version, m.Name, map[bool]string{false: "up", true: "down"}[down], strings.TrimSpace(body))
+		if !down {
+			fmt.Fprintf(env.Stdout, "%s;\n", recordSQL(m))
 		} else {
-			fmt.Fprintf(env.Stdout, "DELETE FROM sluice_migrations WHERE version = %d;\n", m.Version)
+			fmt.Fprintf(env.Stdout, "%s;\n", forgetSQL(m))
 		}
 		fmt.Fprintln(env.Stdout)
 	}

@@ -7,39 +7,97 @@ import (
 	"fmt"
 	"log/slog"
 	"os"
+	"slices"
 	"strings"
 	"time"
 
+	"github.com/sluicequeue/sluice/clock"
 	"github.com/sluicequeue/sluice/dispatcher"
+	"github.com/sluicequeue/sluice/internal/engine"
 	"github.com/sluicequeue/sluice/jobs"
 	"github.com/sluicequeue/sluice/store"
 )
 
-// logFlag adds --log-level to fs.
-func logFlag(fs *flag.FlagSet) *string {
-	return fs.String("log-level", "info", "log level: debug, info, warn or error")
+// logFlags are a process's --log-level and --log-format.
+type logFlags struct{ level, format *string }
+
+// logFlag adds --log-level and --log-format to fs.
+func logFlag(fs *flag.FlagSet) logFlags {
+	return logFlags{
+		level:  fs.String("log-level", "info", "log level: debug, info, warn or error"),
+		format: fs.String("log-format", "text", "log format: text or json (slog's handlers)"),
+	}
 }
 
-func (e *Env) logger(level string) (*slog.Logger, error) {
+// logger returns base when the app gave one, else a logger on stderr as
+// the flags say.
+func (e *Env) logger(f logFlags, base *slog.Logger) (*slog.Logger, error) {
 	var l slog.Level
-	if err := l.UnmarshalText([]byte(level)); err != nil {
-		return nil, Usagef("--log-level %q: use debug, info, warn or error", level)
+	if err := l.UnmarshalText([]byte(*f.level)); err != nil {
+		return nil, Usagef("--log-level %q: use debug, info, warn or error", *f.level)
 	}
-	return slog.New(slog.NewTextHandler(e.Stderr, &slog.HandlerOptions{Level: l})), nil
+	opts := &slog.HandlerOptions{Level: l}
+	var h slog.Handler
+	switch *f.format {
+	case "text":
+		h = slog.NewTextHandler(lockedWriter{e}, opts)
+	case "json":
+		h = slog.NewJSONHandler(lockedWriter{e}, opts)
+	default:
+		return nil, Usagef("--log-format %q: use text or json", *f.format)
+	}
+	if base != nil {
+		return base, nil
+	}
+	return slog.New(h), nil
+}
+
+// lockedWriter writes to the env's stderr under the lock Notef takes.
+type lockedWriter struct{ e *Env }
+
+func (w lockedWriter) Write(p []byte) (int, error) {
+	w.e.stderrMu.Lock()
+	defer w.e.stderrMu.Unlock()
+	return w.e.Stderr.Write(p)
+}
+
+// orDefault returns v, or def when v is zero.
+func orDefault[T comparable](v, def T) T {
+	var zero T
+	if v == zero {
+		return def
+	}
+	return v
 }
 
 func runWorker(ctx context.Context, env *Env, args []string) error {
-	fs, url := env.FlagSet("worker", "worker [--queues a,b] [--concurrency N] [flags]")
-	queues := fs.String("queues", jobs.DefaultQueue, "queues to claim from, in order, comma-separated")
-	concurrency := fs.Int("concurrency", jobs.DefaultConcurrency, "jobs run at once")
-	poll := fs.Duration("poll-interval", jobs.DefaultPollInterval, "how often an idle worker looks for jobs")
-	jobTimeout := fs.Duration("job-timeout", jobs.DefaultJobTimeout, "bound on one run unless its kind sets one; negative for none")
-	shutdown := fs.Duration("shutdown-timeout", jobs.DefaultShutdownTimeout, "how long running jobs get to finish on SIGTERM")
-	hostClock := fs.Bool("host-clock", false, "decide rate limits on this host's clock instead of the database's")
-	beat := beatFlags(fs)
-	level := logFlag(fs)
+	base := env.App.Worker
+	reg := env.App.Registry
+	declared := reg.Queues()
+	defQueues := strings.Join(base.Queues, ",")
+	queuesHelp := "queues to claim from, in order, comma-separated"
+	if defQueues == "" {
+		defQueues = strings.Join(declared, ",")
+		queuesHelp += " (default: the queues the app's kinds declare)"
+	}
+	fs, url := env.FlagSet("worker", "worker [--queues a,b] [--concurrency N] [--http-addr :8080] [flags]")
+	queues := fs.String("queues", defQueues, queuesHelp)
+	concurrency := fs.Int("concurrency", orDefault(base.Concurrency, jobs.DefaultConcurrency), "jobs run at once")
+	poll := fs.Duration("poll-interval", orDefault(base.PollInterval, jobs.DefaultPollInterval), "how often an idle worker looks for jobs")
+	jobTimeout := fs.Duration("job-timeout", orDefault(base.JobTimeout, jobs.DefaultJobTimeout), "bound on one run unless its kind sets one; negative for none")
+	shutdown := fs.Duration("shutdown-timeout", orDefault(base.ShutdownTimeout, jobs.DefaultShutdownTimeout), "how long running jobs get to finish on SIGTERM")
+	horizon := fs.Duration("horizon", orDefault(base.Horizon, engine.DefaultHorizon), "how far ahead rate-limit slots are handed out")
+	maxRetryAfter := fs.Duration("max-retry-after", orDefault(base.MaxRetryAfter, jobs.DefaultMaxRetryAfter), "cap on the wait a handler's RetryAfter asks for")
+	hostClock := fs.Bool("host-clock", base.HostClock, "decide rate limits on this host's clock instead of the database's")
+	shadow := fs.Bool("shadow-limits", base.ShadowLimits, "run every rate limit in shadow mode: record would-defer decisions, run the jobs anyway")
+	beat := beatFlags(fs, base.HeartbeatInterval, base.DeadAfter)
+	logs := logFlag(fs)
+	serve := serveFlags(fs, env.App.Metrics)
 	if err := Parse(fs, args); err != nil {
 		return err
+	}
+	if fs.NArg() > 0 {
+		return Usagef("worker takes no arguments, got %q; name queues with --queues", strings.Join(fs.Args(), " "))
 	}
 	if *concurrency < 1 {
 		return Usagef("--concurrency is %d; it must be at least 1", *concurrency)
@@ -50,42 +108,83 @@ func runWorker(ctx context.Context, env *Env, args []string) error {
 	if *shutdown <= 0 {
 		return Usagef("--shutdown-timeout is %s; it must be positive", *shutdown)
 	}
+	for _, f := range []struct {
+		name string
+		d    time.Duration
+	}{{"--horizon", *horizon}, {"--max-retry-after", *maxRetryAfter}} {
+		if f.d <= 0 {
+			return Usagef("%s is %s; it must be positive", f.name, f.d)
+		}
+	}
 	if err := beat.check(fs); err != nil {
 		return err
 	}
 	qs := splitList(*queues)
+	if len(qs) == 0 && !isSet(fs, "queues") {
+		return Usagef("the app registers no kind with a handler, so there is no queue to claim by default: name the queues with --queues")
+	}
 	if len(qs) == 0 {
 		return Usagef("--queues is empty")
 	}
-	log, err := env.logger(*level)
+	log, err := env.logger(logs, base.Logger)
 	if err != nil {
 		return err
 	}
-	s, err := OpenChecked(ctx, *url)
+	if missed := unworked(reg, declared, qs); len(missed) > 0 {
+		log.Warn("sluice: this worker does not claim every queue the app's kinds declare; their jobs wait for a worker that does",
+			"not_claimed", strings.Join(missed, "; "), "queues", strings.Join(qs, ","))
+	}
+	s, err := env.Open(ctx, url, true)
 	if err != nil {
 		return err
 	}
 	defer s.Close()
-	w, err := jobs.NewWorker(s, env.App.Registry, jobs.WorkerConfig{
-		Queues: qs, Concurrency: *concurrency, PollInterval: *poll, JobTimeout: *jobTimeout,
-		ShutdownTimeout: *shutdown, HostClock: *hostClock, Logger: log,
-		HeartbeatInterval: *beat.heartbeat, DeadAfter: *beat.deadAfter,
-	})
+	cfg := base
+	cfg.Queues, cfg.Concurrency, cfg.PollInterval, cfg.JobTimeout = qs, *concurrency, *poll, *jobTimeout
+	cfg.ShutdownTimeout, cfg.Horizon, cfg.MaxRetryAfter = *shutdown, *horizon, *maxRetryAfter
+	cfg.HostClock, cfg.ShadowLimits, cfg.Logger = *hostClock, *shadow, log
+	cfg.HeartbeatInterval, cfg.DeadAfter = *beat.heartbeat, *beat.deadAfter
+	m, err := serve.metrics(env, s, log)
 	if err != nil {
 		return err
 	}
-	return w.Run(ctx)
+	if m != nil {
+		cfg.Hooks = cfg.Hooks.Join(m.Hooks())
+	}
+	w, err := jobs.NewWorker(s, reg, cfg)
+	if err != nil {
+		return err
+	}
+	return serve.run(ctx, env, s, log, health{pid: w.ProcessID, clock: storeClock(cfg.HostClock, cfg.Clock), interval: cfg.HeartbeatInterval}, w.Run)
+}
+
+// unworked names the queues the registry's kinds declare that qs leaves
+// out, each with its kinds: "stripe (sync_account)".
+func unworked(reg *jobs.Registry, declared, qs []string) []string {
+	var out []string
+	for _, q := range declared {
+		if !slices.Contains(qs, q) {
+			out = append(out, fmt.Sprintf("%s (%s)", q, strings.Join(reg.KindsOf(q), ", ")))
+		}
+	}
+	return out
 }
 
 func runDispatcher(ctx context.Context, env *Env, args []string) error {
-	fs, url := env.FlagSet("dispatcher", "dispatcher [--interval 1s] [--batch-size 500] [--config FILE] [flags]")
-	interval := fs.Duration("interval", dispatcher.DefaultInterval, "how often to look for due jobs")
-	batch := fs.Int("batch-size", dispatcher.DefaultBatchSize, "jobs one promotion moves")
+	base := env.App.Dispatcher
+	fs, url := env.FlagSet("dispatcher", "dispatcher [--interval 1s] [--batch-size 500] [--config FILE] [--http-addr :8081] [flags]")
+	interval := fs.Duration("interval", orDefault(base.Interval, dispatcher.DefaultInterval), "how often to look for due jobs")
+	batch := fs.Int("batch-size", orDefault(base.BatchSize, dispatcher.DefaultBatchSize), "jobs one promotion moves")
+	horizon := fs.Duration("horizon", orDefault(base.Horizon, engine.DefaultHorizon), "how far ahead parked jobs get rate-limit slots")
 	config := configFlag(fs)
-	beat := beatFlags(fs)
-	level := logFlag(fs)
+	beat := beatFlags(fs, base.HeartbeatInterval, base.DeadAfter)
+	logs := logFlag(fs)
+	serve := serveFlags(fs, env.App.Metrics)
 	if err := Parse(fs, args); err != nil {
 		return err
+	}
+	if fs.NArg() > 0 {
+		return Usagef("dispatcher takes no arguments, got %q", strings.Join(fs.Args(), " "))
 	}
 	if *batch < 1 {
 		return Usagef("--batch-size is %d; it must be at least 1", *batch)
@@ -93,37 +192,53 @@ func runDispatcher(ctx context.Context, env *Env, args []string) error {
 	if *interval < jobs.MinInterval {
 		return Usagef("--interval is %s; it must be at least %s", *interval, jobs.MinInterval)
 	}
+	if *horizon <= 0 {
+		return Usagef("--horizon is %s; it must be positive", *horizon)
+	}
 	if err := beat.check(fs); err != nil {
 		return err
 	}
-	log, err := env.logger(*level)
+	log, err := env.logger(logs, base.Logger)
 	if err != nil {
 		return err
 	}
-	s, err := OpenChecked(ctx, *url)
+	s, err := env.Open(ctx, url, true)
 	if err != nil {
 		return err
 	}
 	defer s.Close()
-	d, err := env.dispatcher(s, *config, dispatcher.Config{
-		Interval: *interval, BatchSize: *batch, Logger: log,
-		HeartbeatInterval: *beat.heartbeat, DeadAfter: *beat.deadAfter,
-	})
+	cfg := base
+	cfg.Interval, cfg.BatchSize, cfg.Horizon, cfg.Logger = *interval, *batch, *horizon, log
+	cfg.HeartbeatInterval, cfg.DeadAfter = *beat.heartbeat, *beat.deadAfter
+	if _, err := serve.metrics(env, s, log); err != nil {
+		return err
+	}
+	d, err := env.dispatcher(s, *config, cfg, false)
 	if err != nil {
 		return err
 	}
-	return d.Run(ctx)
+	return serve.run(ctx, env, s, log, health{pid: d.ProcessID, clock: storeClock(cfg.HostClock, cfg.Clock), interval: cfg.HeartbeatInterval}, d.Run)
+}
+
+// storeClock is the clock a worker or dispatcher stamps its heartbeats
+// on, as they decide it.
+func storeClock(host bool, c clock.Clock) engine.Clock {
+	if !host && clock.IsSystem(c) {
+		return engine.DatabaseTime(time.Now)
+	}
+	return engine.HostTime(clock.OrSystem(c).Now)
 }
 
 // beats are a process's --heartbeat and --dead-after.
 type beats struct{ heartbeat, deadAfter *time.Duration }
 
-// beatFlags adds --heartbeat and --dead-after to fs.
-func beatFlags(fs *flag.FlagSet) beats {
+// beatFlags adds --heartbeat and --dead-after to fs, with defaults from
+// the app's configuration where it sets them.
+func beatFlags(fs *flag.FlagSet, heartbeat, deadAfter time.Duration) beats {
 	return beats{
-		heartbeat: fs.Duration("heartbeat", jobs.DefaultHeartbeatInterval,
+		heartbeat: fs.Duration("heartbeat", orDefault(heartbeat, jobs.DefaultHeartbeatInterval),
 			"how often this process stamps its row in sluice_processes and looks for dead processes"),
-		deadAfter: fs.Duration("dead-after", jobs.DefaultDeadAfter,
+		deadAfter: fs.Duration("dead-after", orDefault(deadAfter, jobs.DefaultDeadAfter),
 			fmt.Sprintf("how old a heartbeat must be before its process is presumed dead and its running jobs run again; at least %d × --heartbeat, and the same in every process", jobs.DeadAfterHeartbeats)),
 	}
 }
@@ -159,23 +274,30 @@ func configFlag(fs *flag.FlagSet) *string {
 }
 
 // dispatcher builds the app's dispatcher: its tasks declared in code and
-// those of the config file, if any.
-func (e *Env) dispatcher(s *store.Store, configPath string, cfg dispatcher.Config) (*dispatcher.Dispatcher, error) {
-	cfg.Tasks = append(cfg.Tasks, e.App.Tasks...)
+// those of the config file, if any. One built for listing keeps the file's
+// tasks whose kinds the program does not know; it must not run.
+func (e *Env) dispatcher(s *store.Store, configPath string, cfg dispatcher.Config, listing bool) (*dispatcher.Dispatcher, error) {
+	cfg.Tasks = append(append([]dispatcher.Task(nil), cfg.Tasks...), e.App.Tasks...)
 	if configPath != "" {
 		f, err := os.Open(configPath)
 		if err != nil {
 			return nil, err
 		}
 		defer f.Close()
-		fc, err := dispatcher.LoadConfig(f, e.App.Registry)
+		load := dispatcher.LoadConfig
+		if listing {
+			load = dispatcher.LoadConfigToList
+		}
+		fc, err := load(f, e.App.Registry)
 		if err != nil {
 			return nil, err
 		}
 		cfg.Tasks = append(cfg.Tasks, fc.Tasks...)
 		cfg.Maintenance = fc.Maintenance
 	}
-	if len(cfg.Tasks) > 0 {
+	if len(cfg.Tasks) > 0 && listing && e.App.Registry == nil {
+		cfg.Client = jobs.NewClient(s, jobs.NewRegistry(), jobs.ClientConfig{})
+	} else if len(cfg.Tasks) > 0 && cfg.Client == nil {
 		if e.App.Registry == nil {
 			return nil, errors.New("recurring tasks need the app's registry (cli.App.Registry) to enqueue their jobs")
 		}
@@ -196,7 +318,7 @@ func runRecurring(ctx context.Context, env *Env, args []string) error {
 		return err
 	}
 	defer s.Close()
-	d, err := env.dispatcher(s, *config, dispatcher.Config{})
+	d, err := env.dispatcher(s, *config, env.App.Dispatcher, true)
 	if err != nil {
 		return err
 	}
@@ -204,14 +326,20 @@ func runRecurring(ctx context.Context, env *Env, args []string) error {
 	if err != nil {
 		return err
 	}
+	known := env.App.Registry.Kinds()
+	unknown := func(kind string) bool { return kind != "" && !slices.Contains(known, kind) }
 	if *asJSON {
 		out := make([]map[string]any, len(tasks))
 		for i, t := range tasks {
-			out[i] = map[string]any{"key": t.Key, "schedule": t.Schedule, "kind": t.Kind, "next": t.Next}
-			if !t.Last.RunAt.IsZero() {
-				out[i]["last"] = t.Last.RunAt
-				out[i]["last_job_id"] = t.Last.JobID
+			var kind, lastJob any
+			if t.Kind != "" {
+				kind = t.Kind
 			}
+			if !t.Last.RunAt.IsZero() {
+				lastJob = t.Last.JobID
+			}
+			out[i] = map[string]any{"key": t.Key, "schedule": t.Schedule, "kind": kind, "built_in": t.Kind == "",
+				"kind_registered": !unknown(t.Kind), "next": t.Next, "last": jsonTime(t.Last.RunAt), "last_job_id": lastJob}
 		}
 		return printJSON(env, out)
 	}
@@ -219,8 +347,11 @@ func runRecurring(ctx context.Context, env *Env, args []string) error {
 	rows := make([][]string, len(tasks))
 	for i, t := range tasks {
 		kind, last := t.Kind, "-"
-		if kind == "" {
+		switch {
+		case kind == "":
 			kind = "(built in)"
+		case unknown(kind):
+			kind += " (not registered in " + env.App.name() + ": run its dispatcher from the app)"
 		}
 		if !t.Last.RunAt.IsZero() {
 			last = fmtIn(t.Last.RunAt, now)
@@ -240,17 +371,59 @@ func splitList(s string) []string {
 	return out
 }
 
-// fmtIn prints how far t is from now: "in 3s", "2m ago", or "now".
+// fmtIn prints how far t is from now, rounded for people: "in 3s",
+// "3m44s ago", or "now".
 func fmtIn(t, now time.Time) string {
 	if t.IsZero() {
 		return "-"
 	}
-	d := t.Sub(now).Round(time.Millisecond)
+	d := t.Sub(now)
 	switch {
-	case d > 0:
-		return fmt.Sprintf("in %s", d)
-	case d < 0:
-		return fmt.Sprintf("%s ago", -d)
+	case d >= time.Millisecond:
+		return "in " + human(d)
+	case d <= -time.Millisecond:
+		return human(-d) + " ago"
 	}
 	return "now"
+}
+
+// human rounds a duration for people: 840ms, 4.2s, 3m44s, 2h5m, 3d4h.
+func human(d time.Duration) string {
+	if d < 0 {
+		return "-" + human(-d)
+	}
+	switch {
+	case d < time.Second:
+		return d.Round(time.Millisecond).String()
+	case d < 10*time.Second:
+		return d.Round(100 * time.Millisecond).String()
+	case d < time.Hour:
+		if r := d.Round(time.Second); r < time.Hour {
+			return trimZeros(r.String())
+		}
+		return human(time.Hour)
+	case d < 48*time.Hour:
+		if r := d.Round(time.Minute); r < 48*time.Hour {
+			return trimZeros(r.String())
+		}
+		return human(48 * time.Hour)
+	}
+	d = d.Round(time.Hour)
+	out := fmt.Sprintf("%dd", d/(24*time.Hour))
+	if h := (d % (24 * time.Hour)) / time.Hour; h > 0 {
+		out += fmt.Sprintf("%dh", h)
+	}
+	return out
+}
+
+// trimZeros drops the zero seconds and minutes of a duration's text:
+// "3m0s" is "3m", "2h0m0s" is "2h".
+func trimZeros(s string) string {
+	if strings.HasSuffix(s, "m0s") {
+		s = strings.TrimSuffix(s, "0s")
+	}
+	if strings.HasSuffix(s, "h0m") {
+		s = strings.TrimSuffix(s, "0m")
+	}
+	return s
 }

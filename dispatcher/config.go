@@ -57,6 +57,26 @@ type fileConfig struct {
 // reg, which decodes their args: a task whose kind a binary does not know
 // is refused rather than enqueued without its limits.
 func LoadConfig(r io.Reader, reg *jobs.Registry) (FileConfig, error) {
+	return loadConfig(r, reg, false)
+}
+
+// LoadConfigToList reads a config file as LoadConfig does, but keeps a
+// task whose kind reg does not know (every task, with a nil reg) with its
+// args undecoded instead of refusing it: for listing the tasks from a
+// program that does not know the app's kinds, as the standalone sluice
+// binary. A dispatcher must not run such tasks: each tick would fail to
+// enqueue them.
+func LoadConfigToList(r io.Reader, reg *jobs.Registry) (FileConfig, error) {
+	return loadConfig(r, reg, true)
+}
+
+// unregistered stands for the args of a task whose kind the program does
+// not know.
+type unregistered struct{ kind string }
+
+func (u unregistered) Kind() string { return u.kind }
+
+func loadConfig(r io.Reader, reg *jobs.Registry, listing bool) (FileConfig, error) {
 	var raw fileConfig
 	dec := json.NewDecoder(r)
 	dec.DisallowUnknownFields()
@@ -75,10 +95,14 @@ func LoadConfig(r io.Reader, reg *jobs.Registry) (FileConfig, error) {
 		if _, err := ParseSchedule(t.Schedule); err != nil {
 			return FileConfig{}, fmt.Errorf("dispatcher config: task %s: schedule %q: %w", name, t.Schedule, err)
 		}
-		if reg == nil {
-			return FileConfig{}, fmt.Errorf("dispatcher config: task %s: kind %s is not registered in this program; run the dispatcher from your app (cli.Main) so that its kinds are known", name, t.Kind)
+		var args jobs.Args
+		err := jobs.ErrUnknownKind
+		if reg != nil {
+			args, err = reg.ArgsFromJSON(t.Kind, t.Args)
 		}
-		args, err := reg.ArgsFromJSON(t.Kind, t.Args)
+		if errors.Is(err, jobs.ErrUnknownKind) && listing {
+			args, err = unregistered{t.Kind}, nil
+		}
 		if errors.Is(err, jobs.ErrUnknownKind) {
 			return FileConfig{}, fmt.Errorf("dispatcher config: task %s: kind %s is not registered in this program; run the dispatcher from your app (cli.Main) so that its kinds are known", name, t.Kind)
 		}

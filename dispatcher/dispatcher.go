@@ -238,3 +238,7 @@ func (d *Dispatcher) storeClock() engine.Clock {
 	}
 	return engine.HostTime(d.clock.Now)
 }
+
+// ProcessID returns the id of the dispatcher's row in sluice_processes,
+// or 0 before Run registered it.
+func (d *Dispatcher) ProcessID() int64 { return d.pid.Load() }

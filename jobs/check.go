@@ -7,6 +7,7 @@ import (
 	"slices"
 	"sort"
 	"strings"
+	"time"
 	"unicode"
 
 	"golang.org/x/text/unicode/norm"
@@ -61,7 +62,18 @@ const (
 	// CodeImpreciseDrain: a limit is so fine that a backlog drains slower
 	// than declared (ratelimit.Spec.DrainPrecise); the bound still holds.
 	CodeImpreciseDrain = "W006"
+	// CodeUnservedQueue: registered kinds go to a queue that no live
+	// worker claims, so their jobs wait however many are enqueued.
+	CodeUnservedQueue = "W007"
+	// CodeNoDispatcher: no dispatcher heartbeated recently, so scheduled
+	// jobs (retries, delayed and rate-limited ones) are not made ready.
+	CodeNoDispatcher = "W008"
 )
+
+// LiveAfter is how recent a process's heartbeat must be for Check to
+// count it as live: DefaultDeadAfter, past which any process may presume
+// it dead.
+const LiveAfter = DefaultDeadAfter
 
 // Check validates a registry against a database at start-up, as
 // `sluice check` does. Errors should stop a deploy; warnings name
@@ -164,16 +176,23 @@ func Check(ctx context.Context, r *Registry, pub *store.Store) ([]Finding, error
 		}
 	}
 
-	procs, err := s.ListProcesses(ctx)
+	procs, err := s.Processes(ctx, engine.DatabaseTime(time.Now))
 	if err != nil {
 		return nil, err
 	}
 	claimed := map[string]bool{}
+	dispatchers := 0
 	for _, p := range procs {
-		if p.Kind == "worker" {
+		if p.Age >= LiveAfter {
+			continue
+		}
+		switch p.Kind {
+		case "worker":
 			for _, q := range strings.Split(p.Queues, ",") {
 				claimed[q] = true
 			}
+		case "dispatcher":
+			dispatchers++
 		}
 	}
 	sort.Strings(queues)
@@ -181,6 +200,20 @@ func Check(ctx context.Context, r *Registry, pub *store.Store) ([]Finding, error
 		if !claimed[q] {
 			add(CodeUnclaimedQueue, SeverityWarning, "queue %s has a rate limit, but no running worker claims it", q)
 		}
+	}
+	byQueue := map[string][]string{}
+	for _, name := range r.Kinds() {
+		q := r.lookup(name).cfg.queue
+		byQueue[q] = append(byQueue[q], name)
+	}
+	for _, q := range sortedKeys(byQueue) {
+		if !claimed[q] {
+			add(CodeUnservedQueue, SeverityWarning, "no live worker claims queue %s, where kinds %s go: their jobs wait until a worker claims it (worker --queues %s)",
+				q, strings.Join(byQueue[q], ", "), q)
+		}
+	}
+	if dispatchers == 0 {
+		add(CodeNoDispatcher, SeverityWarning, "no dispatcher has heartbeated in the last %s: scheduled jobs (retries, jobs to run later, rate-limited jobs waiting for a slot) are not made ready; run one (dispatcher)", LiveAfter)
 	}
 
 	overrides, err := s.ListOverrides(ctx)

@@ -102,21 +102,27 @@ func (w *Worker) run(ctx context.Context, j *engine.Job) (result, error) {
 		t := w.clock.AfterFunc(timeout, func() { cancel(ErrJobTimeout) })
 		defer t.Stop()
 	}
-	err = call(jctx, k, j, args, more)
+	err = call(jctx, w.cfg.Middleware, k, j, args, more)
 	if err != nil && errors.Is(context.Cause(jctx), ErrJobTimeout) {
 		err = fmt.Errorf("%w after %s: %w", ErrJobTimeout, timeout, err)
 	}
 	return w.outcome(ctx, j, err), err
 }
 
-// call runs the handler, turning a panic into an error with its stack.
-func call(ctx context.Context, k *kind, j *engine.Job, args any, more []any) (err error) {
+// call runs the handler inside the worker's middleware, turning a panic
+// into an error with its stack.
+func call(ctx context.Context, mw []Middleware, k *kind, j *engine.Job, args any, more []any) (err error) {
 	defer func() {
 		if r := recover(); r != nil {
 			err = fmt.Errorf("panic: %v\n%s", r, debug.Stack())
 		}
 	}()
-	return k.work(ctx, j, args, more)
+	handler := func(ctx context.Context) error { return k.work(ctx, j, args, more) }
+	if len(mw) > 0 {
+		run := RunInfo{JobID: j.ID, Kind: j.Kind, Queue: j.Queue, Attempt: j.Attempt, MaxAttempts: j.MaxAttempts}
+		handler = wrap(mw, run, handler)
+	}
+	return handler(ctx)
 }
 
 // outcome maps a handler's error to the job's next state.

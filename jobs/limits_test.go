@@ -247,7 +247,30 @@ func TestCheckReportsEachFinding(t *testing.T) {
 		require.Contains(t, text, "W003 warning: queue sms has a rate limit, but no running worker claims it")
 		require.Contains(t, text, "W004 warning: the override of Stirpe/global names no declared limit")
 		require.NotContains(t, text, "Stripe/Account/7", "an override of one budget of a declared scope is fine")
-		require.Len(t, findings, 4)
+		require.Contains(t, text, "W007 warning: no live worker claims queue default, where kinds charge, refund go")
+		require.Contains(t, text, "W008 warning: no dispatcher has heartbeated in the last 5m0s")
+		require.Len(t, findings, 6)
+
+		// A worker and a dispatcher whose heartbeats are older than
+		// LiveAfter serve nothing; live ones do.
+		old := engine.At(time.Now().Add(-jobs.LiveAfter - time.Minute))
+		_, err = h.store.RegisterProcess(ctx, engine.Process{Kind: "worker", Queues: "default,sms"}, old)
+		require.NoError(t, err)
+		_, err = h.store.RegisterProcess(ctx, engine.Process{Kind: "dispatcher"}, old)
+		require.NoError(t, err)
+		findings, err = jobs.Check(ctx, h.reg, testdb.Public(h.store))
+		require.NoError(t, err)
+		require.Len(t, findings, 6)
+		_, err = h.store.RegisterProcess(ctx, engine.Process{Kind: "worker", Queues: "default,sms"}, engine.DatabaseTime(time.Now))
+		require.NoError(t, err)
+		_, err = h.store.RegisterProcess(ctx, engine.Process{Kind: "dispatcher"}, engine.DatabaseTime(time.Now))
+		require.NoError(t, err)
+		findings, err = jobs.Check(ctx, h.reg, testdb.Public(h.store))
+		require.NoError(t, err)
+		require.Len(t, findings, 3, "%v", findings)
+		for _, f := range findings {
+			require.Contains(t, []string{"W001", "W002", "W004"}, f.Code)
+		}
 
 		// Limits too fine for a backlog to drain at their declared rate.
 		require.NoError(t, jobs.Register(h.reg, func(context.Context, *jobs.Job[sms]) error { return nil },

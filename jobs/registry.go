@@ -313,8 +313,12 @@ func (r *Registry) ArgsFromJSON(kindName string, raw []byte) (Args, error) {
 	return v.(Args), nil
 }
 
-// Kinds lists the registered kinds in name order.
+// Kinds lists the registered kinds in name order; a nil registry has
+// none.
 func (r *Registry) Kinds() []string {
+	if r == nil {
+		return nil
+	}
 	r.mu.RLock()
 	defer r.mu.RUnlock()
 	out := make([]string, 0, len(r.kinds))

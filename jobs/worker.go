@@ -26,6 +26,8 @@ const (
 	DefaultShutdownTimeout   = 30 * time.Second
 	DefaultHeartbeatInterval = 60 * time.Second
 	DefaultDeadAfter         = 5 * time.Minute
+	// DefaultMaxRetryAfter caps the wait a RetryAfter error asks for.
+	DefaultMaxRetryAfter = time.Hour
 	// DeadAfterHeartbeats is how many heartbeat intervals DeadAfter must
 	// span at least, so that a live process is never presumed dead (and
 	// its jobs run twice) between two of its heartbeats.
@@ -110,6 +112,8 @@ type WorkerConfig struct {
 	Logger *slog.Logger
 	// Hooks are called as jobs are claimed, deferred and finished.
 	Hooks Hooks
+	// Middleware wraps every run of a handler, the first outermost.
+	Middleware []Middleware
 }
 
 // Worker claims and runs jobs. Create it with NewWorker and call Run.
@@ -205,7 +209,7 @@ func NewWorker(pub *store.Store, reg *Registry, cfg WorkerConfig) (*Worker, erro
 	setDefault(&cfg.DeadAfter, DefaultDeadAfter)
 	setDefault(&cfg.Horizon, engine.DefaultHorizon)
 	setDefault(&cfg.OverrideRefresh, 5*time.Second)
-	setDefault(&cfg.MaxRetryAfter, time.Hour)
+	setDefault(&cfg.MaxRetryAfter, DefaultMaxRetryAfter)
 	for _, f := range []struct {
 		name string
 		d    time.Duration

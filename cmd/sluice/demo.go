@@ -2,7 +2,9 @@ package main
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
+	"flag"
 	"fmt"
 	"io"
 	"log/slog"
@@ -15,8 +17,11 @@ import (
 
 	"github.com/sluicequeue/sluice/cli"
 	"github.com/sluicequeue/sluice/dispatcher"
+	"github.com/sluicequeue/sluice/internal/engine"
 	"github.com/sluicequeue/sluice/jobs"
 	"github.com/sluicequeue/sluice/ratelimit"
+	"github.com/sluicequeue/sluice/store"
+	"github.com/sluicequeue/sluice/store/dburl"
 )
 
 // The demo's job kinds: an unlimited one that sometimes fails once, a rate
@@ -51,36 +56,46 @@ var (
 	geocodeLimit = ratelimit.Limit[geocode]{To: 4, Per: time.Second, Burst: 2, Key: "global"}
 )
 
-// demoStats counts what happened per kind, and when limited jobs started.
-type demoStats struct {
-	mu       sync.Mutex
-	done     map[string]int
-	failed   map[string]int
-	starts   map[string][]time.Time // per budget
-	deferred atomic.Int64
-}
+// demoQueue is the queue the demo's jobs go to, so that on a database of
+// the user's it works only its own jobs.
+const demoQueue = "sluice_demo"
 
-func (d *demoStats) start(budget string) {
-	d.mu.Lock()
-	d.starts[budget] = append(d.starts[budget], time.Now())
-	d.mu.Unlock()
+// demoStats counts what happened per kind.
+type demoStats struct {
+	mu      sync.Mutex
+	done    map[string]int
+	failed  map[string]int
+	retried map[string]int
+	// doneLater counts the jobs done on a later attempt than their first.
+	doneLater map[string]int
+	deferred  atomic.Int64
 }
 
 func runDemo(ctx context.Context, env *cli.Env, args []string) error {
-	fs, _ := env.FlagSet("demo", "demo [--database-url sqlite:sluice-demo.db]")
-	url := fs.String("file", "sluice-demo.db", "the SQLite file to create (replaced if it exists)")
+	fs, url := env.FlagSet("demo", "demo [--file sluice-demo.db | --database-url URL]")
+	file := fs.String("file", "sluice-demo.db", "the SQLite file to create (replaced if it exists), unless --database-url is given")
 	timeout := fs.Duration("timeout", 90*time.Second, "give up after this long")
 	if err := cli.Parse(fs, args); err != nil {
 		return err
 	}
-	for _, suffix := range []string{"", "-wal", "-shm"} {
-		if err := os.Remove(*url + suffix); err != nil && !errors.Is(err, os.ErrNotExist) {
-			return err
-		}
-	}
+	// Only a --database-url on the command line is used: a
+	// $SLUICE_DATABASE_URL set for an app does not send the demo's jobs
+	// there.
+	onDatabase := false
+	fs.Visit(func(f *flag.Flag) { onDatabase = onDatabase || f.Name == "database-url" })
 	ctx, cancel := context.WithTimeout(ctx, *timeout)
 	defer cancel()
-	s, err := cli.Open(ctx, "sqlite:"+*url)
+	target := "sqlite:" + *file
+	if onDatabase {
+		target = *url
+	} else {
+		for _, suffix := range []string{"", "-wal", "-shm"} {
+			if err := os.Remove(*file + suffix); err != nil && !errors.Is(err, os.ErrNotExist) {
+				return err
+			}
+		}
+	}
+	s, err := cli.Open(ctx, target)
 	if err != nil {
 		return err
 	}
@@ -88,28 +103,34 @@ func runDemo(ctx context.Context, env *cli.Env, args []string) error {
 	if _, err := s.MigrateUp(ctx, 0); err != nil {
 		return err
 	}
-	fmt.Fprintf(env.Stdout, "sluice demo: %s created and migrated\n", *url)
+	if onDatabase {
+		if err := demoQueueIsEmpty(ctx, s); err != nil {
+			return err
+		}
+		fmt.Fprintf(env.Stdout, "sluice demo: %s migrated; the demo's jobs go to queue %s\n", cli.DescribeURL(target), demoQueue)
+	} else {
+		fmt.Fprintf(env.Stdout, "sluice demo: %s created and migrated\n", *file)
+	}
 
-	stats := &demoStats{done: map[string]int{}, failed: map[string]int{}, starts: map[string][]time.Time{}}
+	stats := &demoStats{done: map[string]int{}, failed: map[string]int{}, retried: map[string]int{}, doneLater: map[string]int{}}
 	reg := jobs.NewRegistry()
 	oneSecond := jobs.Backoff(func(int) time.Duration { return time.Second })
+	inDemoQueue := jobs.Queue(demoQueue)
 	must(jobs.Register(reg, func(ctx context.Context, j *jobs.Job[sendEmail]) error {
 		time.Sleep(5 * time.Millisecond)
 		if j.Args.N%25 == 0 && j.Attempt == 1 {
 			return errors.New("smtp: 421 try again later")
 		}
 		return nil
-	}, oneSecond))
+	}, oneSecond, inDemoQueue))
 	must(jobs.Register(reg, func(ctx context.Context, j *jobs.Job[syncAccount]) error {
-		stats.start(fmt.Sprintf("sync_account/Account/%d", j.Args.Account.ID))
 		time.Sleep(20 * time.Millisecond)
 		return nil
-	}, jobs.RateLimit(syncLimit), oneSecond))
+	}, jobs.RateLimit(syncLimit), oneSecond, inDemoQueue))
 	must(jobs.Register(reg, func(ctx context.Context, j *jobs.Job[geocode]) error {
-		stats.start("geocode/global")
 		time.Sleep(10 * time.Millisecond)
 		return nil
-	}, jobs.RateLimit(geocodeLimit), oneSecond))
+	}, jobs.RateLimit(geocodeLimit), oneSecond, inDemoQueue))
 
 	client := jobs.NewClient(s, reg, jobs.ClientConfig{})
 	var items []jobs.Item
@@ -125,13 +146,12 @@ func runDemo(ctx context.Context, env *cli.Env, args []string) error {
 	if _, err := client.EnqueueMany(ctx, items); err != nil {
 		return err
 	}
-	fmt.Fprintf(env.Stdout, "enqueued %d send_email (unlimited, a few fail once), %d sync_account (%s per account, %d accounts), %d geocode (%s, global)\n\n",
-		demoEmails, demoSyncs, describe(syncLimit.To, syncLimit.Per, syncLimit.Burst), demoAccounts, demoGeocodes,
-		describe(geocodeLimit.To, geocodeLimit.Per, geocodeLimit.Burst))
+	fmt.Fprintf(env.Stdout, "enqueued %d send_email, %d sync_account for %d accounts, %d geocode\n\n", demoEmails, demoSyncs, demoAccounts, demoGeocodes)
+	explain(env)
 
 	quiet := slog.New(slog.NewTextHandler(io.Discard, nil))
 	w, err := jobs.NewWorker(s, reg, jobs.WorkerConfig{
-		Concurrency: 20, Logger: quiet, Name: "demo-worker",
+		Queues: []string{demoQueue}, Concurrency: 20, Logger: quiet, Name: "demo-worker",
 		Hooks: jobs.Hooks{
 			OnDefer: func(e jobs.DeferEvent) { stats.deferred.Add(int64(e.Count)) },
 			OnFinish: func(e jobs.FinishEvent) {
@@ -140,6 +160,11 @@ func runDemo(ctx context.Context, env *cli.Env, args []string) error {
 				switch e.Outcome {
 				case jobs.OutcomeCompleted:
 					stats.done[e.Kind]++
+					if e.Attempt > 1 {
+						stats.doneLater[e.Kind]++
+					}
+				case jobs.OutcomeRetried:
+					stats.retried[e.Kind]++
 				case jobs.OutcomeFailed, jobs.OutcomeCancelled:
 					stats.failed[e.Kind]++
 				}
@@ -149,7 +174,10 @@ func runDemo(ctx context.Context, env *cli.Env, args []string) error {
 	if err != nil {
 		return err
 	}
-	d, err := dispatcher.New(s, dispatcher.Config{Interval: 200 * time.Millisecond, Logger: quiet, Name: "demo-dispatcher"})
+	// The demo's dispatcher promotes due jobs; it leaves the clean-ups of a
+	// database that may be the user's to the user's own dispatchers.
+	d, err := dispatcher.New(s, dispatcher.Config{Interval: 200 * time.Millisecond, Logger: quiet, Name: "demo-dispatcher",
+		Maintenance: dispatcher.Maintenance{ClearIdleBudgets: dispatcher.MaintenanceTask{Off: true}, ClearFinishedJobs: dispatcher.MaintenanceTask{Off: true}}})
 	if err != nil {
 		return err
 	}
@@ -177,7 +205,11 @@ func runDemo(ctx context.Context, env *cli.Env, args []string) error {
 		for _, k := range kinds {
 			done, failed := stats.done[k], stats.failed[k]
 			finished += done + failed
-			parts = append(parts, fmt.Sprintf("%-12s %3d/%d done %3d waiting %d failed", k, done, totals[k], totals[k]-done-failed, failed))
+			part := fmt.Sprintf("%-12s %3d/%d done %3d waiting", k, done, totals[k], totals[k]-done-failed)
+			if k == "send_email" {
+				part += fmt.Sprintf(" %d retried", stats.retried[k])
+			}
+			parts = append(parts, part)
 		}
 		stats.mu.Unlock()
 		fmt.Fprintf(env.Stdout, "%5.1fs  %s\n", time.Since(began).Seconds(), strings.Join(parts, " | "))
@@ -185,31 +217,57 @@ func runDemo(ctx context.Context, env *cli.Env, args []string) error {
 			break
 		}
 	}
-	fmt.Fprintf(env.Stdout, "\nall %d jobs done in %.1fs; claims deferred rate-limited jobs %d times instead of running them early\n",
-		demoEmails+demoSyncs+demoGeocodes, time.Since(began).Seconds(), stats.deferred.Load())
-	return stats.verify(env)
+	stats.mu.Lock()
+	fmt.Fprintf(env.Stdout, "\nall %d jobs done in %.1fs.\n", demoEmails+demoSyncs+demoGeocodes, time.Since(began).Seconds())
+	fmt.Fprintf(env.Stdout, "send_email: %d runs failed (smtp: 421 try again later) and were retried 1s later; %d jobs then succeeded on a later attempt, %d failed for good.\n",
+		stats.retried["send_email"], stats.doneLater["send_email"], stats.failed["send_email"])
+	stats.mu.Unlock()
+	fmt.Fprintf(env.Stdout, "rate limits: %d times a worker claimed a rate-limited job before its budget allowed it; instead of running it early,\n"+
+		"it put the job back as a scheduled job with the time of its next slot (no worker slept or held it).\n", stats.deferred.Load())
+	return stats.verify(ctx, env, s, onDatabase, target)
 }
 
-// verify prints, per budget, the most starts seen in any window of the
-// limit's Per, against the limit.
-func (d *demoStats) verify(env *cli.Env) error {
-	d.mu.Lock()
-	defer d.mu.Unlock()
-	budgets := make([]string, 0, len(d.starts))
-	for b := range d.starts {
+// verify prints, per budget, the most claims in any window of the
+// limit's Per, against the limit. The claim times are the database's
+// record of when each job was claimed to run (on the clock that decided),
+// not when its handler happened to start: a loaded machine delays a start,
+// never a decision.
+func (d *demoStats) verify(ctx context.Context, env *cli.Env, pub *store.Store, onDatabase bool, target string) error {
+	s := engine.From(pub)
+	claims := map[string][]time.Time{}
+	for _, kind := range []string{"sync_account", "geocode"} {
+		js, err := s.ListJobs(ctx, engine.JobFilter{Queue: demoQueue, Kind: kind, State: engine.StateCompleted, Limit: 1000})
+		if err != nil {
+			return err
+		}
+		for _, j := range js {
+			budget := "geocode/global"
+			if kind == "sync_account" {
+				var a syncAccount
+				if err := json.Unmarshal(j.Args, &a); err != nil {
+					return err
+				}
+				budget = fmt.Sprintf("sync_account/Account/%d", a.Account.ID)
+			}
+			claims[budget] = append(claims[budget], j.AttemptedAt)
+		}
+	}
+	budgets := make([]string, 0, len(claims))
+	for b := range claims {
 		budgets = append(budgets, b)
 	}
 	sort.Strings(budgets)
 	var over []string
+	fmt.Fprintln(env.Stdout, "Each budget's busiest window of claims, against its limit:")
 	for _, b := range budgets {
 		to, per := syncLimit.To, syncLimit.Per
 		if strings.HasPrefix(b, "geocode") {
 			to, per = geocodeLimit.To, geocodeLimit.Per
 		}
-		// The handler records its start a moment after its claim; claims
-		// are what the limit counts, so allow for that jitter.
-		most := ratelimit.BusiestWindow(d.starts[b], per-20*time.Millisecond)
-		fmt.Fprintf(env.Stdout, "  %-28s busiest %s window: %2d starts (limit %d)\n", b, per, most, to)
+		// Claim times are stored to the microsecond: a pair a whole Per
+		// apart may come back a microsecond closer.
+		most := ratelimit.BusiestWindow(claims[b], per-time.Microsecond)
+		fmt.Fprintf(env.Stdout, "  %-28s busiest %s window: %2d claims (limit %d)\n", b, per, most, to)
 		if most > to {
 			over = append(over, b)
 		}
@@ -217,7 +275,49 @@ func (d *demoStats) verify(env *cli.Env) error {
 	if len(over) > 0 {
 		return fmt.Errorf("budgets over their limit: %s", strings.Join(over, ", "))
 	}
-	fmt.Fprintf(env.Stdout, "\nThe file is kept: try `go run ./cmd/sluice jobs --database-url sqlite:sluice-demo.db --kind geocode`.\n")
+	if onDatabase {
+		fmt.Fprintf(env.Stdout, "\nThe jobs are kept: try `go run ./cmd/sluice jobs --database-url '%s' --queue %s --kind geocode`.\n", dburl.Redact(target), demoQueue)
+	} else {
+		fmt.Fprintf(env.Stdout, "\nThe file is kept: try `go run ./cmd/sluice jobs --database-url %s --kind geocode`.\n", target)
+	}
+	return nil
+}
+
+// explain says, before the demo runs, what each kind shows.
+func explain(env *cli.Env) {
+	sync, geo := syncLimit, geocodeLimit
+	fmt.Fprintf(env.Stdout, "What to watch:\n"+
+		"  send_email    no limit: runs as fast as 20 workers go. Every 25th fails once (smtp: 421) and is retried 1s later.\n"+
+		"  sync_account  %s, per account: each account starts %d at once, then %d per second after that burst.\n"+
+		"  geocode       %s, one budget for all: %d at once, then %d per second after that burst.\n"+
+		"A burst is borrowed from the window: after %d geocodes at once, the rest are spaced %s apart, so that no 1s window\n"+
+		"ever holds more than %d. That is why a backlog drains at To - Burst + 1 per Per (%d - %d + 1 = %d per second), not at To.\n\n",
+		describe(sync.To, sync.Per, sync.Burst), sync.Burst, sync.To-sync.Burst+1,
+		describe(geo.To, geo.Per, geo.Burst), geo.Burst, geo.To-geo.Burst+1,
+		geo.Burst, (geo.Per / time.Duration(geo.To-geo.Burst+1)).Round(time.Millisecond), geo.To,
+		geo.To, geo.Burst, geo.To-geo.Burst+1)
+}
+
+// demoQueueIsEmpty refuses to start while an earlier demo's jobs wait in
+// demoQueue: the demo counts only its own.
+func demoQueueIsEmpty(ctx context.Context, pub *store.Store) error {
+	s := engine.From(pub)
+	st, err := s.Stats(ctx)
+	if err != nil {
+		return err
+	}
+	for _, q := range st {
+		if q.Queue != demoQueue {
+			continue
+		}
+		n := int64(0)
+		for _, state := range []engine.State{engine.StateReady, engine.StateScheduled, engine.StateParked, engine.StateBlocked, engine.StateRunning} {
+			n += q.Counts[state]
+		}
+		if n > 0 {
+			return fmt.Errorf("queue %s holds %d unfinished jobs of an earlier demo; wait for them, cancel them (sluice jobs --queue %s), or use another database", demoQueue, n, demoQueue)
+		}
+	}
 	return nil
 }
 

@@ -14,7 +14,7 @@ func main() {
 	app := &cli.App{
 		Name: "sluice",
 		Commands: append([]cli.Command{
-			{Name: "demo", Summary: "run a self-contained demo on a fresh SQLite file", Run: runDemo},
+			{Name: "demo", Summary: "run a self-contained demo on a fresh SQLite file (or --database-url)", Run: runDemo},
 			{Name: "bench", Summary: "measure throughput, latency and rate limits: burn-down, continuous, drain, flood, loose", Run: runBench},
 		}, benchWorkerCommand()...),
 	}

@@ -50,25 +50,41 @@ func (r rows) Close() { _ = r.Rows.Close() }
 type DB struct {
 	Executor
 	db *sql.DB
+	// shared is set for a pool the caller owns: Close leaves it open.
+	shared bool
+	// txOpts are what the store's transactions begin with.
+	txOpts *sql.TxOptions
 }
 
-// NewDB wraps db.
+// NewDB wraps db, which the store then owns: Close closes it.
 func NewDB(db *sql.DB) *DB { return &DB{Executor: Wrap(db), db: db} }
+
+// NewSharedDB wraps a pool its caller owns and closes: Close leaves it
+// open. The store's transactions begin with opts (nil: the pool's
+// defaults).
+func NewSharedDB(db *sql.DB, opts *sql.TxOptions) *DB {
+	return &DB{Executor: Wrap(db), db: db, shared: true, txOpts: opts}
+}
 
 // SQL returns the wrapped *sql.DB.
 func (d *DB) SQL() *sql.DB { return d.db }
 
 // Begin starts a transaction.
 func (d *DB) Begin(ctx context.Context) (engine.Tx, error) {
-	tx, err := d.db.BeginTx(ctx, nil)
+	tx, err := d.db.BeginTx(ctx, d.txOpts)
 	if err != nil {
 		return nil, err
 	}
 	return &Tx{Executor: Wrap(tx), tx: tx}, nil
 }
 
-// Close closes the pool.
-func (d *DB) Close() error { return d.db.Close() }
+// Close closes the pool, unless its caller owns it (NewSharedDB).
+func (d *DB) Close() error {
+	if d.shared {
+		return nil
+	}
+	return d.db.Close()
+}
 
 // WrapTx adapts a caller's *sql.Tx.
 func (d *DB) WrapTx(tx any) (engine.Executor, error) {

@@ -41,7 +41,7 @@ func Open(ctx context.Context, url string) (*engine.Store, error) {
 	}
 	if err := pool.Ping(ctx); err != nil {
 		pool.Close()
-		return nil, fmt.Errorf("postgres: connect to %s:%d: %w", cfg.ConnConfig.Host, cfg.ConnConfig.Port, err)
+		return nil, fmt.Errorf("postgres: connect to %s:%d: %w", cfg.ConnConfig.Host, cfg.ConnConfig.Port, onceEach(err))
 	}
 	return engine.New(Dialect{}, &DB{pool: pool}), nil
 }
@@ -83,6 +83,9 @@ var quotedText = regexp.MustCompile(`"(?:[^"\\]|\\.)*"`)
 // DB is the store's pool over pgxpool.
 type DB struct {
 	pool *pgxpool.Pool
+	// shared is set for a pool the app owns (OpenPool): Close leaves it
+	// open.
+	shared bool
 }
 
 // Pool returns the underlying pgx pool, for callers that share it.
@@ -107,9 +110,11 @@ func (d *DB) Begin(ctx context.Context) (engine.Tx, error) {
 	return Tx{tx: tx}, nil
 }
 
-// Close closes the pool.
+// Close closes the pool, unless the app owns it (OpenPool).
 func (d *DB) Close() error {
-	d.pool.Close()
+	if !d.shared {
+		d.pool.Close()
+	}
 	return nil
 }
 

@@ -71,3 +71,9 @@ func parseURL(rawURL string) (string, Options, error) {
 	}
 	return path, opts, nil
 }
+
+// Path returns the file a SQLite URL names.
+func Path(rawURL string) (string, error) {
+	path, _, err := parseURL(rawURL)
+	return path, err
+}

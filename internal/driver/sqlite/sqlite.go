@@ -50,26 +50,11 @@ type Options struct {
 // Open opens (creating if needed) the SQLite database file at path. It does
 // not migrate; run MigrateUp on the store, or `sluice migrate up`.
 func Open(ctx context.Context, path string, opts Options) (*engine.Store, error) {
-	if path == "" {
-		return nil, errors.New("sqlite: empty database path")
+	dsn, err := DSN(path, opts)
+	if err != nil {
+		return nil, err
 	}
-	sync := strings.ToUpper(opts.Synchronous)
-	if sync == "" {
-		sync = SyncFull
-	}
-	if sync != SyncFull && sync != SyncNormal {
-		return nil, fmt.Errorf("sqlite: synchronous must be full or normal, not %q", opts.Synchronous)
-	}
-	busy := opts.BusyTimeoutMillis
-	if busy <= 0 {
-		busy = 10000
-	}
-	q := url.Values{}
-	q.Add("_pragma", fmt.Sprintf("busy_timeout(%d)", busy))
-	q.Add("_pragma", "journal_mode(WAL)")
-	q.Add("_pragma", "synchronous("+sync+")")
-	q.Add("_txlock", "immediate")
-	db, err := sql.Open("sqlite", "file:"+path+"?"+q.Encode())
+	db, err := sql.Open("sqlite", dsn)
 	if err != nil {
 		return nil, fmt.Errorf("sqlite: open %s: %w", path, err)
 	}
@@ -81,6 +66,33 @@ func Open(ctx context.Context, path string, opts Options) (*engine.Store, error)
 		return nil, fmt.Errorf("sqlite: open %s: %w", path, err)
 	}
 	return engine.New(Dialect{}, sqldb.NewDB(db)), nil
+}
+
+// DSN returns the data source name Open opens path with, for
+// sql.Open("sqlite", dsn): WAL mode, the busy timeout, the synchronous
+// mode, and transactions that take the write lock at once. An app that
+// opens its own *sql.DB for OpenDB should open it with this.
+func DSN(path string, opts Options) (string, error) {
+	if path == "" {
+		return "", errors.New("sqlite: empty database path")
+	}
+	sync := strings.ToUpper(opts.Synchronous)
+	if sync == "" {
+		sync = SyncFull
+	}
+	if sync != SyncFull && sync != SyncNormal {
+		return "", fmt.Errorf("sqlite: synchronous must be full or normal, not %q", opts.Synchronous)
+	}
+	busy := opts.BusyTimeoutMillis
+	if busy <= 0 {
+		busy = 10000
+	}
+	q := url.Values{}
+	q.Add("_pragma", fmt.Sprintf("busy_timeout(%d)", busy))
+	q.Add("_pragma", "journal_mode(WAL)")
+	q.Add("_pragma", "synchronous("+sync+")")
+	q.Add("_txlock", "immediate")
+	return "file:" + path + "?" + q.Encode(), nil
 }
 
 // Dialect is SQLite's SQL.

@@ -1,0 +1,56 @@
+package store
+
+import (
+	"context"
+	"database/sql"
+
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/sluicequeue/sluice/internal/driver/mysql"
+	"github.com/sluicequeue/sluice/internal/driver/postgres"
+	"github.com/sluicequeue/sluice/internal/driver/sqlite"
+	"github.com/sluicequeue/sluice/internal/engine"
+)
+
+// The constructors below open a store on a connection pool the app
+// already has, so that the app and sluice share its connections and the
+// app can enqueue inside its own transactions (Client.EnqueueTx). The app
+// owns the pool: Store.Close leaves it open. Each checks that the database
+// answers; none migrates.
+
+// OpenPostgresPool returns a store over the app's *pgxpool.Pool. Workers
+// LISTEN on a connection of their own, made from the pool's config.
+func OpenPostgresPool(ctx context.Context, pool *pgxpool.Pool, opts ...Option) (*Store, error) {
+	return shared(postgres.OpenPool(ctx, pool))(opts)
+}
+
+// OpenMySQLDB returns a store over the app's *sql.DB, opened with
+// go-sql-driver/mysql. sluice's transactions run at READ COMMITTED (asked
+// for per transaction when the sessions default to another level), and the
+// sessions' time zone must not shift for daylight saving: UTC, a fixed
+// offset, or SYSTEM on a UTC host. A TiDB server is refused, as by Open.
+func OpenMySQLDB(ctx context.Context, db *sql.DB, opts ...Option) (*Store, error) {
+	return shared(mysql.OpenDB(ctx, db))(opts)
+}
+
+// OpenSQLiteDB returns a store over the app's *sql.DB, opened with
+// modernc.org/sqlite — best with SQLiteDSN and one open connection
+// (SQLite has one writer).
+func OpenSQLiteDB(ctx context.Context, db *sql.DB, opts ...Option) (*Store, error) {
+	return shared(sqlite.OpenDB(ctx, db))(opts)
+}
+
+// SQLiteDSN returns the data source name for sql.Open("sqlite", dsn) that
+// Open uses for the file at path: WAL mode, a busy timeout, synchronous
+// FULL, and transactions that take the write lock at once.
+func SQLiteDSN(path string) (string, error) { return sqlite.DSN(path, sqlite.Options{}) }
+
+// shared wraps a store a driver opened on an app's pool.
+func shared(e *engine.Store, err error) func([]Option) (*Store, error) {
+	return func(opts []Option) (*Store, error) {
+		if err != nil {
+			return nil, err
+		}
+		return wrap(e, opts), nil
+	}
+}
