@@ -278,7 +278,10 @@ func TestConcurrentWorkersKeepTheLimitExactlyAndDrainAtItsRate(t *testing.T) {
 			rate := float64(len(afterBurst)-1) / span.Seconds()
 			theory := float64(limit.To-limit.Burst+1) / limit.Per.Seconds()
 			t.Logf("%s: drained %d after the burst at %.1f/s; theory %.1f/s", b.Name, len(afterBurst)-1, rate, theory)
-			require.InEpsilon(t, theory, rate, 0.05)
+			// Not slower than the limit's pace. It may look faster: a loaded
+			// machine that takes the first burst late leaves the budget
+			// slack that later claims use; the bound above is what caps it.
+			require.GreaterOrEqual(t, rate, 0.95*theory)
 		})
 	}
 }
