@@ -208,6 +208,7 @@ func builtins() []Command {
 		{Name: "semaphores", Summary: "list concurrency keys: slots free and taken, jobs blocked", Run: runSemaphores},
 		{Name: "recurring", Summary: "list recurring tasks with their last and next runs", Run: runRecurring},
 		{Name: "limits", Summary: "list rate-limit overrides, or set|clear one without a restart", Run: runLimits},
+		{Name: "explain", Summary: "say why a job is not running and when it should start: explain ID", Run: runExplain},
 		{Name: "check", Summary: "check the app's limits against the database (codes E…, W…)", Run: runCheck},
 	}
 }
