@@ -5,6 +5,7 @@ import (
 	"errors"
 	"flag"
 	"fmt"
+	"github.com/sluicequeue/sluice/internal/human"
 	"log/slog"
 	"os"
 	"strings"
@@ -238,16 +239,4 @@ func splitList(s string) []string {
 }
 
 // fmtIn prints how far t is from now: "in 3s", "2m ago", or "now".
-func fmtIn(t, now time.Time) string {
-	if t.IsZero() {
-		return "-"
-	}
-	d := t.Sub(now).Round(time.Millisecond)
-	switch {
-	case d > 0:
-		return fmt.Sprintf("in %s", d)
-	case d < 0:
-		return fmt.Sprintf("%s ago", -d)
-	}
-	return "now"
-}
+func fmtIn(t, now time.Time) string { return human.In(t, now) }

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"time"
 
+	"github.com/sluicequeue/sluice/internal/human"
 	"github.com/sluicequeue/sluice/ratelimit"
 	"github.com/sluicequeue/sluice/store"
 )
@@ -200,20 +201,25 @@ func Explain(ctx context.Context, s *store.Store, reg *Registry, id int64, now t
 	return e, nil
 }
 
-// explainLimit describes one budget with the limit in force on it.
+// explainLimit describes one budget a job draws on with the limit in
+// force on it.
 func explainLimit(view *limitsView, j *store.JobInfo, b *store.BudgetFacts, now time.Time) LimitExplanation {
-	l := LimitExplanation{Key: b.Key, Scope: ratelimit.ScopeOf(b.Key), Cost: b.Cost, Binding: b.Waiting, Parked: b.Row.Parked}
 	spec, ok := view.reg.RateSpec(j.Kind, b.Key)
 	if !ok {
-		for _, ql := range view.reg.QueueLimits(j.Queue) {
-			if ql.Key == b.Key {
-				spec, ok = ql.Spec, true
-			}
-		}
+		spec, ok = view.reg.scopeSpec(b.Key)
 	}
-	p := b.Row.Params()
-	if ok {
-		if o, has := view.override(b.Key); has {
+	l := describeLimit(view, b.Key, spec, ok, b.Row, now)
+	l.Cost, l.Binding = b.Cost, b.Waiting
+	return l
+}
+
+// describeLimit describes a budget under spec (when known, with its
+// override applied) or else under the limit it was last charged under.
+func describeLimit(view *limitsView, key string, spec ratelimit.Spec, known bool, row store.BudgetRow, now time.Time) LimitExplanation {
+	l := LimitExplanation{Key: key, Scope: ratelimit.ScopeOf(key), Cost: 1, Parked: row.Parked}
+	p := row.Params()
+	if known {
+		if o, has := view.override(key); has {
 			spec, l.Override = o.Spec(spec), o.Target
 		}
 		l.To, l.Per, l.Burst, l.Shadow, l.Declared = spec.To, spec.Per, spec.Burst, spec.Shadow, true
@@ -223,11 +229,32 @@ func explainLimit(view *limitsView, j *store.JobInfo, b *store.BudgetFacts, now 
 	}
 	l.Interval, l.Paused = time.Duration(p.Interval), p.Paused
 	if p.Interval > 0 && !p.Paused {
-		info := store.BudgetInfo{BudgetRow: b.Row}
+		info := store.BudgetInfo{BudgetRow: row}
 		info.IntervalNS, info.Burst = p.Interval, p.Burst
 		l.NextAdmission = info.NextAdmission(now)
 	}
 	return l
+}
+
+// DescribeBudgets describes budgets with the limit in force on each: the
+// one reg declares for the budget's scope (a kind, a group or a queue),
+// with the stored override applied, or else the one the budget was last
+// charged under. It is what the dashboard's budget pages show. reg may be
+// nil.
+func DescribeBudgets(ctx context.Context, s *store.Store, reg *Registry, rows []store.BudgetRow, now time.Time) ([]LimitExplanation, error) {
+	if reg == nil {
+		reg = NewRegistry()
+	}
+	view := &limitsView{reg: reg}
+	if err := view.refresh(ctx, s); err != nil {
+		return nil, fmt.Errorf("describe budgets: %w", err)
+	}
+	out := make([]LimitExplanation, len(rows))
+	for i, r := range rows {
+		spec, ok := reg.scopeSpec(r.Name)
+		out[i] = describeLimit(view, r.Name, spec, ok, r, now)
+	}
+	return out, nil
 }
 
 // reason decides the main reason and the estimate.
@@ -355,13 +382,7 @@ func countText(c *store.Count) string {
 	return c.String()
 }
 
-// stamp prints a time for a person, in UTC to the millisecond.
-func stamp(t time.Time) string {
-	if t.IsZero() {
-		return "-"
-	}
-	return t.UTC().Format("2006-01-02 15:04:05.000Z")
-}
+func stamp(t time.Time) string { return human.Stamp(t) }
 
 // Lines is the explanation for a person, one fact per line: what `sluice
 // explain` prints and the dashboard's job page shows.
@@ -416,21 +437,9 @@ func (e *Explanation) Lines() []string {
 	if e.EstimatedStart.IsZero() {
 		out = append(out, "estimated start: unknown: "+e.EstimateBasis)
 	} else {
-		out = append(out, fmt.Sprintf("estimated start: %s (%s), from %s", stamp(e.EstimatedStart), inText(e.EstimatedStart, e.Now), e.EstimateBasis))
+		out = append(out, fmt.Sprintf("estimated start: %s (%s), from %s", stamp(e.EstimatedStart), human.In(e.EstimatedStart, e.Now), e.EstimateBasis))
 	}
 	return out
-}
-
-// inText says how far t is from now: "in 3s", "2m0s ago", "now".
-func inText(t, now time.Time) string {
-	d := t.Sub(now).Round(time.Millisecond)
-	switch {
-	case d > 0:
-		return "in " + d.String()
-	case d < 0:
-		return (-d).String() + " ago"
-	}
-	return "now"
 }
 
 func firstLine(s string) string {

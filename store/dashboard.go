@@ -205,12 +205,13 @@ func (s *Store) FinishedSince(ctx context.Context, since time.Time, bucket time.
 	return out, rows.Err()
 }
 
-// AdmittedSince returns, for the budget key, the claim time of each job
-// claimed through it since the given time that is running or finished,
-// reading at most limit jobs that carry rate keys (capped says the limit
-// was reached, so times may be missing). Jobs deleted on completion, and
-// jobs waiting for a retry, are not seen.
-func (s *Store) AdmittedSince(ctx context.Context, key string, since time.Time, limit int) (times []time.Time, capped bool, err error) {
+// AdmissionsSince returns, per budget key, the claim times of the jobs
+// claimed through it since the given time that are running or finished
+// (a job of cost c counts c times). It reads at most limit jobs that
+// carry rate keys; capped says the limit was reached, so times may be
+// missing. Jobs deleted on completion, and jobs waiting for a retry, are
+// not seen.
+func (s *Store) AdmissionsSince(ctx context.Context, since time.Time, limit int) (admitted map[string][]time.Time, capped bool, err error) {
 	d, err := s.dash()
 	if err != nil {
 		return nil, false, err
@@ -218,26 +219,25 @@ func (s *Store) AdmittedSince(ctx context.Context, key string, since time.Time, 
 	q, args := d.AdmittedSince(Micros(since), limit)
 	rows, err := s.db.Query(ctx, q, args...)
 	if err != nil {
-		return nil, false, s.wrap(fmt.Errorf("admitted since: %w", err))
+		return nil, false, s.wrap(fmt.Errorf("admissions since: %w", err))
 	}
 	defer rows.Close()
+	admitted = map[string][]time.Time{}
 	n := 0
 	for rows.Next() {
 		var keys nullString
 		var at int64
 		if err := rows.Scan(&keys, &at); err != nil {
-			return nil, false, fmt.Errorf("admitted since: %w", err)
+			return nil, false, fmt.Errorf("admissions since: %w", err)
 		}
 		n++
 		for _, rk := range DecodeRateKeys(keys.String) {
-			if rk.Key == key {
-				for range rk.Cost {
-					times = append(times, FromMicros(at))
-				}
+			for range rk.Cost {
+				admitted[rk.Key] = append(admitted[rk.Key], FromMicros(at))
 			}
 		}
 	}
-	return times, n >= limit, rows.Err()
+	return admitted, n >= limit, rows.Err()
 }
 
 // GetBudgetInfo reads one budget without locking it, and how many jobs
@@ -253,4 +253,25 @@ func (s *Store) GetBudgetInfo(ctx context.Context, key string) (b BudgetRow, fou
 		return BudgetRow{Name: key}, false, nil
 	}
 	return rows[0], true, nil
+}
+
+// JobCalls returns the args of every call a coalescing job collected,
+// oldest first (none for a job that collected one call).
+func (s *Store) JobCalls(ctx context.Context, id int64) ([][]byte, error) {
+	q, args := s.d.LoadCalls([]int64{id})
+	rows, err := s.db.Query(ctx, q, args...)
+	if err != nil {
+		return nil, s.wrap(fmt.Errorf("calls of job %d: %w", id, err))
+	}
+	defer rows.Close()
+	var out [][]byte
+	for rows.Next() {
+		var jobID int64
+		var a string
+		if err := rows.Scan(&jobID, &a); err != nil {
+			return nil, fmt.Errorf("calls of job %d: %w", id, err)
+		}
+		out = append(out, []byte(a))
+	}
+	return out, rows.Err()
 }
