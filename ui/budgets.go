@@ -119,7 +119,7 @@ func (s *server) budgetDetail(w http.ResponseWriter, r *http.Request) {
 	}
 	d := &budgetDetailData{Budget: rows[0], Found: rows[0].UpdatedAt != 0, Window: admissionWindow, Capped: capped, PerSecond: -1}
 	now := s.opts.Now()
-	secs := int(admissionWindow / time.Second)
+	secs := int(admissionWindow/time.Second) + 1 // the last second holds now
 	perSec := make([]float64, secs)
 	start := now.Add(-admissionWindow)
 	for _, t := range admitted[key] {

@@ -63,7 +63,11 @@ func (s *server) back(w http.ResponseWriter, r *http.Request, to string, msg str
 	q.Set(key, msg)
 	q.Set("sig", s.mac(key, msg))
 	u.RawQuery = q.Encode()
-	http.Redirect(w, r, base(r)+u.String(), http.StatusSeeOther)
+	// A relative Location, which the browser resolves against the URL it
+	// asked for: http.Redirect would resolve it against r.URL, which lost
+	// the mount path to http.StripPrefix.
+	w.Header().Set("Location", base(r)+u.String())
+	w.WriteHeader(http.StatusSeeOther)
 }
 
 // message returns the signed message a redirect carried, if any.

@@ -150,6 +150,10 @@ func TestPagesRenderEscapedOnEveryDatabase(t *testing.T) {
 
 		_, body = c.get("/budgets")
 		require.Contains(t, body, "6 per 1m0s, burst 1")
+		require.Contains(t, body, "1 of 6", "one job was admitted in the last minute")
+		_, body = c.get("/budget?key=" + url.QueryEscape("throttled/acme<script>alert(2)</script>"))
+		require.Contains(t, body, "(peak 1)")
+		require.Contains(t, body, "the limit's average, 0.1/s")
 
 		code, _ := c.get("/jobs/99999999")
 		require.Equal(t, http.StatusNotFound, code)
@@ -176,7 +180,7 @@ func escape(s string) string {
 func TestActionsNeedTheTokenAndAreRefusedReadOnly(t *testing.T) {
 	testdb.Each(t, func(t *testing.T, s *store.Store) {
 		f := newFixture(t, s)
-		c := serve(t, f, "", ui.Options{})
+		c := serve(t, f, "/admin", ui.Options{})
 		retry := "/jobs/" + strconv.FormatInt(f.Failed, 10) + "/retry"
 
 		code, _, _ := c.post(retry, url.Values{})
