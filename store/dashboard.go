@@ -31,6 +31,9 @@ type DashboardDialect interface {
 	// were last claimed at or after since (running or finished), their
 	// rate keys and claim time. Columns: rate_keys, attempted_at.
 	AdmittedSince(since int64, limit int) (string, []any)
+	// PausedQueues lists the queues that were ever paused or resumed,
+	// without reading the jobs. Columns: name, paused.
+	PausedQueues() string
 	// QueuePaused reads whether a queue is paused; no row means it is
 	// not. Columns: paused.
 	QueuePaused(queue string) (string, []any)
@@ -161,6 +164,30 @@ func (s *Store) boundedCount(ctx context.Context, what, q string, args []any, li
 		return Count{N: int64(limit), Capped: true}, nil
 	}
 	return Count{N: n[0]}, nil
+}
+
+// PausedQueues lists the queues that were ever paused or resumed, and
+// whether they are paused now. Unlike ListQueues it does not read the jobs
+// table, so it costs nothing however many jobs are kept.
+func (s *Store) PausedQueues(ctx context.Context) ([]QueueInfo, error) {
+	d, err := s.dash()
+	if err != nil {
+		return nil, err
+	}
+	rows, err := s.db.Query(ctx, d.PausedQueues())
+	if err != nil {
+		return nil, s.wrap(fmt.Errorf("paused queues: %w", err))
+	}
+	defer rows.Close()
+	var out []QueueInfo
+	for rows.Next() {
+		var q QueueInfo
+		if err := rows.Scan(&q.Name, &q.Paused); err != nil {
+			return nil, fmt.Errorf("paused queues: %w", err)
+		}
+		out = append(out, q)
+	}
+	return out, rows.Err()
 }
 
 // Finished is how many jobs of a queue finished in one state during one

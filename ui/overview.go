@@ -52,7 +52,7 @@ type overviewData struct {
 func (s *server) overview(w http.ResponseWriter, r *http.Request) {
 	ctx := r.Context()
 	now := s.opts.Now()
-	queues, err := s.store.ListQueues(ctx)
+	queues, err := s.store.PausedQueues(ctx)
 	if err != nil {
 		s.fail(w, r, err)
 		return

@@ -89,6 +89,11 @@ WHERE running_process IS NOT NULL AND attempted_at >= ? AND rate_keys IS NOT NUL
 LIMIT ?`, []any{since, since, since, since, since, limit}
 }
 
+// PausedQueues lists the queues ever paused or resumed.
+func (Dialect) PausedQueues() string {
+	return `SELECT name, paused <> 0 FROM sluice_queues ORDER BY name`
+}
+
 // QueuePaused reads whether a queue is paused.
 func (Dialect) QueuePaused(queue string) (string, []any) {
 	return `SELECT paused <> 0 FROM sluice_queues WHERE name = ?`, []any{queue}

@@ -91,6 +91,11 @@ WHERE state = 'running' AND attempted_at >= ?1 AND rate_keys IS NOT NULL
 LIMIT ?2`, []any{since, limit}
 }
 
+// PausedQueues lists the queues ever paused or resumed.
+func (Dialect) PausedQueues() string {
+	return `SELECT name, paused <> 0 FROM sluice_queues ORDER BY name`
+}
+
 // QueuePaused reads whether a queue is paused.
 func (Dialect) QueuePaused(queue string) (string, []any) {
 	return `SELECT paused <> 0 FROM sluice_queues WHERE name = ?`, []any{queue}
