@@ -14,9 +14,9 @@ import (
 var _ store.DashboardDialect = Dialect{}
 
 // stateCond is the condition that selects one state through its partial
-// index.
+// index (ready jobs through both of theirs: plain and rate-limited).
 var stateCond = map[store.State]string{
-	store.StateReady:     `state = 'ready'`,
+	store.StateReady:     `((state = 'ready' AND rate_keys IS NULL) OR (state = 'ready' AND rate_keys IS NOT NULL))`,
 	store.StateScheduled: `state = 'scheduled'`,
 	store.StateParked:    `state = 'parked'`,
 	store.StateBlocked:   `state = 'blocked'`,
