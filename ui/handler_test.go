@@ -11,6 +11,7 @@ import (
 	"strconv"
 	"strings"
 	"testing"
+	"unicode/utf8"
 
 	"github.com/stretchr/testify/require"
 
@@ -304,4 +305,24 @@ func TestJobsPagesByKeysetAndBulkActionsConfirmTheCount(t *testing.T) {
 		code, _, _ = c.post("/jobs/bulk", url.Values{"csrf": {tok}, "state": {"nope"}, "action": {"retry"}})
 		require.Equal(t, http.StatusBadRequest, code)
 	})
+}
+
+// SQLite stores the bytes it is given; PostgreSQL and MySQL refuse text
+// that is not UTF-8, so only SQLite can hold it.
+func TestInvalidUTF8RendersAsText(t *testing.T) {
+	b := testdb.Backends(t)[0]
+	require.Equal(t, "sqlite", b.Name)
+	s := b.Open(t)
+	f := newFixture(t, s)
+	_, err := s.DB().Exec(context.Background(), `UPDATE sluice_jobs SET last_error = ?, args = ? WHERE id = ?`,
+		"bad \xff\xfe<script>alert(4)</script>", "{\"a\":\"\xc3\x28\"}", f.Failed)
+	require.NoError(t, err)
+	c := serve(t, f, "", ui.Options{})
+	for _, p := range []string{"/jobs/" + strconv.FormatInt(f.Failed, 10), "/jobs?state=failed"} {
+		code, body := c.get(p)
+		require.Equal(t, http.StatusOK, code)
+		require.True(t, utf8.ValidString(body), "%s is not valid UTF-8", p)
+		require.Regexp(t, `bad \x{FFFD}+&lt;script&gt;alert\(4\)`, body, p)
+		noMarkup(t, p, body)
+	}
 }

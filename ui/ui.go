@@ -163,7 +163,9 @@ func (s *server) render(w http.ResponseWriter, r *http.Request, name, title stri
 	}
 	w.Header().Set("Content-Type", "text/html; charset=utf-8")
 	w.Header().Set("Cache-Control", "no-store")
-	_, _ = w.Write([]byte(buf.String()))
+	// Bytes that are not UTF-8 (a database that stored them as given)
+	// show as U+FFFD: the page stays valid UTF-8 whatever the data.
+	_, _ = w.Write([]byte(strings.ToValidUTF8(buf.String(), "\uFFFD")))
 }
 
 // fail answers with an error page. A job that does not exist is a 404;
