@@ -156,6 +156,25 @@ func TestDashboardInABrowser(t *testing.T) {
 		require.NoError(t, err)
 		require.Equal(t, root, loc, "the figures refreshed in place")
 
+		// A hidden tab stops refreshing; shown again, it refreshes at once.
+		refreshed := func() int {
+			n, err := chromedp.Run(ctx, chromedp.Evaluate[int](`parseInt(document.body.getAttribute("data-refreshed") || "0", 10)`))
+			require.NoError(t, err)
+			return n
+		}
+		visibility := func(hidden bool) {
+			_, err := chromedp.Run(ctx, chromedp.Evaluate[bool](`Object.defineProperty(document, "hidden", {configurable: true, get: function () { return `+
+				strconv.FormatBool(hidden)+`; }}); document.dispatchEvent(new Event("visibilitychange")); true`))
+			require.NoError(t, err)
+		}
+		visibility(true)
+		time.Sleep(300 * time.Millisecond) // lets a refresh already under way land
+		before := refreshed()
+		time.Sleep(time.Second) // five refresh intervals: none may run while hidden
+		require.Equal(t, before, refreshed(), "a hidden tab does not refresh")
+		visibility(false)
+		waitFor(t, ctx, `parseInt(document.body.getAttribute("data-refreshed") || "0", 10) > `+strconv.Itoa(before))
+
 		// Jobs: filter by state through the form.
 		do(t, ctx, chromedp.Navigate(root+"jobs"), chromedp.WaitVisible(chromedp.CSS("#filter")),
 			chromedp.SetValue(chromedp.CSS(`select[name="state"]`), "parked"),

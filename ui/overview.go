@@ -1,9 +1,11 @@
 package ui
 
 import (
+	"errors"
 	"html/template"
 	"net/http"
 	"sort"
+	"sync"
 	"time"
 
 	"github.com/sluicequeue/sluice/store"
@@ -52,7 +54,25 @@ type overviewData struct {
 func (s *server) overview(w http.ResponseWriter, r *http.Request) {
 	ctx := r.Context()
 	now := s.opts.Now()
-	queues, err := s.store.PausedQueues(ctx)
+	// The figures come from independent reads, run at once: the page
+	// takes as long as the slowest, not their sum.
+	var (
+		queues []store.QueueInfo
+		depth  []store.QueueStats
+		oldest []store.Oldest
+		fin    []store.Finished
+		procs  []store.ProcessRow
+	)
+	err := parallel(
+		func() (err error) { queues, err = s.store.PausedQueues(ctx); return err },
+		func() (err error) { depth, err = s.store.Depth(ctx); return err },
+		func() (err error) { oldest, err = s.store.OldestWaiting(ctx); return err },
+		func() (err error) {
+			fin, err = s.store.FinishedSince(ctx, now.Add(-throughputWindow), throughputBucket)
+			return err
+		},
+		func() (err error) { procs, err = s.store.ListProcesses(ctx); return err },
+	)
 	if err != nil {
 		s.fail(w, r, err)
 		return
@@ -71,21 +91,11 @@ func (s *server) overview(w http.ResponseWriter, r *http.Request) {
 	for _, q := range queues {
 		row(q.Name).Paused = q.Paused
 	}
-	depth, err := s.store.Depth(ctx)
-	if err != nil {
-		s.fail(w, r, err)
-		return
-	}
 	for _, qs := range depth {
 		q := row(qs.Queue)
 		for _, st := range waitingStates {
 			q.Counts = append(q.Counts, stateCount{st, qs.Counts[st]})
 		}
-	}
-	oldest, err := s.store.OldestWaiting(ctx)
-	if err != nil {
-		s.fail(w, r, err)
-		return
 	}
 	for _, o := range oldest {
 		if o.Throttled {
@@ -93,11 +103,6 @@ func (s *server) overview(w http.ResponseWriter, r *http.Request) {
 		} else {
 			row(o.Queue).OldestFree = o.CreatedAt
 		}
-	}
-	fin, err := s.store.FinishedSince(ctx, now.Add(-throughputWindow), throughputBucket)
-	if err != nil {
-		s.fail(w, r, err)
-		return
 	}
 	buckets := int(throughputWindow / throughputBucket)
 	start := now.Add(-throughputWindow).Truncate(throughputBucket)
@@ -139,14 +144,21 @@ func (s *server) overview(w http.ResponseWriter, r *http.Request) {
 		}
 		q.Chart = lineChart(260, 48, []chartSeries{{Class: "completed", Values: sr[0]}, {Class: "failed", Values: sr[1]}}, -1)
 	}
-	procs, err := s.store.ListProcesses(ctx)
-	if err != nil {
-		s.fail(w, r, err)
-		return
-	}
 	for _, p := range procs {
 		hb := store.FromMicros(p.HeartbeatAt)
 		d.Processes = append(d.Processes, processRow{ProcessRow: p, Heartbeat: hb, Age: now.Sub(hb).Round(time.Millisecond)})
 	}
 	s.render(w, r, "overview", "Overview", d)
+}
+
+// parallel runs fns at once and, once all have returned, their errors
+// joined.
+func parallel(fns ...func() error) error {
+	errs := make([]error, len(fns))
+	var wg sync.WaitGroup
+	for i, fn := range fns {
+		wg.Go(func() { errs[i] = fn() })
+	}
+	wg.Wait()
+	return errors.Join(errs...)
 }

@@ -2,8 +2,8 @@ package mysql
 
 import (
 	"strconv"
-	"strings"
 
+	"github.com/sluicequeue/sluice/internal/sqlgen"
 	"github.com/sluicequeue/sluice/store"
 )
 
@@ -27,28 +27,7 @@ var stateCond = map[store.State]string{
 
 // jobWhere returns the WHERE clause of a job page and its arguments.
 func jobWhere(f store.JobPage, withBefore bool) (string, []any) {
-	conds := []string{"TRUE"}
-	var args []any
-	arg := func(cond string, v any) {
-		args = append(args, v)
-		conds = append(conds, cond)
-	}
-	if c, ok := stateCond[f.State]; ok {
-		conds = append(conds, c)
-	}
-	if f.Kind != "" {
-		arg("kind = ?", f.Kind)
-	}
-	if f.Queue != "" {
-		arg("queue = ?", f.Queue)
-	}
-	if f.WaitKey != "" {
-		arg("wait_key = ?", f.WaitKey)
-	}
-	if withBefore && f.Before > 0 {
-		arg("id < ?", f.Before)
-	}
-	return " WHERE " + strings.Join(conds, " AND "), args
+	return sqlgen.JobPageWhere(f, stateCond, withBefore, false)
 }
 
 // PageJobs lists a page of jobs, newest first.

@@ -2,8 +2,8 @@ package postgres
 
 import (
 	"strconv"
-	"strings"
 
+	"github.com/sluicequeue/sluice/internal/sqlgen"
 	"github.com/sluicequeue/sluice/store"
 )
 
@@ -26,31 +26,9 @@ var stateCond = map[store.State]string{
 	store.StateCancelled: `state = 'cancelled'`,
 }
 
-// jobWhere returns the WHERE clause of a job page and its arguments,
-// numbered from $1.
+// jobWhere returns the WHERE clause of a job page and its arguments.
 func jobWhere(f store.JobPage, withBefore bool) (string, []any) {
-	conds := []string{"true"}
-	var args []any
-	arg := func(cond string, v any) {
-		args = append(args, v)
-		conds = append(conds, strings.ReplaceAll(cond, "?", "$"+strconv.Itoa(len(args))))
-	}
-	if c, ok := stateCond[f.State]; ok {
-		conds = append(conds, c)
-	}
-	if f.Kind != "" {
-		arg("kind = ?", f.Kind)
-	}
-	if f.Queue != "" {
-		arg("queue = ?", f.Queue)
-	}
-	if f.WaitKey != "" {
-		arg("wait_key = ?", f.WaitKey)
-	}
-	if withBefore && f.Before > 0 {
-		arg("id < ?", f.Before)
-	}
-	return " WHERE " + strings.Join(conds, " AND "), args
+	return sqlgen.JobPageWhere(f, stateCond, withBefore, true)
 }
 
 // PageJobs lists a page of jobs, newest first.

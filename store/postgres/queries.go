@@ -444,10 +444,11 @@ func (Dialect) DeleteTicks(before int64) (string, []any) {
 }
 
 // UnfinishedByState counts unfinished jobs per queue and state, each state
-// through its partial index, so finished jobs are never read.
+// through its partial index, so finished jobs are never read (ready jobs
+// from their two indexes alone).
 func (Dialect) UnfinishedByState() string {
-	return `SELECT queue, state, count(*) FROM sluice_jobs WHERE state = 'ready' AND rate_keys IS NULL GROUP BY queue, state
-UNION ALL SELECT queue, state, count(*) FROM sluice_jobs WHERE state = 'ready' AND rate_keys IS NOT NULL GROUP BY queue, state
+	return `SELECT queue, 'ready', count(*) FROM sluice_jobs WHERE state = 'ready' AND rate_keys IS NULL GROUP BY queue
+UNION ALL SELECT queue, 'ready', count(*) FROM sluice_jobs WHERE state = 'ready' AND rate_keys IS NOT NULL GROUP BY queue
 UNION ALL SELECT queue, state, count(*) FROM sluice_jobs WHERE state = 'scheduled' GROUP BY queue, state
 UNION ALL SELECT queue, state, count(*) FROM sluice_jobs WHERE state = 'parked' GROUP BY queue, state
 UNION ALL SELECT queue, state, count(*) FROM sluice_jobs WHERE state = 'blocked' GROUP BY queue, state
