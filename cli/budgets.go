@@ -2,6 +2,7 @@ package cli
 
 import (
 	"fmt"
+	"github.com/sluicequeue/sluice/internal/human"
 	"time"
 
 	"github.com/sluicequeue/sluice/internal/engine"
@@ -49,5 +50,5 @@ func (e *Env) describeLimit(b engine.BudgetInfo, overrides []engine.Override) st
 
 // limitText prints a limit as declared: "100 per 1m, burst 10".
 func limitText(to int, per time.Duration, burst int) string {
-	return fmt.Sprintf("%d per %s, burst %d", to, human(per), burst)
+	return fmt.Sprintf("%d per %s, burst %d", to, human.Duration(per), burst)
 }

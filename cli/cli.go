@@ -280,6 +280,8 @@ func builtins() []Command {
 		{Name: "semaphores", Summary: "list concurrency keys: slots free and taken, jobs blocked", Run: runSemaphores},
 		{Name: "recurring", Summary: "list recurring tasks with their last and next runs", Run: runRecurring},
 		{Name: "limits", Summary: "list rate-limit overrides, or set|clear one without a restart", Run: runLimits},
+		{Name: "explain", Summary: "say why a job is not running and when it should start: explain ID", Run: runExplain},
+		{Name: "ui", Summary: "serve the web dashboard: ui --addr 127.0.0.1:8080", Run: runUI},
 		{Name: "check", Summary: "check the app's limits against the database (codes E…, W…)", Run: runCheck},
 		{Name: "processes", Summary: "list live workers and dispatchers: queues, heartbeat, jobs running", Run: runProcesses},
 	}

@@ -6,6 +6,7 @@ import (
 	"errors"
 	"flag"
 	"fmt"
+	"github.com/sluicequeue/sluice/internal/human"
 	"log/slog"
 	"net"
 	"net/http"
@@ -122,7 +123,7 @@ func (h health) ready(ctx context.Context) []check {
 		}
 		found = true
 		if p.Age > 2*h.interval {
-			fail(&beat, "the last heartbeat was %s ago (every %s expected)", human(p.Age), h.interval)
+			fail(&beat, "the last heartbeat was %s ago (every %s expected)", human.Duration(p.Age), h.interval)
 		}
 	}
 	if !found {

@@ -1,6 +1,7 @@
 package cli
 
 import (
+	"github.com/sluicequeue/sluice/internal/human"
 	"testing"
 	"time"
 
@@ -20,7 +21,7 @@ func TestDurationsAreRoundedForPeople(t *testing.T) {
 		75*time.Hour + 10*time.Minute: "3d3h",
 		-90 * time.Second:             "-1m30s",
 	} {
-		require.Equal(t, want, human(d), "%s", d)
+		require.Equal(t, want, human.Duration(d), "%s", d)
 	}
 	now := time.Now()
 	require.Equal(t, "3m44s ago", fmtIn(now.Add(-3*time.Minute-44*time.Second-200*time.Millisecond), now))

@@ -175,23 +175,10 @@ func runJobs(ctx context.Context, env *Env, args []string) error {
 	now := time.Now()
 	rows := make([][]string, len(js))
 	for i, j := range js {
-		rows[i] = []string{strconv.FormatInt(j.ID, 10), j.Kind, j.Queue, describeState(j), fmt.Sprintf("%d/%d", j.Attempt, j.MaxAttempts),
+		rows[i] = []string{strconv.FormatInt(j.ID, 10), j.Kind, j.Queue, j.Describe(), fmt.Sprintf("%d/%d", j.Attempt, j.MaxAttempts),
 			fmtIn(j.RunAt, now), clip(j.LastError, 60)}
 	}
 	return table(env, "ID\tKIND\tQUEUE\tSTATE\tATTEMPT\tRUN AT\tLAST ERROR", rows)
-}
-
-// describeState says why a waiting job waits.
-func describeState(j *engine.JobInfo) string {
-	switch {
-	case j.State == engine.StateBlocked:
-		return "blocked (concurrency: " + j.ConcKey + ")"
-	case j.WaitKey != "" && j.State == engine.StateScheduled:
-		return "scheduled (rate limited: " + j.WaitKey + ")"
-	case j.WaitKey != "" && j.State == engine.StateParked:
-		return "parked (rate limited: " + j.WaitKey + ")"
-	}
-	return string(j.State)
 }
 
 func jobJSON(j *engine.JobInfo) map[string]any {

@@ -2,6 +2,7 @@ package cli
 
 import (
 	"context"
+	"github.com/sluicequeue/sluice/internal/human"
 	"strconv"
 	"time"
 
@@ -37,7 +38,7 @@ func liveCounts(ps []engine.ProcessInfo) (workers, dispatchers int) {
 
 // noDispatcher is what stats say when no dispatcher heartbeated recently.
 func (e *Env) noDispatcher() string {
-	return "no dispatcher has heartbeated in the last " + human(jobs.DefaultDeadAfter) +
+	return "no dispatcher has heartbeated in the last " + human.Duration(jobs.DefaultDeadAfter) +
 		": scheduled jobs (retries, jobs to run later, rate-limited jobs waiting for a slot) are not made ready; run `" +
 		e.App.name() + " dispatcher`"
 }
@@ -85,7 +86,7 @@ func runProcesses(ctx context.Context, env *Env, args []string) error {
 		// Started is shown on the host's clock, the heartbeat's age on
 		// the clock that stamped it.
 		rows[i] = []string{strconv.FormatInt(p.ID, 10), p.Kind, p.Name, p.Hostname, strconv.Itoa(p.PID), queues,
-			fmtIn(engine.FromMicros(p.StartedAt), now), human(p.Age) + " ago", strconv.Itoa(p.Running), state}
+			fmtIn(engine.FromMicros(p.StartedAt), now), human.Duration(p.Age) + " ago", strconv.Itoa(p.Running), state}
 	}
 	return table(env, "ID\tKIND\tNAME\tHOST\tPID\tQUEUES\tSTARTED\tHEARTBEAT\tRUNNING\tSTATE", rows)
 }

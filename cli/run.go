@@ -5,6 +5,7 @@ import (
 	"errors"
 	"flag"
 	"fmt"
+	"github.com/sluicequeue/sluice/internal/human"
 	"log/slog"
 	"os"
 	"slices"
@@ -373,57 +374,4 @@ func splitList(s string) []string {
 
 // fmtIn prints how far t is from now, rounded for people: "in 3s",
 // "3m44s ago", or "now".
-func fmtIn(t, now time.Time) string {
-	if t.IsZero() {
-		return "-"
-	}
-	d := t.Sub(now)
-	switch {
-	case d >= time.Millisecond:
-		return "in " + human(d)
-	case d <= -time.Millisecond:
-		return human(-d) + " ago"
-	}
-	return "now"
-}
-
-// human rounds a duration for people: 840ms, 4.2s, 3m44s, 2h5m, 3d4h.
-func human(d time.Duration) string {
-	if d < 0 {
-		return "-" + human(-d)
-	}
-	switch {
-	case d < time.Second:
-		return d.Round(time.Millisecond).String()
-	case d < 10*time.Second:
-		return d.Round(100 * time.Millisecond).String()
-	case d < time.Hour:
-		if r := d.Round(time.Second); r < time.Hour {
-			return trimZeros(r.String())
-		}
-		return human(time.Hour)
-	case d < 48*time.Hour:
-		if r := d.Round(time.Minute); r < 48*time.Hour {
-			return trimZeros(r.String())
-		}
-		return human(48 * time.Hour)
-	}
-	d = d.Round(time.Hour)
-	out := fmt.Sprintf("%dd", d/(24*time.Hour))
-	if h := (d % (24 * time.Hour)) / time.Hour; h > 0 {
-		out += fmt.Sprintf("%dh", h)
-	}
-	return out
-}
-
-// trimZeros drops the zero seconds and minutes of a duration's text:
-// "3m0s" is "3m", "2h0m0s" is "2h".
-func trimZeros(s string) string {
-	if strings.HasSuffix(s, "m0s") {
-		s = strings.TrimSuffix(s, "0s")
-	}
-	if strings.HasSuffix(s, "h0m") {
-		s = strings.TrimSuffix(s, "0m")
-	}
-	return s
-}
+func fmtIn(t, now time.Time) string { return human.In(t, now) }

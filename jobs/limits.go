@@ -42,17 +42,27 @@ func (v *limitsView) QueueLimits(queue string) []engine.QueueLimit {
 // apply puts a budget's own override, else its scope's, in place of the
 // declared limit, and shadow mode on when the worker asks for it.
 func (v *limitsView) apply(key string, s ratelimit.Spec) ratelimit.Spec {
-	if m := v.overrides.Load(); m != nil {
-		if o, ok := (*m)[key]; ok {
-			s = o.Spec(s)
-		} else if o, ok := (*m)[ratelimit.ScopeOf(key)]; ok {
-			s = o.Spec(s)
-		}
+	if o, ok := v.override(key); ok {
+		s = o.Spec(s)
 	}
 	if v.shadowAll {
 		s.Shadow = true
 	}
 	return s
+}
+
+// override returns the override that applies to a budget: its own, else
+// its scope's.
+func (v *limitsView) override(key string) (engine.Override, bool) {
+	m := v.overrides.Load()
+	if m == nil {
+		return engine.Override{}, false
+	}
+	if o, ok := (*m)[key]; ok {
+		return o, true
+	}
+	o, ok := (*m)[ratelimit.ScopeOf(key)]
+	return o, ok
 }
 
 // refresh reads the overrides from the database.

@@ -5,8 +5,11 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"maps"
 	"reflect"
+	"slices"
 	"sort"
+	"strings"
 	"sync"
 
 	"github.com/sluicequeue/sluice/coalesce"
@@ -338,6 +341,29 @@ func (r *Registry) RateSpec(kindName, budgetKey string) (ratelimit.Spec, bool) {
 	}
 	s, ok := k.byScope[ratelimit.ScopeOf(budgetKey)]
 	return s, ok
+}
+
+// scopeSpec returns the limit declared for a budget key's scope by any
+// kind (its own scope or a group it names) or, for "@queue/NAME", on the
+// queue.
+func (r *Registry) scopeSpec(budgetKey string) (ratelimit.Spec, bool) {
+	scope := ratelimit.ScopeOf(budgetKey)
+	if scope == engine.QueueScope {
+		for _, l := range r.QueueLimits(strings.TrimPrefix(budgetKey, engine.QueueScope+"/")) {
+			if l.Key == budgetKey {
+				return l.Spec, true
+			}
+		}
+		return ratelimit.Spec{}, false
+	}
+	r.mu.RLock()
+	defer r.mu.RUnlock()
+	for _, name := range slices.Sorted(maps.Keys(r.kinds)) {
+		if s, ok := r.kinds[name].byScope[scope]; ok {
+			return s, true
+		}
+	}
+	return ratelimit.Spec{}, false
 }
 
 // limits returns the registry as the claim's Limits, or nil when no kind

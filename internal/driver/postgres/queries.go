@@ -444,9 +444,11 @@ func (Dialect) DeleteTicks(before int64) (string, []any) {
 }
 
 // UnfinishedByState counts unfinished jobs per queue and state, each state
-// through its partial index, so finished jobs are never read.
+// through its partial index, so finished jobs are never read (ready jobs
+// from their two indexes alone).
 func (Dialect) UnfinishedByState() string {
-	return `SELECT queue, state, count(*) FROM sluice_jobs WHERE state = 'ready' GROUP BY queue, state
+	return `SELECT queue, 'ready', count(*) FROM sluice_jobs WHERE state = 'ready' AND rate_keys IS NULL GROUP BY queue
+UNION ALL SELECT queue, 'ready', count(*) FROM sluice_jobs WHERE state = 'ready' AND rate_keys IS NOT NULL GROUP BY queue
 UNION ALL SELECT queue, state, count(*) FROM sluice_jobs WHERE state = 'scheduled' GROUP BY queue, state
 UNION ALL SELECT queue, state, count(*) FROM sluice_jobs WHERE state = 'parked' GROUP BY queue, state
 UNION ALL SELECT queue, state, count(*) FROM sluice_jobs WHERE state = 'blocked' GROUP BY queue, state
@@ -460,7 +462,8 @@ ORDER BY 1, 2`
 // partial index.
 func (Dialect) OldestWaiting() string {
 	return `SELECT queue, throttled, MIN(created_at) FROM (
-  SELECT queue, CASE WHEN wait_key IS NOT NULL THEN 1 ELSE 0 END AS throttled, created_at FROM sluice_jobs WHERE state = 'ready'
+  SELECT queue, CASE WHEN wait_key IS NOT NULL THEN 1 ELSE 0 END AS throttled, created_at FROM sluice_jobs WHERE state = 'ready' AND rate_keys IS NULL
+  UNION ALL SELECT queue, CASE WHEN wait_key IS NOT NULL THEN 1 ELSE 0 END, created_at FROM sluice_jobs WHERE state = 'ready' AND rate_keys IS NOT NULL
   UNION ALL SELECT queue, 1, created_at FROM sluice_jobs WHERE state = 'blocked'
   UNION ALL SELECT queue, 1, created_at FROM sluice_jobs WHERE wait_key IS NOT NULL AND state IN ('scheduled', 'parked')
 ) w GROUP BY queue, throttled`

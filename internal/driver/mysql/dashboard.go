@@ -1,0 +1,123 @@
+package mysql
+
+import (
+	"strconv"
+
+	"github.com/sluicequeue/sluice/internal/engine"
+	"github.com/sluicequeue/sluice/internal/sqlgen"
+)
+
+// The dashboard's and Explain's SQL (engine.DashboardDialect). A job
+// state is selected through its generated per-state key, written into the
+// text from the fixed set of states.
+
+var _ engine.DashboardDialect = Dialect{}
+
+// stateCond is the condition that selects one state through its key.
+var stateCond = map[engine.State]string{
+	engine.StateReady:     `(ready_plain IS NOT NULL OR ready_limited IS NOT NULL)`,
+	engine.StateScheduled: `due_at IS NOT NULL`,
+	engine.StateParked:    `parked_key IS NOT NULL`,
+	engine.StateBlocked:   `blocked_key IS NOT NULL`,
+	engine.StateRunning:   `running_process IS NOT NULL`,
+	engine.StateCompleted: `done_at IS NOT NULL AND state = 'completed'`,
+	engine.StateFailed:    `failed_queue IS NOT NULL`,
+	engine.StateCancelled: `done_at IS NOT NULL AND state = 'cancelled'`,
+}
+
+// jobWhere returns the WHERE clause of a job page and its arguments.
+func jobWhere(f engine.JobPage, withBefore bool) (string, []any) {
+	return sqlgen.JobPageWhere(f, stateCond, withBefore, false)
+}
+
+// PageJobs lists a page of jobs, newest first.
+func (Dialect) PageJobs(f engine.JobPage) (string, []any) {
+	where, args := jobWhere(f, true)
+	return `SELECT ` + engine.JobInfoColumns + ` FROM sluice_jobs` + where + ` ORDER BY id DESC LIMIT ` + strconv.Itoa(f.Limit), args
+}
+
+// PageJobIDs lists the ids of a page of jobs, newest first.
+func (Dialect) PageJobIDs(f engine.JobPage) (string, []any) {
+	where, args := jobWhere(f, true)
+	return `SELECT id FROM sluice_jobs` + where + ` ORDER BY id DESC LIMIT ` + strconv.Itoa(f.Limit), args
+}
+
+// CountJobs counts the jobs of a filter, up to limit.
+func (Dialect) CountJobs(f engine.JobPage, limit int) (string, []any) {
+	where, args := jobWhere(f, false)
+	return `SELECT count(*) FROM (SELECT 1 FROM sluice_jobs` + where + ` LIMIT ` + strconv.Itoa(limit) + `) c`, args
+}
+
+// FinishedSince counts recently finished jobs per queue, state and
+// bucket, through the finished and failed keys.
+func (Dialect) FinishedSince(since, bucket int64) (string, []any) {
+	return `SELECT queue, state, done_at DIV ?, count(*) FROM sluice_jobs WHERE done_at >= ? GROUP BY 1, 2, 3
+UNION ALL SELECT queue, state, finished_at DIV ?, count(*) FROM sluice_jobs
+WHERE failed_queue IS NOT NULL AND finished_at >= ? GROUP BY 1, 2, 3`, []any{bucket, since, bucket, since}
+}
+
+// AdmittedSince lists the rate keys and claim times of recently claimed
+// jobs that are running or finished.
+func (Dialect) AdmittedSince(since int64, limit int) (string, []any) {
+	return `SELECT rate_keys, attempted_at FROM sluice_jobs
+WHERE done_at >= ? AND attempted_at >= ? AND rate_keys IS NOT NULL
+UNION ALL SELECT rate_keys, attempted_at FROM sluice_jobs
+WHERE failed_queue IS NOT NULL AND finished_at >= ? AND attempted_at >= ? AND rate_keys IS NOT NULL
+UNION ALL SELECT rate_keys, attempted_at FROM sluice_jobs
+WHERE running_process IS NOT NULL AND attempted_at >= ? AND rate_keys IS NOT NULL
+LIMIT ?`, []any{since, since, since, since, since, limit}
+}
+
+// PausedQueues lists the queues ever paused or resumed.
+func (Dialect) PausedQueues() string {
+	return `SELECT name, paused <> 0 FROM sluice_queues ORDER BY name`
+}
+
+// QueuePaused reads whether a queue is paused.
+func (Dialect) QueuePaused(queue string) (string, []any) {
+	return `SELECT paused <> 0 FROM sluice_queues WHERE name = ?`, []any{queue}
+}
+
+// CoalesceKey reads the coalesce key a job holds.
+func (Dialect) CoalesceKey(id int64) (string, []any) {
+	return `SELECT coalesce_key FROM sluice_jobs WHERE id = ?`, []any{id}
+}
+
+// ReadyAhead counts the ready jobs of a queue before (priority, id), in
+// both ready keys.
+func (Dialect) ReadyAhead(queue string, priority int, id int64, limit int) (string, []any) {
+	return `SELECT (SELECT count(*) FROM (SELECT 1 FROM sluice_jobs WHERE ready_plain = ?
+    AND (priority < ? OR (priority = ? AND id < ?)) LIMIT ?) a)
+  + (SELECT count(*) FROM (SELECT 1 FROM sluice_jobs WHERE ready_limited = ?
+    AND (priority < ? OR (priority = ? AND id < ?)) LIMIT ?) b)`,
+		[]any{queue, priority, priority, id, limit, queue, priority, priority, id, limit}
+}
+
+// ParkedAhead counts the jobs parked on a budget before (priority, id).
+func (Dialect) ParkedAhead(key string, priority int, id int64, limit int) (string, []any) {
+	return `SELECT count(*) FROM (SELECT 1 FROM sluice_jobs WHERE parked_key = ?
+  AND (priority < ? OR (priority = ? AND id < ?)) LIMIT ?) c`, []any{key, priority, priority, id, limit}
+}
+
+// SlotsAhead counts the jobs holding a budget's slots before (run_at,
+// id).
+func (Dialect) SlotsAhead(key string, runAt, id int64, limit int) (string, []any) {
+	return `SELECT count(*) FROM (SELECT 1 FROM sluice_jobs WHERE wait_key = ? AND due_at IS NOT NULL
+  AND (run_at < ? OR (run_at = ? AND id < ?)) LIMIT ?) c`, []any{key, runAt, runAt, id, limit}
+}
+
+// BlockedAhead counts the jobs blocked on a key before (priority, id).
+func (Dialect) BlockedAhead(key string, priority int, id int64, limit int) (string, []any) {
+	return `SELECT count(*) FROM (SELECT 1 FROM sluice_jobs WHERE blocked_key = ?
+  AND (priority < ? OR (priority = ? AND id < ?)) LIMIT ?) c`, []any{key, priority, priority, id, limit}
+}
+
+// GetSemaphore reads one semaphore.
+func (Dialect) GetSemaphore(key string) (string, []any) {
+	return `SELECT ` + engine.SemaphoreColumns + ` FROM sluice_semaphores WHERE name = ?`, []any{key}
+}
+
+// SlotHolders lists the jobs holding a key's slots.
+func (Dialect) SlotHolders(key string, limit int) (string, []any) {
+	return `SELECT id FROM sluice_jobs WHERE conc_key = ? AND holds_slot = 1 ORDER BY id LIMIT ?`, []any{key, limit}
+}

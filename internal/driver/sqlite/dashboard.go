@@ -1,0 +1,127 @@
+package sqlite
+
+import (
+	"strconv"
+
+	"github.com/sluicequeue/sluice/internal/engine"
+	"github.com/sluicequeue/sluice/internal/sqlgen"
+)
+
+// The dashboard's and Explain's SQL (engine.DashboardDialect). A job
+// state is written into the text as a literal, from the fixed set of
+// states, so that the planner matches the state's partial index.
+
+var _ engine.DashboardDialect = Dialect{}
+
+// stateCond is the condition that selects one state through its partial
+// index. (Ready jobs have two, plain and rate-limited, which SQLite does
+// not combine: they are found by id, newest first, where waiting jobs are.)
+var stateCond = map[engine.State]string{
+	engine.StateReady:     `state = 'ready'`,
+	engine.StateScheduled: `state = 'scheduled'`,
+	engine.StateParked:    `state = 'parked'`,
+	engine.StateBlocked:   `state = 'blocked'`,
+	engine.StateRunning:   `state = 'running'`,
+	engine.StateCompleted: `state = 'completed'`,
+	engine.StateFailed:    `state = 'failed'`,
+	engine.StateCancelled: `state = 'cancelled'`,
+}
+
+// jobWhere returns the WHERE clause of a job page and its arguments.
+func jobWhere(f engine.JobPage, withBefore bool) (string, []any) {
+	return sqlgen.JobPageWhere(f, stateCond, withBefore, false)
+}
+
+// PageJobs lists a page of jobs, newest first.
+func (Dialect) PageJobs(f engine.JobPage) (string, []any) {
+	where, args := jobWhere(f, true)
+	return `SELECT ` + engine.JobInfoColumns + ` FROM sluice_jobs` + where + ` ORDER BY id DESC LIMIT ` + strconv.Itoa(f.Limit), args
+}
+
+// PageJobIDs lists the ids of a page of jobs, newest first.
+func (Dialect) PageJobIDs(f engine.JobPage) (string, []any) {
+	where, args := jobWhere(f, true)
+	return `SELECT id FROM sluice_jobs` + where + ` ORDER BY id DESC LIMIT ` + strconv.Itoa(f.Limit), args
+}
+
+// CountJobs counts the jobs of a filter, up to limit, newest first: a
+// filter without an index of its own stops among the newest rows, where
+// waiting jobs are, instead of reading every finished job first.
+func (Dialect) CountJobs(f engine.JobPage, limit int) (string, []any) {
+	where, args := jobWhere(f, false)
+	return `SELECT count(*) FROM (SELECT 1 FROM sluice_jobs` + where + ` ORDER BY id DESC LIMIT ` + strconv.Itoa(limit) + `) c`, args
+}
+
+// FinishedSince counts recently finished jobs per queue, state and
+// bucket, through the finished and failed indexes.
+func (Dialect) FinishedSince(since, bucket int64) (string, []any) {
+	return `SELECT queue, state, finished_at / ?2, count(*) FROM sluice_jobs
+WHERE state IN ('completed', 'cancelled') AND finished_at >= ?1 GROUP BY 1, 2, 3
+UNION ALL SELECT queue, state, finished_at / ?2, count(*) FROM sluice_jobs
+WHERE state = 'failed' AND finished_at >= ?1 GROUP BY 1, 2, 3`, []any{since, bucket}
+}
+
+// AdmittedSince lists the rate keys and claim times of recently claimed
+// jobs that are running or finished.
+func (Dialect) AdmittedSince(since int64, limit int) (string, []any) {
+	return `SELECT rate_keys, attempted_at FROM sluice_jobs
+WHERE state IN ('completed', 'cancelled') AND finished_at >= ?1 AND attempted_at >= ?1 AND rate_keys IS NOT NULL
+UNION ALL SELECT rate_keys, attempted_at FROM sluice_jobs
+WHERE state = 'failed' AND finished_at >= ?1 AND attempted_at >= ?1 AND rate_keys IS NOT NULL
+UNION ALL SELECT rate_keys, attempted_at FROM sluice_jobs
+WHERE state = 'running' AND attempted_at >= ?1 AND rate_keys IS NOT NULL
+LIMIT ?2`, []any{since, limit}
+}
+
+// PausedQueues lists the queues ever paused or resumed.
+func (Dialect) PausedQueues() string {
+	return `SELECT name, paused <> 0 FROM sluice_queues ORDER BY name`
+}
+
+// QueuePaused reads whether a queue is paused.
+func (Dialect) QueuePaused(queue string) (string, []any) {
+	return `SELECT paused <> 0 FROM sluice_queues WHERE name = ?`, []any{queue}
+}
+
+// CoalesceKey reads the coalesce key a job holds.
+func (Dialect) CoalesceKey(id int64) (string, []any) {
+	return `SELECT coalesce_key FROM sluice_jobs WHERE id = ?`, []any{id}
+}
+
+// ReadyAhead counts the ready jobs of a queue before (priority, id), in
+// both ready indexes.
+func (Dialect) ReadyAhead(queue string, priority int, id int64, limit int) (string, []any) {
+	return `SELECT (SELECT count(*) FROM (SELECT 1 FROM sluice_jobs WHERE state = 'ready' AND rate_keys IS NULL AND queue = ?1
+    AND (priority < ?2 OR (priority = ?2 AND id < ?3)) LIMIT ?4))
+  + (SELECT count(*) FROM (SELECT 1 FROM sluice_jobs WHERE state = 'ready' AND rate_keys IS NOT NULL AND queue = ?1
+    AND (priority < ?2 OR (priority = ?2 AND id < ?3)) LIMIT ?4))`, []any{queue, priority, id, limit}
+}
+
+// ParkedAhead counts the jobs parked on a budget before (priority, id).
+func (Dialect) ParkedAhead(key string, priority int, id int64, limit int) (string, []any) {
+	return `SELECT count(*) FROM (SELECT 1 FROM sluice_jobs WHERE state = 'parked' AND wait_key = ?1
+  AND (priority < ?2 OR (priority = ?2 AND id < ?3)) LIMIT ?4)`, []any{key, priority, id, limit}
+}
+
+// SlotsAhead counts the jobs holding a budget's slots before (run_at,
+// id).
+func (Dialect) SlotsAhead(key string, runAt, id int64, limit int) (string, []any) {
+	return `SELECT count(*) FROM (SELECT 1 FROM sluice_jobs WHERE wait_key = ?1 AND state = 'scheduled'
+  AND (run_at < ?2 OR (run_at = ?2 AND id < ?3)) LIMIT ?4)`, []any{key, runAt, id, limit}
+}
+
+// BlockedAhead counts the jobs blocked on a key before (priority, id).
+func (Dialect) BlockedAhead(key string, priority int, id int64, limit int) (string, []any) {
+	return `SELECT count(*) FROM (SELECT 1 FROM sluice_jobs WHERE state = 'blocked' AND conc_key = ?1
+  AND (priority < ?2 OR (priority = ?2 AND id < ?3)) LIMIT ?4)`, []any{key, priority, id, limit}
+}
+
+// GetSemaphore reads one semaphore.
+func (Dialect) GetSemaphore(key string) (string, []any) {
+	return `SELECT ` + engine.SemaphoreColumns + ` FROM sluice_semaphores WHERE name = ?`, []any{key}
+}
+
+// SlotHolders lists the jobs holding a key's slots.
+func (Dialect) SlotHolders(key string, limit int) (string, []any) {
+	return `SELECT id FROM sluice_jobs WHERE conc_key = ? AND holds_slot = 1 ORDER BY id LIMIT ?`, []any{key, limit}
+}

@@ -1,0 +1,304 @@
+package engine
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+)
+
+// DashboardDialect is the SQL the dashboard and Explain read with, beside
+// Dialect: every dialect of this module implements it (in its
+// dashboard.go). All of it reads; none of it locks.
+//
+// Each statement reads through an index: per-state partial indexes on
+// PostgreSQL and SQLite, per-state generated keys on MySQL. Counts over
+// sets that may be large take a limit and count at most that many rows.
+type DashboardDialect interface {
+	// PageJobs lists up to f.Limit jobs matching f with an id below
+	// f.Before (any id when 0), newest first. Columns: JobInfoColumns.
+	PageJobs(f JobPage) (string, []any)
+	// CountJobs counts the jobs matching f (ignoring Before and Limit), up
+	// to limit. Columns: count.
+	CountJobs(f JobPage, limit int) (string, []any)
+	// PageJobIDs is PageJobs returning only ids. Columns: id.
+	PageJobIDs(f JobPage) (string, []any)
+	// FinishedSince counts jobs finished (completed, cancelled or failed)
+	// at or after since, per queue, state and bucket (finished_at divided
+	// by bucket, both µs). Columns: queue, state, bucket, count.
+	FinishedSince(since, bucket int64) (string, []any)
+	// AdmittedSince lists, for up to limit jobs that carry rate keys and
+	// were last claimed at or after since (running or finished), their
+	// rate keys and claim time. Columns: rate_keys, attempted_at.
+	AdmittedSince(since int64, limit int) (string, []any)
+	// PausedQueues lists the queues that were ever paused or resumed,
+	// without reading the jobs. Columns: name, paused.
+	PausedQueues() string
+	// QueuePaused reads whether a queue is paused; no row means it is
+	// not. Columns: paused.
+	QueuePaused(queue string) (string, []any)
+	// CoalesceKey reads the coalesce key a job holds (NULL for none).
+	// Columns: coalesce_key.
+	CoalesceKey(id int64) (string, []any)
+	// ReadyAhead counts, up to limit, the ready jobs of a queue claimed
+	// before (priority, id). Columns: count.
+	ReadyAhead(queue string, priority int, id int64, limit int) (string, []any)
+	// ParkedAhead counts, up to limit, the jobs parked on a budget that
+	// get slots before (priority, id). Columns: count.
+	ParkedAhead(key string, priority int, id int64, limit int) (string, []any)
+	// SlotsAhead counts, up to limit, the scheduled jobs waiting on a
+	// budget whose slot comes before (runAt, id). Columns: count.
+	SlotsAhead(key string, runAt, id int64, limit int) (string, []any)
+	// BlockedAhead counts, up to limit, the jobs blocked on a concurrency
+	// key that get a slot before (priority, id). Columns: count.
+	BlockedAhead(key string, priority int, id int64, limit int) (string, []any)
+	// GetSemaphore reads one semaphore. Columns: SemaphoreColumns.
+	GetSemaphore(key string) (string, []any)
+	// SlotHolders lists up to limit jobs holding a slot of a concurrency
+	// key, by id. Columns: id.
+	SlotHolders(key string, limit int) (string, []any)
+}
+
+// JobPage selects a page of jobs for the dashboard. Zero fields do not
+// filter.
+type JobPage struct {
+	State State
+	Kind  string
+	Queue string
+	// WaitKey keeps the jobs waiting on (or last deferred by) one
+	// rate-limit budget.
+	WaitKey string
+	// Before keeps ids below it: the last id of the previous page (keyset
+	// pagination, no OFFSET). 0 starts from the newest job.
+	Before int64
+	// Limit is the page's size. Defaults to 50.
+	Limit int
+}
+
+// Count is a count that stops at a bound: Capped says there are at least
+// N, maybe more.
+type Count struct {
+	N      int64
+	Capped bool
+}
+
+// String prints "1234", or "10000+" for a capped count.
+func (c Count) String() string {
+	if c.Capped {
+		return fmt.Sprintf("%d+", c.N)
+	}
+	return fmt.Sprintf("%d", c.N)
+}
+
+// ErrNoDashboard is returned when the store's dialect does not implement
+// DashboardDialect (a dialect from outside this module).
+var ErrNoDashboard = errors.New("the store's dialect has no dashboard queries (store.DashboardDialect)")
+
+func (s *Store) dash() (DashboardDialect, error) {
+	d, ok := s.d.(DashboardDialect)
+	if !ok {
+		return nil, ErrNoDashboard
+	}
+	return d, nil
+}
+
+// PageJobs returns a page of jobs, newest first, and the id to pass as
+// Before for the next page (0 when this is the last).
+func (s *Store) PageJobs(ctx context.Context, f JobPage) ([]*JobInfo, int64, error) {
+	d, err := s.dash()
+	if err != nil {
+		return nil, 0, err
+	}
+	if f.Limit <= 0 {
+		f.Limit = 50
+	}
+	want := f.Limit
+	f.Limit++ // one more says whether a next page exists
+	q, args := d.PageJobs(f)
+	js, err := s.queryJobInfos(ctx, s.db, q, args)
+	if err != nil {
+		return nil, 0, fmt.Errorf("page jobs: %w", err)
+	}
+	if len(js) > want {
+		return js[:want], js[want-1].ID, nil
+	}
+	return js, 0, nil
+}
+
+// CountJobs counts the jobs f selects, up to limit.
+func (s *Store) CountJobs(ctx context.Context, f JobPage, limit int) (Count, error) {
+	d, err := s.dash()
+	if err != nil {
+		return Count{}, err
+	}
+	q, args := d.CountJobs(f, limit+1)
+	return s.boundedCount(ctx, "count jobs", q, args, limit)
+}
+
+// JobIDs returns the ids of up to limit jobs f selects (ignoring its
+// Before and Limit), newest first: the set a bulk action applies to.
+func (s *Store) JobIDs(ctx context.Context, f JobPage, limit int) ([]int64, error) {
+	d, err := s.dash()
+	if err != nil {
+		return nil, err
+	}
+	f.Before, f.Limit = 0, limit
+	q, args := d.PageJobIDs(f)
+	ids, err := queryInt64s(ctx, s.db, q, args)
+	if err != nil {
+		return nil, s.wrap(fmt.Errorf("job ids: %w", err))
+	}
+	return ids, nil
+}
+
+// boundedCount runs a count whose statement counts up to limit+1 rows.
+func (s *Store) boundedCount(ctx context.Context, what, q string, args []any, limit int) (Count, error) {
+	n, err := queryInt64s(ctx, s.db, q, args)
+	if err != nil {
+		return Count{}, s.wrap(fmt.Errorf("%s: %w", what, err))
+	}
+	if len(n) != 1 {
+		return Count{}, fmt.Errorf("%s: got %d rows", what, len(n))
+	}
+	if n[0] > int64(limit) {
+		return Count{N: int64(limit), Capped: true}, nil
+	}
+	return Count{N: n[0]}, nil
+}
+
+// PausedQueues lists the queues that were ever paused or resumed, and
+// whether they are paused now. Unlike ListQueues it does not read the jobs
+// table, so it costs nothing however many jobs are kept.
+func (s *Store) PausedQueues(ctx context.Context) ([]QueueInfo, error) {
+	d, err := s.dash()
+	if err != nil {
+		return nil, err
+	}
+	rows, err := s.db.Query(ctx, d.PausedQueues())
+	if err != nil {
+		return nil, s.wrap(fmt.Errorf("paused queues: %w", err))
+	}
+	defer rows.Close()
+	var out []QueueInfo
+	for rows.Next() {
+		var q QueueInfo
+		if err := rows.Scan(&q.Name, &q.Paused); err != nil {
+			return nil, fmt.Errorf("paused queues: %w", err)
+		}
+		out = append(out, q)
+	}
+	return out, rows.Err()
+}
+
+// Finished is how many jobs of a queue finished in one state during one
+// bucket of time.
+type Finished struct {
+	Queue string
+	State State
+	// At is the bucket's start.
+	At    time.Time
+	Count int64
+}
+
+// FinishedSince counts the jobs that finished (completed, cancelled or
+// failed) since the given time, per queue, state and bucket of the given
+// width. Jobs deleted on completion (DeleteOnComplete) are not counted.
+func (s *Store) FinishedSince(ctx context.Context, since time.Time, bucket time.Duration) ([]Finished, error) {
+	d, err := s.dash()
+	if err != nil {
+		return nil, err
+	}
+	if bucket < time.Microsecond {
+		return nil, fmt.Errorf("finished since: bucket %s is under 1µs", bucket)
+	}
+	width := bucket.Microseconds()
+	q, args := d.FinishedSince(Micros(since), width)
+	rows, err := s.db.Query(ctx, q, args...)
+	if err != nil {
+		return nil, s.wrap(fmt.Errorf("finished since: %w", err))
+	}
+	defer rows.Close()
+	var out []Finished
+	for rows.Next() {
+		var f Finished
+		var state string
+		var b int64
+		if err := rows.Scan(&f.Queue, &state, &b, &f.Count); err != nil {
+			return nil, fmt.Errorf("finished since: %w", err)
+		}
+		f.State, f.At = State(state), FromMicros(b*width)
+		out = append(out, f)
+	}
+	return out, rows.Err()
+}
+
+// AdmissionsSince returns, per budget key, the claim times of the jobs
+// claimed through it since the given time that are running or finished
+// (a job of cost c counts c times). It reads at most limit jobs that
+// carry rate keys; capped says the limit was reached, so times may be
+// missing. Jobs deleted on completion, and jobs waiting for a retry, are
+// not seen.
+func (s *Store) AdmissionsSince(ctx context.Context, since time.Time, limit int) (admitted map[string][]time.Time, capped bool, err error) {
+	d, err := s.dash()
+	if err != nil {
+		return nil, false, err
+	}
+	q, args := d.AdmittedSince(Micros(since), limit)
+	rows, err := s.db.Query(ctx, q, args...)
+	if err != nil {
+		return nil, false, s.wrap(fmt.Errorf("admissions since: %w", err))
+	}
+	defer rows.Close()
+	admitted = map[string][]time.Time{}
+	n := 0
+	for rows.Next() {
+		var keys nullString
+		var at int64
+		if err := rows.Scan(&keys, &at); err != nil {
+			return nil, false, fmt.Errorf("admissions since: %w", err)
+		}
+		n++
+		for _, rk := range DecodeRateKeys(keys.String) {
+			for range rk.Cost {
+				admitted[rk.Key] = append(admitted[rk.Key], FromMicros(at))
+			}
+		}
+	}
+	return admitted, n >= limit, rows.Err()
+}
+
+// GetBudgetInfo reads one budget without locking it, and how many jobs
+// wait on it; found is false when the budget has no row (it is idle, or
+// was never used).
+func (s *Store) GetBudgetInfo(ctx context.Context, key string) (b BudgetRow, found bool, err error) {
+	q, args := s.d.GetBudget(key)
+	rows, err := queryBudgets(ctx, s.db, q, args)
+	if err != nil {
+		return BudgetRow{}, false, s.wrap(fmt.Errorf("budget %s: %w", key, err))
+	}
+	if len(rows) == 0 {
+		return BudgetRow{Name: key}, false, nil
+	}
+	return rows[0], true, nil
+}
+
+// JobCalls returns the args of every call a coalescing job collected,
+// oldest first (none for a job that collected one call).
+func (s *Store) JobCalls(ctx context.Context, id int64) ([][]byte, error) {
+	q, args := s.d.LoadCalls([]int64{id})
+	rows, err := s.db.Query(ctx, q, args...)
+	if err != nil {
+		return nil, s.wrap(fmt.Errorf("calls of job %d: %w", id, err))
+	}
+	defer rows.Close()
+	var out [][]byte
+	for rows.Next() {
+		var jobID int64
+		var a string
+		if err := rows.Scan(&jobID, &a); err != nil {
+			return nil, fmt.Errorf("calls of job %d: %w", id, err)
+		}
+		out = append(out, []byte(a))
+	}
+	return out, rows.Err()
+}

@@ -1,0 +1,454 @@
+package jobs
+
+import (
+	"context"
+	"fmt"
+	"time"
+
+	"github.com/sluicequeue/sluice/internal/engine"
+	"github.com/sluicequeue/sluice/internal/human"
+	"github.com/sluicequeue/sluice/ratelimit"
+	"github.com/sluicequeue/sluice/store"
+)
+
+// Reason says, in one word, why a job is not running.
+type Reason string
+
+// The reasons Explain gives.
+const (
+	// ReasonReady: the job may be claimed now and waits for a free worker.
+	ReasonReady Reason = "ready"
+	// ReasonQueuePaused: the job's queue is paused.
+	ReasonQueuePaused Reason = "queue_paused"
+	// ReasonRateLimited: a rate limit deferred the job, which holds a
+	// slot (a time to come back) on the budget.
+	ReasonRateLimited Reason = "rate_limited"
+	// ReasonParked: a rate limit deferred the job beyond the horizon; it
+	// waits for a slot among the budget's parked jobs.
+	ReasonParked Reason = "parked"
+	// ReasonBlocked: the job waits for a slot of its concurrency key.
+	ReasonBlocked Reason = "blocked"
+	// ReasonRetryBackoff: an attempt failed and the job waits out its
+	// backoff (or a snooze).
+	ReasonRetryBackoff Reason = "retry_backoff"
+	// ReasonScheduled: the job was enqueued to run later.
+	ReasonScheduled Reason = "scheduled"
+	// ReasonRunning: the job is running.
+	ReasonRunning Reason = "running"
+	// ReasonFinished: the job completed, failed or was cancelled.
+	ReasonFinished Reason = "finished"
+)
+
+// Explanation says why a job is not running, and when it should start.
+// Its Lines are what `sluice explain` prints and the dashboard shows.
+type Explanation struct {
+	JobID int64        `json:"job_id"`
+	Kind  string       `json:"kind"`
+	Queue string       `json:"queue"`
+	State engine.State `json:"state"`
+	// Reason is the main reason, and Summary says it in a sentence.
+	Reason  Reason `json:"reason"`
+	Summary string `json:"summary"`
+	// QueuePaused is set when the job's queue is paused.
+	QueuePaused bool `json:"queue_paused"`
+	// Limits are the rate limits the job draws on; the one it waits on
+	// has Binding set.
+	Limits []LimitExplanation `json:"limits,omitempty"`
+	// Concurrency is the job's concurrency key; nil without one.
+	Concurrency *ConcurrencyExplanation `json:"concurrency,omitempty"`
+	// CoalesceKey is the coalescing key the job holds while pending:
+	// enqueues with the same key join it. Empty for none.
+	CoalesceKey string `json:"coalesce_key,omitempty"`
+	// Ahead counts the jobs whose turn comes before this one's in the
+	// line it waits in: the ready jobs of its queue, the budget's parked
+	// jobs or earlier slots, or the key's blocked jobs. Nil when it waits
+	// in no line.
+	Ahead *engine.Count `json:"ahead,omitempty"`
+	// RunAt is the job's run time (its slot, or the end of its backoff).
+	RunAt       time.Time `json:"run_at"`
+	Attempt     int       `json:"attempt"`
+	MaxAttempts int       `json:"max_attempts"`
+	LastError   string    `json:"last_error,omitempty"`
+	// Deferrals counts the times a rate limit deferred the job, and
+	// LastDeferral says why the last time. DeferralsRecorded is false
+	// while the database does not record them (both are then zero).
+	Deferrals         int    `json:"deferrals"`
+	LastDeferral      string `json:"last_deferral,omitempty"`
+	DeferralsRecorded bool   `json:"deferrals_recorded"`
+	// EstimatedStart is when the job should start, and EstimateBasis how
+	// that was worked out; zero (and the basis says why) when it cannot
+	// be told.
+	EstimatedStart time.Time `json:"estimated_start,omitzero"`
+	EstimateBasis  string    `json:"estimate_basis"`
+	// Now is the time the explanation was made at.
+	Now time.Time `json:"now"`
+}
+
+// LimitExplanation is one rate limit a job draws on.
+type LimitExplanation struct {
+	// Key is the budget's key, Scope its first part (a kind, a group, or
+	// "@queue"), Cost what the job costs on it.
+	Key   string `json:"key"`
+	Scope string `json:"scope"`
+	Cost  int    `json:"cost"`
+	// To, Per and Burst are the limit in force: the declared one with an
+	// override applied. Declared is false when the registry did not know
+	// the kind (To and Per are then 0 and Interval and Burst are those
+	// the budget was last charged under).
+	To       int           `json:"to"`
+	Per      time.Duration `json:"per"`
+	Burst    int           `json:"burst"`
+	Interval time.Duration `json:"interval"`
+	Declared bool          `json:"declared"`
+	// Override is the target of the override in force ("" for none).
+	Override string `json:"override,omitempty"`
+	Shadow   bool   `json:"shadow"`
+	Paused   bool   `json:"paused"`
+	// Binding is set for the limit the job waits on.
+	Binding bool `json:"binding"`
+	// Parked counts the jobs parked on the budget.
+	Parked int `json:"parked"`
+	// NextAdmission is when the budget next admits a cost-1 job; zero
+	// when paused.
+	NextAdmission time.Time `json:"next_admission,omitzero"`
+}
+
+// String describes the limit as "10 per 1s, burst 2 (1 every 100ms)".
+func (l LimitExplanation) String() string {
+	var s string
+	switch {
+	case l.Paused:
+		s = "paused (To: 0)"
+	case l.Declared:
+		s = fmt.Sprintf("%d per %s, burst %d (1 every %s)", l.To, l.Per, l.Burst, l.Interval)
+	case l.Interval > 0:
+		s = fmt.Sprintf("1 every %s, burst %d (as last charged)", l.Interval, l.Burst)
+	default:
+		s = "unknown (the kind is not registered here and the budget has no state)"
+	}
+	if l.Override != "" {
+		s += ", overridden on " + l.Override
+	}
+	if l.Shadow {
+		s += ", shadow mode (not enforced)"
+	}
+	return s
+}
+
+// ConcurrencyExplanation is a job's concurrency key.
+type ConcurrencyExplanation struct {
+	Key string `json:"key"`
+	// To is how many jobs of the key may hold a slot at once, Held how
+	// many do.
+	To   int `json:"to"`
+	Held int `json:"held"`
+	// Holders are (up to 20 of) the jobs holding a slot.
+	Holders []int64 `json:"holders"`
+	// HoldsSlot is set when this job holds one.
+	HoldsSlot bool `json:"holds_slot"`
+}
+
+// Explain says why the job id is not running: its state, the limit(s)
+// holding it with their keys and settings, its place in the line it waits
+// in, and an estimated start computed from the budget's rate (or the
+// queue's recent pace) and the jobs ahead of it. A job id that does not
+// exist gives an error wrapping engine.ErrNotFound.
+func (c *Client) Explain(ctx context.Context, id int64) (*Explanation, error) {
+	return Explain(ctx, c.pub, c.reg, id, c.clock.Now())
+}
+
+// Explain is Client.Explain for a store and registry at a given time: what
+// the dashboard and the CLI call. reg may be nil (the limits are then
+// those the budgets were last charged under).
+func Explain(ctx context.Context, pub *store.Store, reg *Registry, id int64, now time.Time) (*Explanation, error) {
+	s := engine.From(pub)
+	if id < 1 {
+		return nil, fmt.Errorf("explain: %d is not a job id", id)
+	}
+	if reg == nil {
+		reg = NewRegistry()
+	}
+	f, err := s.ExplainFacts(ctx, id, now)
+	if err != nil {
+		return nil, err
+	}
+	view := &limitsView{reg: reg}
+	if err := view.refresh(ctx, s); err != nil {
+		return nil, fmt.Errorf("explain job %d: %w", id, err)
+	}
+	j := f.Job
+	e := &Explanation{
+		JobID: j.ID, Kind: j.Kind, Queue: j.Queue, State: j.State, QueuePaused: f.QueuePaused, CoalesceKey: f.CoalesceKey,
+		RunAt: j.RunAt, Attempt: j.Attempt, MaxAttempts: j.MaxAttempts, LastError: j.LastError,
+		Deferrals: f.Deferrals, LastDeferral: f.LastDeferral, DeferralsRecorded: f.DeferralsRecorded, Now: now,
+	}
+	var binding *engine.BudgetFacts
+	var bindingLimit *LimitExplanation
+	for i := range f.Budgets {
+		b := &f.Budgets[i]
+		l := explainLimit(view, j, b, now)
+		e.Limits = append(e.Limits, l)
+		if b.Waiting {
+			binding, bindingLimit = b, &e.Limits[len(e.Limits)-1]
+		}
+	}
+	if sf := f.Semaphore; sf != nil {
+		ce := &ConcurrencyExplanation{Key: sf.Key, Holders: sf.Holders, HoldsSlot: j.HoldsSlot, Held: sf.Row.Held, To: sf.Row.Limit}
+		if j.Conc != nil && j.Conc.To > 0 {
+			ce.To = j.Conc.To
+		}
+		e.Concurrency = ce
+	}
+	e.reason(f, binding, bindingLimit)
+	return e, nil
+}
+
+// explainLimit describes one budget a job draws on with the limit in
+// force on it.
+func explainLimit(view *limitsView, j *engine.JobInfo, b *engine.BudgetFacts, now time.Time) LimitExplanation {
+	spec, ok := view.reg.RateSpec(j.Kind, b.Key)
+	if !ok {
+		spec, ok = view.reg.scopeSpec(b.Key)
+	}
+	l := describeLimit(view, b.Key, spec, ok, b.Row, now)
+	l.Cost, l.Binding = b.Cost, b.Waiting
+	return l
+}
+
+// describeLimit describes a budget under spec (when known, with its
+// override applied) or else under the limit it was last charged under.
+func describeLimit(view *limitsView, key string, spec ratelimit.Spec, known bool, row engine.BudgetRow, now time.Time) LimitExplanation {
+	l := LimitExplanation{Key: key, Scope: ratelimit.ScopeOf(key), Cost: 1, Parked: row.Parked}
+	p := row.Params()
+	if known {
+		if o, has := view.override(key); has {
+			spec, l.Override = o.Spec(spec), o.Target
+		}
+		l.To, l.Per, l.Burst, l.Shadow, l.Declared = spec.To, spec.Per, spec.Burst, spec.Shadow, true
+		p = spec.Params
+	} else {
+		l.Burst = p.Burst
+	}
+	l.Interval, l.Paused = time.Duration(p.Interval), p.Paused
+	if p.Interval > 0 && !p.Paused {
+		info := engine.BudgetInfo{BudgetRow: row}
+		info.IntervalNS, info.Burst = p.Interval, p.Burst
+		l.NextAdmission = info.NextAdmission(now)
+	}
+	return l
+}
+
+// DescribeBudgets describes budgets with the limit in force on each: the
+// one reg declares for the budget's scope (a kind, a group or a queue),
+// with the stored override applied, or else the one the budget was last
+// charged under. It is what the dashboard's budget pages show. reg may be
+// nil.
+func DescribeBudgets(ctx context.Context, s *engine.Store, reg *Registry, rows []engine.BudgetRow, now time.Time) ([]LimitExplanation, error) {
+	if reg == nil {
+		reg = NewRegistry()
+	}
+	view := &limitsView{reg: reg}
+	if err := view.refresh(ctx, s); err != nil {
+		return nil, fmt.Errorf("describe budgets: %w", err)
+	}
+	out := make([]LimitExplanation, len(rows))
+	for i, r := range rows {
+		spec, ok := reg.scopeSpec(r.Name)
+		out[i] = describeLimit(view, r.Name, spec, ok, r, now)
+	}
+	return out, nil
+}
+
+// reason decides the main reason and the estimate.
+func (e *Explanation) reason(f *engine.ExplainFacts, binding *engine.BudgetFacts, limit *LimitExplanation) {
+	j := f.Job
+	paused := ""
+	if f.QueuePaused {
+		paused = fmt.Sprintf("; queue %s is paused too, so it waits for a resume after that", j.Queue)
+	}
+	switch j.State {
+	case engine.StateRunning:
+		e.Reason = ReasonRunning
+		e.Summary = fmt.Sprintf("running (attempt %d of %d), started %s", j.Attempt, j.MaxAttempts, stamp(j.AttemptedAt))
+		e.EstimateBasis = "it has started"
+		e.EstimatedStart = j.AttemptedAt
+	case engine.StateCompleted, engine.StateFailed, engine.StateCancelled:
+		e.Reason = ReasonFinished
+		e.Summary = fmt.Sprintf("%s %s after %d attempt(s); it will not run again unless retried", j.State, stamp(j.FinishedAt), j.Attempt)
+		e.EstimateBasis = "it will not start again unless retried"
+	case engine.StateParked:
+		e.Reason = ReasonParked
+		e.Ahead = aheadOf(binding)
+		e.Summary = fmt.Sprintf("parked on rate limit %s (%s): %s parked job(s) of the budget get slots before it%s",
+			j.WaitKey, limitText(limit), countText(e.Ahead), paused)
+		e.estimateParked(binding, limit)
+	case engine.StateScheduled:
+		switch {
+		case j.WaitKey != "":
+			e.Reason = ReasonRateLimited
+			e.Ahead = aheadOf(binding)
+			e.Summary = fmt.Sprintf("deferred by rate limit %s (%s): it holds the slot at %s, after %s other slot(s) of the budget%s",
+				j.WaitKey, limitText(limit), stamp(j.RunAt), countText(e.Ahead), paused)
+			e.EstimatedStart = j.RunAt
+			e.EstimateBasis = "its slot on the budget (a slot is a hint: if the budget is spent when it comes back, it waits again)"
+		case j.Attempt > 0 || j.LastError != "":
+			e.Reason = ReasonRetryBackoff
+			e.Summary = fmt.Sprintf("waiting out a retry backoff after attempt %d of %d failed; it is due %s%s", j.Attempt, j.MaxAttempts, stamp(j.RunAt), paused)
+			e.EstimatedStart, e.EstimateBasis = j.RunAt, "the end of its backoff"
+		default:
+			e.Reason = ReasonScheduled
+			e.Summary = fmt.Sprintf("scheduled to run at %s%s", stamp(j.RunAt), paused)
+			e.EstimatedStart, e.EstimateBasis = j.RunAt, "the time it was enqueued to run at"
+		}
+		if f.QueuePaused {
+			e.EstimatedStart, e.EstimateBasis = time.Time{}, "not before the queue is resumed"
+		}
+	case engine.StateBlocked:
+		e.Reason = ReasonBlocked
+		e.Ahead = &f.Semaphore.Ahead
+		c := e.Concurrency
+		e.Summary = fmt.Sprintf("blocked on concurrency key %s: %d of %d slot(s) held, %s blocked job(s) before it%s",
+			c.Key, c.Held, c.To, countText(e.Ahead), paused)
+		e.EstimateBasis = "a slot is given back when a holder finishes, which cannot be told in advance"
+	case engine.StateReady:
+		if f.QueuePaused {
+			e.Reason = ReasonQueuePaused
+			e.Summary = fmt.Sprintf("ready, but queue %s is paused: nothing is claimed from it until it is resumed", j.Queue)
+			e.EstimateBasis = "not before the queue is resumed"
+			return
+		}
+		e.Reason = ReasonReady
+		e.Ahead = &f.ReadyAhead
+		e.Summary = fmt.Sprintf("ready: waiting for a free worker, with %s job(s) of queue %s ahead of it", countText(e.Ahead), j.Queue)
+		e.estimateReady(f)
+	default:
+		e.Summary = string(j.State)
+	}
+}
+
+// estimateParked: a parked job gets its slot after the budget's cursor
+// and one interval (times cost) for each parked job before it.
+func (e *Explanation) estimateParked(b *engine.BudgetFacts, l *LimitExplanation) {
+	switch {
+	case b == nil || l == nil || l.Interval <= 0:
+		e.EstimateBasis = "the budget's limit is not known here"
+		return
+	case l.Paused:
+		e.EstimateBasis = "the limit is paused (To: 0): nothing is admitted until it is raised"
+		return
+	}
+	now := engine.Nanos(e.Now)
+	tol := int64(l.Burst-1) * int64(l.Interval)
+	first := max(b.Row.NextSlot, now, b.Row.TAT-tol)
+	at := first + (b.Ahead.N)*int64(b.Cost)*int64(l.Interval)
+	e.EstimatedStart = engine.FromNanos(at)
+	e.EstimateBasis = fmt.Sprintf("the budget's next free slot plus one interval (%s) for each of the %s parked job(s) before it", l.Interval, countText(&b.Ahead))
+	if b.Ahead.Capped {
+		e.EstimateBasis += "; the count is capped, so it starts later than this"
+	}
+}
+
+// estimateReady: a ready job starts after the jobs ahead of it, at the
+// pace the queue finished jobs in the last minute.
+func (e *Explanation) estimateReady(f *engine.ExplainFacts) {
+	switch {
+	case f.ReadyAhead.N == 0:
+		e.EstimatedStart, e.EstimateBasis = e.Now, "it is next: as soon as a worker of the queue is free"
+	case f.FinishedLastMinute == 0:
+		e.EstimateBasis = "no job of the queue finished in the last minute, so its pace is not known"
+	default:
+		per := time.Minute / time.Duration(f.FinishedLastMinute)
+		e.EstimatedStart = e.Now.Add(time.Duration(f.ReadyAhead.N) * per)
+		e.EstimateBasis = fmt.Sprintf("the jobs ahead of it at the queue's pace in the last minute (%d finished)", f.FinishedLastMinute)
+	}
+}
+
+func aheadOf(b *engine.BudgetFacts) *engine.Count {
+	if b == nil {
+		return nil
+	}
+	return &b.Ahead
+}
+
+func limitText(l *LimitExplanation) string {
+	if l == nil {
+		return "limit unknown"
+	}
+	return l.String()
+}
+
+func countText(c *engine.Count) string {
+	if c == nil {
+		return "0"
+	}
+	return c.String()
+}
+
+func stamp(t time.Time) string { return human.Stamp(t) }
+
+// Lines is the explanation for a person, one fact per line: what `sluice
+// explain` prints and the dashboard's job page shows.
+func (e *Explanation) Lines() []string {
+	out := []string{fmt.Sprintf("job %d (%s, queue %s) is %s", e.JobID, e.Kind, e.Queue, e.Summary)}
+	for _, l := range e.Limits {
+		role := "draws on"
+		if l.Binding {
+			role = "waits on"
+		}
+		line := fmt.Sprintf("rate limit: %s %s (cost %d): %s", role, l.Key, l.Cost, l)
+		if l.Parked > 0 {
+			line += fmt.Sprintf("; %d job(s) parked on it", l.Parked)
+		}
+		if !l.NextAdmission.IsZero() {
+			line += "; next admission " + stamp(l.NextAdmission)
+		}
+		out = append(out, line)
+	}
+	if c := e.Concurrency; c != nil {
+		line := fmt.Sprintf("concurrency: key %s, %d of %d slot(s) held", c.Key, c.Held, c.To)
+		if len(c.Holders) > 0 {
+			line += fmt.Sprintf(" by job(s) %v", c.Holders)
+		}
+		if c.HoldsSlot {
+			line += "; this job holds one"
+		}
+		out = append(out, line)
+	}
+	if e.CoalesceKey != "" {
+		out = append(out, "coalescing: it holds key "+e.CoalesceKey+"; enqueues with that key join it")
+	}
+	if e.QueuePaused && e.Reason != ReasonQueuePaused {
+		out = append(out, "queue: "+e.Queue+" is paused")
+	}
+	if e.DeferralsRecorded {
+		line := fmt.Sprintf("deferred: %d time(s)", e.Deferrals)
+		if e.LastDeferral != "" {
+			line += ", last: " + e.LastDeferral
+		}
+		out = append(out, line)
+	} else {
+		out = append(out, "deferred: not recorded by this database schema")
+	}
+	if e.Attempt > 0 || e.LastError != "" {
+		line := fmt.Sprintf("attempts: %d of %d", e.Attempt, e.MaxAttempts)
+		if e.LastError != "" {
+			line += "; last error: " + firstLine(e.LastError)
+		}
+		out = append(out, line)
+	}
+	if e.EstimatedStart.IsZero() {
+		out = append(out, "estimated start: unknown: "+e.EstimateBasis)
+	} else {
+		out = append(out, fmt.Sprintf("estimated start: %s (%s), from %s", stamp(e.EstimatedStart), human.In(e.EstimatedStart, e.Now), e.EstimateBasis))
+	}
+	return out
+}
+
+func firstLine(s string) string {
+	for i := 0; i < len(s); i++ {
+		if s[i] == '\n' {
+			return s[:i] + " …"
+		}
+	}
+	return s
+}
