@@ -43,6 +43,10 @@ type ClientConfig struct {
 	// joined, after it was written (for EnqueueTx, before the caller's
 	// commit).
 	OnEnqueue func(EnqueueEvent)
+	// Middleware wraps every enqueue, outermost first: it may read the
+	// context and set the jobs' metadata (see EnqueueMiddleware). Defaults
+	// to none.
+	Middleware []EnqueueMiddleware
 }
 
 // EnqueueEvent describes one enqueued job.
@@ -59,14 +63,25 @@ type Client struct {
 	clock     clock.Clock
 	maxArgs   int
 	onEnqueue func(EnqueueEvent)
+	// middleware wraps enqueues; cfgErr refuses every enqueue of a client
+	// whose config is wrong.
+	middleware []EnqueueMiddleware
+	cfgErr     error
 }
 
-// NewClient returns a client that enqueues into s the kinds reg knows.
+// NewClient returns a client that enqueues into s the kinds reg knows. A
+// nil entry in cfg.Middleware makes every enqueue fail with an error that
+// names it.
 func NewClient(s *store.Store, reg *Registry, cfg ClientConfig) *Client {
 	if cfg.MaxArgsBytes <= 0 {
 		cfg.MaxArgsBytes = DefaultMaxArgsBytes
 	}
-	return &Client{store: s, reg: reg, clock: clock.OrSystem(cfg.Clock), maxArgs: cfg.MaxArgsBytes, onEnqueue: cfg.OnEnqueue}
+	c := &Client{store: s, reg: reg, clock: clock.OrSystem(cfg.Clock), maxArgs: cfg.MaxArgsBytes, onEnqueue: cfg.OnEnqueue,
+		middleware: cfg.Middleware}
+	if err := checkMiddleware("ClientConfig.Middleware", cfg.Middleware); err != nil {
+		c.cfgErr = fmt.Errorf("jobs: NewClient: %w", err)
+	}
+	return c
 }
 
 // Store returns the client's store.
@@ -146,6 +161,9 @@ func (c *Client) wrapTx(tx any) (store.Executor, error) {
 }
 
 func (c *Client) enqueue(ctx context.Context, ex store.Executor, items []Item) ([]Enqueued, error) {
+	if c.cfgErr != nil {
+		return nil, c.cfgErr
+	}
 	if len(items) == 0 {
 		return nil, nil
 	}
@@ -165,9 +183,22 @@ func (c *Client) enqueue(ctx context.Context, ex store.Executor, items []Item) (
 	if clock.IsSystem(c.clock) {
 		sc = store.DatabaseTime(func() time.Time { return now })
 	}
-	res, err := c.store.Enqueue(ctx, ex, sc, rows)
+	write := func(ctx context.Context) ([]Enqueued, error) {
+		res, err := c.store.Enqueue(ctx, ex, sc, rows)
+		if err != nil {
+			return nil, fmt.Errorf("jobs: %w", err)
+		}
+		return res, nil
+	}
+	var res []Enqueued
+	var err error
+	if len(c.middleware) == 0 {
+		res, err = write(ctx)
+	} else {
+		res, err = c.enqueueThrough(ctx, rows, write)
+	}
 	if err != nil {
-		return nil, fmt.Errorf("jobs: %w", err)
+		return nil, err
 	}
 	if ex == nil {
 		c.wakeReady(rows, res)
@@ -271,6 +302,12 @@ func (c *Client) newJob(it Item, now time.Time) (store.NewJob, error) {
 		j.RunAt = cfg.runAt
 	case cfg.delay > 0:
 		j.RunAt = now.Add(cfg.delay)
+	}
+	if len(cfg.metadata) > 0 {
+		if _, err := store.EncodeMetadata(cfg.metadata); err != nil {
+			return store.NewJob{}, fmt.Errorf("%s: WithMetadata: %w", name, err)
+		}
+		j.Metadata = cfg.metadata
 	}
 	if j.RunAt.After(store.MaxRunAt) {
 		return store.NewJob{}, fmt.Errorf("%s: the run time %s is after %s; schedule it earlier", name, j.RunAt.UTC().Format(time.RFC3339), store.MaxRunAt.Format(time.RFC3339))

@@ -1,0 +1,111 @@
+package jobs
+
+import (
+	"context"
+	"log/slog"
+	"sync"
+
+	"github.com/sluicequeue/sluice/store"
+)
+
+// runKey and loggerKey are the context keys of a run's state and of a
+// logger set with WithLogger.
+type (
+	runKey    struct{}
+	loggerKey struct{}
+)
+
+// runState is what a run's context carries: its logger, made on first
+// use, and the functions to call if the worker releases the job while it
+// runs.
+type runState struct {
+	base *slog.Logger
+	job  *store.Job
+
+	once sync.Once
+	log  *slog.Logger
+
+	mu        sync.Mutex
+	released  bool
+	onRelease map[int]func()
+	next      int
+}
+
+// Logger returns the logger of the run whose context ctx is (or derives
+// from): the worker's Logger with the job's job_id, kind, queue and
+// attempt, and whatever middleware added with WithLogger (the trace ids,
+// with tracing on). Outside a run it returns slog.Default().
+func Logger(ctx context.Context) *slog.Logger {
+	if l, ok := ctx.Value(loggerKey{}).(*slog.Logger); ok {
+		return l
+	}
+	if rs, ok := ctx.Value(runKey{}).(*runState); ok {
+		return rs.logger()
+	}
+	return slog.Default()
+}
+
+// WithLogger returns a context whose Logger is l: for middleware that adds
+// attributes to a run's logger, as in
+//
+//	ctx = jobs.WithLogger(ctx, jobs.Logger(ctx).With("request_id", id))
+//
+// A nil l leaves ctx as it is.
+func WithLogger(ctx context.Context, l *slog.Logger) context.Context {
+	if l == nil {
+		return ctx
+	}
+	return context.WithValue(ctx, loggerKey{}, l)
+}
+
+func (rs *runState) logger() *slog.Logger {
+	rs.once.Do(func() {
+		j := rs.job
+		rs.log = rs.base.With(slog.Int64("job_id", j.ID), slog.String("kind", j.Kind), slog.String("queue", j.Queue), slog.Int("attempt", j.Attempt))
+	})
+	return rs.log
+}
+
+// OnRelease arranges for f to be called, once, if the worker releases the
+// job that ctx runs while it still runs: its shutdown timeout and grace
+// passed, the job goes back to ready, and its run's outcome will never be
+// recorded. Middleware that opened something for the run (a span) closes
+// it there. The returned stop cancels the call; it reports whether it did
+// (false once f has been called). Outside a run f is never called.
+func OnRelease(ctx context.Context, f func()) (stop func() bool) {
+	rs, ok := ctx.Value(runKey{}).(*runState)
+	if !ok || f == nil {
+		return func() bool { return false }
+	}
+	rs.mu.Lock()
+	defer rs.mu.Unlock()
+	if rs.released {
+		go f()
+		return func() bool { return false }
+	}
+	if rs.onRelease == nil {
+		rs.onRelease = map[int]func(){}
+	}
+	id := rs.next
+	rs.next++
+	rs.onRelease[id] = f
+	return func() bool {
+		rs.mu.Lock()
+		defer rs.mu.Unlock()
+		_, pending := rs.onRelease[id]
+		delete(rs.onRelease, id)
+		return pending
+	}
+}
+
+// release calls the run's release functions.
+func (rs *runState) release() {
+	rs.mu.Lock()
+	rs.released = true
+	fs := rs.onRelease
+	rs.onRelease = nil
+	rs.mu.Unlock()
+	for _, f := range fs {
+		f()
+	}
+}
