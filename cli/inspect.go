@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"flag"
 	"fmt"
+	"slices"
 	"strconv"
 	"strings"
 	"text/tabwriter"
@@ -128,9 +129,9 @@ func runJobs(ctx context.Context, env *Env, args []string) error {
 	rows := make([][]string, len(js))
 	for i, j := range js {
 		rows[i] = []string{strconv.FormatInt(j.ID, 10), j.Kind, j.Queue, describeState(j), fmt.Sprintf("%d/%d", j.Attempt, j.MaxAttempts),
-			fmtIn(j.RunAt, now), clip(j.LastError, 60)}
+			fmtIn(j.RunAt, now), strconv.Itoa(j.Deferrals), clip(metadataText(j.Metadata), 40), clip(j.LastError, 60)}
 	}
-	return table(env, "ID\tKIND\tQUEUE\tSTATE\tATTEMPT\tRUN AT\tLAST ERROR", rows)
+	return table(env, "ID\tKIND\tQUEUE\tSTATE\tATTEMPT\tRUN AT\tDEFERRED\tMETADATA\tLAST ERROR", rows)
 }
 
 // describeState says why a waiting job waits.
@@ -166,10 +167,42 @@ func jobJSON(j *store.JobInfo) map[string]any {
 	if j.LastError != "" {
 		m["last_error"] = j.LastError
 	}
+	if j.Metadata != "" {
+		if md, err := store.DecodeMetadata(j.Metadata); err == nil {
+			m["metadata"] = md
+		} else {
+			m["metadata"] = j.Metadata // as stored, when it cannot be read
+		}
+	}
+	if j.Deferrals > 0 {
+		m["deferrals"] = j.Deferrals
+		m["deferral_reason"] = j.DeferralReason
+	}
+	if !j.DeferredAt.IsZero() {
+		m["deferred_at"] = j.DeferredAt
+	}
 	if !j.FinishedAt.IsZero() {
 		m["finished_at"] = j.FinishedAt
 	}
 	return m
+}
+
+// metadataText shows a job's metadata as sorted key=value pairs, or "-".
+func metadataText(stored string) string {
+	md, err := store.DecodeMetadata(stored)
+	switch {
+	case err != nil:
+		return stored
+	case len(md) == 0:
+		return "-"
+	}
+	escape := func(s string) string { q := strconv.Quote(s); return q[1 : len(q)-1] }
+	pairs := make([]string, 0, len(md))
+	for k, v := range md {
+		pairs = append(pairs, escape(k)+"="+escape(v))
+	}
+	slices.Sort(pairs)
+	return strings.Join(pairs, " ")
 }
 
 func clip(s string, n int) string {
