@@ -112,7 +112,8 @@ func (w *Worker) run(ctx context.Context, j *store.Job, rs *runState) (result, e
 	if len(mw) > 0 {
 		info = w.jobInfo(j, md)
 	}
-	err = call(context.WithValue(jctx, runKey{}, rs), k, j, md, args, more, mw, info)
+	rs.Context = jctx
+	err = call(rs, k, j, md, args, more, mw, info)
 	if err != nil && errors.Is(context.Cause(jctx), ErrJobTimeout) {
 		err = fmt.Errorf("%w after %s: %w", ErrJobTimeout, timeout, err)
 	}

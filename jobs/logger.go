@@ -15,10 +15,12 @@ type (
 	loggerKey struct{}
 )
 
-// runState is what a run's context carries: its logger, made on first
-// use, and the functions to call if the worker releases the job while it
-// runs.
+// runState is a run's context: the handler's context with its logger,
+// made on first use, and the functions to call if the worker releases the
+// job while it runs. Being the context itself, it costs a run no
+// allocation of its own (it lives in the worker's runningJob).
 type runState struct {
+	context.Context
 	base *slog.Logger
 	job  *store.Job
 
@@ -56,6 +58,15 @@ func WithLogger(ctx context.Context, l *slog.Logger) context.Context {
 		return ctx
 	}
 	return context.WithValue(ctx, loggerKey{}, l)
+}
+
+// Value returns the run's state for runKey, and asks the parent context
+// for anything else.
+func (rs *runState) Value(key any) any {
+	if key == (runKey{}) {
+		return rs
+	}
+	return rs.Context.Value(key)
 }
 
 func (rs *runState) logger() *slog.Logger {

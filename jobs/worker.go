@@ -159,7 +159,7 @@ type Worker struct {
 
 type runningJob struct {
 	job      *store.Job
-	run      *runState
+	run      runState
 	released bool
 }
 
@@ -559,8 +559,8 @@ func (w *Worker) free() int {
 
 // start runs a claimed job in its own goroutine.
 func (w *Worker) start(ctx context.Context, j *store.Job) {
-	rs := &runState{base: w.log, job: j}
-	rj := &runningJob{job: j, run: rs}
+	rj := &runningJob{job: j, run: runState{base: w.log, job: j}}
+	rs := &rj.run
 	pid := w.pid.Load()
 	w.mu.Lock()
 	w.running[j.ID] = rj
@@ -622,7 +622,7 @@ func (w *Worker) shutdown(stopJobs context.CancelCauseFunc) {
 	for id, rj := range w.running {
 		rj.released = true
 		ids = append(ids, id)
-		runs = append(runs, rj.run)
+		runs = append(runs, &rj.run)
 	}
 	w.mu.Unlock()
 	for _, rs := range runs {
