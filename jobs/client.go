@@ -303,12 +303,9 @@ func (c *Client) newJob(it Item, now time.Time) (store.NewJob, error) {
 	case cfg.delay > 0:
 		j.RunAt = now.Add(cfg.delay)
 	}
-	if len(cfg.metadata) > 0 {
-		if _, err := store.EncodeMetadata(cfg.metadata); err != nil {
-			return store.NewJob{}, fmt.Errorf("%s: WithMetadata: %w", name, err)
-		}
-		j.Metadata = cfg.metadata
-	}
+	// Its entries were checked by WithMetadata, its size is checked with
+	// whatever enqueue middleware adds, before anything is written.
+	j.Metadata = cfg.metadata
 	if j.RunAt.After(store.MaxRunAt) {
 		return store.NewJob{}, fmt.Errorf("%s: the run time %s is after %s; schedule it earlier", name, j.RunAt.UTC().Format(time.RFC3339), store.MaxRunAt.Format(time.RFC3339))
 	}

@@ -24,10 +24,11 @@ type runState struct {
 	base *slog.Logger
 	job  *store.Job
 
-	once sync.Once
-	log  *slog.Logger
-
-	mu        sync.Mutex
+	mu sync.Mutex
+	// log is the run's logger once made; extra are the attributes
+	// middleware added (AddLogAttrs), evaluated when it is made.
+	log       *slog.Logger
+	extra     []func() []slog.Attr
 	released  bool
 	onRelease map[int]func()
 	next      int
@@ -69,11 +70,35 @@ func (rs *runState) Value(key any) any {
 	return rs.Context.Value(key)
 }
 
+// AddLogAttrs adds the attributes attrs returns to the logger of the run
+// whose context ctx is: they are computed when the run's logger is first
+// made (by Logger), so middleware that adds them to every run (the trace
+// ids) costs a run that never logs almost nothing. Outside a run it does
+// nothing.
+func AddLogAttrs(ctx context.Context, attrs func() []slog.Attr) {
+	rs, ok := ctx.Value(runKey{}).(*runState)
+	if !ok || attrs == nil {
+		return
+	}
+	rs.mu.Lock()
+	defer rs.mu.Unlock()
+	rs.extra = append(rs.extra, attrs)
+	rs.log = nil // made again, with them
+}
+
 func (rs *runState) logger() *slog.Logger {
-	rs.once.Do(func() {
+	rs.mu.Lock()
+	defer rs.mu.Unlock()
+	if rs.log == nil {
 		j := rs.job
-		rs.log = rs.base.With(slog.Int64("job_id", j.ID), slog.String("kind", j.Kind), slog.String("queue", j.Queue), slog.Int("attempt", j.Attempt))
-	})
+		attrs := []any{slog.Int64("job_id", j.ID), slog.String("kind", j.Kind), slog.String("queue", j.Queue), slog.Int("attempt", j.Attempt)}
+		for _, f := range rs.extra {
+			for _, a := range f() {
+				attrs = append(attrs, a)
+			}
+		}
+		rs.log = rs.base.With(attrs...)
+	}
 	return rs.log
 }
 

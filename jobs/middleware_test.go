@@ -193,11 +193,11 @@ func TestBadMetadataIsRefusedAtEnqueue(t *testing.T) {
 		require.NoError(t, jobs.Register(h.reg, func(context.Context, *jobs.Job[noop]) error { return nil }))
 		_, err := h.client.Enqueue(ctx, noop{}, jobs.WithMetadata(map[string]string{"k": strings.Repeat("x", 9000)}))
 		require.ErrorIs(t, err, jobs.ErrInvalidMetadata)
-		require.ErrorContains(t, err, "noop: WithMetadata")
+		require.ErrorContains(t, err, "enqueue noop")
 		require.ErrorContains(t, err, "at most 8192")
 		_, err = h.client.Enqueue(ctx, noop{}, jobs.WithMetadata(map[string]string{"k": "\xc3\x28"}))
 		require.ErrorIs(t, err, jobs.ErrInvalidMetadata)
-		require.ErrorContains(t, err, `the value of "k" is not valid UTF-8`)
+		require.ErrorContains(t, err, `WithMetadata: invalid metadata: the value of "k" is not valid UTF-8`)
 
 		// Metadata a middleware sets is checked too, before anything is
 		// written.

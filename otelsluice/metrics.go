@@ -19,7 +19,7 @@ import (
 func (o *Integration) Hooks() jobs.Hooks {
 	return jobs.Hooks{
 		OnFinish: func(e jobs.FinishEvent) {
-			opt := metricOpt(commonAttrs(e.Queue), KindKey.String(e.Kind), OutcomeKey.String(string(e.Outcome)))
+			opt := o.runOpt(e.Queue, e.Kind, e.Outcome)
 			ctx := context.Background()
 			o.finished.Add(ctx, 1, opt)
 			o.duration.Record(ctx, e.Duration.Seconds(), opt)
@@ -41,6 +41,28 @@ func (o *Integration) Hooks() jobs.Hooks {
 			}
 		},
 	}
+}
+
+// runKey identifies the attribute set of a run's measurements.
+type runKey struct {
+	queue, kind string
+	outcome     jobs.Outcome
+}
+
+// runOpt returns the attributes of a run's measurements (without an
+// outcome when it is empty), made once per queue, kind and outcome: a
+// set costs more to build than the measurement.
+func (o *Integration) runOpt(queue, kind string, outcome jobs.Outcome) metric.MeasurementOption {
+	k := runKey{queue, kind, outcome}
+	if v, ok := o.sets.Load(k); ok {
+		return v.(metric.MeasurementOption)
+	}
+	more := []attribute.KeyValue{KindKey.String(kind)}
+	if outcome != "" {
+		more = append(more, OutcomeKey.String(string(outcome)))
+	}
+	v, _ := o.sets.LoadOrStore(k, metricOpt(commonAttrs(queue), more...))
+	return v.(metric.MeasurementOption)
 }
 
 // metricOpt joins attribute lists into one measurement option.

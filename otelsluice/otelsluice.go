@@ -15,6 +15,7 @@ package otelsluice
 
 import (
 	"errors"
+	"sync"
 
 	"go.opentelemetry.io/otel"
 	"go.opentelemetry.io/otel/attribute"
@@ -34,18 +35,25 @@ const System = "sluice"
 
 // Attribute keys sluice adds to the messaging conventions' own.
 const (
-	KindKey           = attribute.Key("sluice.kind")
-	AttemptKey        = attribute.Key("sluice.attempt")
-	MaxAttemptsKey    = attribute.Key("sluice.max_attempts")
-	PriorityKey       = attribute.Key("sluice.priority")
+	KindKey     = attribute.Key("sluice.kind")
+	AttemptKey  = attribute.Key("sluice.attempt")
+	PriorityKey = attribute.Key("sluice.priority")
+	// BudgetsKey lists the rate-limit budgets a run drew on; absent when
+	// none limits the job.
 	BudgetsKey        = attribute.Key("sluice.budgets")
 	ConcurrencyKeyKey = attribute.Key("sluice.concurrency_key")
+	// DeferralsKey counts the times a claim deferred the job on a rate
+	// limit, over its life; absent (with DeferralReasonKey and
+	// LimitWaitKey) when it never was.
 	DeferralsKey      = attribute.Key("sluice.deferrals")
 	DeferralReasonKey = attribute.Key("sluice.deferral_reason")
 	// LimitWaitKey is the time the job waited on rate limits before its
 	// run, in seconds.
 	LimitWaitKey = attribute.Key("sluice.limit_wait")
-	OutcomeKey   = attribute.Key("sluice.outcome")
+	// OutcomeKey is what became of a run that did not complete: retried,
+	// failed, snoozed, throttled, cancelled, released or panicked. A
+	// completed run has none (and its status is Unset).
+	OutcomeKey = attribute.Key("sluice.outcome")
 	// WaitKey is how long a snoozed or throttled job waits, in seconds.
 	WaitKey   = attribute.Key("sluice.wait")
 	ReasonKey = attribute.Key("sluice.reason")
@@ -104,6 +112,8 @@ type Integration struct {
 	duration metric.Float64Histogram
 	latency  metric.Float64Histogram
 	deferred metric.Int64Counter
+	// sets caches runOpt's attribute sets.
+	sets sync.Map
 }
 
 // New returns an integration with cfg, or an error when the meter refuses

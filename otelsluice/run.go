@@ -3,8 +3,9 @@ package otelsluice
 import (
 	"context"
 	"fmt"
+	"log/slog"
 	"strconv"
-	"sync"
+	"sync/atomic"
 	"time"
 
 	"go.opentelemetry.io/otel/attribute"
@@ -26,44 +27,57 @@ import (
 func (o *Integration) Middleware() jobs.Middleware {
 	return func(ctx context.Context, job jobs.JobInfo, next func(context.Context) error) (err error) {
 		if !job.ClaimedAt.IsZero() && !job.EnqueuedAt.IsZero() {
-			o.latency.Record(ctx, max(job.ClaimedAt.Sub(job.EnqueuedAt), 0).Seconds(),
-				metricOpt(commonAttrs(job.Queue), KindKey.String(job.Kind)))
+			o.latency.Record(ctx, max(job.ClaimedAt.Sub(job.EnqueuedAt), 0).Seconds(), o.runOpt(job.Queue, job.Kind, ""))
 		}
-		producer := trace.SpanContextFromContext(o.prop.Extract(context.Background(), readCarrier(job.Metadata)))
-		opts := []trace.SpanStartOption{trace.WithSpanKind(trace.SpanKindConsumer), trace.WithAttributes(runAttrs(job)...)}
-		switch {
-		case producer.IsValid() && o.cfg.ChildOf:
-			ctx = trace.ContextWithRemoteSpanContext(ctx, producer)
-		case producer.IsValid():
-			opts = append(opts, trace.WithNewRoot(), trace.WithLinks(trace.Link{SpanContext: producer}))
+		opts := make([]trace.SpanStartOption, 2, 4)
+		opts[0], opts[1] = trace.WithSpanKind(trace.SpanKindConsumer), trace.WithAttributes(runAttrs(job)...)
+		if len(job.Metadata) > 0 {
+			producer := trace.SpanContextFromContext(o.prop.Extract(context.Background(), readCarrier(job.Metadata)))
+			switch {
+			case producer.IsValid() && o.cfg.ChildOf:
+				ctx = trace.ContextWithRemoteSpanContext(ctx, producer)
+			case producer.IsValid():
+				opts = append(opts, trace.WithNewRoot(), trace.WithLinks(trace.Link{SpanContext: producer}))
+			}
 		}
 		ctx, span := o.tracer.Start(ctx, "process "+job.Queue, opts...)
-		if job.Deferrals > 0 {
+		recording := span.IsRecording()
+		if recording && job.Deferrals > 0 {
 			span.AddEvent(EventDeferred, trace.WithAttributes(
 				DeferralsKey.Int(job.Deferrals), ReasonKey.String(job.DeferralReason),
 				LimitWaitKey.Float64(job.LimitWait.Seconds()), DeferredAtKey.String(timeText(job.DeferredAt))))
 		}
 		if sc := span.SpanContext(); sc.IsValid() {
-			ctx = jobs.WithLogger(ctx, jobs.Logger(ctx).With("trace_id", sc.TraceID().String(), "span_id", sc.SpanID().String()))
+			jobs.AddLogAttrs(ctx, func() []slog.Attr {
+				return []slog.Attr{slog.String("trace_id", sc.TraceID().String()), slog.String("span_id", sc.SpanID().String())}
+			})
 		}
-		var once sync.Once
-		end := func(f func()) { once.Do(func() { f(); span.End() }) }
+		// The span ends once: when the run returns, or when the worker
+		// releases the job while it still runs.
+		var ended atomic.Bool
 		stop := jobs.OnRelease(ctx, func() {
-			end(func() {
+			if ended.CompareAndSwap(false, true) {
 				span.AddEvent(EventReleased, trace.WithAttributes(ReasonKey.String("the worker shut down while the job ran")))
 				span.SetAttributes(OutcomeKey.String(string(jobs.OutcomeReleased)))
-			})
+				span.End()
+			}
 		})
 		defer func() {
 			stop()
-			if r := recover(); r != nil {
-				end(func() {
+			r := recover()
+			if ended.CompareAndSwap(false, true) {
+				switch {
+				case r != nil:
 					span.SetAttributes(OutcomeKey.String("panicked"))
 					span.SetStatus(codes.Error, fmt.Sprintf("panic: %v", r))
-				})
+				case recording:
+					o.finish(ctx, span, job, err)
+				}
+				span.End()
+			}
+			if r != nil {
 				panic(r)
 			}
-			end(func() { o.finish(ctx, span, job, err) })
 		}()
 		return next(ctx)
 	}
@@ -72,9 +86,13 @@ func (o *Integration) Middleware() jobs.Middleware {
 // finish records a run's outcome on its span.
 func (o *Integration) finish(ctx context.Context, span trace.Span, job jobs.JobInfo, err error) {
 	v := jobs.Classify(ctx, job, err)
+	if v.Outcome == jobs.OutcomeCompleted {
+		// No attribute: a completed run is the common case, and growing
+		// the span's attributes for it would cost more than the rest.
+		return
+	}
 	span.SetAttributes(OutcomeKey.String(string(v.Outcome)))
 	switch v.Outcome {
-	case jobs.OutcomeCompleted:
 	case jobs.OutcomeSnoozed:
 		span.AddEvent(EventSnoozed, trace.WithAttributes(WaitKey.Float64(v.Wait.Seconds())))
 	case jobs.OutcomeThrottled:
@@ -90,18 +108,30 @@ func (o *Integration) finish(ctx context.Context, span trace.Span, job jobs.JobI
 	}
 }
 
-// runAttrs are a run span's attributes.
+// runAttrs are a run span's attributes. Those about limits are there only
+// when the job has limits, or was deferred: every attribute is copied
+// three times on its way into a span.
 func runAttrs(job jobs.JobInfo) []attribute.KeyValue {
-	attrs := append(commonAttrs(job.Queue),
+	n := 8
+	if len(job.Budgets) > 0 {
+		n++
+	}
+	if job.Deferrals > 0 {
+		n += 3
+	}
+	if job.ConcurrencyKey != "" {
+		n++
+	}
+	attrs := make([]attribute.KeyValue, 0, n)
+	attrs = append(attrs,
+		semconv.MessagingSystemKey.String(System),
+		semconv.MessagingDestinationName(job.Queue),
 		semconv.MessagingOperationName("process"),
 		semconv.MessagingOperationTypeProcess,
 		semconv.MessagingMessageID(strconv.FormatInt(job.ID, 10)),
 		KindKey.String(job.Kind),
 		AttemptKey.Int(job.Attempt),
-		MaxAttemptsKey.Int(job.MaxAttempts),
 		PriorityKey.Int(job.Priority),
-		DeferralsKey.Int(job.Deferrals),
-		LimitWaitKey.Float64(job.LimitWait.Seconds()),
 	)
 	if len(job.Budgets) > 0 {
 		keys := make([]string, len(job.Budgets))
@@ -110,8 +140,9 @@ func runAttrs(job jobs.JobInfo) []attribute.KeyValue {
 		}
 		attrs = append(attrs, BudgetsKey.StringSlice(keys))
 	}
-	if job.DeferralReason != "" {
-		attrs = append(attrs, DeferralReasonKey.String(job.DeferralReason))
+	if job.Deferrals > 0 {
+		attrs = append(attrs, DeferralsKey.Int(job.Deferrals), DeferralReasonKey.String(job.DeferralReason),
+			LimitWaitKey.Float64(job.LimitWait.Seconds()))
 	}
 	if job.ConcurrencyKey != "" {
 		attrs = append(attrs, ConcurrencyKeyKey.String(job.ConcurrencyKey))

@@ -82,11 +82,63 @@ func DecodeMetadata(s string) (map[string]string, error) {
 	if s == "" {
 		return nil, nil
 	}
+	if m, ok := decodePlain(s); ok {
+		return m, nil
+	}
 	var m map[string]string
 	if err := json.Unmarshal([]byte(s), &m); err != nil {
 		return nil, fmt.Errorf("%w: the stored metadata is not a JSON object of strings: %v", ErrInvalidMetadata, err)
 	}
 	return m, nil
+}
+
+// decodePlain decodes, without encoding/json, the metadata EncodeMetadata
+// writes when no key or value needed an escape (a trace context, ids):
+// {"k":"v",...} with no backslash and no space. Anything else is left to
+// encoding/json (ok false).
+func decodePlain(s string) (map[string]string, bool) {
+	if len(s) < 2 || s[0] != '{' || s[len(s)-1] != '}' || strings.IndexByte(s, '\\') >= 0 || !utf8.ValidString(s) {
+		return nil, false
+	}
+	m := map[string]string{}
+	rest := s[1 : len(s)-1]
+	for rest != "" {
+		k, after, ok := plainString(rest)
+		if !ok || after == "" || after[0] != ':' {
+			return nil, false
+		}
+		v, after, ok := plainString(after[1:])
+		if !ok {
+			return nil, false
+		}
+		m[k] = v
+		switch {
+		case after == "":
+			return m, true
+		case after[0] != ',' || len(after) == 1:
+			return nil, false
+		}
+		rest = after[1:]
+	}
+	return m, true
+}
+
+// plainString reads a JSON string with no escape at the start of s.
+func plainString(s string) (string, string, bool) {
+	if s == "" || s[0] != '"' {
+		return "", "", false
+	}
+	end := strings.IndexByte(s[1:], '"')
+	if end < 0 {
+		return "", "", false
+	}
+	v := s[1 : 1+end]
+	for i := 0; i < len(v); i++ {
+		if v[i] < 0x20 {
+			return "", "", false
+		}
+	}
+	return v, s[2+end:], true
 }
 
 // deferralReason is what a job records as the reason of its last deferral.

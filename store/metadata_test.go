@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/stretchr/testify/require"
+	"pgregory.net/rapid"
 
 	"github.com/sluicequeue/sluice/coalesce"
 	"github.com/sluicequeue/sluice/internal/testdb"
@@ -165,4 +166,39 @@ func TestDeferOverflowCountsItsDeferrals(t *testing.T) {
 			require.Equal(t, t0, j.DeferredAt)
 		}
 	})
+}
+
+// Whatever EncodeMetadata accepts, DecodeMetadata gives back as it was,
+// through the plain fast path or encoding/json; text written by hand is
+// read as JSON, and text that is not an object of strings is an error.
+func TestMetadataEncodingRoundTrips(t *testing.T) {
+	rapid.Check(t, func(t *rapid.T) {
+		m := rapid.MapOf(rapid.StringN(1, 20, -1), rapid.String()).Draw(t, "m")
+		enc, err := store.EncodeMetadata(m)
+		if err != nil {
+			require.ErrorIs(t, err, store.ErrInvalidMetadata)
+			return
+		}
+		got, err := store.DecodeMetadata(enc)
+		require.NoError(t, err)
+		if len(m) == 0 {
+			require.Nil(t, got)
+			return
+		}
+		require.Equal(t, m, got)
+	})
+	for stored, want := range map[string]map[string]string{
+		`{ "a" : "b" }`:          {"a": "b"},
+		`{"a":"b","c":"d"}`:      {"a": "b", "c": "d"},
+		`{"a":"\u00e9","b":"x"}`: {"a": "é", "b": "x"},
+		`{}`:                     {},
+	} {
+		got, err := store.DecodeMetadata(stored)
+		require.NoError(t, err, stored)
+		require.Equal(t, want, got, stored)
+	}
+	for _, bad := range []string{`{"a":"b",}`, `{"a":1}`, `["a"]`, `{"a":"b"`, `{"a""b"}`, "{\"a\":\"\x01\"}"} {
+		_, err := store.DecodeMetadata(bad)
+		require.ErrorIs(t, err, store.ErrInvalidMetadata, bad)
+	}
 }

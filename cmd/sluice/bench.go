@@ -48,6 +48,7 @@ type benchFlags struct {
 	floodRate    string
 	rounds       int
 	otel         bool
+	otelSample   float64
 }
 
 func runBench(ctx context.Context, env *cli.Env, args []string) error {
@@ -73,7 +74,8 @@ func runBench(ctx context.Context, env *cli.Env, args []string) error {
 	fs.IntVar(&f.flood, "flood", 50000, "flood: rate-limited jobs enqueued ahead of the unlimited ones")
 	fs.StringVar(&f.floodRate, "flood-rate", "10/1s", "flood: the flood's limit, N/PER with burst 1, on one budget")
 	fs.IntVar(&f.rounds, "rounds", 0, "flood and loose: rounds, each a pair of runs (0: 3 for flood, 5 for loose)")
-	fs.BoolVar(&f.otel, "otel", false, "trace and measure every enqueue and run with otelsluice (spans sampled and dropped at export); not with --procs")
+	fs.BoolVar(&f.otel, "otel", false, "trace and measure every enqueue and run with otelsluice (spans batched and dropped at export); not with --procs")
+	fs.Float64Var(&f.otelSample, "otel-sample", 1, "with --otel: the fraction of traces sampled (a parent-based trace-id ratio sampler; 1 samples all)")
 	if err := cli.Parse(fs, args); err != nil {
 		return err
 	}
@@ -123,6 +125,9 @@ func setFlags(fs *flag.FlagSet) map[string]bool {
 func (f *benchFlags) check(set map[string]bool) error {
 	if f.jobs < 1 || f.workers < 1 || f.concurrency < 1 || f.keys < 1 {
 		return cli.Usagef("--jobs, --workers, --concurrency and --keys must be at least 1")
+	}
+	if f.otelSample < 0 || f.otelSample > 1 {
+		return cli.Usagef("--otel-sample is %g; it must be between 0 and 1", f.otelSample)
 	}
 	if f.otel && f.procs > 0 {
 		return cli.Usagef("--otel instruments the workers in this process: it does not combine with --procs")
@@ -211,7 +216,7 @@ func newBench(ctx context.Context, env *cli.Env, f benchFlags) (*bench, error) {
 	}
 	b.store = s
 	if f.otel {
-		if b.otel, b.closeOtel, err = newBenchOtel(); err != nil {
+		if b.otel, b.closeOtel, err = newBenchOtel(f.otelSample); err != nil {
 			_ = s.Close()
 			return nil, err
 		}

@@ -18,11 +18,15 @@ func (discardExporter) ExportSpans(context.Context, []sdktrace.ReadOnlySpan) err
 func (discardExporter) Shutdown(context.Context) error                             { return nil }
 
 // newBenchOtel returns the OpenTelemetry integration --otel wires into the
-// bench's client and workers: every span sampled and batched (the SDK's
-// defaults) to an exporter that drops them, and metrics recorded for a
-// reader that is never collected. close shuts the providers down.
-func newBenchOtel() (*otelsluice.Integration, func(), error) {
-	tp := sdktrace.NewTracerProvider(sdktrace.WithBatcher(discardExporter{}), sdktrace.WithSampler(sdktrace.AlwaysSample()))
+// bench's client and workers: the sampled fraction of traces batched (the
+// SDK's defaults) to an exporter that drops them, and metrics recorded for
+// a reader that is never collected. close shuts the providers down.
+func newBenchOtel(sample float64) (*otelsluice.Integration, func(), error) {
+	sampler := sdktrace.ParentBased(sdktrace.TraceIDRatioBased(sample))
+	if sample >= 1 {
+		sampler = sdktrace.AlwaysSample()
+	}
+	tp := sdktrace.NewTracerProvider(sdktrace.WithBatcher(discardExporter{}), sdktrace.WithSampler(sampler))
 	mp := sdkmetric.NewMeterProvider(sdkmetric.WithReader(sdkmetric.NewManualReader()))
 	o, err := otelsluice.New(otelsluice.Config{TracerProvider: tp, MeterProvider: mp})
 	closeFn := func() {
