@@ -67,6 +67,5 @@ func BenchmarkExecute(b *testing.B) {
 	}
 }
 
-
 // benchSink makes the running job escape, as start's does.
 var benchSink *runningJob
