@@ -30,8 +30,7 @@ type runState struct {
 	log       *slog.Logger
 	extra     []func() []slog.Attr
 	released  bool
-	onRelease map[int]func()
-	next      int
+	onRelease []func() // a nil entry was stopped
 }
 
 // Logger returns the logger of the run whose context ctx is (or derives
@@ -119,18 +118,16 @@ func OnRelease(ctx context.Context, f func()) (stop func() bool) {
 		go f()
 		return func() bool { return false }
 	}
-	if rs.onRelease == nil {
-		rs.onRelease = map[int]func(){}
-	}
-	id := rs.next
-	rs.next++
-	rs.onRelease[id] = f
+	i := len(rs.onRelease)
+	rs.onRelease = append(rs.onRelease, f)
 	return func() bool {
 		rs.mu.Lock()
 		defer rs.mu.Unlock()
-		_, pending := rs.onRelease[id]
-		delete(rs.onRelease, id)
-		return pending
+		if rs.released || rs.onRelease[i] == nil {
+			return false
+		}
+		rs.onRelease[i] = nil
+		return true
 	}
 }
 
@@ -142,6 +139,8 @@ func (rs *runState) release() {
 	rs.onRelease = nil
 	rs.mu.Unlock()
 	for _, f := range fs {
-		f()
+		if f != nil {
+			f()
+		}
 	}
 }

@@ -29,8 +29,8 @@ func (o *Integration) Middleware() jobs.Middleware {
 		if !job.ClaimedAt.IsZero() && !job.EnqueuedAt.IsZero() {
 			o.latency.Record(ctx, max(job.ClaimedAt.Sub(job.EnqueuedAt), 0).Seconds(), o.runOpt(job.Queue, job.Kind, ""))
 		}
-		opts := make([]trace.SpanStartOption, 2, 4)
-		opts[0], opts[1] = trace.WithSpanKind(trace.SpanKindConsumer), trace.WithAttributes(runAttrs(job)...)
+		opts := make([]trace.SpanStartOption, 1, 3)
+		opts[0] = trace.WithSpanKind(trace.SpanKindConsumer)
 		if len(job.Metadata) > 0 {
 			producer := trace.SpanContextFromContext(o.prop.Extract(context.Background(), readCarrier(job.Metadata)))
 			switch {
@@ -41,7 +41,12 @@ func (o *Integration) Middleware() jobs.Middleware {
 			}
 		}
 		ctx, span := o.tracer.Start(ctx, "process "+job.Queue, opts...)
+		// The attributes go on a span that records, after it starts: a
+		// span sampled out costs none of them.
 		recording := span.IsRecording()
+		if recording {
+			span.SetAttributes(runAttrs(job)...)
+		}
 		if recording && job.Deferrals > 0 {
 			span.AddEvent(EventDeferred, trace.WithAttributes(
 				DeferralsKey.Int(job.Deferrals), ReasonKey.String(job.DeferralReason),
@@ -109,8 +114,8 @@ func (o *Integration) finish(ctx context.Context, span trace.Span, job jobs.JobI
 }
 
 // runAttrs are a run span's attributes. Those about limits are there only
-// when the job has limits, or was deferred: every attribute is copied
-// three times on its way into a span.
+// when the job has limits, or was deferred: every attribute is copied on
+// its way into a span.
 func runAttrs(job jobs.JobInfo) []attribute.KeyValue {
 	n := 8
 	if len(job.Budgets) > 0 {
