@@ -353,3 +353,32 @@ func TestClassifySaysWhatTheWorkerMakesOfAnError(t *testing.T) {
 	job.Attempt = 2
 	require.Equal(t, jobs.OutcomeFailed, jobs.Classify(ctx, job, errors.New("boom")).Outcome)
 }
+
+// Enqueue middleware wraps EnqueueTx too: the metadata it writes commits
+// (or rolls back) with the caller's transaction.
+func TestEnqueueMiddlewareWrapsEnqueueTx(t *testing.T) {
+	each(t, func(t *testing.T, h *harness) {
+		ctx := context.Background()
+		require.NoError(t, jobs.Declare[email](h.reg))
+		calls := 0
+		stamp := func(ctx context.Context, js []*jobs.EnqueueJob, next func(context.Context) error) error {
+			calls++
+			js[0].SetMetadata("via", "tx")
+			return next(ctx)
+		}
+		c := jobs.NewClient(h.store, h.reg, jobs.ClientConfig{Clock: h.clock, Middleware: []jobs.EnqueueMiddleware{stamp}})
+		tx, commit, _ := callerTx(t, h.store)
+		res, err := c.EnqueueTx(ctx, tx, email{To: "a"})
+		require.NoError(t, err)
+		commit()
+		require.Equal(t, 1, calls)
+		require.JSONEq(t, `{"via":"tx"}`, h.job(res.ID).Metadata)
+
+		tx, _, rollback := callerTx(t, h.store)
+		res, err = c.EnqueueTx(ctx, tx, email{To: "b"})
+		require.NoError(t, err)
+		rollback()
+		_, err = h.store.GetJob(ctx, res.ID)
+		require.ErrorIs(t, err, store.ErrNotFound)
+	})
+}

@@ -426,3 +426,63 @@ func histogram(t *testing.T, rm metricdata.ResourceMetrics, name string) metricd
 	require.True(t, ok, "%s is a float64 histogram", name)
 	return h
 }
+
+// Workers running many jobs at once each trace every run once, in the
+// trace of the enqueue that made it, and record every run in the metrics.
+func TestConcurrentWorkersTraceEveryRunOnce(t *testing.T) {
+	each(t, otelsluice.Config{ChildOf: true}, func(t *testing.T, e *env) {
+		const n = 120
+		require.NoError(t, jobs.Register(e.reg, func(ctx context.Context, j *jobs.Job[email]) error {
+			jobs.Logger(ctx).Debug("run")
+			return nil
+		}))
+		items := make([]jobs.Item, n)
+		for i := range items {
+			items[i] = jobs.Item{Args: email{To: strconv.Itoa(i)}}
+		}
+		_, err := e.client.EnqueueMany(context.Background(), items)
+		require.NoError(t, err)
+		finished := make(chan jobs.FinishEvent, n)
+		ctx, cancel := context.WithCancel(context.Background())
+		var done []chan error
+		for range 3 {
+			w, err := jobs.NewWorker(e.store, e.reg, e.o.InstrumentWorker(jobs.WorkerConfig{
+				Concurrency: 8, PollInterval: 5 * time.Millisecond, Logger: slog.New(slog.NewTextHandler(io.Discard, nil)),
+				Hooks: jobs.Hooks{OnFinish: func(ev jobs.FinishEvent) { finished <- ev }},
+			}))
+			require.NoError(t, err)
+			ch := make(chan error, 1)
+			go func() { ch <- w.Run(ctx) }()
+			done = append(done, ch)
+		}
+		for range n {
+			select {
+			case <-finished:
+			case <-time.After(30 * time.Second):
+				t.Fatal("the jobs did not all run")
+			}
+		}
+		cancel()
+		for _, ch := range done {
+			require.NoError(t, <-ch)
+		}
+		enq := e.span("enqueue default")
+		seen := map[string]bool{}
+		for _, s := range e.spans.Ended() {
+			if s.Name() != "process default" {
+				continue
+			}
+			id := attrs(s)["messaging.message.id"].AsString()
+			require.False(t, seen[id], "job %s traced once", id)
+			seen[id] = true
+			require.Equal(t, enq.SpanContext().TraceID(), s.SpanContext().TraceID())
+		}
+		require.Len(t, seen, n)
+		require.Len(t, e.spans.Started(), len(e.spans.Ended()))
+		var runs int64
+		for _, dp := range sum(t, collect(t, e), "sluice.jobs.finished").DataPoints {
+			runs += dp.Value
+		}
+		require.Equal(t, int64(n), runs)
+	})
+}
