@@ -137,7 +137,7 @@ func render(spans []sdktrace.ReadOnlySpan) string {
 		for _, kv := range s.Attributes() {
 			switch kv.Key {
 			case otelsluice.DeferralsKey, otelsluice.OutcomeKey, otelsluice.AttemptKey, otelsluice.DeferralReasonKey:
-				fmt.Fprintf(&b, " %s=%q", kv.Key, kv.Value.Emit())
+				fmt.Fprintf(&b, " %s=%q", kv.Key, kv.Value.String())
 			case otelsluice.LimitWaitKey:
 				if w := kv.Value.AsFloat64(); w > 0 {
 					fmt.Fprintf(&b, " %s=%.1fs", kv.Key, w)
