@@ -390,7 +390,7 @@ func TestAppConfiguresTheWorkerAndTheStore(t *testing.T) {
 				Registry: twoQueues(t, nil),
 				Worker: jobs.WorkerConfig{
 					Concurrency: 3,
-					Middleware: []jobs.Middleware{func(ctx context.Context, run jobs.RunInfo, next func(context.Context) error) error {
+					Middleware: []jobs.Middleware{func(ctx context.Context, run jobs.JobInfo, next func(context.Context) error) error {
 						if run.Kind == "charge" && run.Attempt == 1 {
 							wrapped.Add(1)
 						}

@@ -66,7 +66,9 @@ func TestOperatorCommandsEndToEnd(t *testing.T) {
 			reg := jobs.NewRegistry()
 			require.NoError(t, jobs.Declare[ping](reg))
 			c := jobs.NewClient(testdb.Public(s), reg, jobs.ClientConfig{})
-			ids, err := c.EnqueueMany(context.Background(), []jobs.Item{{Args: ping{1}}, {Args: ping{2}}, {Args: ping{3}, Options: []jobs.EnqueueOption{jobs.Queue("mail")}}})
+			ids, err := c.EnqueueMany(context.Background(), []jobs.Item{
+				{Args: ping{1}, Options: []jobs.EnqueueOption{jobs.WithMetadata(map[string]string{"request_id": "r-1", "note": "tab\there"})}},
+				{Args: ping{2}}, {Args: ping{3}, Options: []jobs.EnqueueOption{jobs.Queue("mail")}}})
 			require.NoError(t, err)
 
 			code, out, _ = run(t, "stats", db)
@@ -97,8 +99,13 @@ func TestOperatorCommandsEndToEnd(t *testing.T) {
 			require.Equal(t, 0, code)
 			lines := strings.Split(strings.TrimSpace(out), "\n")
 			require.Len(t, lines, 2)
-			require.Regexp(t, `^ID\s+KIND\s+QUEUE\s+STATE\s+ATTEMPT\s+RUN AT\s+LAST ERROR$`, lines[0])
-			require.Regexp(t, fmt.Sprintf(`^%d\s+ping\s+default\s+cancelled\s+0/25\s+.*not needed$`, ids[0].ID), lines[1])
+			require.Regexp(t, `^ID\s+KIND\s+QUEUE\s+STATE\s+ATTEMPT\s+RUN AT\s+DEFERRED\s+METADATA\s+LAST ERROR$`, lines[0])
+			require.Regexp(t, fmt.Sprintf(`^%d\s+ping\s+default\s+cancelled\s+0/25\s+.*\s+0\s+note=tab\\there request_id=r-1\s+not needed$`, ids[0].ID), lines[1])
+			code, out, _ = run(t, "jobs", db, "--state", "cancelled", "--json")
+			require.Equal(t, 0, code)
+			var listed []map[string]any
+			require.NoError(t, json.Unmarshal([]byte(out), &listed))
+			require.Equal(t, map[string]any{"request_id": "r-1", "note": "tab\there"}, listed[0]["metadata"])
 
 			code, out, stderr = run(t, "retry", db, fmt.Sprint(ids[0].ID))
 			require.Equal(t, 0, code, stderr)

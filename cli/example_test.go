@@ -18,7 +18,7 @@ func (backfill) Kind() string { return "backfill" }
 func ExampleApp() {
 	reg := jobs.NewRegistry()
 	_ = jobs.Register(reg, func(context.Context, *jobs.Job[backfill]) error { return nil })
-	logRuns := func(ctx context.Context, run jobs.RunInfo, next func(context.Context) error) error {
+	logRuns := func(ctx context.Context, run jobs.JobInfo, next func(context.Context) error) error {
 		err := next(ctx)
 		fmt.Println("ran", run.Kind, "attempt", run.Attempt, "err", err)
 		return err

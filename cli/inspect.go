@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"flag"
 	"fmt"
+	"slices"
 	"strconv"
 	"strings"
 	"text/tabwriter"
@@ -176,9 +177,9 @@ func runJobs(ctx context.Context, env *Env, args []string) error {
 	rows := make([][]string, len(js))
 	for i, j := range js {
 		rows[i] = []string{strconv.FormatInt(j.ID, 10), j.Kind, j.Queue, j.Describe(), fmt.Sprintf("%d/%d", j.Attempt, j.MaxAttempts),
-			fmtIn(j.RunAt, now), clip(j.LastError, 60)}
+			fmtIn(j.RunAt, now), strconv.Itoa(j.Deferrals), clip(metadataText(j.Metadata), 40), clip(j.LastError, 60)}
 	}
-	return table(env, "ID\tKIND\tQUEUE\tSTATE\tATTEMPT\tRUN AT\tLAST ERROR", rows)
+	return table(env, "ID\tKIND\tQUEUE\tSTATE\tATTEMPT\tRUN AT\tDEFERRED\tMETADATA\tLAST ERROR", rows)
 }
 
 func jobJSON(j *engine.JobInfo) map[string]any {
@@ -195,6 +196,18 @@ func jobJSON(j *engine.JobInfo) map[string]any {
 	case j.WaitKey != "":
 		reason = "rate limited"
 	}
+	var metadata any
+	if j.Metadata != "" {
+		if md, err := engine.DecodeMetadata(j.Metadata); err == nil {
+			metadata = md
+		} else {
+			metadata = j.Metadata // as stored, when it cannot be read
+		}
+	}
+	var deferredAt any
+	if !j.DeferredAt.IsZero() {
+		deferredAt = j.DeferredAt
+	}
 	var finished any
 	if !j.FinishedAt.IsZero() {
 		finished = j.FinishedAt
@@ -206,7 +219,27 @@ func jobJSON(j *engine.JobInfo) map[string]any {
 		"waiting_on": orNil(j.WaitKey), "reason": reason,
 		"concurrency_key": orNil(j.ConcKey), "holds_slot": j.HoldsSlot,
 		"last_error": orNil(j.LastError),
+		"metadata":   metadata, "deferrals": j.Deferrals, "deferral_reason": orNil(j.DeferralReason),
+		"deferred_at": deferredAt,
 	}
+}
+
+// metadataText shows a job's metadata as sorted key=value pairs, or "-".
+func metadataText(stored string) string {
+	md, err := engine.DecodeMetadata(stored)
+	switch {
+	case err != nil:
+		return stored
+	case len(md) == 0:
+		return "-"
+	}
+	escape := func(s string) string { q := strconv.Quote(s); return q[1 : len(q)-1] }
+	pairs := make([]string, 0, len(md))
+	for k, v := range md {
+		pairs = append(pairs, escape(k)+"="+escape(v))
+	}
+	slices.Sort(pairs)
+	return strings.Join(pairs, " ")
 }
 
 func clip(s string, n int) string {

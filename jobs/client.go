@@ -44,6 +44,10 @@ type ClientConfig struct {
 	// joined, after it was written (for EnqueueTx, before the caller's
 	// commit).
 	OnEnqueue func(EnqueueEvent)
+	// Middleware wraps every enqueue, outermost first: it may read the
+	// context and set the jobs' metadata (see EnqueueMiddleware). Defaults
+	// to none.
+	Middleware []EnqueueMiddleware
 }
 
 // EnqueueEvent describes one enqueued job.
@@ -61,14 +65,25 @@ type Client struct {
 	clock     clock.Clock
 	maxArgs   int
 	onEnqueue func(EnqueueEvent)
+	// middleware wraps enqueues; cfgErr refuses every enqueue of a client
+	// whose config is wrong.
+	middleware []EnqueueMiddleware
+	cfgErr     error
 }
 
-// NewClient returns a client that enqueues into s the kinds reg knows.
+// NewClient returns a client that enqueues into s the kinds reg knows. A
+// nil entry in cfg.Middleware makes every enqueue fail with an error that
+// names it.
 func NewClient(s *store.Store, reg *Registry, cfg ClientConfig) *Client {
 	if cfg.MaxArgsBytes <= 0 {
 		cfg.MaxArgsBytes = DefaultMaxArgsBytes
 	}
-	return &Client{pub: s, store: engine.From(s), reg: reg, clock: clock.OrSystem(cfg.Clock), maxArgs: cfg.MaxArgsBytes, onEnqueue: cfg.OnEnqueue}
+	c := &Client{pub: s, store: engine.From(s), reg: reg, clock: clock.OrSystem(cfg.Clock), maxArgs: cfg.MaxArgsBytes, onEnqueue: cfg.OnEnqueue,
+		middleware: cfg.Middleware}
+	if err := checkMiddleware("ClientConfig.Middleware", cfg.Middleware); err != nil {
+		c.cfgErr = fmt.Errorf("jobs: NewClient: %w", err)
+	}
+	return c
 }
 
 // Store returns the client's store.
@@ -151,6 +166,9 @@ func (c *Client) wrapTx(tx any) (engine.Executor, error) {
 }
 
 func (c *Client) enqueue(ctx context.Context, ex engine.Executor, items []Item) ([]Enqueued, error) {
+	if c.cfgErr != nil {
+		return nil, c.cfgErr
+	}
 	if len(items) == 0 {
 		return nil, nil
 	}
@@ -170,9 +188,22 @@ func (c *Client) enqueue(ctx context.Context, ex engine.Executor, items []Item) 
 	if clock.IsSystem(c.clock) {
 		sc = engine.DatabaseTime(func() time.Time { return now })
 	}
-	res, err := c.store.Enqueue(ctx, ex, sc, rows)
+	write := func(ctx context.Context) ([]Enqueued, error) {
+		res, err := c.store.Enqueue(ctx, ex, sc, rows)
+		if err != nil {
+			return nil, fmt.Errorf("jobs: %w", err)
+		}
+		return res, nil
+	}
+	var res []Enqueued
+	var err error
+	if len(c.middleware) == 0 {
+		res, err = write(ctx)
+	} else {
+		res, err = c.enqueueThrough(ctx, rows, write)
+	}
 	if err != nil {
-		return nil, fmt.Errorf("jobs: %w", err)
+		return nil, err
 	}
 	if ex == nil {
 		c.wakeReady(rows, res)
@@ -277,6 +308,9 @@ func (c *Client) newJob(it Item, now time.Time) (engine.NewJob, error) {
 	case cfg.delay > 0:
 		j.RunAt = now.Add(cfg.delay)
 	}
+	// Its entries were checked by WithMetadata, its size is checked with
+	// whatever enqueue middleware adds, before anything is written.
+	j.Metadata = cfg.metadata
 	if j.RunAt.After(engine.MaxRunAt) {
 		return engine.NewJob{}, fmt.Errorf("%s: the run time %s is after %s; schedule it earlier", name, j.RunAt.UTC().Format(time.RFC3339), engine.MaxRunAt.Format(time.RFC3339))
 	}

@@ -70,7 +70,7 @@ func (w *Worker) Drain(ctx context.Context) (DrainResult, error) {
 		}
 		batch := make([]result, 0, len(res.Jobs))
 		for _, j := range res.Jobs {
-			r := w.execute(ctx, j)
+			r := w.execute(ctx, j, &runState{base: w.log, job: j})
 			r.pid = w.pid.Load()
 			batch = append(batch, r)
 			switch outcomeOf(r) {

@@ -65,6 +65,8 @@ type DeferEvent struct {
 	// PerLimit counts the jobs per limit that held them: the budget key's
 	// scope (the group, or the kind).
 	PerLimit map[string]int
+	// PerKey counts the jobs per budget key that held them.
+	PerKey map[string]int
 	// Shadow is set when the limits were in shadow mode: these jobs would
 	// have been deferred (would_defer) and ran anyway.
 	Shadow bool
@@ -114,9 +116,10 @@ func deferEvents(ds []engine.Deferral, shadow bool) []DeferEvent {
 		e.JobIDs = append(e.JobIDs, d.JobID)
 		e.Count++
 		if e.PerLimit == nil {
-			e.PerLimit = map[string]int{}
+			e.PerLimit, e.PerKey = map[string]int{}, map[string]int{}
 		}
 		e.PerLimit[ratelimit.ScopeOf(d.Key)]++
+		e.PerKey[d.Key]++
 		if d.Parked {
 			e.Parked++
 		}

@@ -55,9 +55,9 @@ func (r result) final() bool {
 func (r result) givesSlotBack() bool { return r.final() || r.throttled }
 
 // execute runs one claimed job and decides what becomes of it.
-func (w *Worker) execute(ctx context.Context, j *engine.Job) result {
+func (w *Worker) execute(ctx context.Context, j *engine.Job, rs *runState) result {
 	began := time.Now()
-	res, err := w.run(ctx, j)
+	res, err := w.run(ctx, j, rs)
 	res.holdsSlot, res.withCalls, res.job = j.HoldsSlot, j.Calls > 1, j
 	if w.hooks.OnFinish != nil {
 		w.hooks.OnFinish(FinishEvent{
@@ -68,7 +68,7 @@ func (w *Worker) execute(ctx context.Context, j *engine.Job) result {
 	return res
 }
 
-func (w *Worker) run(ctx context.Context, j *engine.Job) (result, error) {
+func (w *Worker) run(ctx context.Context, j *engine.Job, rs *runState) (result, error) {
 	k := w.reg.lookup(j.Kind)
 	if k == nil || k.work == nil {
 		if _, seen := w.unknown.LoadOrStore(j.Kind, true); !seen {
@@ -81,6 +81,11 @@ func (w *Worker) run(ctx context.Context, j *engine.Job) (result, error) {
 	args, err := k.decode(j.Args)
 	if err != nil {
 		err = fmt.Errorf("decode args of %s: %w", j.Kind, err)
+		return w.failure(j, err), err
+	}
+	md, err := engine.DecodeMetadata(j.Metadata)
+	if err != nil {
+		err = fmt.Errorf("decode metadata of %s: %w", j.Kind, err)
 		return w.failure(j, err), err
 	}
 	var more []any
@@ -102,44 +107,45 @@ func (w *Worker) run(ctx context.Context, j *engine.Job) (result, error) {
 		t := w.clock.AfterFunc(timeout, func() { cancel(ErrJobTimeout) })
 		defer t.Stop()
 	}
-	err = call(jctx, w.cfg.Middleware, k, j, args, more)
+	mw := w.middlewareFor(k)
+	var info JobInfo
+	if len(mw) > 0 {
+		info = w.jobInfo(j, md)
+	}
+	rs.Context = jctx
+	err = call(rs, k, j, md, args, more, mw, info)
 	if err != nil && errors.Is(context.Cause(jctx), ErrJobTimeout) {
 		err = fmt.Errorf("%w after %s: %w", ErrJobTimeout, timeout, err)
 	}
 	return w.outcome(ctx, j, err), err
 }
 
-// call runs the handler inside the worker's middleware, turning a panic
+// call runs the handler inside its middleware, turning a panic in either
 // into an error with its stack.
-func call(ctx context.Context, mw []Middleware, k *kind, j *engine.Job, args any, more []any) (err error) {
+func call(ctx context.Context, k *kind, j *engine.Job, md map[string]string, args any, more []any, mw []Middleware, info JobInfo) (err error) {
 	defer func() {
 		if r := recover(); r != nil {
 			err = fmt.Errorf("panic: %v\n%s", r, debug.Stack())
 		}
 	}()
-	handler := func(ctx context.Context) error { return k.work(ctx, j, args, more) }
-	if len(mw) > 0 {
-		run := RunInfo{JobID: j.ID, Kind: j.Kind, Queue: j.Queue, Attempt: j.Attempt, MaxAttempts: j.MaxAttempts}
-		handler = wrap(mw, run, handler)
+	if len(mw) == 0 {
+		return k.work(ctx, j, md, args, more)
 	}
-	return handler(ctx)
+	return chain(ctx, mw, info, func(ctx context.Context) error { return k.work(ctx, j, md, args, more) })
 }
 
 // outcome maps a handler's error to the job's next state.
 func (w *Worker) outcome(ctx context.Context, j *engine.Job, err error) result {
-	var cancelled *cancelError
-	var snoozed *snoozeError
-	var retryAfter *retryAfterError
-	switch {
-	case err == nil:
+	switch k, cancelled, snoozed, retryAfter := classify(ctx, err); k {
+	case OutcomeCompleted:
 		return result{id: j.ID, complete: true}
-	case errors.Is(context.Cause(ctx), errShutdown):
+	case OutcomeReleased:
 		return result{id: j.ID, t: engine.Transition{ID: j.ID, State: engine.StateReady, RunAt: w.clock.Now(), AttemptDelta: -1}}
-	case errors.As(err, &cancelled):
+	case OutcomeCancelled:
 		return result{id: j.ID, t: engine.Transition{ID: j.ID, State: engine.StateCancelled, Error: errorText(cancelled.err), Finished: true}}
-	case errors.As(err, &snoozed):
+	case OutcomeSnoozed:
 		return result{id: j.ID, t: engine.Transition{ID: j.ID, State: engine.StateScheduled, RunAt: w.clock.Now().Add(snoozed.d), AttemptDelta: -1}}
-	case errors.As(err, &retryAfter):
+	case OutcomeThrottled:
 		return w.waitUpstream(j, retryAfter)
 	default:
 		return w.failure(j, err)

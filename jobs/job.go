@@ -52,6 +52,10 @@ type Job[T Args] struct {
 	// for a kind that coalesces with OnConflict: Collect; Args is the
 	// first. For other jobs it holds Args alone.
 	Calls []T
+	// Metadata is the job's metadata (see WithMetadata and
+	// EnqueueMiddleware); nil when it has none. Changing it stores
+	// nothing.
+	Metadata map[string]string
 }
 
 // Handler is implemented by types that work jobs of one kind.

@@ -1,30 +1,209 @@
 package jobs
 
-import "context"
+import (
+	"context"
+	"errors"
+	"fmt"
+	"reflect"
+	"time"
 
-// RunInfo describes the run a Middleware wraps.
-type RunInfo struct {
-	JobID   int64
-	Kind    string
-	Queue   string
+	"github.com/sluicequeue/sluice/internal/engine"
+)
+
+// Middleware wraps the runs of jobs: it calls next to run the rest of the
+// chain and the handler, and may change the context next gets or the error
+// the run ends with (the worker decides the job's fate from that error, so
+// a middleware that returns Snooze snoozes the job). It runs inside the
+// job's timeout and panic recovery: a panic in middleware fails the
+// attempt as a panicking handler does. Not calling next skips the
+// handler.
+//
+// Middleware declared for the worker (WorkerConfig.Middleware) runs
+// outermost, in the order given, then the kind's (WithMiddleware), then
+// the handler.
+type Middleware func(ctx context.Context, job JobInfo, next func(ctx context.Context) error) error
+
+// JobInfo is what middleware knows of the job it wraps.
+type JobInfo struct {
+	// ID is the job's id.
+	ID int64
+	// Kind is the job's kind.
+	Kind string
+	// Queue is the queue the job was claimed from.
+	Queue string
+	// Attempt counts this run: 1 for the first.
 	Attempt int
-	// MaxAttempts is how many runs the job gets in all.
+	// MaxAttempts is how many runs the job gets.
 	MaxAttempts int
+	// Priority is the job's priority: lower runs first.
+	Priority int
+	// Metadata is the job's metadata (see WithMetadata); nil when it has
+	// none. It is the handler's copy too: changing it stores nothing.
+	Metadata map[string]string
+	// EnqueuedAt is when the job was enqueued.
+	EnqueuedAt time.Time
+	// ClaimedAt is when the claim took the job, on the claim's clock (the
+	// database's, by default).
+	ClaimedAt time.Time
+	// Deferrals counts the times a claim deferred the job on a rate limit,
+	// over its whole life (this attempt's wait and earlier ones).
+	Deferrals int
+	// DeferralReason says why the job was last deferred ("rate limit"
+	// and the budget key); empty when it never was.
+	DeferralReason string
+	// DeferredAt is when the job's wait on rate limits before this run
+	// began; zero when it was not deferred since it last ran.
+	DeferredAt time.Time
+	// LimitWait is how long the job waited on rate limits before this run:
+	// from DeferredAt to ClaimedAt; 0 when it did not wait.
+	LimitWait time.Duration
+	// Budgets are the rate-limit budgets the job ran under: its kind's,
+	// then its queue's. Nil when none limits it.
+	Budgets []Budget
+	// ConcurrencyKey is the job's concurrency key; empty without a
+	// concurrency limit.
+	ConcurrencyKey string
+	// Calls counts the calls a coalescing job collected; 1 for most jobs.
+	Calls int
 }
 
-// Middleware wraps every run of a handler, the first of a worker's
-// Middleware outermost: it may add to ctx (a trace span, a logger with
-// the job's fields), time or log the run, and must call next and return
-// what it returns (or an error of its own, which the job's outcome then
-// follows, as a handler's would). A panic in it fails the run as a
-// handler's panic does.
-type Middleware func(ctx context.Context, run RunInfo, next func(context.Context) error) error
+// Budget is one rate-limit budget a job draws on.
+type Budget struct {
+	// Key is the budget's key: the limit's scope (its group, or the kind,
+	// or "@queue") and the job's key value, joined with "/".
+	Key string
+	// Cost is what one run of the job draws from it.
+	Cost int
+}
 
-// wrap returns handler wrapped in mw, the first outermost.
-func wrap(mw []Middleware, run RunInfo, handler func(context.Context) error) func(context.Context) error {
-	for i := len(mw) - 1; i >= 0; i-- {
-		m, next := mw[i], handler
-		handler = func(ctx context.Context) error { return m(ctx, run, next) }
+// withMiddleware is the RegisterOption WithMiddleware returns.
+type withMiddleware []Middleware
+
+// WithMiddleware wraps the runs of the kind's jobs in mw, inside the
+// worker's middleware, in the order given. Defaults to none.
+func WithMiddleware(mw ...Middleware) RegisterOption { return withMiddleware(mw) }
+
+func (m withMiddleware) applyRegister(c *kindConfig) error {
+	if err := checkMiddleware("WithMiddleware: middleware", m); err != nil {
+		return err
 	}
-	return handler
+	c.middleware = append(c.middleware, m...)
+	return nil
+}
+
+// checkMiddleware refuses a nil middleware in a list, naming its index.
+func checkMiddleware[M any](field string, mw []M) error {
+	for i, f := range mw {
+		if v := reflect.ValueOf(f); !v.IsValid() || v.IsNil() {
+			return fmt.Errorf("%s %d is nil", field, i)
+		}
+	}
+	return nil
+}
+
+// chain runs mw around h, outermost first, each given info.
+func chain[I any, M ~func(context.Context, I, func(context.Context) error) error](ctx context.Context, mw []M, info I, h func(ctx context.Context) error) error {
+	var step func(i int, ctx context.Context) error
+	step = func(i int, ctx context.Context) error {
+		if ctx == nil {
+			return errors.New("jobs: a middleware passed a nil context to next")
+		}
+		if i == len(mw) {
+			return h(ctx)
+		}
+		return mw[i](ctx, info, func(ctx context.Context) error { return step(i+1, ctx) })
+	}
+	return step(0, ctx)
+}
+
+// jobInfo describes a claimed job to middleware.
+func (w *Worker) jobInfo(j *engine.Job, md map[string]string) JobInfo {
+	info := JobInfo{
+		ID: j.ID, Kind: j.Kind, Queue: j.Queue, Attempt: j.Attempt, MaxAttempts: j.MaxAttempts, Priority: j.Priority,
+		Metadata: md, EnqueuedAt: j.CreatedAt, ClaimedAt: j.ClaimedAt,
+		Deferrals: j.Deferrals, DeferralReason: j.DeferralReason, DeferredAt: j.DeferredAt, LimitWait: j.LimitWait(),
+		ConcurrencyKey: j.ConcKey, Calls: max(j.Calls, 1),
+	}
+	for _, rk := range j.RateKeys {
+		info.Budgets = append(info.Budgets, Budget{Key: rk.Key, Cost: rk.Cost})
+	}
+	if w.limits != nil {
+		for _, l := range w.limits.QueueLimits(j.Queue) {
+			info.Budgets = append(info.Budgets, Budget{Key: l.Key, Cost: 1})
+		}
+	}
+	return info
+}
+
+// middlewareFor returns the middleware a run of kind k goes through: the
+// worker's, then the kind's.
+func (w *Worker) middlewareFor(k *kind) []Middleware {
+	switch {
+	case len(k.cfg.middleware) == 0:
+		return w.cfg.Middleware
+	case len(w.cfg.Middleware) == 0:
+		return k.cfg.middleware
+	}
+	return append(append(make([]Middleware, 0, len(w.cfg.Middleware)+len(k.cfg.middleware)), w.cfg.Middleware...), k.cfg.middleware...)
+}
+
+// Verdict is what a worker makes of the error a run ends with, for
+// middleware that reports it (Classify).
+type Verdict struct {
+	// Outcome is what becomes of the job: completed, snoozed, throttled
+	// (an upstream's 429), cancelled, released (the worker is shutting
+	// down), or, for any other error, retried or failed (no attempt
+	// left).
+	Outcome Outcome
+	// Wait is how long a snoozed or throttled job waits before it runs
+	// again (for a throttled one, before the worker's MaxRetryAfter cap).
+	Wait time.Duration
+	// Reason is a cancellation's reason, or the error's text; empty for
+	// a completed run.
+	Reason string
+}
+
+// Classify says what the worker makes of err, the error a run of job
+// returned with the handler's context ctx: the outcome FinishEvent
+// reports, as middleware sees it before the worker acts on it.
+func Classify(ctx context.Context, job JobInfo, err error) Verdict {
+	k, c, s, r := classify(ctx, err)
+	switch k {
+	case OutcomeCompleted:
+		return Verdict{Outcome: k}
+	case OutcomeReleased:
+		return Verdict{Outcome: k, Reason: "released: the worker is shutting down"}
+	case OutcomeCancelled:
+		return Verdict{Outcome: k, Reason: c.err.Error()}
+	case OutcomeSnoozed:
+		return Verdict{Outcome: k, Wait: s.d, Reason: s.Error()}
+	case OutcomeThrottled:
+		return Verdict{Outcome: k, Wait: r.wait(time.Now()), Reason: r.Error()}
+	}
+	v := Verdict{Outcome: OutcomeRetried, Reason: err.Error()}
+	if job.Attempt >= job.MaxAttempts {
+		v.Outcome = OutcomeFailed
+	}
+	return v
+}
+
+// classify sorts a run's error: completed, released, cancelled, snoozed,
+// throttled, or "" for a failed attempt.
+func classify(ctx context.Context, err error) (Outcome, *cancelError, *snoozeError, *retryAfterError) {
+	var cancelled *cancelError
+	var snoozed *snoozeError
+	var retryAfter *retryAfterError
+	switch {
+	case err == nil:
+		return OutcomeCompleted, nil, nil, nil
+	case errors.Is(context.Cause(ctx), errShutdown):
+		return OutcomeReleased, nil, nil, nil
+	case errors.As(err, &cancelled):
+		return OutcomeCancelled, cancelled, nil, nil
+	case errors.As(err, &snoozed):
+		return OutcomeSnoozed, nil, snoozed, nil
+	case errors.As(err, &retryAfter):
+		return OutcomeThrottled, nil, nil, retryAfter
+	}
+	return "", nil, nil, nil
 }

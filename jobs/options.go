@@ -47,6 +47,7 @@ type kindConfig struct {
 	rateLimits  []any // ratelimit.Limit[T] for the kind's T, checked at Register
 	concurrency []any // concurrency.Limit[T]
 	coalesce    []any // coalesce.Rule[T]
+	middleware  []Middleware
 }
 
 // enqueueConfig is what enqueue options set; zero fields take the kind's.
@@ -56,6 +57,7 @@ type enqueueConfig struct {
 	maxAttempts int
 	runAt       time.Time
 	delay       time.Duration
+	metadata    map[string]string
 }
 
 type queueOption string

@@ -188,7 +188,7 @@ func TestDeferralsAreReportedToTheHookAndTheDebugLog(t *testing.T) {
 		})
 		require.Len(t, events, 1)
 		require.Equal(t, jobs.DeferEvent{Kind: "keyed", Keys: []string{"keyed/a", "keyed/b"}, JobIDs: []int64{ids[1], ids[2], ids[4]}, Count: 3,
-			PerLimit: map[string]int{"keyed": 3}}, events[0])
+			PerLimit: map[string]int{"keyed": 3}, PerKey: map[string]int{"keyed/a": 2, "keyed/b": 1}}, events[0])
 		require.Contains(t, log.String(), `msg="sluice: deferred rate-limited jobs" kind=keyed keys="[keyed/a keyed/b]"`)
 		require.Contains(t, log.String(), "count=3")
 	})

@@ -45,7 +45,7 @@ type kind struct {
 	decode   func([]byte) (any, error)
 	// work runs the handler with the job's args (and its collected calls,
 	// decoded); nil for a kind declared without one.
-	work func(ctx context.Context, j *engine.Job, args any, calls []any) error
+	work func(ctx context.Context, j *engine.Job, md map[string]string, args any, calls []any) error
 	// coalesce is the kind's coalescing rule; nil without one.
 	coalesce *coalesceRule
 }
@@ -225,11 +225,11 @@ func register[T Args](r *Registry, h Handler[T], calls CallsHandler[T], opts []R
 		return fail(errors.New("RegisterCalls is for kinds that Coalesce with OnConflict: Collect"))
 	}
 	if h != nil || calls != nil {
-		k.work = func(ctx context.Context, j *engine.Job, args any, more []any) error {
+		k.work = func(ctx context.Context, j *engine.Job, md map[string]string, args any, more []any) error {
 			job := &Job[T]{
 				ID: j.ID, Args: args.(T), Kind: j.Kind, Queue: j.Queue, Priority: j.Priority,
 				Attempt: j.Attempt, MaxAttempts: j.MaxAttempts, CreatedAt: j.CreatedAt,
-				Calls: []T{args.(T)},
+				Calls: []T{args.(T)}, Metadata: md,
 			}
 			for _, c := range more {
 				job.Calls = append(job.Calls, c.(T))

@@ -112,7 +112,9 @@ type WorkerConfig struct {
 	Logger *slog.Logger
 	// Hooks are called as jobs are claimed, deferred and finished.
 	Hooks Hooks
-	// Middleware wraps every run of a handler, the first outermost.
+	// Middleware wraps every run, outermost first, around the kind's own
+	// middleware (WithMiddleware) and the handler. Defaults to none: a
+	// run then calls its handler directly.
 	Middleware []Middleware
 }
 
@@ -160,6 +162,7 @@ type Worker struct {
 
 type runningJob struct {
 	job      *engine.Job
+	run      runState
 	released bool
 }
 
@@ -183,6 +186,9 @@ func NewWorker(pub *store.Store, reg *Registry, cfg WorkerConfig) (*Worker, erro
 		if err := keys.Check("queue name", q); err != nil {
 			return nil, fmt.Errorf("jobs: NewWorker: %w", err)
 		}
+	}
+	if err := checkMiddleware("jobs: NewWorker: Middleware", cfg.Middleware); err != nil {
+		return nil, err
 	}
 	if cfg.Concurrency < 0 {
 		return nil, fmt.Errorf("jobs: NewWorker: Concurrency is %d; it must be positive, or 0 for the default (%d)", cfg.Concurrency, DefaultConcurrency)
@@ -557,7 +563,8 @@ func (w *Worker) free() int {
 
 // start runs a claimed job in its own goroutine.
 func (w *Worker) start(ctx context.Context, j *engine.Job) {
-	rj := &runningJob{job: j}
+	rj := &runningJob{job: j, run: runState{base: w.log, job: j}}
+	rs := &rj.run
 	pid := w.pid.Load()
 	w.mu.Lock()
 	w.running[j.ID] = rj
@@ -565,7 +572,7 @@ func (w *Worker) start(ctx context.Context, j *engine.Job) {
 	w.jobs.Add(1)
 	go func() {
 		defer w.jobs.Done()
-		res := w.execute(ctx, j)
+		res := w.execute(ctx, j, rs)
 		res.pid = pid
 		w.mu.Lock()
 		delete(w.running, j.ID)
@@ -615,11 +622,16 @@ func (w *Worker) shutdown(stopJobs context.CancelCauseFunc) {
 	grace.Stop()
 	w.mu.Lock()
 	var ids []int64
+	var runs []*runState
 	for id, rj := range w.running {
 		rj.released = true
 		ids = append(ids, id)
+		runs = append(runs, &rj.run)
 	}
 	w.mu.Unlock()
+	for _, rs := range runs {
+		rs.release()
+	}
 	if len(ids) == 0 {
 		return
 	}

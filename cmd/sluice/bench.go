@@ -15,6 +15,7 @@ import (
 	"github.com/sluicequeue/sluice/cli"
 	"github.com/sluicequeue/sluice/internal/engine"
 	"github.com/sluicequeue/sluice/jobs"
+	"github.com/sluicequeue/sluice/otelsluice"
 	"github.com/sluicequeue/sluice/ratelimit"
 	"github.com/sluicequeue/sluice/store"
 )
@@ -47,6 +48,8 @@ type benchFlags struct {
 	flood        int
 	floodRate    string
 	rounds       int
+	otel         bool
+	otelSample   float64
 }
 
 func runBench(ctx context.Context, env *cli.Env, args []string) error {
@@ -72,6 +75,8 @@ func runBench(ctx context.Context, env *cli.Env, args []string) error {
 	fs.IntVar(&f.flood, "flood", 50000, "flood: rate-limited jobs enqueued ahead of the unlimited ones")
 	fs.StringVar(&f.floodRate, "flood-rate", "10/1s", "flood: the flood's limit, N/PER with burst 1, on one budget")
 	fs.IntVar(&f.rounds, "rounds", 0, "flood and loose: rounds, each a pair of runs (0: 3 for flood, 5 for loose)")
+	fs.BoolVar(&f.otel, "otel", false, "trace and measure every enqueue and run with otelsluice (spans batched and dropped at export); not with --procs")
+	fs.Float64Var(&f.otelSample, "otel-sample", 1, "with --otel: the fraction of traces sampled (a parent-based trace-id ratio sampler; 1 samples all)")
 	if err := cli.Parse(fs, args); err != nil {
 		return err
 	}
@@ -121,6 +126,12 @@ func setFlags(fs *flag.FlagSet) map[string]bool {
 func (f *benchFlags) check(set map[string]bool) error {
 	if f.jobs < 1 || f.workers < 1 || f.concurrency < 1 || f.keys < 1 {
 		return cli.Usagef("--jobs, --workers, --concurrency and --keys must be at least 1")
+	}
+	if f.otelSample < 0 || f.otelSample > 1 {
+		return cli.Usagef("--otel-sample is %g; it must be between 0 and 1", f.otelSample)
+	}
+	if f.otel && f.procs > 0 {
+		return cli.Usagef("--otel instruments the workers in this process: it does not combine with --procs")
 	}
 	if f.procs < 0 || f.dispInterval < 0 || f.flood < 0 || f.rounds < 0 || f.drainTimeout < 0 {
 		return cli.Usagef("--procs, --dispatcher-interval, --flood, --rounds and --drain-timeout may not be negative")
@@ -182,6 +193,9 @@ type bench struct {
 	pub   *store.Store
 	store *engine.Store
 	quiet *slog.Logger
+	// otel is the integration --otel wires in; nil without it.
+	otel      *otelsluice.Integration
+	closeOtel func()
 
 	// Set by configure, for one run.
 	kc       kindsConfig
@@ -205,6 +219,12 @@ func newBench(ctx context.Context, env *cli.Env, f benchFlags) (*bench, error) {
 		return nil, err
 	}
 	b.pub, b.store = s, engine.From(s)
+	if f.otel {
+		if b.otel, b.closeOtel, err = newBenchOtel(f.otelSample); err != nil {
+			_ = s.Close()
+			return nil, err
+		}
+	}
 	// The flags' own kinds: bench_limited when --rate is given.
 	if err := b.configure(kindsConfig{rate: f.rate, burst: f.burst}, f.rate != ""); err != nil {
 		_ = s.Close()
@@ -243,7 +263,7 @@ func (b *bench) configure(kc kindsConfig, dispatch bool) error {
 		to, per, _ := parseRate(kc.rate)
 		b.limit = &ratelimit.Limit[benchLimited]{To: to, Per: per, Burst: kc.burst}
 	}
-	b.client = jobs.NewClient(b.pub, b.reg, jobs.ClientConfig{})
+	b.client = jobs.NewClient(b.pub, b.reg, b.clientConfig())
 	return nil
 }
 
@@ -263,7 +283,12 @@ func parseRate(s string) (int, time.Duration, error) {
 	return to, per, nil
 }
 
-func (b *bench) close() { _ = b.store.Close() }
+func (b *bench) close() {
+	if b.closeOtel != nil {
+		b.closeOtel()
+	}
+	_ = b.store.Close()
+}
 
 func (b *bench) say(format string, args ...any) { fmt.Fprintf(b.env.Stdout, format+"\n", args...) }
 

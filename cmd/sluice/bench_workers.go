@@ -61,9 +61,9 @@ func (b *bench) startWorkers(ctx context.Context, s *store.Store, gated bool) (b
 	} else {
 		for i := 0; i < b.f.workers; i++ {
 			name := b.workerName()
-			w, err := jobs.NewWorker(s, b.reg, jobs.WorkerConfig{
+			w, err := jobs.NewWorker(s, b.reg, b.workerConfig(jobs.WorkerConfig{
 				Queues: []string{benchQueue}, Concurrency: b.f.concurrency, Logger: b.quiet, Name: name, Hooks: b.t.hooks(),
-			})
+			}))
 			must(err)
 			names = append(names, name)
 			wg.Add(1)

@@ -225,6 +225,7 @@ func (s *Store) claim(ctx context.Context, tx Tx, p ClaimParams, res *ClaimResul
 		for i, j := range admitted {
 			ids[i] = j.ID
 			j.Attempt++
+			j.ClaimedAt = now
 		}
 		writes = append(writes, stmt(s.d.MarkRunning(ids, p.ProcessID, Micros(now))))
 	}
@@ -371,14 +372,19 @@ func (s *Store) promoteDue(ctx context.Context, tx Tx, p ClaimParams, limit int,
 
 func scanJob(rows Rows, extra ...any) (*Job, error) {
 	var j Job
-	var args, rateKeys, concKey, waitKey nullString
+	var args, rateKeys, concKey, waitKey, metadata, reason nullString
 	var created, runAt int64
+	var deferredAt nullInt64
 	dest := append([]any{&j.ID, &j.Kind, &j.Queue, &j.Priority, &args, &j.Attempt, &j.MaxAttempts, &created, &runAt, &rateKeys,
-		&concKey, &j.HoldsSlot, &j.Calls, &waitKey}, extra...)
+		&concKey, &j.HoldsSlot, &j.Calls, &waitKey, &metadata, &j.Deferrals, &reason, &deferredAt}, extra...)
 	if err := rows.Scan(dest...); err != nil {
 		return nil, fmt.Errorf("read job: %w", err)
 	}
 	j.ConcKey, j.WaitKey = concKey.String, waitKey.String
+	j.Metadata, j.DeferralReason = metadata.String, reason.String
+	if deferredAt.Valid {
+		j.DeferredAt = FromMicros(deferredAt.Int64)
+	}
 	j.Args = []byte(args.String)
 	j.CreatedAt = FromMicros(created)
 	j.RunAt = FromMicros(runAt)

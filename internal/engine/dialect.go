@@ -76,7 +76,8 @@ type Dialect interface {
 	// nothing).
 	DeleteJobs(ids []int64, processID int64) (string, []any)
 	// SetJobs applies transitions to jobs currently in state from (and,
-	// when processID is not 0, claimed by that process).
+	// when processID is not 0, claimed by that process). now stamps the
+	// deferrals among them.
 	SetJobs(from State, processID, now int64, rows []SetRow) (string, []any)
 
 	// LockDue selects and locks up to limit scheduled jobs due at now.
@@ -250,7 +251,8 @@ type OverrideRow struct {
 }
 
 // JobColumns are the columns a claim reads, in Job's scan order.
-const JobColumns = "id, kind, queue, priority, args, attempt, max_attempts, created_at, run_at, rate_keys, conc_key, holds_slot, calls, wait_key"
+const JobColumns = "id, kind, queue, priority, args, attempt, max_attempts, created_at, run_at, rate_keys, conc_key, holds_slot, calls, wait_key, " +
+	"metadata, deferrals, deferral_reason, CASE WHEN deferred_at > COALESCE(attempted_at, 0) THEN deferred_at END"
 
 // JobInfoColumns are the columns an inspection reads, in JobInfo's scan
 // order.
@@ -313,6 +315,8 @@ type InsertRow struct {
 	// its first call came.
 	CoalesceKey string
 	FirstCallAt int64
+	// Metadata is the job's encoded metadata; "" is stored as NULL.
+	Metadata string
 }
 
 // PendingRow is a pending job that holds a coalesce key, as a joining call
@@ -347,6 +351,11 @@ type SetRow struct {
 	Error        string
 	AttemptDelta int
 	FinishedAt   int64
+	// Deferral, when set, counts the transition as a rate-limit deferral
+	// with this reason: deferrals goes up by one, deferral_reason is set,
+	// and deferred_at is stamped with now unless the job has been waiting
+	// on its limits since before (deferred after its last run).
+	Deferral string
 }
 
 // BudgetRow is a rate-limit budget's stored state.

@@ -160,7 +160,7 @@ func (s *Store) batchEnd(rows []InsertRow, start int) int {
 	end, size := start, 0
 	for end < len(rows) && end-start < s.d.MaxInsertBatch() {
 		r := &rows[end]
-		size += len(r.Args) + len(r.Kind) + len(r.Queue) + len(r.RateKeys) + len(r.ConcKey) + len(r.LastError) + len(r.CoalesceKey) + rowBytes
+		size += len(r.Args) + len(r.Kind) + len(r.Queue) + len(r.RateKeys) + len(r.ConcKey) + len(r.LastError) + len(r.CoalesceKey) + len(r.Metadata) + rowBytes
 		if end > start && size > limit {
 			break
 		}
@@ -199,6 +199,10 @@ func (s *Store) insertRow(j NewJob, now time.Time) (InsertRow, error) {
 			return InsertRow{}, fmt.Errorf("%w: %s is %d characters; %s holds at most %d", ErrKeyTooLong, name, utf8.RuneCountInString(v), s.d.Name(), max)
 		}
 	}
+	metadata, err := EncodeMetadata(j.Metadata)
+	if err != nil {
+		return InsertRow{}, err
+	}
 	created := Micros(now)
 	runAt := created
 	state := StateReady
@@ -215,6 +219,7 @@ func (s *Store) insertRow(j NewJob, now time.Time) (InsertRow, error) {
 		CreatedAt:   created,
 		RunAt:       runAt,
 		RateKeys:    EncodeRateKeys(j.RateKeys),
+		Metadata:    metadata,
 	}
 	if c := j.Conc; c != nil {
 		row.ConcKey, row.ConcLimit, row.ConcDuration, row.ConcDiscard = c.Key, c.To, c.Duration.Microseconds(), c.Discard

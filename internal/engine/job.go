@@ -98,6 +98,8 @@ type NewJob struct {
 	Conc *Conc
 	// Coalesce is the job's coalescing rule, if its kind declares one.
 	Coalesce *Coalesce
+	// Metadata is stored with the job (see EncodeMetadata); nil for none.
+	Metadata map[string]string
 }
 
 // Coalesce is a job's coalescing rule and key: while a job holding Key is
@@ -197,6 +199,22 @@ type Job struct {
 	// WaitKey is the rate-limit budget the job waits on (scheduled or
 	// parked), or waited on until it became ready again; empty otherwise.
 	WaitKey string
+	// Metadata is the job's metadata as stored: a JSON object of strings
+	// (DecodeMetadata), or "" for none.
+	Metadata string
+	// Deferrals counts the times a claim deferred the job on a rate limit
+	// (to a slot, or parked), over its whole life.
+	Deferrals int
+	// DeferralReason says why the last deferral happened ("rate limit"
+	// and the budget key); empty when the job was never deferred.
+	DeferralReason string
+	// DeferredAt is when the job's current wait on rate limits began: its
+	// first deferral since it last ran. Zero when it has not been deferred
+	// since.
+	DeferredAt time.Time
+	// ClaimedAt is when the claim that returned the job took it, on the
+	// claim's clock; zero outside a claim.
+	ClaimedAt time.Time
 }
 
 // JobInfo is a stored job with everything an operator may want to see.

@@ -158,12 +158,12 @@ func (s *Store) applyLimits(ctx context.Context, tx Tx, p ClaimParams, cands []*
 		}
 		if ok {
 			d.Until = FromNanos(slot)
-			deferred = append(deferred, SetRow{ID: j.ID, State: StateScheduled, RunAt: microsAfter(slot), WaitKey: holder.key})
+			deferred = append(deferred, SetRow{ID: j.ID, State: StateScheduled, RunAt: microsAfter(slot), WaitKey: holder.key, Deferral: deferralReason(holder.key, false)})
 		} else {
 			d.Parked = true
 			b.row.Parked++
 			b.parkedNow = true
-			deferred = append(deferred, SetRow{ID: j.ID, State: StateParked, WaitKey: holder.key})
+			deferred = append(deferred, SetRow{ID: j.ID, State: StateParked, WaitKey: holder.key, Deferral: deferralReason(holder.key, true)})
 		}
 		if !j.HoldsSlot && (d.Parked || res.MoreLimited) {
 			// More jobs like it are likely ready behind it: they would

@@ -110,10 +110,10 @@ func (s *Store) deferOverflow(ctx context.Context, c Clock, o Overflow, horizon 
 		parked := 0
 		for i, id := range ids {
 			if slot, ok := slotFor(b, p, earliest, now, until, cost); ok {
-				jobs[i] = SetRow{ID: id, State: StateScheduled, RunAt: microsAfter(slot), WaitKey: o.Key}
+				jobs[i] = SetRow{ID: id, State: StateScheduled, RunAt: microsAfter(slot), WaitKey: o.Key, Deferral: deferralReason(o.Key, false)}
 				slots = append(slots, FromNanos(slot))
 			} else {
-				jobs[i] = SetRow{ID: id, State: StateParked, WaitKey: o.Key}
+				jobs[i] = SetRow{ID: id, State: StateParked, WaitKey: o.Key, Deferral: deferralReason(o.Key, true)}
 				parked++
 			}
 		}

@@ -45,14 +45,14 @@ func (Dialect) ForgetMigration(version int) (string, []any) {
 // InsertJobs inserts jobs in one multi-row statement; their ids are
 // consecutive from the first the server reports.
 func (Dialect) InsertJobs(jobs []engine.InsertRow) (string, []any) {
-	args := make([]any, 0, len(jobs)*16)
+	args := make([]any, 0, len(jobs)*17)
 	for _, j := range jobs {
 		args = append(args, j.Kind, j.Queue, j.Priority, string(j.State), j.Args, j.MaxAttempts, j.CreatedAt, j.RunAt, j.RateKeys,
-			j.ConcKey, j.ConcLimit, j.ConcDuration, sqlgen.Bool(j.ConcDiscard), sqlgen.Bool(j.HoldsSlot), j.LastError, j.FinishedAt)
+			j.ConcKey, j.ConcLimit, j.ConcDuration, sqlgen.Bool(j.ConcDiscard), sqlgen.Bool(j.HoldsSlot), j.LastError, j.FinishedAt, j.Metadata)
 	}
 	return `INSERT INTO sluice_jobs (kind, queue, priority, state, args, max_attempts, created_at, run_at, rate_keys,
-  conc_key, conc_limit, conc_duration, conc_discard, holds_slot, last_error, finished_at) VALUES ` +
-		sqlgen.Tuples(len(jobs), "(?, ?, ?, ?, ?, ?, ?, ?, NULLIF(?, ''), NULLIF(?, ''), ?, ?, ?, ?, NULLIF(?, ''), NULLIF(?, 0))"), args
+  conc_key, conc_limit, conc_duration, conc_discard, holds_slot, last_error, finished_at, metadata) VALUES ` +
+		sqlgen.Tuples(len(jobs), "(?, ?, ?, ?, ?, ?, ?, ?, NULLIF(?, ''), NULLIF(?, ''), ?, ?, ?, ?, NULLIF(?, ''), NULLIF(?, 0), NULLIF(?, ''))"), args
 }
 
 // Now reads SYSDATE(6): the time now, not at the statement's start.
@@ -105,13 +105,13 @@ func (Dialect) DeleteJobs(ids []int64, processID int64) (string, []any) {
 
 // SetJobs applies transitions by joining a derived table of their values.
 func (Dialect) SetJobs(from engine.State, processID, now int64, rows []engine.SetRow) (string, []any) {
-	args := make([]any, 0, len(rows)*7+3)
+	args := make([]any, 0, len(rows)*8+4)
 	for _, r := range rows {
-		args = append(args, r.ID, string(r.State), r.RunAt, r.WaitKey, r.Error, r.AttemptDelta, r.FinishedAt)
+		args = append(args, r.ID, string(r.State), r.RunAt, r.WaitKey, r.Error, r.AttemptDelta, r.FinishedAt, r.Deferral)
 	}
-	args = append(args, string(from), processID, processID)
+	args = append(args, now, string(from), processID, processID)
 	return `UPDATE sluice_jobs j JOIN (
-  SELECT ? AS id, ? AS state, ? AS run_at, ? AS wait_key, ? AS last_error, ? AS attempt_delta, ? AS finished_at` +
+  SELECT ? AS id, ? AS state, ? AS run_at, ? AS wait_key, ? AS last_error, ? AS attempt_delta, ? AS finished_at, ? AS deferral` +
 		repeatUnion(len(rows)-1) + `) v ON j.id = v.id
 SET j.state = v.state,
   j.run_at = IF(v.run_at = 0, j.run_at, v.run_at),
@@ -119,13 +119,16 @@ SET j.state = v.state,
   j.last_error = COALESCE(NULLIF(v.last_error, ''), j.last_error),
   j.attempt = j.attempt + v.attempt_delta,
   j.finished_at = NULLIF(v.finished_at, 0),
-  j.coalesce_key = IF(v.state IN ('completed', 'failed', 'cancelled'), NULL, j.coalesce_key)
+  j.coalesce_key = IF(v.state IN ('completed', 'failed', 'cancelled'), NULL, j.coalesce_key),
+  j.deferrals = j.deferrals + IF(v.deferral = '', 0, 1),
+  j.deferral_reason = COALESCE(NULLIF(v.deferral, ''), j.deferral_reason),
+  j.deferred_at = IF(v.deferral = '' OR j.deferred_at > COALESCE(j.attempted_at, 0), j.deferred_at, ?)
 WHERE j.state = ? AND (? = 0 OR j.process_id = ?)`, args
 }
 
 // repeatUnion returns n more rows of SetJobs' derived table.
 func repeatUnion(n int) string {
-	return strings.Repeat("\n  UNION ALL SELECT ?, ?, ?, ?, ?, ?, ?", max(n, 0))
+	return strings.Repeat("\n  UNION ALL SELECT ?, ?, ?, ?, ?, ?, ?, ?", max(n, 0))
 }
 
 // LockDue locks scheduled jobs that are due.
@@ -360,11 +363,11 @@ func (Dialect) LockJob(id int64) (string, []any) {
 // key.
 func (Dialect) InsertCoalescing(j engine.InsertRow) (string, []any) {
 	return `INSERT INTO sluice_jobs (kind, queue, priority, state, args, max_attempts, created_at, run_at, rate_keys,
-  conc_key, conc_limit, conc_duration, conc_discard, holds_slot, coalesce_key, first_call_at)
-VALUES (?, ?, ?, ?, ?, ?, ?, ?, NULLIF(?, ''), NULLIF(?, ''), ?, ?, ?, ?, ?, ?)
+  conc_key, conc_limit, conc_duration, conc_discard, holds_slot, coalesce_key, first_call_at, metadata)
+VALUES (?, ?, ?, ?, ?, ?, ?, ?, NULLIF(?, ''), NULLIF(?, ''), ?, ?, ?, ?, ?, ?, NULLIF(?, ''))
 ON DUPLICATE KEY UPDATE coalesce_key = coalesce_key`,
 		[]any{j.Kind, j.Queue, j.Priority, string(j.State), j.Args, j.MaxAttempts, j.CreatedAt, j.RunAt, j.RateKeys,
-			j.ConcKey, j.ConcLimit, j.ConcDuration, sqlgen.Bool(j.ConcDiscard), sqlgen.Bool(j.HoldsSlot), j.CoalesceKey, j.FirstCallAt}
+			j.ConcKey, j.ConcLimit, j.ConcDuration, sqlgen.Bool(j.ConcDiscard), sqlgen.Bool(j.HoldsSlot), j.CoalesceKey, j.FirstCallAt, j.Metadata}
 }
 
 // LockPending locks the pending job that holds a coalesce key.

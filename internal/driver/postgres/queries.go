@@ -43,6 +43,7 @@ func (Dialect) ForgetMigration(version int) (string, []any) {
 func (Dialect) InsertJobs(jobs []engine.InsertRow) (string, []any) {
 	n := len(jobs)
 	kinds, queues, states, args, rateKeys, concKeys, lastErrs := make([]string, n), make([]string, n), make([]string, n), make([]string, n), make([]string, n), make([]string, n), make([]string, n)
+	metadata := make([]string, n)
 	prios, maxAttempts, concLimits := make([]int32, n), make([]int32, n), make([]int32, n)
 	created, runAt, concDur, finished := make([]int64, n), make([]int64, n), make([]int64, n), make([]int64, n)
 	discard, holds := make([]bool, n), make([]bool, n)
@@ -51,19 +52,20 @@ func (Dialect) InsertJobs(jobs []engine.InsertRow) (string, []any) {
 		prios[i], maxAttempts[i], concLimits[i] = int32(j.Priority), int32(j.MaxAttempts), int32(j.ConcLimit)
 		created[i], runAt[i], concDur[i], finished[i] = j.CreatedAt, j.RunAt, j.ConcDuration, j.FinishedAt
 		discard[i], holds[i] = j.ConcDiscard, j.HoldsSlot
+		metadata[i] = j.Metadata
 	}
 	return `WITH ins AS (
   INSERT INTO sluice_jobs (kind, queue, priority, state, args, max_attempts, created_at, run_at, rate_keys,
-    conc_key, conc_limit, conc_duration, conc_discard, holds_slot, last_error, finished_at)
-  SELECT k, q, p, s, a, m, c, r, NULLIF(rk, ''), NULLIF(ck, ''), cl, cd, cx, h, NULLIF(le, ''), NULLIF(f, 0)
+    conc_key, conc_limit, conc_duration, conc_discard, holds_slot, last_error, finished_at, metadata)
+  SELECT k, q, p, s, a, m, c, r, NULLIF(rk, ''), NULLIF(ck, ''), cl, cd, cx, h, NULLIF(le, ''), NULLIF(f, 0), NULLIF(md, '')
   FROM unnest($1::text[], $2::text[], $3::int[], $4::text[], $5::text[], $6::int[], $7::bigint[], $8::bigint[], $9::text[],
-    $10::text[], $11::int[], $12::bigint[], $13::bool[], $14::bool[], $15::text[], $16::bigint[])
-    AS u(k, q, p, s, a, m, c, r, rk, ck, cl, cd, cx, h, le, f)
+    $10::text[], $11::int[], $12::bigint[], $13::bool[], $14::bool[], $15::text[], $16::bigint[], $17::text[])
+    AS u(k, q, p, s, a, m, c, r, rk, ck, cl, cd, cx, h, le, f, md)
   RETURNING id, queue, state),
 woke AS (
   SELECT pg_notify('` + Channel + `', queue) FROM (SELECT DISTINCT queue FROM ins WHERE state = 'ready') q)
 SELECT id FROM ins WHERE (SELECT count(*) FROM woke) >= 0`,
-		[]any{kinds, queues, prios, states, args, maxAttempts, created, runAt, rateKeys, concKeys, concLimits, concDur, discard, holds, lastErrs, finished}
+		[]any{kinds, queues, prios, states, args, maxAttempts, created, runAt, rateKeys, concKeys, concLimits, concDur, discard, holds, lastErrs, finished, metadata}
 }
 
 // Now reads clock_timestamp(): the time now, not at the transaction's
@@ -117,12 +119,12 @@ func (Dialect) DeleteJobs(ids []int64, processID int64) (string, []any) {
 func (Dialect) SetJobs(from engine.State, processID, now int64, rows []engine.SetRow) (string, []any) {
 	n := len(rows)
 	ids, runAt, finished := make([]int64, n), make([]int64, n), make([]int64, n)
-	states, waitKeys, errs := make([]string, n), make([]string, n), make([]string, n)
+	states, waitKeys, errs, deferrals := make([]string, n), make([]string, n), make([]string, n), make([]string, n)
 	deltas := make([]int32, n)
 	for i, r := range rows {
 		ids[i], runAt[i], finished[i] = r.ID, r.RunAt, r.FinishedAt
 		states[i], waitKeys[i], errs[i] = string(r.State), r.WaitKey, r.Error
-		deltas[i] = int32(r.AttemptDelta)
+		deltas[i], deferrals[i] = int32(r.AttemptDelta), r.Deferral
 	}
 	return `UPDATE sluice_jobs j SET
   state = v.state,
@@ -131,11 +133,14 @@ func (Dialect) SetJobs(from engine.State, processID, now int64, rows []engine.Se
   last_error = COALESCE(NULLIF(v.last_error, ''), j.last_error),
   attempt = j.attempt + v.attempt_delta,
   finished_at = NULLIF(v.finished_at, 0),
-  coalesce_key = CASE WHEN v.state IN ('completed', 'failed', 'cancelled') THEN NULL ELSE j.coalesce_key END
-FROM unnest($1::bigint[], $2::text[], $3::bigint[], $4::text[], $5::text[], $6::int[], $7::bigint[])
-  AS v(id, state, run_at, wait_key, last_error, attempt_delta, finished_at)
+  coalesce_key = CASE WHEN v.state IN ('completed', 'failed', 'cancelled') THEN NULL ELSE j.coalesce_key END,
+  deferrals = j.deferrals + CASE WHEN v.deferral = '' THEN 0 ELSE 1 END,
+  deferral_reason = COALESCE(NULLIF(v.deferral, ''), j.deferral_reason),
+  deferred_at = CASE WHEN v.deferral = '' OR j.deferred_at > COALESCE(j.attempted_at, 0) THEN j.deferred_at ELSE $10 END
+FROM unnest($1::bigint[], $2::text[], $3::bigint[], $4::text[], $5::text[], $6::int[], $7::bigint[], $11::text[])
+  AS v(id, state, run_at, wait_key, last_error, attempt_delta, finished_at, deferral)
 WHERE j.id = v.id AND j.state = $8 AND ($9::bigint = 0 OR j.process_id = $9)`,
-		[]any{ids, states, runAt, waitKeys, errs, deltas, finished, string(from), processID}
+		[]any{ids, states, runAt, waitKeys, errs, deltas, finished, string(from), processID, now, deferrals}
 }
 
 // LockDue locks scheduled jobs that are due.
@@ -380,14 +385,14 @@ func (Dialect) LockJob(id int64) (string, []any) {
 func (Dialect) InsertCoalescing(j engine.InsertRow) (string, []any) {
 	return `WITH ins AS (
   INSERT INTO sluice_jobs (kind, queue, priority, state, args, max_attempts, created_at, run_at, rate_keys,
-    conc_key, conc_limit, conc_duration, conc_discard, holds_slot, coalesce_key, first_call_at)
-  VALUES ($1, $2, $3, $4, $5, $6, $7, $8, NULLIF($9, ''), NULLIF($10, ''), $11, $12, $13, $14, $15, $16)
+    conc_key, conc_limit, conc_duration, conc_discard, holds_slot, coalesce_key, first_call_at, metadata)
+  VALUES ($1, $2, $3, $4, $5, $6, $7, $8, NULLIF($9, ''), NULLIF($10, ''), $11, $12, $13, $14, $15, $16, NULLIF($17, ''))
   ON CONFLICT (coalesce_key) WHERE coalesce_key IS NOT NULL DO NOTHING
   RETURNING id, queue, state),
 woke AS (SELECT pg_notify('` + Channel + `', queue) FROM ins WHERE state = 'ready')
 SELECT id FROM ins WHERE (SELECT count(*) FROM woke) >= 0`,
 		[]any{j.Kind, j.Queue, j.Priority, string(j.State), j.Args, j.MaxAttempts, j.CreatedAt, j.RunAt, j.RateKeys,
-			j.ConcKey, j.ConcLimit, j.ConcDuration, j.ConcDiscard, j.HoldsSlot, j.CoalesceKey, j.FirstCallAt}
+			j.ConcKey, j.ConcLimit, j.ConcDuration, j.ConcDiscard, j.HoldsSlot, j.CoalesceKey, j.FirstCallAt, j.Metadata}
 }
 
 // LockPending locks the pending job that holds a coalesce key.

@@ -38,14 +38,14 @@ func (Dialect) ForgetMigration(version int) (string, []any) {
 
 // InsertJobs inserts jobs and returns their ids.
 func (Dialect) InsertJobs(jobs []engine.InsertRow) (string, []any) {
-	args := make([]any, 0, len(jobs)*16)
+	args := make([]any, 0, len(jobs)*17)
 	for _, j := range jobs {
 		args = append(args, j.Kind, j.Queue, j.Priority, string(j.State), j.Args, j.MaxAttempts, j.CreatedAt, j.RunAt, j.RateKeys,
-			j.ConcKey, j.ConcLimit, j.ConcDuration, sqlgen.Bool(j.ConcDiscard), sqlgen.Bool(j.HoldsSlot), j.LastError, j.FinishedAt)
+			j.ConcKey, j.ConcLimit, j.ConcDuration, sqlgen.Bool(j.ConcDiscard), sqlgen.Bool(j.HoldsSlot), j.LastError, j.FinishedAt, j.Metadata)
 	}
 	return `INSERT INTO sluice_jobs (kind, queue, priority, state, args, max_attempts, created_at, run_at, rate_keys,
-  conc_key, conc_limit, conc_duration, conc_discard, holds_slot, last_error, finished_at) VALUES ` +
-		sqlgen.Tuples(len(jobs), "(?, ?, ?, ?, ?, ?, ?, ?, NULLIF(?, ''), NULLIF(?, ''), ?, ?, ?, ?, NULLIF(?, ''), NULLIF(?, 0))") + ` RETURNING id`, args
+  conc_key, conc_limit, conc_duration, conc_discard, holds_slot, last_error, finished_at, metadata) VALUES ` +
+		sqlgen.Tuples(len(jobs), "(?, ?, ?, ?, ?, ?, ?, ?, NULLIF(?, ''), NULLIF(?, ''), ?, ?, ?, ?, NULLIF(?, ''), NULLIF(?, 0), NULLIF(?, ''))") + ` RETURNING id`, args
 }
 
 // Now is empty: SQLite runs in this process, on the host's clock.
@@ -96,13 +96,13 @@ func (Dialect) DeleteJobs(ids []int64, processID int64) (string, []any) {
 
 // SetJobs applies transitions through a VALUES list.
 func (Dialect) SetJobs(from engine.State, processID, now int64, rows []engine.SetRow) (string, []any) {
-	args := make([]any, 0, len(rows)*7+3)
+	args := make([]any, 0, len(rows)*8+4)
 	for _, r := range rows {
-		args = append(args, r.ID, string(r.State), r.RunAt, r.WaitKey, r.Error, r.AttemptDelta, r.FinishedAt)
+		args = append(args, r.ID, string(r.State), r.RunAt, r.WaitKey, r.Error, r.AttemptDelta, r.FinishedAt, r.Deferral)
 	}
-	args = append(args, string(from), processID, processID)
-	return `WITH v(id, state, run_at, wait_key, last_error, attempt_delta, finished_at) AS (VALUES ` +
-		sqlgen.Tuples(len(rows), "(?, ?, ?, ?, ?, ?, ?)") + `)
+	args = append(args, now, string(from), processID, processID)
+	return `WITH v(id, state, run_at, wait_key, last_error, attempt_delta, finished_at, deferral) AS (VALUES ` +
+		sqlgen.Tuples(len(rows), "(?, ?, ?, ?, ?, ?, ?, ?)") + `)
 UPDATE sluice_jobs SET
   state = v.state,
   run_at = CASE WHEN v.run_at = 0 THEN sluice_jobs.run_at ELSE v.run_at END,
@@ -110,7 +110,10 @@ UPDATE sluice_jobs SET
   last_error = COALESCE(NULLIF(v.last_error, ''), sluice_jobs.last_error),
   attempt = sluice_jobs.attempt + v.attempt_delta,
   finished_at = NULLIF(v.finished_at, 0),
-  coalesce_key = CASE WHEN v.state IN ('completed', 'failed', 'cancelled') THEN NULL ELSE sluice_jobs.coalesce_key END
+  coalesce_key = CASE WHEN v.state IN ('completed', 'failed', 'cancelled') THEN NULL ELSE sluice_jobs.coalesce_key END,
+  deferrals = sluice_jobs.deferrals + CASE WHEN v.deferral = '' THEN 0 ELSE 1 END,
+  deferral_reason = COALESCE(NULLIF(v.deferral, ''), sluice_jobs.deferral_reason),
+  deferred_at = CASE WHEN v.deferral = '' OR sluice_jobs.deferred_at > COALESCE(sluice_jobs.attempted_at, 0) THEN sluice_jobs.deferred_at ELSE ? END
 FROM v WHERE sluice_jobs.id = v.id AND sluice_jobs.state = ? AND (? = 0 OR sluice_jobs.process_id = ?)`, args
 }
 
@@ -341,11 +344,11 @@ func (Dialect) LockJob(id int64) (string, []any) {
 // key.
 func (Dialect) InsertCoalescing(j engine.InsertRow) (string, []any) {
 	return `INSERT INTO sluice_jobs (kind, queue, priority, state, args, max_attempts, created_at, run_at, rate_keys,
-  conc_key, conc_limit, conc_duration, conc_discard, holds_slot, coalesce_key, first_call_at)
-VALUES (?, ?, ?, ?, ?, ?, ?, ?, NULLIF(?, ''), NULLIF(?, ''), ?, ?, ?, ?, ?, ?)
+  conc_key, conc_limit, conc_duration, conc_discard, holds_slot, coalesce_key, first_call_at, metadata)
+VALUES (?, ?, ?, ?, ?, ?, ?, ?, NULLIF(?, ''), NULLIF(?, ''), ?, ?, ?, ?, ?, ?, NULLIF(?, ''))
 ON CONFLICT (coalesce_key) WHERE coalesce_key IS NOT NULL DO NOTHING RETURNING id`,
 		[]any{j.Kind, j.Queue, j.Priority, string(j.State), j.Args, j.MaxAttempts, j.CreatedAt, j.RunAt, j.RateKeys,
-			j.ConcKey, j.ConcLimit, j.ConcDuration, sqlgen.Bool(j.ConcDiscard), sqlgen.Bool(j.HoldsSlot), j.CoalesceKey, j.FirstCallAt}
+			j.ConcKey, j.ConcLimit, j.ConcDuration, sqlgen.Bool(j.ConcDiscard), sqlgen.Bool(j.HoldsSlot), j.CoalesceKey, j.FirstCallAt, j.Metadata}
 }
 
 // LockPending locks the pending job that holds a coalesce key.

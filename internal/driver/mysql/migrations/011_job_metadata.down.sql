@@ -1,0 +1,5 @@
+ALTER TABLE sluice_jobs
+  DROP COLUMN metadata,
+  DROP COLUMN deferrals,
+  DROP COLUMN deferral_reason,
+  DROP COLUMN deferred_at;

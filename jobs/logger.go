@@ -1,0 +1,146 @@
+package jobs
+
+import (
+	"context"
+	"log/slog"
+	"sync"
+
+	"github.com/sluicequeue/sluice/internal/engine"
+)
+
+// runKey and loggerKey are the context keys of a run's state and of a
+// logger set with WithLogger.
+type (
+	runKey    struct{}
+	loggerKey struct{}
+)
+
+// runState is a run's context: the handler's context with its logger,
+// made on first use, and the functions to call if the worker releases the
+// job while it runs. Being the context itself, it costs a run no
+// allocation of its own (it lives in the worker's runningJob).
+type runState struct {
+	context.Context
+	base *slog.Logger
+	job  *engine.Job
+
+	mu sync.Mutex
+	// log is the run's logger once made; extra are the attributes
+	// middleware added (AddLogAttrs), evaluated when it is made.
+	log       *slog.Logger
+	extra     []func() []slog.Attr
+	released  bool
+	onRelease []func() // a nil entry was stopped
+}
+
+// Logger returns the logger of the run whose context ctx is (or derives
+// from): the worker's Logger with the job's job_id, kind, queue and
+// attempt, and whatever middleware added with WithLogger (the trace ids,
+// with tracing on). Outside a run it returns slog.Default().
+func Logger(ctx context.Context) *slog.Logger {
+	if l, ok := ctx.Value(loggerKey{}).(*slog.Logger); ok {
+		return l
+	}
+	if rs, ok := ctx.Value(runKey{}).(*runState); ok {
+		return rs.logger()
+	}
+	return slog.Default()
+}
+
+// WithLogger returns a context whose Logger is l: for middleware that adds
+// attributes to a run's logger, as in
+//
+//	ctx = jobs.WithLogger(ctx, jobs.Logger(ctx).With("request_id", id))
+//
+// A nil l leaves ctx as it is.
+func WithLogger(ctx context.Context, l *slog.Logger) context.Context {
+	if l == nil {
+		return ctx
+	}
+	return context.WithValue(ctx, loggerKey{}, l)
+}
+
+// Value returns the run's state for runKey, and asks the parent context
+// for anything else.
+func (rs *runState) Value(key any) any {
+	if key == (runKey{}) {
+		return rs
+	}
+	return rs.Context.Value(key)
+}
+
+// AddLogAttrs adds the attributes attrs returns to the logger of the run
+// whose context ctx is: they are computed when the run's logger is first
+// made (by Logger), so middleware that adds them to every run (the trace
+// ids) costs a run that never logs almost nothing. Outside a run it does
+// nothing.
+func AddLogAttrs(ctx context.Context, attrs func() []slog.Attr) {
+	rs, ok := ctx.Value(runKey{}).(*runState)
+	if !ok || attrs == nil {
+		return
+	}
+	rs.mu.Lock()
+	defer rs.mu.Unlock()
+	rs.extra = append(rs.extra, attrs)
+	rs.log = nil // made again, with them
+}
+
+func (rs *runState) logger() *slog.Logger {
+	rs.mu.Lock()
+	defer rs.mu.Unlock()
+	if rs.log == nil {
+		j := rs.job
+		attrs := []any{slog.Int64("job_id", j.ID), slog.String("kind", j.Kind), slog.String("queue", j.Queue), slog.Int("attempt", j.Attempt)}
+		for _, f := range rs.extra {
+			for _, a := range f() {
+				attrs = append(attrs, a)
+			}
+		}
+		rs.log = rs.base.With(attrs...)
+	}
+	return rs.log
+}
+
+// OnRelease arranges for f to be called, once, if the worker releases the
+// job that ctx runs while it still runs: its shutdown timeout and grace
+// passed, the job goes back to ready, and its run's outcome will never be
+// recorded. Middleware that opened something for the run (a span) closes
+// it there. The returned stop cancels the call; it reports whether it did
+// (false once f has been called). Outside a run f is never called.
+func OnRelease(ctx context.Context, f func()) (stop func() bool) {
+	rs, ok := ctx.Value(runKey{}).(*runState)
+	if !ok || f == nil {
+		return func() bool { return false }
+	}
+	rs.mu.Lock()
+	defer rs.mu.Unlock()
+	if rs.released {
+		go f()
+		return func() bool { return false }
+	}
+	i := len(rs.onRelease)
+	rs.onRelease = append(rs.onRelease, f)
+	return func() bool {
+		rs.mu.Lock()
+		defer rs.mu.Unlock()
+		if rs.released || rs.onRelease[i] == nil {
+			return false
+		}
+		rs.onRelease[i] = nil
+		return true
+	}
+}
+
+// release calls the run's release functions.
+func (rs *runState) release() {
+	rs.mu.Lock()
+	rs.released = true
+	fs := rs.onRelease
+	rs.onRelease = nil
+	rs.mu.Unlock()
+	for _, f := range fs {
+		if f != nil {
+			f()
+		}
+	}
+}

@@ -1,0 +1,113 @@
+package jobs
+
+import (
+	"context"
+	"fmt"
+	"maps"
+	"time"
+
+	"github.com/sluicequeue/sluice/internal/engine"
+)
+
+// ErrInvalidMetadata is wrapped by the error for metadata a job cannot
+// carry: an empty key, a key over engine.MaxMetadataKeyBytes or with
+// control characters, a key or value that is not valid UTF-8, or more than
+// engine.MaxMetadataBytes (8 KiB) encoded as JSON in all.
+var ErrInvalidMetadata = engine.ErrInvalidMetadata
+
+type metadataOption map[string]string
+
+// WithMetadata stores m with the job: a small map of strings (a trace
+// context, a request id, a tenant) that the handler (Job.Metadata),
+// middleware (JobInfo.Metadata) and `sluice jobs` see. Several
+// WithMetadata options merge, a later key winning; enqueue middleware may
+// add more. It is refused, naming the key, by the rules of
+// ErrInvalidMetadata. Defaults to none.
+func WithMetadata(m map[string]string) EnqueueOption { return metadataOption(m) }
+
+func (m metadataOption) applyEnqueue(c *enqueueConfig) error {
+	for k, v := range m {
+		if err := engine.CheckMetadataEntry(k, v); err != nil {
+			return fmt.Errorf("WithMetadata: %w", err)
+		}
+	}
+	if len(m) == 0 {
+		return nil
+	}
+	if c.metadata == nil {
+		c.metadata = make(map[string]string, len(m))
+	}
+	maps.Copy(c.metadata, m)
+	return nil
+}
+
+// EnqueueMiddleware wraps every enqueue (Enqueue, EnqueueTx, EnqueueMany,
+// and their Tx forms): it sees the jobs about to be written, may set their
+// metadata, and calls next to write them (with the context it chooses, a
+// span's, say); when next returns nil, each job's Result says what became
+// of it. One call covers the whole batch of an EnqueueMany. Middleware
+// declared first runs outermost. Metadata it sets is checked, and refused
+// with ErrInvalidMetadata, before anything is written.
+type EnqueueMiddleware func(ctx context.Context, jobs []*EnqueueJob, next func(ctx context.Context) error) error
+
+// EnqueueJob is one job an enqueue is about to write, as enqueue
+// middleware sees it.
+type EnqueueJob struct {
+	// Kind is the job's kind.
+	Kind string
+	// Queue is the queue it goes to.
+	Queue string
+	// Priority is its priority.
+	Priority int
+	// RunAt is when it may first run; zero means now.
+	RunAt time.Time
+	// Metadata is what will be stored with it: the enqueue's WithMetadata
+	// options, and whatever middleware sets (SetMetadata). Nil for none.
+	Metadata map[string]string
+	// Result is what became of the job, once next returned nil.
+	Result Enqueued
+}
+
+// SetMetadata sets one metadata entry of the job.
+func (j *EnqueueJob) SetMetadata(key, value string) {
+	if j.Metadata == nil {
+		j.Metadata = map[string]string{}
+	}
+	j.Metadata[key] = value
+}
+
+// enqueueThrough runs the client's enqueue middleware around write, which
+// writes rows: each row takes the metadata its job ended with.
+func (c *Client) enqueueThrough(ctx context.Context, rows []engine.NewJob, write func(ctx context.Context) ([]Enqueued, error)) ([]Enqueued, error) {
+	jobs := make([]*EnqueueJob, len(rows))
+	for i, r := range rows {
+		jobs[i] = &EnqueueJob{Kind: r.Kind, Queue: r.Queue, Priority: r.Priority, RunAt: r.RunAt, Metadata: maps.Clone(r.Metadata)}
+	}
+	var res []Enqueued
+	called := false
+	inner := func(ctx context.Context) error {
+		if called {
+			return fmt.Errorf("jobs: an enqueue middleware called next twice; the jobs are written once")
+		}
+		called = true
+		for i, j := range jobs {
+			rows[i].Metadata = j.Metadata
+		}
+		var err error
+		res, err = write(ctx)
+		if err != nil {
+			return err
+		}
+		for i, r := range res {
+			jobs[i].Result = r
+		}
+		return nil
+	}
+	if err := chain(ctx, c.middleware, jobs, inner); err != nil {
+		return nil, err
+	}
+	if res == nil {
+		return nil, fmt.Errorf("jobs: enqueue: a middleware returned without writing the jobs (it did not call next)")
+	}
+	return res, nil
+}

@@ -1,0 +1,65 @@
+package otelsluice
+
+import (
+	"context"
+	"strconv"
+
+	"go.opentelemetry.io/otel/attribute"
+	"go.opentelemetry.io/otel/codes"
+	semconv "go.opentelemetry.io/otel/semconv/v1.43.0"
+	"go.opentelemetry.io/otel/trace"
+
+	"github.com/sluicequeue/sluice/jobs"
+)
+
+// EnqueueMiddleware returns the enqueue middleware: a producer span per
+// enqueue (one for the whole batch of an EnqueueMany), named "enqueue"
+// and the queue, a child of the span in the caller's context; its trace
+// context is written into each job's metadata.
+func (o *Integration) EnqueueMiddleware() jobs.EnqueueMiddleware {
+	return func(ctx context.Context, js []*jobs.EnqueueJob, next func(context.Context) error) error {
+		if len(js) == 0 {
+			return next(ctx)
+		}
+		queue, kind := js[0].Queue, js[0].Kind
+		for _, j := range js[1:] {
+			if j.Queue != queue {
+				queue = ""
+			}
+			if j.Kind != kind {
+				kind = ""
+			}
+		}
+		name := "enqueue"
+		attrs := []attribute.KeyValue{
+			semconv.MessagingSystemKey.String(System),
+			semconv.MessagingOperationName("enqueue"),
+			semconv.MessagingOperationTypeSend,
+		}
+		if queue != "" {
+			name += " " + queue
+			attrs = append(attrs, semconv.MessagingDestinationName(queue))
+		}
+		if kind != "" {
+			attrs = append(attrs, KindKey.String(kind))
+		}
+		if len(js) > 1 {
+			attrs = append(attrs, semconv.MessagingBatchMessageCount(len(js)))
+		}
+		ctx, span := o.tracer.Start(ctx, name, trace.WithSpanKind(trace.SpanKindProducer), trace.WithAttributes(attrs...))
+		defer span.End()
+		for _, j := range js {
+			o.prop.Inject(ctx, writeCarrier{job: j})
+		}
+		err := next(ctx)
+		if err != nil {
+			span.RecordError(err)
+			span.SetStatus(codes.Error, err.Error())
+			return err
+		}
+		if len(js) == 1 {
+			span.SetAttributes(semconv.MessagingMessageID(strconv.FormatInt(js[0].Result.ID, 10)), JoinedKey.Bool(js[0].Result.Joined))
+		}
+		return nil
+	}
+}
