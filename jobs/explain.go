@@ -70,11 +70,9 @@ type Explanation struct {
 	MaxAttempts int       `json:"max_attempts"`
 	LastError   string    `json:"last_error,omitempty"`
 	// Deferrals counts the times a rate limit deferred the job, and
-	// LastDeferral says why the last time. DeferralsRecorded is false
-	// while the database does not record them (both are then zero).
-	Deferrals         int    `json:"deferrals"`
-	LastDeferral      string `json:"last_deferral,omitempty"`
-	DeferralsRecorded bool   `json:"deferrals_recorded"`
+	// LastDeferral says why the last time.
+	Deferrals    int    `json:"deferrals"`
+	LastDeferral string `json:"last_deferral,omitempty"`
 	// EstimatedStart is when the job should start, and EstimateBasis how
 	// that was worked out; zero (and the basis says why) when it cannot
 	// be told.
@@ -180,7 +178,7 @@ func Explain(ctx context.Context, pub *store.Store, reg *Registry, id int64, now
 	e := &Explanation{
 		JobID: j.ID, Kind: j.Kind, Queue: j.Queue, State: j.State, QueuePaused: f.QueuePaused, CoalesceKey: f.CoalesceKey,
 		RunAt: j.RunAt, Attempt: j.Attempt, MaxAttempts: j.MaxAttempts, LastError: j.LastError,
-		Deferrals: f.Deferrals, LastDeferral: f.LastDeferral, DeferralsRecorded: f.DeferralsRecorded, Now: now,
+		Deferrals: f.Deferrals, LastDeferral: f.LastDeferral, Now: now,
 	}
 	var binding *engine.BudgetFacts
 	var bindingLimit *LimitExplanation
@@ -420,15 +418,11 @@ func (e *Explanation) Lines() []string {
 	if e.QueuePaused && e.Reason != ReasonQueuePaused {
 		out = append(out, "queue: "+e.Queue+" is paused")
 	}
-	if e.DeferralsRecorded {
-		line := fmt.Sprintf("deferred: %d time(s)", e.Deferrals)
-		if e.LastDeferral != "" {
-			line += ", last: " + e.LastDeferral
-		}
-		out = append(out, line)
-	} else {
-		out = append(out, "deferred: not recorded by this database schema")
+	line := fmt.Sprintf("deferred: %d time(s)", e.Deferrals)
+	if e.LastDeferral != "" {
+		line += ", last: " + e.LastDeferral
 	}
+	out = append(out, line)
 	if e.Attempt > 0 || e.LastError != "" {
 		line := fmt.Sprintf("attempts: %d of %d", e.Attempt, e.MaxAttempts)
 		if e.LastError != "" {

@@ -57,7 +57,8 @@ func TestExplainARateLimitedBacklog(t *testing.T) {
 		require.Equal(t, e.RunAt, e.EstimatedStart, "a job holding a slot starts at its slot")
 		require.Equal(t, t0.Add(300*time.Millisecond), e.RunAt)
 		require.Equal(t, engine.Count{N: 2}, *e.Ahead, "the slots of jobs 2 and 3 come first")
-		require.False(t, e.DeferralsRecorded, "the schema does not record deferrals yet")
+		require.Equal(t, 1, e.Deferrals, "the claim deferred it once, to its slot")
+		require.Contains(t, e.LastDeferral, "throttled/global")
 
 		deep := ids[35]
 		e = h.explain(deep)

@@ -36,11 +36,9 @@ type ExplainFacts struct {
 	// Semaphore is the job's concurrency key; nil without one.
 	Semaphore *SemaphoreFacts
 	// Deferrals counts the times a rate limit deferred the job, and
-	// LastDeferral says why the last time; DeferralsRecorded is false
-	// (and both are zero) while the store does not record them.
-	Deferrals         int
-	LastDeferral      string
-	DeferralsRecorded bool
+	// LastDeferral says why the last time.
+	Deferrals    int
+	LastDeferral string
 	// FinishedLastMinute counts the jobs of the queue that finished in
 	// the minute before Now (completed, cancelled or failed; 0 when jobs
 	// are deleted on completion): the queue's recent pace.
@@ -87,7 +85,7 @@ func (s *Store) ExplainFacts(ctx context.Context, id int64, now time.Time) (*Exp
 	if err != nil {
 		return nil, fmt.Errorf("explain: %w", err)
 	}
-	f := &ExplainFacts{Job: j, Now: now}
+	f := &ExplainFacts{Job: j, Now: now, Deferrals: j.Deferrals, LastDeferral: j.DeferralReason}
 	wrap := func(what string, err error) error { return s.wrap(fmt.Errorf("explain job %d: %s: %w", id, what, err)) }
 	count := func(what, q string, args []any) (Count, error) {
 		c, err := s.boundedCount(ctx, what, q, args, MaxAhead)
