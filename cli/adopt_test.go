@@ -177,10 +177,7 @@ func TestMessagesNameTheRunningProgram(t *testing.T) {
 func TestWorkerDefaultsToTheRegistrysQueues(t *testing.T) {
 	for _, b := range testdb.Backends(t) {
 		t.Run(b.Name, func(t *testing.T) {
-			db := "--database-url=" + b.URL(t)
-			code, _, stderr := run(t, "migrate", "up", db)
-			require.Equal(t, 0, code, stderr)
-
+			_, db, s := migratedDB(t, b)
 			var charged atomic.Int32
 			app := &cli.App{Name: "myapp", Registry: twoQueues(t, func() { charged.Add(1) })}
 			logs := startApp(t, app, "worker", db, "--poll-interval", "10ms")
@@ -188,11 +185,8 @@ func TestWorkerDefaultsToTheRegistrysQueues(t *testing.T) {
 			require.Contains(t, logs(), `queues="[default stripe]"`)
 			require.NotContains(t, logs(), "does not claim")
 
-			s, err := testdb.OpenURL(context.Background(), strings.TrimPrefix(db, "--database-url="))
-			require.NoError(t, err)
-			defer s.Close()
-			c := jobs.NewClient(testdb.Public(s), app.Registry, jobs.ClientConfig{})
-			_, err = c.Enqueue(context.Background(), charge{ID: 1})
+			c := jobs.NewClient(s, app.Registry, jobs.ClientConfig{})
+			_, err := c.Enqueue(context.Background(), charge{ID: 1})
 			require.NoError(t, err)
 			waitFor(t, "the stripe job to run", func() bool { return charged.Load() == 1 })
 
@@ -200,6 +194,21 @@ func TestWorkerDefaultsToTheRegistrysQueues(t *testing.T) {
 			require.Regexp(t, `level=WARN msg="sluice: this worker does not claim every queue the app's kinds declare; .*" not_claimed="stripe \(charge\)" queues=default`, got)
 		})
 	}
+}
+
+// migratedDB migrates a fresh database of b with `myapp migrate up` and
+// returns its URL, the --database-url flag that names it, and a store on
+// it, closed when the test ends.
+func migratedDB(t *testing.T, b testdb.Backend) (url, flag string, s *store.Store) {
+	t.Helper()
+	url = b.URL(t)
+	flag = "--database-url=" + url
+	code, _, stderr := run(t, "migrate", "up", flag)
+	require.Equal(t, 0, code, stderr)
+	s, err := store.Open(context.Background(), url)
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = s.Close() })
+	return url, flag, s
 }
 
 // runUntilApp runs a long-running command of app until its stderr shows
@@ -220,11 +229,7 @@ func TestProcessesAndWhoServesWhat(t *testing.T) {
 	for _, b := range testdb.Backends(t) {
 		t.Run(b.Name, func(t *testing.T) {
 			ctx := context.Background()
-			url := b.URL(t)
-			db := "--database-url=" + url
-			code, _, stderr := run(t, "migrate", "up", db)
-			require.Equal(t, 0, code, stderr)
-
+			_, db, s := migratedDB(t, b)
 			release := make(chan struct{})
 			reg := jobs.NewRegistry()
 			require.NoError(t, jobs.Register(reg, func(ctx context.Context, _ *jobs.Job[ping]) error {
@@ -237,13 +242,10 @@ func TestProcessesAndWhoServesWhat(t *testing.T) {
 			t.Cleanup(func() { close(release) })
 			waitFor(t, "the worker to start", func() bool { return strings.Contains(logs(), "worker started") })
 
-			s, err := testdb.OpenURL(ctx, url)
-			require.NoError(t, err)
-			defer s.Close()
-			_, err = jobs.NewClient(testdb.Public(s), reg, jobs.ClientConfig{}).Enqueue(ctx, ping{})
+			_, err := jobs.NewClient(s, reg, jobs.ClientConfig{}).Enqueue(ctx, ping{})
 			require.NoError(t, err)
 			waitFor(t, "the job to run", func() bool {
-				st, err := s.Stats(ctx)
+				st, err := engine.From(s).Stats(ctx)
 				return err == nil && len(st) > 0 && st[0].Counts[engine.StateRunning] == 1
 			})
 
@@ -301,10 +303,7 @@ func itoa(n int) string { b, _ := json.Marshal(n); return string(b) }
 func TestHealthEndpoints(t *testing.T) {
 	for _, b := range testdb.Backends(t) {
 		t.Run(b.Name, func(t *testing.T) {
-			url := b.URL(t)
-			db := "--database-url=" + url
-			code, _, stderr := run(t, "migrate", "up", db)
-			require.Equal(t, 0, code, stderr)
+			_, db, s := migratedDB(t, b)
 			get := func(u string) (int, string) {
 				resp, err := http.Get(u)
 				require.NoError(t, err)
@@ -341,10 +340,7 @@ func TestHealthEndpoints(t *testing.T) {
 			require.Contains(t, body, "go_goroutines")
 
 			// A schema behind what this binary needs is not ready.
-			s, err := testdb.OpenURL(context.Background(), url)
-			require.NoError(t, err)
-			defer s.Close()
-			_, err = s.MigrateDown(context.Background(), 1)
+			_, err := s.MigrateDown(context.Background(), 1)
 			require.NoError(t, err)
 			code, body = get(base + "/readyz")
 			require.Equal(t, 503, code)
@@ -363,7 +359,7 @@ func TestHealthEndpoints(t *testing.T) {
 			code, _ = get(base + "/metrics")
 			require.Equal(t, 404, code)
 
-			code, _, stderr = run(t, "worker", db, "--metrics")
+			code, _, stderr := run(t, "worker", db, "--metrics")
 			require.Equal(t, 2, code)
 			require.Contains(t, stderr, "--metrics needs --http-addr")
 			code, _, stderr = run(t, "worker", db, "--http-addr", "256.0.0.1:http")
@@ -379,11 +375,7 @@ func TestAppConfiguresTheWorkerAndTheStore(t *testing.T) {
 	for _, b := range testdb.Backends(t) {
 		t.Run(b.Name, func(t *testing.T) {
 			ctx := context.Background()
-			url := b.URL(t)
-			db := "--database-url=" + url
-			code, _, stderr := run(t, "migrate", "up", db)
-			require.Equal(t, 0, code, stderr)
-
+			_, db, s := migratedDB(t, b)
 			var wrapped, finished, opened atomic.Int32
 			app := &cli.App{
 				Name:     "myapp",
@@ -403,23 +395,20 @@ func TestAppConfiguresTheWorkerAndTheStore(t *testing.T) {
 					return store.Open(ctx, u, store.DeleteOnComplete())
 				},
 			}
-			code, _, stderr = runApp(app, "worker", "--help")
+			code, _, stderr := runApp(app, "worker", "--help")
 			require.Equal(t, 0, code)
 			require.Regexp(t, `-concurrency int\n\s+jobs run at once \(default 3\)`, stderr)
 
 			logs := startApp(t, app, "worker", db, "--poll-interval", "10ms")
 			waitFor(t, "the worker to start", func() bool { return strings.Contains(logs(), "worker started") })
 			require.Contains(t, logs(), "concurrency=3")
-			s, err := testdb.OpenURL(ctx, url)
-			require.NoError(t, err)
-			defer s.Close()
-			res, err := jobs.NewClient(testdb.Public(s), app.Registry, jobs.ClientConfig{}).Enqueue(ctx, charge{ID: 9})
+			res, err := jobs.NewClient(s, app.Registry, jobs.ClientConfig{}).Enqueue(ctx, charge{ID: 9})
 			require.NoError(t, err)
 			waitFor(t, "the job to finish", func() bool { return finished.Load() == 1 })
 			require.EqualValues(t, 1, wrapped.Load())
 			require.EqualValues(t, 1, opened.Load())
 			waitFor(t, "the completed job to be deleted", func() bool {
-				_, err := s.GetJob(ctx, res.ID)
+				_, err := engine.From(s).GetJob(ctx, res.ID)
 				return err != nil
 			})
 		})
@@ -432,21 +421,15 @@ func TestBudgetsShowTheDeclaredLimit(t *testing.T) {
 	for _, b := range testdb.Backends(t) {
 		t.Run(b.Name, func(t *testing.T) {
 			ctx := context.Background()
-			url := b.URL(t)
-			db := "--database-url=" + url
-			code, _, stderr := run(t, "migrate", "up", db)
-			require.Equal(t, 0, code, stderr)
-			s, err := testdb.OpenURL(ctx, url)
-			require.NoError(t, err)
-			defer s.Close()
+			_, db, s := migratedDB(t, b)
 			reg := jobs.NewRegistry()
 			require.NoError(t, jobs.Register(reg, func(context.Context, *jobs.Job[ping]) error { return nil },
 				jobs.RateLimit(ratelimit.Limit[ping]{To: 100, Per: time.Minute, Burst: 10, Key: "global"})))
 			// 60 per 1m is also 1 per 1s: only the app knows which it declared.
 			require.NoError(t, jobs.Register(reg, func(context.Context, *jobs.Job[charge]) error { return nil },
 				jobs.RateLimit(ratelimit.Limit[charge]{To: 60, Per: time.Minute, Key: "global"})))
-			c := jobs.NewClient(testdb.Public(s), reg, jobs.ClientConfig{})
-			_, err = c.EnqueueMany(ctx, []jobs.Item{{Args: ping{1}}, {Args: charge{1}}})
+			c := jobs.NewClient(s, reg, jobs.ClientConfig{})
+			_, err := c.EnqueueMany(ctx, []jobs.Item{{Args: ping{1}}, {Args: charge{1}}})
 			require.NoError(t, err)
 			w, err := jobs.NewWorker(testdb.Public(s), reg, jobs.WorkerConfig{Queues: []string{"default"}, Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
 			require.NoError(t, err)
