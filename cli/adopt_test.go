@@ -279,7 +279,7 @@ func TestProcessesAndWhoServesWhat(t *testing.T) {
 			require.Contains(t, out, "1 live workers, 0 live dispatchers")
 			require.Contains(t, out, "note: no dispatcher has heartbeated in the last 5m")
 
-			d, err := dispatcher.New(testdb.Public(s), dispatcher.Config{Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
+			d, err := dispatcher.New(s, dispatcher.Config{Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
 			require.NoError(t, err)
 			dctx, stop := context.WithCancel(ctx)
 			stopped := make(chan struct{})
