@@ -431,7 +431,7 @@ func TestBudgetsShowTheDeclaredLimit(t *testing.T) {
 			c := jobs.NewClient(s, reg, jobs.ClientConfig{})
 			_, err := c.EnqueueMany(ctx, []jobs.Item{{Args: ping{1}}, {Args: charge{1}}})
 			require.NoError(t, err)
-			w, err := jobs.NewWorker(testdb.Public(s), reg, jobs.WorkerConfig{Queues: []string{"default"}, Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
+			w, err := jobs.NewWorker(s, reg, jobs.WorkerConfig{Queues: []string{"default"}, Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
 			require.NoError(t, err)
 			_, err = w.Drain(ctx)
 			require.NoError(t, err)
