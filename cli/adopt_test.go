@@ -451,7 +451,7 @@ func TestBudgetsShowTheDeclaredLimit(t *testing.T) {
 			code, out, _ = runApp(app, "budgets", "--json", db)
 			require.Equal(t, 0, code)
 			require.Contains(t, out, `"limit": "100 per 1m, burst 10"`)
-			require.NoError(t, s.SetOverride(ctx, engine.Override{Target: "ping/global", To: 5, Per: time.Second, Burst: 2}, time.Now()))
+			require.NoError(t, s.SetOverride(ctx, store.Override{Target: "ping/global", To: 5, Per: time.Second, Burst: 2}))
 
 			snake := regexp.MustCompile(`^[a-z][a-z0-9_]*$`)
 			for _, cmd := range [][]string{{"stats"}, {"jobs"}, {"queues"}, {"budgets"}, {"semaphores"}, {"recurring"}, {"limits"}, {"processes"}} {
