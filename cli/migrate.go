@@ -162,7 +162,7 @@ func migrateSQL(env *Env, args []string) error {
 		return err
 	}
 	fmt.Fprintf(env.Stdout, "-- sluice schema for %s. sluice checks sluice_migrations for the versions applied.\n%s;\n\n",
-		d.Name(), d.CreateMigrationsTable())
+		d.Name(), engine.MustSQL(d).CreateMigrationsTable())
 	for i := range ms {
 		m := ms[i]
 		body := m.Up
