@@ -20,13 +20,25 @@ func (Dialect) Capabilities() engine.Capabilities {
 
 // Statements replaces the predicates that say a job is in a state with
 // reads of the generated key columns that hold a value only in that state
-// (migration 007 and 010), each with an index of its own; and the
-// dashboard counts, which read each of those indexes.
+// (migrations 007 and 010), each with an index of its own; and its
+// migrations table and lock.
 func (Dialect) Statements() string { return statements }
 
 const statements = `
+-- fragment: ReadyPlainJob
+j.ready_plain IS NOT NULL
+
+-- fragment: ReadyPlainQueue
+j.ready_plain
+
 -- fragment: ReadyPlain
 j.ready_plain = :queue
+
+-- fragment: ReadyLimitedJob
+j.ready_limited IS NOT NULL
+
+-- fragment: ReadyLimitedQueue
+j.ready_limited
 
 -- fragment: ReadyLimited
 j.ready_limited = :queue
@@ -61,6 +73,12 @@ j.done_at IS NOT NULL
 -- fragment: DoneAt
 j.done_at
 
+-- fragment: FailedJob
+j.failed_queue IS NOT NULL
+
+-- fragment: FailedQueue
+j.failed_queue
+
 -- name: CreateMigrationsTable
 CREATE TABLE IF NOT EXISTS sluice_migrations (
   version INT NOT NULL PRIMARY KEY,
@@ -75,24 +93,6 @@ SELECT GET_LOCK('sluice_migrations', 60);
 
 -- name: UnlockMigrations
 SELECT RELEASE_LOCK('sluice_migrations');
-
--- name: UnfinishedByState
-SELECT ready_plain, 'ready', count(*) FROM sluice_jobs WHERE ready_plain IS NOT NULL GROUP BY ready_plain
-UNION ALL SELECT ready_limited, 'ready', count(*) FROM sluice_jobs WHERE ready_limited IS NOT NULL GROUP BY ready_limited
-UNION ALL SELECT queue, 'scheduled', count(*) FROM sluice_jobs WHERE due_at IS NOT NULL GROUP BY queue
-UNION ALL SELECT queue, 'parked', count(*) FROM sluice_jobs WHERE parked_key IS NOT NULL GROUP BY queue
-UNION ALL SELECT queue, 'blocked', count(*) FROM sluice_jobs WHERE blocked_key IS NOT NULL GROUP BY queue
-UNION ALL SELECT queue, 'running', count(*) FROM sluice_jobs WHERE running_process IS NOT NULL GROUP BY queue
-UNION ALL SELECT failed_queue, 'failed', count(*) FROM sluice_jobs WHERE failed_queue IS NOT NULL GROUP BY failed_queue
-ORDER BY 1, 2;
-
--- name: OldestWaiting
-SELECT queue, throttled, MIN(created_at) FROM (
-  SELECT queue, wait_key IS NOT NULL AS throttled, created_at FROM sluice_jobs WHERE ready_plain IS NOT NULL
-  UNION ALL SELECT queue, wait_key IS NOT NULL, created_at FROM sluice_jobs WHERE ready_limited IS NOT NULL
-  UNION ALL SELECT queue, 1, created_at FROM sluice_jobs WHERE blocked_key IS NOT NULL
-  UNION ALL SELECT queue, 1, created_at FROM sluice_jobs WHERE wait_key IS NOT NULL AND state IN ('scheduled', 'parked')
-) w GROUP BY queue, throttled;
 `
 
 // Now reads SYSDATE(6): the time now, not at the statement's start.

@@ -87,19 +87,22 @@ SELECT queue, state, count(*) FROM sluice_jobs GROUP BY queue, state ORDER BY qu
 
 -- name: UnfinishedByState
 -- Each state through its own index, so finished jobs are never read.
-SELECT queue, state, count(*) FROM sluice_jobs WHERE state = 'ready' GROUP BY queue, state
-UNION ALL SELECT queue, state, count(*) FROM sluice_jobs WHERE state = 'scheduled' GROUP BY queue, state
-UNION ALL SELECT queue, state, count(*) FROM sluice_jobs WHERE state = 'parked' GROUP BY queue, state
-UNION ALL SELECT queue, state, count(*) FROM sluice_jobs WHERE state = 'blocked' GROUP BY queue, state
-UNION ALL SELECT queue, state, count(*) FROM sluice_jobs WHERE state = 'running' GROUP BY queue, state
-UNION ALL SELECT queue, state, count(*) FROM sluice_jobs WHERE state = 'failed' GROUP BY queue, state
+-- Ready jobs come in two rows, without and with rate limits.
+SELECT {ReadyPlainQueue}, 'ready', count(*) FROM sluice_jobs j WHERE {ReadyPlainJob} GROUP BY {ReadyPlainQueue}
+UNION ALL SELECT {ReadyLimitedQueue}, 'ready', count(*) FROM sluice_jobs j WHERE {ReadyLimitedJob} GROUP BY {ReadyLimitedQueue}
+UNION ALL SELECT j.queue, 'scheduled', count(*) FROM sluice_jobs j WHERE {ScheduledJob} GROUP BY j.queue
+UNION ALL SELECT j.queue, 'parked', count(*) FROM sluice_jobs j WHERE {ParkedJob} GROUP BY j.queue
+UNION ALL SELECT j.queue, 'blocked', count(*) FROM sluice_jobs j WHERE {BlockedJob} GROUP BY j.queue
+UNION ALL SELECT j.queue, 'running', count(*) FROM sluice_jobs j WHERE {RunningJob} GROUP BY j.queue
+UNION ALL SELECT {FailedQueue}, 'failed', count(*) FROM sluice_jobs j WHERE {FailedJob} GROUP BY {FailedQueue}
 ORDER BY 1, 2;
 
 -- name: OldestWaiting
 -- Each queue's oldest waiting job, throttled (1: a rate-limit wait or a
 -- concurrency block) or not, each kind through its own index.
 SELECT queue, throttled, MIN(created_at) FROM (
-  SELECT queue, CASE WHEN wait_key IS NOT NULL THEN 1 ELSE 0 END AS throttled, created_at FROM sluice_jobs WHERE state = 'ready'
-  UNION ALL SELECT queue, 1, created_at FROM sluice_jobs WHERE state = 'blocked'
-  UNION ALL SELECT queue, 1, created_at FROM sluice_jobs WHERE wait_key IS NOT NULL AND state IN ('scheduled', 'parked')
+  SELECT j.queue, CASE WHEN j.wait_key IS NOT NULL THEN 1 ELSE 0 END AS throttled, j.created_at FROM sluice_jobs j WHERE {ReadyPlainJob}
+  UNION ALL SELECT j.queue, CASE WHEN j.wait_key IS NOT NULL THEN 1 ELSE 0 END, j.created_at FROM sluice_jobs j WHERE {ReadyLimitedJob}
+  UNION ALL SELECT j.queue, 1, j.created_at FROM sluice_jobs j WHERE {BlockedJob}
+  UNION ALL SELECT j.queue, 1, j.created_at FROM sluice_jobs j WHERE j.wait_key IS NOT NULL AND j.state IN ('scheduled', 'parked')
 ) w GROUP BY queue, throttled;

@@ -2,11 +2,23 @@
 -- that keys it there. MySQL replaces them with its generated columns,
 -- which are NULL outside the state, so each state has an index of its own.
 
+-- fragment: ReadyPlainJob
+j.state = 'ready' AND j.rate_keys IS NULL
+
+-- fragment: ReadyPlainQueue
+j.queue
+
 -- fragment: ReadyPlain
-j.state = 'ready' AND j.rate_keys IS NULL AND j.queue = :queue
+{ReadyPlainJob} AND {ReadyPlainQueue} = :queue
+
+-- fragment: ReadyLimitedJob
+j.state = 'ready' AND j.rate_keys IS NOT NULL
+
+-- fragment: ReadyLimitedQueue
+j.queue
 
 -- fragment: ReadyLimited
-j.state = 'ready' AND j.rate_keys IS NOT NULL AND j.queue = :queue
+{ReadyLimitedJob} AND {ReadyLimitedQueue} = :queue
 
 -- fragment: ScheduledJob
 j.state = 'scheduled'
@@ -37,6 +49,12 @@ j.state IN ('completed', 'cancelled')
 
 -- fragment: DoneAt
 j.finished_at
+
+-- fragment: FailedJob
+j.state = 'failed'
+
+-- fragment: FailedQueue
+j.queue
 
 -- fragment: QueueNotPaused
 -- A paused queue's ready jobs stay where they are.
