@@ -196,7 +196,9 @@ func (st *sqlStatement) build(args []any) (string, []any) {
 	var b strings.Builder
 	var out []any
 	if args != nil {
-		out = make([]any, 0, len(args)+4)
+		n, size := st.size(args)
+		out = make([]any, 0, n)
+		b.Grow(size)
 	}
 	for _, p := range st.parts {
 		b.WriteString(p.text)
@@ -230,8 +232,12 @@ func (st *sqlStatement) build(args []any) (string, []any) {
 			}
 			if n == 0 {
 				b.WriteString("NULL") // x IN (NULL) holds for no x
-			} else {
-				b.WriteString(strings.Repeat("?, ", n-1) + "?")
+			}
+			for k := range n {
+				if k > 0 {
+					b.WriteString(", ")
+				}
+				b.WriteByte('?')
 			}
 		case rows:
 			cols := a.(Columns)
@@ -249,6 +255,28 @@ func (st *sqlStatement) build(args []any) (string, []any) {
 		}
 	}
 	return b.String(), out
+}
+
+// size returns how many arguments build binds for args, and about how
+// long its text is.
+func (st *sqlStatement) size(args []any) (n, size int) {
+	for _, p := range st.parts {
+		size += len(p.text)
+		if p.param < 0 {
+			continue
+		}
+		k := 1
+		switch p.kind {
+		case list:
+			k = max(columnLen(args[p.param]), 1)
+		case rows:
+			cols := args[p.param].(Columns)
+			k = columnLen(cols[0]) * len(cols)
+		}
+		n += k
+		size += 3 * k
+	}
+	return n, size
 }
 
 // value converts a bool to 0 or 1 where booleans are integers.

@@ -38,7 +38,8 @@ type Dialect interface {
 	// SetJobs applies transitions to jobs currently in state from (and,
 	// when processID is not 0, claimed by that process), in one statement
 	// that sets, for each row v of the rows it binds (columns
-	// SetJobsColumns), SetJobsAssignments.
+	// SetJobsColumns), SetJobsAssignments in the job j it names, where
+	// SetJobsCondition holds.
 	SetJobs(from State, processID, now int64, rows []SetRow) (string, []any)
 }
 
@@ -46,6 +47,13 @@ type Dialect interface {
 // in SetRow's order, named apart from the jobs' own so that no assignment
 // is ambiguous.
 const SetJobsColumns = "id, new_state, new_run_at, new_wait_key, new_error, attempt_delta, new_finished_at"
+
+// SetJobsCondition is which jobs a SetJobs statement may change: those
+// still in state from and, when processID is not 0, claimed by that
+// process; each argument is how the dialect spells that parameter.
+func SetJobsCondition(from, processID, processIDAgain string) string {
+	return "j.state = " + from + " AND (" + processID + " = 0 OR j.process_id = " + processIDAgain + ")"
+}
 
 // SetJobsAssignments is what SetJobs sets in each job j from its row v:
 // the rules of a transition, written once for every database. A run_at

@@ -1,8 +1,10 @@
 // Package store is sluice's storage: the contract every database meets,
 // the migrations, and the one algorithm for enqueue, claim, deferral,
-// promotion and recovery that runs on all of them. The packages below it
-// (internal/driver/postgres, mysql, sqlite) supply only a Dialect (SQL
-// text and types) and a connection pool.
+// promotion and recovery that runs on all of them, with every statement
+// written once in its catalog (sql/*.sql). The packages beside it
+// (internal/driver/postgres, mysql, sqlite) supply only a Dialect (the
+// database's capabilities and the few statements it spells its own way)
+// and a connection pool.
 package engine
 
 import (

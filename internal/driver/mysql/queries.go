@@ -112,5 +112,5 @@ func (Dialect) SetJobs(from engine.State, processID, now int64, rows []engine.Se
   SELECT ? AS id, ? AS new_state, ? AS new_run_at, ? AS new_wait_key, ? AS new_error, ? AS attempt_delta, ? AS new_finished_at` +
 		strings.Repeat("\n  UNION ALL SELECT ?, ?, ?, ?, ?, ?, ?", len(rows)-1) + `) v ON j.id = v.id
 SET ` + engine.SetJobsAssignments + `
-WHERE j.state = ? AND (? = 0 OR j.process_id = ?)`, args
+WHERE ` + engine.SetJobsCondition("?", "?", "?"), args
 }

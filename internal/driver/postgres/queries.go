@@ -57,7 +57,7 @@ func (Dialect) Now() string {
 	return `SELECT (extract(epoch FROM clock_timestamp()) * 1000000)::bigint`
 }
 
-// SetJobs applies transitions from arrays.
+// SetJobs applies transitions from arrays: one text, prepared once.
 func (Dialect) SetJobs(from engine.State, processID, now int64, rows []engine.SetRow) (string, []any) {
 	n := len(rows)
 	ids, runAt, finished := make([]int64, n), make([]int64, n), make([]int64, n)
@@ -71,8 +71,8 @@ func (Dialect) SetJobs(from engine.State, processID, now int64, rows []engine.Se
 	return setJobs, []any{ids, states, runAt, waitKeys, errs, deltas, finished, string(from), processID}
 }
 
-const setJobs = `UPDATE sluice_jobs j SET
+var setJobs = `UPDATE sluice_jobs j SET
   ` + engine.SetJobsAssignments + `
 FROM unnest($1::bigint[], $2::text[], $3::bigint[], $4::text[], $5::text[], $6::int[], $7::bigint[])
   AS v(` + engine.SetJobsColumns + `)
-WHERE j.id = v.id AND j.state = $8 AND ($9::bigint = 0 OR j.process_id = $9)`
+WHERE j.id = v.id AND ` + engine.SetJobsCondition("$8", "$9::bigint", "$9")

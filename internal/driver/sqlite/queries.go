@@ -38,5 +38,5 @@ func (Dialect) SetJobs(from engine.State, processID, now int64, rows []engine.Se
 		sqlgen.Tuples(len(rows), "(?, ?, ?, ?, ?, ?, ?)") + `)
 UPDATE sluice_jobs AS j SET
   ` + engine.SetJobsAssignments + `
-FROM v WHERE j.id = v.id AND j.state = ? AND (? = 0 OR j.process_id = ?)`, args
+FROM v WHERE j.id = v.id AND ` + engine.SetJobsCondition("?", "?", "?"), args
 }
