@@ -6,10 +6,10 @@ import (
 	"strings"
 )
 
-// Columns is the value of a VALUES :rows(…) parameter: one slice per
+// columns is the value of a VALUES :rows(…) parameter: one slice per
 // column, all of one length ([]string, []*string, []int64, []*int64,
-// []int32 or []bool).
-type Columns []any
+// []int32 or []bool; a nil pointer is NULL).
+type columns []any
 
 // paramKind is how a parameter is bound.
 type paramKind int
@@ -169,7 +169,7 @@ func (st *sqlStatement) bind(args ...any) (string, []any) {
 		}
 		var out []any
 		for _, a := range args {
-			if cols, ok := a.(Columns); ok {
+			if cols, ok := a.(columns); ok {
 				out = append(out, cols...)
 				continue
 			}
@@ -240,7 +240,7 @@ func (st *sqlStatement) build(args []any) (string, []any) {
 				b.WriteByte('?')
 			}
 		case rows:
-			cols := a.(Columns)
+			cols := a.(columns)
 			n := columnLen(cols[0])
 			tuple := "(" + strings.Repeat("?, ", len(cols)-1) + "?)"
 			for r := range n {
@@ -270,7 +270,7 @@ func (st *sqlStatement) size(args []any) (n, size int) {
 		case list:
 			k = max(columnLen(args[p.param]), 1)
 		case rows:
-			cols := args[p.param].(Columns)
+			cols := args[p.param].(columns)
 			k = columnLen(cols[0]) * len(cols)
 		}
 		n += k

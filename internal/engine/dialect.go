@@ -7,9 +7,9 @@ import (
 // Dialect is the part of a store that differs between databases. The
 // statements themselves are the catalog's (sql/*.sql), written once and
 // rendered from the dialect's Capabilities; a dialect replaces only the
-// fragments and statements its database spells differently (Statements),
-// and supplies the bulk update whose form no capability captures
-// (SetJobs). The order of statements, and every decision between them,
+// fragments and statements its database spells differently
+// (Replacements), and supplies the bulk update whose form no capability
+// captures (SetJobs). The order of statements, and every decision between them,
 // is the store's and is the same on every database.
 //
 // Optional interfaces add what some databases have: DataErrorer,
@@ -20,9 +20,9 @@ type Dialect interface {
 	// Capabilities says how the database spells placeholders, lists,
 	// booleans, upserts, RETURNING and row locks.
 	Capabilities() Capabilities
-	// Statements replaces catalog fragments and statements by name, in
+	// Replacements replaces catalog fragments and statements by name, in
 	// the catalog's syntax (sql/README.md); "" replaces none.
-	Statements() string
+	Replacements() string
 	// Migrations holds the numbered migrations, NNN_name.up.sql and
 	// NNN_name.down.sql, statements separated by lines ending in ";".
 	Migrations() fs.FS

@@ -40,9 +40,10 @@ type SQL struct {
 	lastTicks                           string
 }
 
-// optional are the statements a database may lack: without Notify and
-// WakeOnInsert workers in other processes poll; without LockMigrations
-// (replaced by an empty one) migrators rely on the transaction alone.
+// optional are the statements a database may lack (have no default, or
+// replace with an empty one): without Notify and WakeOnInsert workers in
+// other processes poll; without LockMigrations and UnlockMigrations
+// migrators rely on their transactions alone.
 var optional = map[string]bool{"Notify": true, "WakeOnInsert": true, "LockMigrations": true, "UnlockMigrations": true}
 
 // wakes are the inserts that wake listeners for the jobs they make ready,
@@ -52,7 +53,7 @@ var wakes = map[string]bool{"InsertJobs": true, "InsertCoalescing": true}
 // NewSQL renders the catalog for d.
 func NewSQL(d Dialect) (*SQL, error) {
 	c := d.Capabilities()
-	all, err := loadCatalog(d.Statements())
+	all, err := loadCatalog(d.Replacements())
 	if err != nil {
 		return nil, err
 	}
@@ -65,8 +66,14 @@ func NewSQL(d Dialect) (*SQL, error) {
 			}
 			return "", fmt.Errorf("no statement %s", name)
 		}
+		if e.text == "" {
+			if optional[name] {
+				return "", nil
+			}
+			return "", fmt.Errorf("statement %s is empty", name)
+		}
 		text, err := expand(all, name, e.text)
-		if err != nil || text == "" {
+		if err != nil {
 			return "", err
 		}
 		text = spell(text, c)
@@ -173,9 +180,6 @@ func NewSQL(d Dialect) (*SQL, error) {
 	}
 	return q, nil
 }
-
-// Capabilities returns the database's capabilities.
-func (q *SQL) Capabilities() Capabilities { return q.c }
 
 // CreateMigrationsTable creates the table that records applied migrations.
 func (q *SQL) CreateMigrationsTable() string { return q.createMigrationsTable }

@@ -36,7 +36,7 @@ func (q *SQL) InsertJobs(jobs []InsertRow) (string, []any) {
 		created[i], runAt[i], concDur[i], finished[i] = j.CreatedAt, j.RunAt, j.ConcDuration, nullTime(j.FinishedAt)
 		discard[i], holds[i] = j.ConcDiscard, j.HoldsSlot
 	}
-	return q.insertJobs.bind(Columns{kinds, queues, prios, states, args, maxAttempts, created, runAt, rateKeys,
+	return q.insertJobs.bind(columns{kinds, queues, prios, states, args, maxAttempts, created, runAt, rateKeys,
 		concKeys, concLimits, concDur, discard, holds, lastErrs, finished})
 }
 

@@ -12,7 +12,7 @@ func (q *SQL) GetBudget(key string) (string, []any) { return q.getBudget.bind(ke
 // InsertBudgets inserts empty budget rows for keys, ignoring those that
 // exist.
 func (q *SQL) InsertBudgets(keys []string) (string, []any) {
-	return q.insertBudgets.bind(Columns{keys})
+	return q.insertBudgets.bind(columns{keys})
 }
 
 // SaveBudgets writes budget rows back.
@@ -25,7 +25,7 @@ func (q *SQL) SaveBudgets(rows []BudgetRow) (string, []any) {
 		names[i], tat[i], next[i], interval[i], updated[i] = r.Name, r.TAT, r.NextSlot, r.IntervalNS, r.UpdatedAt
 		burst[i], parked[i] = int32(r.Burst), int32(r.Parked)
 	}
-	return q.saveBudgets.bind(Columns{names, tat, next, interval, burst, parked, updated})
+	return q.saveBudgets.bind(columns{names, tat, next, interval, burst, parked, updated})
 }
 
 // MoveCursor sets a budget's next slot to to and adds parked to its
@@ -72,7 +72,7 @@ func (q *SQL) LockSemaphores(keys []string) (string, []any) { return q.lockSemap
 // InsertSemaphores inserts unused semaphore rows for keys, ignoring those
 // that exist.
 func (q *SQL) InsertSemaphores(keys []string) (string, []any) {
-	return q.insertSemaphores.bind(Columns{keys})
+	return q.insertSemaphores.bind(columns{keys})
 }
 
 // SaveSemaphores writes semaphores back.
@@ -84,7 +84,7 @@ func (q *SQL) SaveSemaphores(rows []SemaphoreRow) (string, []any) {
 	for i, r := range rows {
 		names[i], held[i], limit[i], dur[i], exp[i], upd[i] = r.Name, int32(r.Held), int32(r.Limit), r.DurationUS, r.ExpiresAt, r.UpdatedAt
 	}
-	return q.saveSemaphores.bind(Columns{names, held, limit, dur, exp, upd})
+	return q.saveSemaphores.bind(columns{names, held, limit, dur, exp, upd})
 }
 
 // LockBlocked selects and locks, skipping locked rows, the first blocked

@@ -18,13 +18,13 @@ func (Dialect) Capabilities() engine.Capabilities {
 	return engine.Capabilities{RowLocks: true, DuplicateKey: true, MaxKeyLength: 255, MaxInsertBatch: 1000}
 }
 
-// Statements replaces the predicates that say a job is in a state with
+// Replacements replaces the predicates that say a job is in a state with
 // reads of the generated key columns that hold a value only in that state
 // (migrations 007 and 010), each with an index of its own; and its
 // migrations table and lock.
-func (Dialect) Statements() string { return statements }
+func (Dialect) Replacements() string { return replacements }
 
-const statements = `
+const replacements = `
 -- fragment: ReadyPlainJob
 j.ready_plain IS NOT NULL
 

@@ -14,9 +14,9 @@ func (Dialect) Capabilities() engine.Capabilities {
 	return engine.Capabilities{Arrays: true, Booleans: true, Returning: true, RowLocks: true, MaxInsertBatch: 5000}
 }
 
-// Statements returns the notifications (unless NoNotify) and the
+// Replacements are the notifications (unless NoNotify) and the
 // advisory migration lock (unless NoAdvisoryLock).
-func (d Dialect) Statements() string {
+func (d Dialect) Replacements() string {
 	s := ""
 	if !d.NoNotify {
 		s += notifications

@@ -15,9 +15,9 @@ func (Dialect) Capabilities() engine.Capabilities {
 	return engine.Capabilities{Returning: true, MaxInsertBatch: 1000}
 }
 
-// Statements takes no migration lock: BEGIN IMMEDIATE already serializes
+// Replacements take no migration lock: BEGIN IMMEDIATE already serializes
 // migrators.
-func (Dialect) Statements() string {
+func (Dialect) Replacements() string {
 	return `
 -- name: LockMigrations
 -- name: UnlockMigrations
