@@ -7,8 +7,7 @@ import (
 )
 
 // columns is the value of a VALUES :rows(…) parameter: one slice per
-// column, all of one length ([]string, []*string, []int64, []*int64,
-// []int32 or []bool; a nil pointer is NULL).
+// column, all of one length ([]string, []int64, []int32 or []bool).
 type columns []any
 
 // paramKind is how a parameter is bound.
@@ -26,7 +25,62 @@ type part struct {
 	text  string
 	param int
 	kind  paramKind
-	types []string
+	// types are a rows parameter's column types, exprs what each column's
+	// value is wrapped in ("%" standing for it), and tuple one row of
+	// "?" placeholders.
+	types, exprs []string
+	tuple        string
+}
+
+// plain reports whether no column of a rows parameter is wrapped.
+func (p part) plain() bool {
+	for _, e := range p.exprs {
+		if e != "%" {
+			return false
+		}
+	}
+	return true
+}
+
+// rowsColumn is one column of VALUES :rows(…): a type (bigint) or a type
+// wrapped in an expression (NULLIF(text, ”)).
+type rowsColumn struct{ typ, expr string }
+
+// splitColumns reads the columns of VALUES :rows(…) from s, which follows
+// the opening parenthesis, and returns where the closing one is (-1 if
+// none).
+func splitColumns(s string) ([]rowsColumn, int) {
+	var out []rowsColumn
+	depth, start := 0, 0
+	add := func(c string) {
+		c = strings.TrimSpace(c)
+		open := strings.IndexByte(c, '(')
+		if open < 0 {
+			out = append(out, rowsColumn{typ: c, expr: "%"})
+			return
+		}
+		inner := c[open+1 : len(c)-1]
+		typ, rest, _ := strings.Cut(inner, ",")
+		out = append(out, rowsColumn{typ: strings.TrimSpace(typ), expr: c[:open+1] + "%," + rest + ")"})
+	}
+	for i := 0; i < len(s); i++ {
+		switch s[i] {
+		case '(':
+			depth++
+		case ')':
+			if depth == 0 {
+				add(s[start:i])
+				return out, i
+			}
+			depth--
+		case ',':
+			if depth == 0 {
+				add(s[start:i])
+				start = i + 1
+			}
+		}
+	}
+	return nil, -1
 }
 
 // sqlStatement is one catalog statement rendered for a database: its text
@@ -85,15 +139,16 @@ func prepare(name, text string, c Capabilities, params ...string) (*sqlStatement
 		before := lit.String()
 		switch {
 		case j < len(text) && text[j] == '(':
-			end := strings.IndexByte(text[j:], ')')
+			cols, end := splitColumns(text[j+1:])
 			if end < 0 || !strings.HasSuffix(before, "VALUES ") {
 				return nil, fmt.Errorf("%s: :%s(…) is not VALUES :rows(types)", name, pname)
 			}
-			for _, t := range strings.Split(text[j+1:j+end], ",") {
-				p.types = append(p.types, strings.TrimSpace(t))
+			for _, c := range cols {
+				p.types, p.exprs = append(p.types, c.typ), append(p.exprs, c.expr)
 			}
+			p.tuple = "(" + strings.ReplaceAll(strings.Join(p.exprs, ", "), "%", "?") + ")"
 			p.kind, widths[k], st.hasRows = rows, len(p.types), true
-			j += end + 1
+			j += end + 2
 		case strings.HasSuffix(before, "IN (") && strings.HasPrefix(text[j:], ")"):
 			p.kind = list
 		}
@@ -144,7 +199,22 @@ func (st *sqlStatement) numbered(widths []int) string {
 			fmt.Fprintf(&b, "= ANY($%d", first[p.param])
 		case p.kind == rows:
 			b.WriteString(strings.TrimSuffix(p.text, "VALUES "))
-			b.WriteString("SELECT * FROM unnest(")
+			b.WriteString("SELECT ")
+			names := make([]string, len(p.types))
+			for c := range p.types {
+				names[c] = "c" + strconv.Itoa(c+1)
+			}
+			if p.plain() {
+				b.WriteString("*")
+			} else {
+				for c, e := range p.exprs {
+					if c > 0 {
+						b.WriteString(", ")
+					}
+					b.WriteString(strings.Replace(e, "%", names[c], 1))
+				}
+			}
+			b.WriteString(" FROM unnest(")
 			for c, t := range p.types {
 				if c > 0 {
 					b.WriteString(", ")
@@ -152,6 +222,9 @@ func (st *sqlStatement) numbered(widths []int) string {
 				fmt.Fprintf(&b, "$%d::%s[]", first[p.param]+c, t)
 			}
 			b.WriteString(")")
+			if !p.plain() {
+				b.WriteString(" AS u(" + strings.Join(names, ", ") + ")")
+			}
 		default:
 			b.WriteString(p.text)
 			b.WriteString("$" + strconv.Itoa(first[p.param]))
@@ -242,12 +315,11 @@ func (st *sqlStatement) build(args []any) (string, []any) {
 		case rows:
 			cols := a.(columns)
 			n := columnLen(cols[0])
-			tuple := "(" + strings.Repeat("?, ", len(cols)-1) + "?)"
 			for r := range n {
 				if r > 0 {
 					b.WriteString(", ")
 				}
-				b.WriteString(tuple)
+				b.WriteString(p.tuple)
 				for _, c := range cols {
 					out = append(out, st.value(cell(c, r)))
 				}
@@ -294,11 +366,7 @@ func columnLen(c any) int {
 	switch c := c.(type) {
 	case []string:
 		return len(c)
-	case []*string:
-		return len(c)
 	case []int64:
-		return len(c)
-	case []*int64:
 		return len(c)
 	case []int32:
 		return len(c)
@@ -308,23 +376,13 @@ func columnLen(c any) int {
 	panic(fmt.Sprintf("a column of %T", c))
 }
 
-// cell returns row r of column c; a nil pointer is NULL.
+// cell returns row r of column c.
 func cell(c any, r int) any {
 	switch c := c.(type) {
 	case []string:
 		return c[r]
-	case []*string:
-		if c[r] == nil {
-			return nil
-		}
-		return *c[r]
 	case []int64:
 		return c[r]
-	case []*int64:
-		if c[r] == nil {
-			return nil
-		}
-		return *c[r]
 	case []int32:
 		return c[r]
 	case []bool:

@@ -3,37 +3,21 @@ package engine
 // The statements of jobs: enqueue, claim, finish, promotion, recovery,
 // cleanup and inspection.
 
-// nullText binds "" as NULL.
-func nullText(s string) *string {
-	if s == "" {
-		return nil
-	}
-	return &s
-}
-
-// nullTime binds 0 as NULL.
-func nullTime(t int64) *int64 {
-	if t == 0 {
-		return nil
-	}
-	return &t
-}
-
 // InsertJobs inserts jobs, returning their ids as rows when the database
 // has RETURNING; it also wakes listeners for ready jobs where the
 // database has WakeOnInsert.
 func (q *SQL) InsertJobs(jobs []InsertRow) (string, []any) {
 	n := len(jobs)
 	kinds, queues, states, args := make([]string, n), make([]string, n), make([]string, n), make([]string, n)
-	rateKeys, concKeys, lastErrs := make([]*string, n), make([]*string, n), make([]*string, n)
+	rateKeys, concKeys, lastErrs := make([]string, n), make([]string, n), make([]string, n)
 	prios, maxAttempts, concLimits := make([]int32, n), make([]int32, n), make([]int32, n)
-	created, runAt, concDur, finished := make([]int64, n), make([]int64, n), make([]int64, n), make([]*int64, n)
+	created, runAt, concDur, finished := make([]int64, n), make([]int64, n), make([]int64, n), make([]int64, n)
 	discard, holds := make([]bool, n), make([]bool, n)
 	for i, j := range jobs {
 		kinds[i], queues[i], states[i], args[i] = j.Kind, j.Queue, string(j.State), j.Args
-		rateKeys[i], concKeys[i], lastErrs[i] = nullText(j.RateKeys), nullText(j.ConcKey), nullText(j.LastError)
+		rateKeys[i], concKeys[i], lastErrs[i] = j.RateKeys, j.ConcKey, j.LastError
 		prios[i], maxAttempts[i], concLimits[i] = int32(j.Priority), int32(j.MaxAttempts), int32(j.ConcLimit)
-		created[i], runAt[i], concDur[i], finished[i] = j.CreatedAt, j.RunAt, j.ConcDuration, nullTime(j.FinishedAt)
+		created[i], runAt[i], concDur[i], finished[i] = j.CreatedAt, j.RunAt, j.ConcDuration, j.FinishedAt
 		discard[i], holds[i] = j.ConcDiscard, j.HoldsSlot
 	}
 	return q.insertJobs.bind(columns{kinds, queues, prios, states, args, maxAttempts, created, runAt, rateKeys,

@@ -1,11 +1,12 @@
 -- Jobs: enqueue, claim, finish, promotion, cleanup, inspection.
 
 -- name: InsertJobs
--- Inserts jobs, one Go slice per column; an empty text or a zero time is
--- bound as NULL.
+-- Inserts jobs, one Go slice per column; an empty key or error, and a
+-- zero finish time, are stored as NULL.
 INSERT INTO sluice_jobs (kind, queue, priority, state, args, max_attempts, created_at, run_at, rate_keys,
   conc_key, conc_limit, conc_duration, conc_discard, holds_slot, last_error, finished_at)
-VALUES :rows(text, text, int, text, text, int, bigint, bigint, text, text, int, bigint, bool, bool, text, bigint)
+VALUES :rows(text, text, int, text, text, int, bigint, bigint, NULLIF(text, ''),
+  NULLIF(text, ''), int, bigint, bool, bool, NULLIF(text, ''), NULLIF(bigint, 0))
 RETURNING id;
 
 -- name: LockReadyPlain
