@@ -43,7 +43,7 @@ func (p part) plain() bool {
 }
 
 // rowsColumn is one column of VALUES :rows(…): a type (bigint) or a type
-// wrapped in an expression (NULLIF(text, ”)).
+// wrapped in an expression whose first argument it is (NULLIF(bigint, 0)).
 type rowsColumn struct{ typ, expr string }
 
 // splitColumns reads the columns of VALUES :rows(…) from s, which follows
