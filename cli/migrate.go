@@ -206,7 +206,7 @@ func migrateSQL(env *Env, args []string) error {
 // printPlainSQL prints every migration as one script.
 func printPlainSQL(env *Env, d engine.Dialect, ms []engine.Migration, down bool) error {
 	fmt.Fprintf(env.Stdout, "-- sluice schema for %s. sluice checks sluice_migrations for the versions applied.\n%s;\n\n",
-		d.Name(), d.CreateMigrationsTable())
+		d.Name(), engine.MustSQL(d).CreateMigrationsTable())
 	for i := range ms {
 		m := ms[i]
 		body := m.Up

@@ -41,7 +41,7 @@ func forgetSQL(m engine.Migration) string {
 func upSQL(d engine.Dialect, m engine.Migration, first bool) string {
 	var b strings.Builder
 	if first {
-		fmt.Fprintf(&b, "%s;\n", d.CreateMigrationsTable())
+		fmt.Fprintf(&b, "%s;\n", engine.MustSQL(d).CreateMigrationsTable())
 	}
 	fmt.Fprintf(&b, "%s\n%s;\n", strings.TrimSpace(m.Up), recordSQL(m))
 	return b.String()

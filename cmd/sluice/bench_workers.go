@@ -117,7 +117,7 @@ func (b *bench) startWorkers(ctx context.Context, s *store.Store, gated bool) (b
 	// Resuming a queue wakes no one: where the database can, wake the
 	// workers as an enqueue would (elsewhere they find the jobs at their
 	// next poll, within 100ms).
-	if q, args := b.store.Dialect().Notify([]string{benchQueue}); q != "" {
+	if q, args := b.store.SQL().Notify([]string{benchQueue}); q != "" {
 		if _, err := b.store.DB().Exec(ctx, q, args...); err != nil {
 			stop()
 			return time.Time{}, nil, fmt.Errorf("wake the workers: %w", err)

@@ -26,7 +26,7 @@ func (s *Store) setPaused(ctx context.Context, queue string, paused bool, now ti
 	if queue == "" {
 		return errors.New("queue name is empty")
 	}
-	q, args := s.d.SetQueuePaused(queue, paused, Micros(now))
+	q, args := s.q.SetQueuePaused(queue, paused, Micros(now))
 	if _, err := exec(ctx, s.db, q, args); err != nil {
 		return s.wrap(fmt.Errorf("pause queue %s: %w", queue, err))
 	}
@@ -41,7 +41,7 @@ type QueueInfo struct {
 
 // ListQueues lists the queues that hold jobs or were ever paused.
 func (s *Store) ListQueues(ctx context.Context) ([]QueueInfo, error) {
-	rows, err := s.db.Query(ctx, s.d.ListQueues())
+	rows, err := s.db.Query(ctx, s.q.ListQueues())
 	if err != nil {
 		return nil, s.wrap(fmt.Errorf("list queues: %w", err))
 	}
@@ -65,14 +65,14 @@ type QueueStats struct {
 
 // Stats counts jobs per queue and state, queues in name order.
 func (s *Store) Stats(ctx context.Context) ([]QueueStats, error) {
-	return s.countByState(ctx, s.d.JobsByState())
+	return s.countByState(ctx, s.q.JobsByState())
 }
 
 // Depth counts the jobs that are not completed or cancelled, per queue and
 // state: what a metrics scrape asks for, without counting the finished
 // jobs kept.
 func (s *Store) Depth(ctx context.Context) ([]QueueStats, error) {
-	return s.countByState(ctx, s.d.UnfinishedByState())
+	return s.countByState(ctx, s.q.UnfinishedByState())
 }
 
 // Oldest is the oldest job waiting to run in a queue.
@@ -88,7 +88,7 @@ type Oldest struct {
 // whether a limit holds it, so that an alert on a stuck queue need not
 // fire because a limit is working.
 func (s *Store) OldestWaiting(ctx context.Context) ([]Oldest, error) {
-	rows, err := s.db.Query(ctx, s.d.OldestWaiting())
+	rows, err := s.db.Query(ctx, s.q.OldestWaiting())
 	if err != nil {
 		return nil, s.wrap(fmt.Errorf("oldest waiting jobs: %w", err))
 	}
@@ -138,13 +138,13 @@ func (s *Store) ListJobsVia(ctx context.Context, ex Executor, f JobFilter) ([]*J
 	if f.Limit <= 0 {
 		f.Limit = 50
 	}
-	q, args := s.d.ListJobs(f)
+	q, args := s.q.ListJobs(f)
 	return s.queryJobInfos(ctx, ex, q, args)
 }
 
 // GetJob reads one job.
 func (s *Store) GetJob(ctx context.Context, id int64) (*JobInfo, error) {
-	q, args := s.d.GetJob(id)
+	q, args := s.q.GetJob(id)
 	jobs, err := s.queryJobInfos(ctx, s.db, q, args)
 	if err != nil {
 		return nil, err
@@ -210,13 +210,13 @@ func (s *Store) RetryJobs(ctx context.Context, c Clock, ids []int64) ([]int64, e
 					return nil, err
 				}
 				if sl.take(j.Conc) {
-					writes = append(writes, stmt(s.d.MarkSlots([]int64{j.ID}, true)))
+					writes = append(writes, stmt(s.q.MarkSlots([]int64{j.ID}, true)))
 				} else {
 					t.State = StateBlocked
 				}
 				writes = append(writes, sl.writes()...)
 			}
-			return append([]Stmt{stmt(s.d.SetJobs(j.State, 0, Micros(now), setRows([]Transition{t}, Micros(now))))}, writes...), nil
+			return append([]Stmt{stmt(s.q.SetJobs(j.State, 0, Micros(now), setRows([]Transition{t}, Micros(now))))}, writes...), nil
 		})
 }
 
@@ -231,7 +231,7 @@ func (s *Store) CancelJobs(ctx context.Context, c Clock, ids []int64, reason str
 	return s.operate(ctx, ids, "cancel", []State{StateReady, StateScheduled, StateParked, StateBlocked, StateFailed},
 		func(ctx context.Context, tx Tx, j *JobInfo) ([]Stmt, error) {
 			t := Transition{ID: j.ID, State: StateCancelled, Error: reason, Finished: true}
-			writes := []Stmt{stmt(s.d.SetJobs(j.State, 0, Micros(now), setRows([]Transition{t}, Micros(now))))}
+			writes := []Stmt{stmt(s.q.SetJobs(j.State, 0, Micros(now), setRows([]Transition{t}, Micros(now))))}
 			if !j.HoldsSlot {
 				return writes, nil
 			}
@@ -247,7 +247,7 @@ func (s *Store) operate(ctx context.Context, ids []int64, verb string, allowed [
 	var done []int64
 	for _, id := range ids {
 		err := s.inTx(ctx, func(tx Tx) error {
-			q, args := s.d.LockJob(id)
+			q, args := s.q.LockJob(id)
 			js, err := s.queryJobInfos(ctx, tx, q, args)
 			if err != nil {
 				return err

@@ -95,7 +95,7 @@ func (s *Store) lockBudgets(ctx context.Context, tx Executor, keys []string, c C
 		after = append(after, query(s.d.Now(), nil))
 	}
 	var dbNow int64
-	err := s.lockByName(ctx, tx, keys, s.d.LockBudgets, s.d.InsertBudgets, after,
+	err := s.lockByName(ctx, tx, keys, s.q.LockBudgets, s.q.InsertBudgets, after,
 		func(k string) bool { return out[k] != nil },
 		func(rows Rows) error {
 			r, err := scanBudget(rows)
@@ -170,12 +170,12 @@ func (s *Store) saveBudgets(budgets map[string]*budget, now int64) (Stmt, bool) 
 		return Stmt{}, false
 	}
 	slices.SortFunc(rows, func(a, b BudgetRow) int { return strings.Compare(a.Name, b.Name) })
-	return stmt(s.d.SaveBudgets(rows)), true
+	return stmt(s.q.SaveBudgets(rows)), true
 }
 
 // ListBudgets returns every budget with how many jobs wait on it.
 func (s *Store) ListBudgets(ctx context.Context) ([]BudgetInfo, error) {
-	rows, err := s.db.Query(ctx, s.d.ListBudgets())
+	rows, err := s.db.Query(ctx, s.q.ListBudgets())
 	if err != nil {
 		return nil, s.wrap(fmt.Errorf("list budgets: %w", err))
 	}
@@ -239,7 +239,7 @@ func (s *Store) ClearIdleBudgets(ctx context.Context, c Clock, batchSize int, pa
 				return err
 			}
 			now := Nanos(at)
-			q, args := s.d.LockIdleBudgets(now, batchSize)
+			q, args := s.q.LockIdleBudgets(now, batchSize)
 			rows, err := queryBudgets(ctx, tx, q, args)
 			if err != nil {
 				return err
@@ -253,7 +253,7 @@ func (s *Store) ClearIdleBudgets(ctx context.Context, c Clock, batchSize int, pa
 			if len(idle) == 0 {
 				return nil
 			}
-			q, args = s.d.DeleteBudgets(idle)
+			q, args = s.q.DeleteBudgets(idle)
 			_, err = exec(ctx, tx, q, args)
 			return err
 		})

@@ -227,7 +227,7 @@ func (s *Store) claim(ctx context.Context, tx Tx, p ClaimParams, res *ClaimResul
 			j.Attempt++
 			j.ClaimedAt = now
 		}
-		writes = append(writes, stmt(s.d.MarkRunning(ids, p.ProcessID, Micros(now))))
+		writes = append(writes, stmt(s.q.MarkRunning(ids, p.ProcessID, Micros(now))))
 	}
 	if err := pipeline(ctx, tx, writes, nil); err != nil {
 		return fmt.Errorf("claim and defer: %w", err)
@@ -253,17 +253,17 @@ func (s *Store) candidates(ctx context.Context, tx Tx, p ClaimParams, window int
 		var stmts []Stmt
 		var into []*[]*Job
 		if n := p.Max - len(plain); n > 0 {
-			stmts, into = append(stmts, query(s.d.LockReady(q, false, n))), append(into, &plain)
+			stmts, into = append(stmts, query(s.q.LockReady(q, false, n))), append(into, &plain)
 		}
 		if n := window - len(limited); p.Limits != nil && n > 0 {
-			stmts, into = append(stmts, query(s.d.LockReady(q, true, n))), append(into, &limited)
+			stmts, into = append(stmts, query(s.q.LockReady(q, true, n))), append(into, &limited)
 		}
 		// The hinted budgets, and then the clock, ride along with the
 		// first queue's candidates.
 		hinted := len(p.BudgetHint) > 0 && p.Limits != nil && res.hinted == nil
 		if hinted {
 			res.hinted = map[string]*budget{}
-			stmts = append(stmts, query(s.d.LockBudgets(p.BudgetHint)))
+			stmts = append(stmts, query(s.q.LockBudgets(p.BudgetHint)))
 			if s.readsDatabase(p.Clock) {
 				stmts = append(stmts, query(s.d.Now(), nil))
 			}
@@ -327,7 +327,7 @@ func (s *Store) promoteDue(ctx context.Context, tx Tx, p ClaimParams, limit int,
 		return nil, err
 	}
 	by := at.Add(max(p.DueLead, 0))
-	q, args := s.d.LockDueWaiting(p.Queues, Micros(by), limit)
+	q, args := s.q.LockDueWaiting(p.Queues, Micros(by), limit)
 	rows, err := tx.Query(ctx, q, args...)
 	if err != nil {
 		return nil, fmt.Errorf("lock due waiting jobs: %w", err)

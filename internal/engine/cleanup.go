@@ -18,7 +18,7 @@ func (s *Store) DeleteFinished(ctx context.Context, before time.Time, batch int)
 	for {
 		var n int
 		err := s.inTx(ctx, func(tx Tx) error {
-			q, args := s.d.LockFinished(Micros(before), batch)
+			q, args := s.q.LockFinished(Micros(before), batch)
 			rows, err := tx.Query(ctx, q, args...)
 			if err != nil {
 				return err
@@ -42,10 +42,10 @@ func (s *Store) DeleteFinished(ctx context.Context, before time.Time, batch int)
 			}
 			var writes []Stmt
 			if len(withCalls) > 0 {
-				writes = append(writes, stmt(s.d.DeleteCalls(withCalls)))
+				writes = append(writes, stmt(s.q.DeleteCalls(withCalls)))
 			}
 			n = len(ids)
-			return pipeline(ctx, tx, append(writes, stmt(s.d.DeleteJobsByID(ids))), nil)
+			return pipeline(ctx, tx, append(writes, stmt(s.q.DeleteJobsByID(ids))), nil)
 		})
 		if err != nil {
 			return total, s.wrap(fmt.Errorf("delete finished jobs: %w", err))

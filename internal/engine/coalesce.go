@@ -78,10 +78,10 @@ func (s *Store) enqueueTx(ctx context.Context, ex Executor, c Clock, jobs []NewJ
 			out[i].State = r.State
 		}
 		if len(took) > 0 {
-			writes = append(writes, stmt(s.d.MarkSlots(took, true)))
+			writes = append(writes, stmt(s.q.MarkSlots(took, true)))
 		}
 		if len(missed) > 0 {
-			writes = append(writes, stmt(s.d.SetJobs(StateReady, 0, nowUS, missed)))
+			writes = append(writes, stmt(s.q.SetJobs(StateReady, 0, nowUS, missed)))
 		}
 		writes = append(writes, sl.writes()...)
 	}
@@ -140,7 +140,7 @@ func (s *Store) coalesceOne(ctx context.Context, ex Executor, now time.Time, j N
 
 // lockPending locks the pending job that holds key, or returns nil.
 func (s *Store) lockPending(ctx context.Context, ex Executor, key string) (*PendingRow, error) {
-	q, args := s.d.LockPending(key)
+	q, args := s.q.LockPending(key)
 	var first nullInt64
 	rows, err := s.queryJobInfosExtra(ctx, ex, q, args, &first)
 	if err != nil || len(rows) == 0 {
@@ -152,8 +152,8 @@ func (s *Store) lockPending(ctx context.Context, ex Executor, key string) (*Pend
 // insertCoalescing inserts a job that takes a coalesce key and reports
 // false when a pending job already holds the key.
 func (s *Store) insertCoalescing(ctx context.Context, ex Executor, row InsertRow) (int64, bool, error) {
-	q, args := s.d.InsertCoalescing(row)
-	if s.d.InsertReturnsIDs() {
+	q, args := s.q.InsertCoalescing(row)
+	if s.q.c.Returning {
 		ids, err := queryInt64s(ctx, ex, q, args)
 		if err != nil || len(ids) == 0 {
 			return 0, false, err
@@ -178,7 +178,7 @@ func (s *Store) join(ctx context.Context, ex Executor, now time.Time, rule coale
 		u.Args = row.Args
 	case coalesce.Collect:
 		u.Calls++
-		writes = append(writes, stmt(s.d.InsertCall(p.ID, u.Calls, row.Args, nowUS)))
+		writes = append(writes, stmt(s.q.InsertCall(p.ID, u.Calls, row.Args, nowUS)))
 		if rule.MaxCalls > 0 && u.Calls >= rule.MaxCalls {
 			u.ReleaseKey = true // full: the next call starts a new job
 			dispatch = rule.Dispatch && (p.State == StateScheduled || p.State == StateParked)
@@ -196,7 +196,7 @@ func (s *Store) join(ctx context.Context, ex Executor, now time.Time, rule coale
 			u.State, u.RunAt = StateScheduled, Micros(at)
 		}
 	}
-	writes = append(writes, stmt(s.d.UpdateCoalesced(u)))
+	writes = append(writes, stmt(s.q.UpdateCoalesced(u)))
 	if err := pipeline(ctx, ex, writes, nil); err != nil {
 		return "", fmt.Errorf("join pending job %d: %w", p.ID, err)
 	}
@@ -217,7 +217,7 @@ func (s *Store) join(ctx context.Context, ex Executor, now time.Time, rule coale
 
 // lockPendingByID reads a job's state in the transaction.
 func (s *Store) lockPendingByID(ctx context.Context, ex Executor, id int64) (State, error) {
-	q, args := s.d.LockJob(id)
+	q, args := s.q.LockJob(id)
 	js, err := s.queryJobInfos(ctx, ex, q, args)
 	if err != nil {
 		return "", err
@@ -243,7 +243,7 @@ func (s *Store) loadCalls(ctx context.Context, ex Executor, jobs []*Job) error {
 	if len(ids) == 0 {
 		return nil
 	}
-	q, args := s.d.LoadCalls(ids)
+	q, args := s.q.LoadCalls(ids)
 	rows, err := ex.Query(ctx, q, args...)
 	if err != nil {
 		return fmt.Errorf("load calls: %w", err)

@@ -271,7 +271,7 @@ func (s *Store) AdmissionsSince(ctx context.Context, since time.Time, limit int)
 // wait on it; found is false when the budget has no row (it is idle, or
 // was never used).
 func (s *Store) GetBudgetInfo(ctx context.Context, key string) (b BudgetRow, found bool, err error) {
-	q, args := s.d.GetBudget(key)
+	q, args := s.q.GetBudget(key)
 	rows, err := queryBudgets(ctx, s.db, q, args)
 	if err != nil {
 		return BudgetRow{}, false, s.wrap(fmt.Errorf("budget %s: %w", key, err))
@@ -285,7 +285,7 @@ func (s *Store) GetBudgetInfo(ctx context.Context, key string) (b BudgetRow, fou
 // JobCalls returns the args of every call a coalescing job collected,
 // oldest first (none for a job that collected one call).
 func (s *Store) JobCalls(ctx context.Context, id int64) ([][]byte, error) {
-	q, args := s.d.LoadCalls([]int64{id})
+	q, args := s.q.LoadCalls([]int64{id})
 	rows, err := s.db.Query(ctx, q, args...)
 	if err != nil {
 		return nil, s.wrap(fmt.Errorf("calls of job %d: %w", id, err))

@@ -158,7 +158,7 @@ func (s *Store) batchEnd(rows []InsertRow, start int) int {
 		limit = min(limit, m)
 	}
 	end, size := start, 0
-	for end < len(rows) && end-start < s.d.MaxInsertBatch() {
+	for end < len(rows) && end-start < s.q.c.MaxInsertBatch {
 		r := &rows[end]
 		size += len(r.Args) + len(r.Kind) + len(r.Queue) + len(r.RateKeys) + len(r.ConcKey) + len(r.LastError) + len(r.CoalesceKey) + len(r.Metadata) + rowBytes
 		if end > start && size > limit {
@@ -195,7 +195,7 @@ func (s *Store) insertRow(j NewJob, now time.Time) (InsertRow, error) {
 		}
 	}
 	for name, v := range map[string]string{"kind": j.Kind, "queue": j.Queue} {
-		if max := s.d.MaxKeyLength(); max > 0 && utf8.RuneCountInString(v) > max {
+		if max := s.q.c.MaxKeyLength; max > 0 && utf8.RuneCountInString(v) > max {
 			return InsertRow{}, fmt.Errorf("%w: %s is %d characters; %s holds at most %d", ErrKeyTooLong, name, utf8.RuneCountInString(v), s.d.Name(), max)
 		}
 	}
@@ -233,8 +233,8 @@ func (s *Store) checkKey(what, key string) error {
 }
 
 func (s *Store) insert(ctx context.Context, ex Executor, rows []InsertRow) ([]int64, error) {
-	q, args := s.d.InsertJobs(rows)
-	if s.d.InsertReturnsIDs() {
+	q, args := s.q.InsertJobs(rows)
+	if s.q.c.Returning {
 		ids, err := queryInt64s(ctx, ex, q, args)
 		if err != nil {
 			return nil, err

@@ -62,15 +62,15 @@ func (s *Store) Finish(ctx context.Context, processID int64, c Clock, o Outcomes
 		if len(o.Completed) > 0 {
 			if s.DeleteOnComplete {
 				if len(o.WithCalls) > 0 {
-					writes = append(writes, stmt(s.d.DeleteCalls(o.WithCalls)))
+					writes = append(writes, stmt(s.q.DeleteCalls(o.WithCalls)))
 				}
-				writes = append(writes, stmt(s.d.DeleteJobs(o.Completed, processID)))
+				writes = append(writes, stmt(s.q.DeleteJobs(o.Completed, processID)))
 			} else {
-				writes = append(writes, stmt(s.d.CompleteJobs(o.Completed, processID, nowUS)))
+				writes = append(writes, stmt(s.q.CompleteJobs(o.Completed, processID, nowUS)))
 			}
 		}
 		if len(o.Others) > 0 {
-			writes = append(writes, stmt(s.d.SetJobs(StateRunning, processID, nowUS, setRows(o.Others, nowUS))))
+			writes = append(writes, stmt(s.q.SetJobs(StateRunning, processID, nowUS, setRows(o.Others, nowUS))))
 		}
 		if len(o.Pushes) > 0 {
 			st, err := s.pushBudgets(ctx, tx, c, o.Pushes)
@@ -153,7 +153,7 @@ func (s *Store) transition(ctx context.Context, tx Executor, from State, process
 	if len(ts) == 0 {
 		return nil
 	}
-	q, args := s.d.SetJobs(from, processID, now, setRows(ts, now))
+	q, args := s.q.SetJobs(from, processID, now, setRows(ts, now))
 	if _, err := exec(ctx, tx, q, args); err != nil {
 		return fmt.Errorf("move jobs from %s: %w", from, err)
 	}
@@ -181,7 +181,7 @@ func (s *Store) notify(ctx context.Context, ex Executor, queues []string) error 
 	if len(queues) == 0 {
 		return nil
 	}
-	q, args := s.d.Notify(queues)
+	q, args := s.q.Notify(queues)
 	if q == "" {
 		return nil
 	}

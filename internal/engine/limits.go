@@ -185,10 +185,10 @@ func (s *Store) applyLimits(ctx context.Context, tx Tx, p ClaimParams, cands []*
 		writes = append(writes, st)
 	}
 	if moved := append(deferred, failed...); len(moved) > 0 {
-		writes = append(writes, stmt(s.d.SetJobs(StateReady, 0, Micros(at), moved)))
+		writes = append(writes, stmt(s.q.SetJobs(StateReady, 0, Micros(at), moved)))
 	}
 	if len(unparked) > 0 {
-		writes = append(writes, stmt(s.d.SetJobs(StateParked, 0, Micros(at), unparked)))
+		writes = append(writes, stmt(s.q.SetJobs(StateParked, 0, Micros(at), unparked)))
 	}
 	return admitted, writes, gives, nil
 }
@@ -351,7 +351,7 @@ func (s *Store) Unpark(ctx context.Context, c Clock, horizon time.Duration, limi
 		}
 		now := Nanos(at)
 		until := now + horizon.Nanoseconds()
-		q, args := s.d.LockParkedBudgets(until, limit)
+		q, args := s.q.LockParkedBudgets(until, limit)
 		rows, err := queryBudgets(ctx, tx, q, args)
 		if err != nil {
 			return fmt.Errorf("lock parked budgets: %w", err)
@@ -369,7 +369,7 @@ func (s *Store) Unpark(ctx context.Context, c Clock, horizon time.Duration, limi
 		}
 		var writes []Stmt
 		if len(moves) > 0 {
-			writes = append(writes, stmt(s.d.SetJobs(StateParked, 0, Micros(at), moves)))
+			writes = append(writes, stmt(s.q.SetJobs(StateParked, 0, Micros(at), moves)))
 		}
 		if st, ok := s.saveBudgets(budgets, Micros(at)); ok {
 			writes = append(writes, st)
@@ -413,7 +413,7 @@ func (s *Store) unparkBudget(ctx context.Context, tx Tx, b *budget, now, until i
 		want = int((until-first)/p.Interval) + 1
 	}
 	want = min(want, max(b.row.Parked, 1), most)
-	q, args := s.d.LockParked(b.row.Name, want)
+	q, args := s.q.LockParked(b.row.Name, want)
 	parked, err := s.queryParked(ctx, tx, q, args, b.row.Name)
 	if err != nil {
 		return nil, fmt.Errorf("lock parked jobs of %s: %w", b.row.Name, err)
@@ -421,7 +421,7 @@ func (s *Store) unparkBudget(ctx context.Context, tx Tx, b *budget, now, until i
 	b.dirty = true
 	left := b.row.Parked - len(parked)
 	if len(parked) < want {
-		q, args := s.d.CountParked(b.row.Name)
+		q, args := s.q.CountParked(b.row.Name)
 		n, err := queryInt64s(ctx, tx, q, args)
 		if err != nil {
 			return nil, fmt.Errorf("count parked jobs of %s: %w", b.row.Name, err)

@@ -103,7 +103,7 @@ func (s *Store) LatestVersion() (int, error) {
 }
 
 func (s *Store) applied(ctx context.Context, ex Executor) (map[int]bool, error) {
-	versions, err := queryInt64s(ctx, ex, s.d.AppliedMigrations(), nil)
+	versions, err := queryInt64s(ctx, ex, s.q.AppliedMigrations(), nil)
 	if err != nil {
 		return nil, err
 	}
@@ -175,7 +175,7 @@ func (s *Store) MigrateUp(ctx context.Context, target int) ([]Migration, error) 
 	if err != nil {
 		return nil, err
 	}
-	if _, err := s.db.Exec(ctx, s.d.CreateMigrationsTable()); err != nil {
+	if _, err := s.db.Exec(ctx, s.q.CreateMigrationsTable()); err != nil {
 		return nil, fmt.Errorf("create migrations table: %w", err)
 	}
 	var done []Migration
@@ -201,7 +201,7 @@ func (s *Store) MigrateDown(ctx context.Context, steps int) ([]Migration, error)
 	if err != nil {
 		return nil, err
 	}
-	if _, err := s.db.Exec(ctx, s.d.CreateMigrationsTable()); err != nil {
+	if _, err := s.db.Exec(ctx, s.q.CreateMigrationsTable()); err != nil {
 		return nil, fmt.Errorf("create migrations table: %w", err)
 	}
 	var done []Migration
@@ -223,7 +223,7 @@ func (s *Store) MigrateDown(ctx context.Context, steps int) ([]Migration, error)
 func (s *Store) migrateOne(ctx context.Context, m Migration, up bool) (bool, error) {
 	ran := false
 	err := s.inTx(ctx, func(tx Tx) error {
-		if q := s.d.LockMigrations(); q != "" {
+		if q := s.q.LockMigrations(); q != "" {
 			if _, err := tx.Exec(ctx, q); err != nil {
 				return fmt.Errorf("lock migrations: %w", err)
 			}
@@ -247,9 +247,9 @@ func (s *Store) migrateOne(ctx context.Context, m Migration, up bool) (bool, err
 		var q string
 		var args []any
 		if up {
-			q, args = s.d.RecordMigration(m.Version, m.Name, Micros(time.Now()))
+			q, args = s.q.RecordMigration(m.Version, m.Name, Micros(time.Now()))
 		} else {
-			q, args = s.d.ForgetMigration(m.Version)
+			q, args = s.q.ForgetMigration(m.Version)
 		}
 		if _, err := exec(ctx, tx, q, args); err != nil {
 			return fmt.Errorf("record migration %03d: %w", m.Version, err)
@@ -261,7 +261,7 @@ func (s *Store) migrateOne(ctx context.Context, m Migration, up bool) (bool, err
 }
 
 func (s *Store) unlockMigrations(ctx context.Context, tx Tx) error {
-	if q := s.d.UnlockMigrations(); q != "" {
+	if q := s.q.UnlockMigrations(); q != "" {
 		if _, err := tx.Exec(ctx, q); err != nil {
 			return fmt.Errorf("unlock migrations: %w", err)
 		}

@@ -84,7 +84,7 @@ func (s *Store) deferOverflow(ctx context.Context, c Clock, o Overflow, horizon 
 		if err != nil {
 			return err
 		}
-		q, args := s.d.GetBudget(o.Key)
+		q, args := s.q.GetBudget(o.Key)
 		rows, err := queryBudgets(ctx, tx, q, args)
 		if err != nil || len(rows) == 0 {
 			return err
@@ -99,7 +99,7 @@ func (s *Store) deferOverflow(ctx context.Context, c Clock, o Overflow, horizon 
 		if ok {
 			return nil // room again: the claims admit what comes next
 		}
-		q, args = s.d.LockReadyLike(o.Queue, o.Kind, o.RateKeys, batch)
+		q, args = s.q.LockReadyLike(o.Queue, o.Kind, o.RateKeys, batch)
 		ids, err := queryInt64s(ctx, tx, q, args)
 		if err != nil || len(ids) == 0 {
 			return err
@@ -118,8 +118,8 @@ func (s *Store) deferOverflow(ctx context.Context, c Clock, o Overflow, horizon 
 			}
 		}
 		var moved Result
-		q, args = s.d.MoveCursor(o.Key, from, b.state.NextSlot, parked)
-		err = pipeline(ctx, tx, []Stmt{stmt(s.d.SetJobs(StateReady, 0, Micros(at), jobs))}, nil)
+		q, args = s.q.MoveCursor(o.Key, from, b.state.NextSlot, parked)
+		err = pipeline(ctx, tx, []Stmt{stmt(s.q.SetJobs(StateReady, 0, Micros(at), jobs))}, nil)
 		if err == nil {
 			moved, err = exec(ctx, tx, q, args)
 		}

@@ -44,7 +44,7 @@ func (s *Store) SetOverride(ctx context.Context, o Override, now time.Time) erro
 	if err != nil {
 		return fmt.Errorf("limit override %s: %w", o.Target, err)
 	}
-	q, args := s.d.SaveOverride(OverrideRow{Target: o.Target, To: o.To, PerUS: o.Per.Microseconds(), Burst: burst, UpdatedAt: Micros(now)})
+	q, args := s.q.SaveOverride(OverrideRow{Target: o.Target, To: o.To, PerUS: o.Per.Microseconds(), Burst: burst, UpdatedAt: Micros(now)})
 	if _, err := exec(ctx, s.db, q, args); err != nil {
 		return s.wrap(fmt.Errorf("limit override %s: %w", o.Target, err))
 	}
@@ -56,7 +56,7 @@ var ErrNoOverride = errors.New("no override is set")
 
 // ClearOverride removes an override: the declared limit applies again.
 func (s *Store) ClearOverride(ctx context.Context, target string) error {
-	q, args := s.d.DeleteOverride(target)
+	q, args := s.q.DeleteOverride(target)
 	res, err := exec(ctx, s.db, q, args)
 	if err != nil {
 		return s.wrap(fmt.Errorf("clear limit override %s: %w", target, err))
@@ -69,7 +69,7 @@ func (s *Store) ClearOverride(ctx context.Context, target string) error {
 
 // ListOverrides returns every override, by target.
 func (s *Store) ListOverrides(ctx context.Context) ([]Override, error) {
-	rows, err := s.db.Query(ctx, s.d.ListOverrides())
+	rows, err := s.db.Query(ctx, s.q.ListOverrides())
 	if err != nil {
 		return nil, s.wrap(fmt.Errorf("list limit overrides: %w", err))
 	}

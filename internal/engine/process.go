@@ -29,8 +29,8 @@ func (s *Store) RegisterProcess(ctx context.Context, p Process, c Clock) (int64,
 		return 0, s.wrap(fmt.Errorf("register process: %w", err))
 	}
 	row := ProcessRow{Kind: p.Kind, Name: p.Name, Hostname: p.Hostname, PID: p.PID, Queues: p.Queues, StartedAt: Micros(now), HeartbeatAt: Micros(now)}
-	q, args := s.d.InsertProcess(row)
-	if s.d.InsertReturnsIDs() {
+	q, args := s.q.InsertProcess(row)
+	if s.q.c.Returning {
 		ids, err := queryInt64s(ctx, s.db, q, args)
 		if err != nil {
 			return 0, s.wrap(fmt.Errorf("register process: %w", err))
@@ -55,7 +55,7 @@ func (s *Store) Heartbeat(ctx context.Context, id int64, c Clock) (bool, error) 
 	if err != nil {
 		return false, s.wrap(fmt.Errorf("heartbeat: %w", err))
 	}
-	q, args := s.d.Heartbeat(id, Micros(now))
+	q, args := s.q.Heartbeat(id, Micros(now))
 	res, err := exec(ctx, s.db, q, args)
 	if err != nil {
 		return false, s.wrap(fmt.Errorf("heartbeat: %w", err))
@@ -65,7 +65,7 @@ func (s *Store) Heartbeat(ctx context.Context, id int64, c Clock) (bool, error) 
 
 // DeregisterProcess removes a process that stopped cleanly.
 func (s *Store) DeregisterProcess(ctx context.Context, id int64) error {
-	q, args := s.d.DeleteProcess(id)
+	q, args := s.q.DeleteProcess(id)
 	if _, err := exec(ctx, s.db, q, args); err != nil {
 		return s.wrap(fmt.Errorf("deregister process: %w", err))
 	}
@@ -87,12 +87,12 @@ func (s *Store) ReapDeadProcesses(ctx context.Context, c Clock, threshold time.D
 			return err
 		}
 		nowUS := Micros(now)
-		q, args := s.d.LockDeadProcesses(Micros(now.Add(-threshold)), 100)
+		q, args := s.q.LockDeadProcesses(Micros(now.Add(-threshold)), 100)
 		dead, err := queryInt64s(ctx, tx, q, args)
 		if err != nil {
 			return fmt.Errorf("find dead processes: %w", err)
 		}
-		q, args = s.d.LockOrphans(dead, 1000)
+		q, args = s.q.LockOrphans(dead, 1000)
 		rows, err := tx.Query(ctx, q, args...)
 		if err != nil {
 			return fmt.Errorf("find lost jobs: %w", err)
@@ -140,7 +140,7 @@ func (s *Store) ReapDeadProcesses(ctx context.Context, c Clock, threshold time.D
 			return err
 		}
 		if len(dead) > 0 {
-			q, args := s.d.DeleteProcesses(dead)
+			q, args := s.q.DeleteProcesses(dead)
 			if _, err := exec(ctx, tx, q, args); err != nil {
 				return fmt.Errorf("remove dead processes: %w", err)
 			}
@@ -156,7 +156,7 @@ func (s *Store) ReapDeadProcesses(ctx context.Context, c Clock, threshold time.D
 
 // ListProcesses returns the registered processes.
 func (s *Store) ListProcesses(ctx context.Context) ([]ProcessRow, error) {
-	rows, err := s.db.Query(ctx, s.d.ListProcesses())
+	rows, err := s.db.Query(ctx, s.q.ListProcesses())
 	if err != nil {
 		return nil, s.wrap(fmt.Errorf("list processes: %w", err))
 	}

@@ -71,7 +71,7 @@ func TestAParkedJobLockedDuringUnparkIsUnparkedLater(t *testing.T) {
 		require.Equal(t, 1, budgetNamed(t, s, "k/x").Parked)
 
 		other := open()
-		q, args := other.Dialect().LockJob(got[3])
+		q, args := other.SQL().LockJob(got[3])
 		release, locked := holdLocked(t, other, q, args)
 		if locked {
 			n, err := s.Unpark(ctx, engine.At(at(time.Minute)), horizon, 100)
@@ -327,7 +327,7 @@ func TestClearingIdleBudgetsSkipsLockedBudgets(t *testing.T) {
 		pid := register(t, s, t0)
 		require.Len(t, claimLimited(t, s, pid, t0, 2, lim, 0).Jobs, 2)
 		other := open()
-		q, args := other.Dialect().LockBudgets([]string{"k/a"})
+		q, args := other.SQL().LockBudgets([]string{"k/a"})
 		release, locked := holdLocked(t, other, q, args)
 		ctx, cancel := context.WithTimeout(ctx, 5*time.Second)
 		defer cancel()

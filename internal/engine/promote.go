@@ -23,7 +23,7 @@ func (s *Store) Promote(ctx context.Context, c Clock, batch int) (int, []string,
 			return err
 		}
 		nowUS := Micros(at)
-		q, args := s.d.LockDue(nowUS, batch)
+		q, args := s.q.LockDue(nowUS, batch)
 		due, err := scanDue(ctx, tx, q, args)
 		if err != nil {
 			return fmt.Errorf("lock due jobs: %w", err)
@@ -89,18 +89,18 @@ func (s *Store) promote(ctx context.Context, ex Executor, due []DueRow, nowUS in
 	}
 	var writes []Stmt
 	if len(ready) > 0 {
-		writes = append(writes, stmt(s.d.MarkReady(ready)))
+		writes = append(writes, stmt(s.q.MarkReady(ready)))
 	}
 	if len(slotted) > 0 {
-		writes = append(writes, stmt(s.d.MarkSlots(slotted, true)))
+		writes = append(writes, stmt(s.q.MarkSlots(slotted, true)))
 	}
 	if len(others) > 0 {
-		writes = append(writes, stmt(s.d.SetJobs(StateScheduled, 0, nowUS, others)))
+		writes = append(writes, stmt(s.q.SetJobs(StateScheduled, 0, nowUS, others)))
 	}
 	if sl != nil {
 		writes = append(writes, sl.writes()...)
 	}
-	if q, args := s.d.Notify(queues); notify && q != "" && len(queues) > 0 {
+	if q, args := s.q.Notify(queues); notify && q != "" && len(queues) > 0 {
 		writes = append(writes, stmt(q, args))
 	}
 	return promotion{queues: queues, ready: ready, slotted: slotted}, pipeline(ctx, ex, writes, nil)

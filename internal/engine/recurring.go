@@ -16,7 +16,7 @@ func (s *Store) RunTick(ctx context.Context, task string, runAt, now time.Time, 
 	ran := false
 	err := s.inTx(ctx, func(tx Tx) error {
 		ran = false
-		q, args := s.d.InsertTick(task, Micros(runAt), Micros(now))
+		q, args := s.q.InsertTick(task, Micros(runAt), Micros(now))
 		res, err := exec(ctx, tx, q, args)
 		if err != nil {
 			return err
@@ -32,7 +32,7 @@ func (s *Store) RunTick(ctx context.Context, task string, runAt, now time.Time, 
 		if err != nil {
 			return err
 		}
-		q, args = s.d.SetTickJob(task, Micros(runAt), id)
+		q, args = s.q.SetTickJob(task, Micros(runAt), id)
 		_, err = exec(ctx, tx, q, args)
 		return err
 	})
@@ -53,7 +53,7 @@ type Tick struct {
 
 // LastTicks returns each recurring task's latest recorded tick.
 func (s *Store) LastTicks(ctx context.Context) (map[string]Tick, error) {
-	rows, err := s.db.Query(ctx, s.d.LastTicks())
+	rows, err := s.db.Query(ctx, s.q.LastTicks())
 	if err != nil {
 		return nil, s.wrap(fmt.Errorf("last ticks: %w", err))
 	}
@@ -74,7 +74,7 @@ func (s *Store) LastTicks(ctx context.Context) (map[string]Tick, error) {
 
 // DeleteTicks deletes the records of ticks older than before.
 func (s *Store) DeleteTicks(ctx context.Context, before time.Time) (int, error) {
-	q, args := s.d.DeleteTicks(Micros(before))
+	q, args := s.q.DeleteTicks(Micros(before))
 	res, err := exec(ctx, s.db, q, args)
 	if err != nil {
 		return 0, s.wrap(fmt.Errorf("delete old ticks: %w", err))

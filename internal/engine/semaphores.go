@@ -18,7 +18,7 @@ const DiscardedError = "discarded: no concurrency slot free"
 // first blocked jobs of the key.
 type slots struct {
 	ex       Executor
-	d        Dialect
+	q        *SQL
 	now      int64
 	sems     map[string]*SemaphoreRow
 	dirty    map[string]bool
@@ -40,13 +40,13 @@ func (s *Store) lockSlots(ctx context.Context, ex Executor, keys []string, c Clo
 	keys = slices.Clone(keys)
 	slices.Sort(keys)
 	keys = slices.Compact(keys)
-	sl := &slots{ex: ex, d: s.d, sems: map[string]*SemaphoreRow{}, dirty: map[string]bool{}}
+	sl := &slots{ex: ex, q: s.q, sems: map[string]*SemaphoreRow{}, dirty: map[string]bool{}}
 	var after []Stmt
 	if s.readsDatabase(c) {
 		after = append(after, query(s.d.Now(), nil))
 	}
 	var dbNow int64
-	err := s.lockByName(ctx, ex, keys, s.d.LockSemaphores, s.d.InsertSemaphores, after,
+	err := s.lockByName(ctx, ex, keys, s.q.LockSemaphores, s.q.InsertSemaphores, after,
 		func(k string) bool { return sl.sems[k] != nil },
 		func(rows Rows) error {
 			r, err := scanSemaphore(rows)
@@ -157,7 +157,7 @@ func (sl *slots) fill(ctx context.Context, key string) error {
 // lockBlocked locks up to n of key's first blocked jobs, noting their
 // queues.
 func (sl *slots) lockBlocked(ctx context.Context, key string, n int) ([]int64, error) {
-	q, args := sl.d.LockBlocked(key, n)
+	q, args := sl.q.LockBlocked(key, n)
 	rows, err := sl.ex.Query(ctx, q, args...)
 	if err != nil {
 		return nil, fmt.Errorf("lock blocked jobs of %s: %w", key, err)
@@ -184,7 +184,7 @@ func (sl *slots) lockBlocked(ctx context.Context, key string, n int) ([]int64, e
 func (sl *slots) writes() []Stmt {
 	var out []Stmt
 	if len(sl.released) > 0 {
-		out = append(out, stmt(sl.d.ReleaseHolders(sl.released)))
+		out = append(out, stmt(sl.q.ReleaseHolders(sl.released)))
 	}
 	var rows []SemaphoreRow
 	for k := range sl.dirty {
@@ -194,15 +194,15 @@ func (sl *slots) writes() []Stmt {
 	}
 	slices.SortFunc(rows, func(a, b SemaphoreRow) int { return strings.Compare(a.Name, b.Name) })
 	if len(rows) > 0 {
-		out = append(out, stmt(sl.d.SaveSemaphores(rows)))
+		out = append(out, stmt(sl.q.SaveSemaphores(rows)))
 	}
 	if len(sl.handed) > 0 {
 		ready := make([]SetRow, len(sl.handed))
 		for i, id := range sl.handed {
 			ready[i] = SetRow{ID: id, State: StateReady, RunAt: sl.now}
 		}
-		out = append(out, stmt(sl.d.SetJobs(StateBlocked, 0, sl.now, ready)), stmt(sl.d.MarkSlots(sl.handed, true)))
-		if q, args := sl.d.Notify(sl.queues); q != "" {
+		out = append(out, stmt(sl.q.SetJobs(StateBlocked, 0, sl.now, ready)), stmt(sl.q.MarkSlots(sl.handed, true)))
+		if q, args := sl.q.Notify(sl.queues); q != "" {
 			out = append(out, stmt(q, args))
 		}
 	}
@@ -219,7 +219,7 @@ func (s *Store) lockHolders(ctx context.Context, ex Executor, ids []int64, proce
 	if len(ids) == 0 {
 		return out, nil
 	}
-	q, args := s.d.LockSlotHolders(ids, processID)
+	q, args := s.q.LockSlotHolders(ids, processID)
 	rows, err := ex.Query(ctx, q, args...)
 	if err != nil {
 		return nil, fmt.Errorf("lock slot holders: %w", err)
@@ -264,7 +264,7 @@ func (s *Store) giveBack(ctx context.Context, ex Executor, c Clock, hs holders) 
 			return nil, nil, err
 		}
 	}
-	return append([]Stmt{stmt(s.d.MarkSlots(ids, false))}, sl.writes()...), sl.queues, nil
+	return append([]Stmt{stmt(s.q.MarkSlots(ids, false))}, sl.writes()...), sl.queues, nil
 }
 
 // MaintainSemaphores frees the slots of keys that saw no activity for
@@ -280,7 +280,7 @@ func (s *Store) MaintainSemaphores(ctx context.Context, c Clock, limit int) (fre
 		if err != nil {
 			return err
 		}
-		q, args := s.d.LockExpiredSemaphores(Micros(at), limit)
+		q, args := s.q.LockExpiredSemaphores(Micros(at), limit)
 		rows, err := tx.Query(ctx, q, args...)
 		if err != nil {
 			return fmt.Errorf("lock expired semaphores: %w", err)
@@ -298,7 +298,7 @@ func (s *Store) MaintainSemaphores(ctx context.Context, c Clock, limit int) (fre
 		if err := rows.Err(); err != nil {
 			return err
 		}
-		q, args = s.d.BlockedKeys(limit)
+		q, args = s.q.BlockedKeys(limit)
 		keys, err := queryStrings(ctx, tx, q, args)
 		if err != nil {
 			return fmt.Errorf("find blocked keys: %w", err)
@@ -338,7 +338,7 @@ type SemaphoreInfo struct {
 
 // ListSemaphores lists every concurrency key with its slots and jobs.
 func (s *Store) ListSemaphores(ctx context.Context) ([]SemaphoreInfo, error) {
-	rows, err := s.db.Query(ctx, s.d.ListSemaphores())
+	rows, err := s.db.Query(ctx, s.q.ListSemaphores())
 	if err != nil {
 		return nil, s.wrap(fmt.Errorf("list semaphores: %w", err))
 	}

@@ -1,8 +1,10 @@
 // Package store is sluice's storage: the contract every database meets,
 // the migrations, and the one algorithm for enqueue, claim, deferral,
-// promotion and recovery that runs on all of them. The packages below it
-// (internal/driver/postgres, mysql, sqlite) supply only a Dialect (SQL
-// text and types) and a connection pool.
+// promotion and recovery that runs on all of them, with every statement
+// written once in its catalog (sql/*.sql). The packages beside it
+// (internal/driver/postgres, mysql, sqlite) supply only a Dialect (the
+// database's capabilities and the few statements it spells its own way)
+// and a connection pool.
 package engine
 
 import (
@@ -19,6 +21,7 @@ var ErrPendingMigrations = errors.New("sluice: the database schema is missing or
 // Store runs sluice's operations against one database.
 type Store struct {
 	d        Dialect
+	q        *SQL
 	db       DB
 	schemaOK atomic.Bool
 	wake     wakeHub
@@ -27,11 +30,26 @@ type Store struct {
 	DeleteOnComplete bool
 }
 
-// New returns a store over db speaking d.
-func New(d Dialect, db DB) *Store { return &Store{d: d, db: db} }
+// New returns a store over db speaking d, with the statement catalog
+// rendered for d. It panics if d's statements do not render, a mistake in
+// the dialect that any test of it shows.
+func New(d Dialect, db DB) *Store { return &Store{d: d, q: MustSQL(d), db: db} }
+
+// MustSQL renders the statement catalog for d, as NewSQL, and panics if
+// it does not render.
+func MustSQL(d Dialect) *SQL {
+	q, err := NewSQL(d)
+	if err != nil {
+		panic(fmt.Sprintf("sluice: the %s dialect's statements: %v", d.Name(), err))
+	}
+	return q
+}
 
 // Dialect returns the store's dialect.
 func (s *Store) Dialect() Dialect { return s.d }
+
+// SQL returns the store's statements, rendered for its database.
+func (s *Store) SQL() *SQL { return s.q }
 
 // DB returns the store's pool.
 func (s *Store) DB() DB { return s.db }

@@ -42,7 +42,7 @@ func (s *Store) Subscribe(queues []string) (<-chan struct{}, func()) {
 		h.subs = map[*subscriber]struct{}{}
 	}
 	h.subs[sub] = struct{}{}
-	if l, ok := s.db.(Listener); ok && h.cancel == nil {
+	if l, ok := s.db.(Listener); ok && s.q.Notifies() && h.cancel == nil {
 		ctx, cancel := context.WithCancel(context.Background())
 		h.cancel = cancel
 		go s.listen(ctx, l)

@@ -170,14 +170,8 @@ func (Dialect) Migrations() fs.FS {
 	return sub
 }
 
-// InsertReturnsIDs is false: MySQL has no RETURNING.
-func (Dialect) InsertReturnsIDs() bool { return false }
-
 // IDStep is the server's auto_increment_increment.
 func (d Dialect) IDStep() int64 { return max(d.step, 1) }
-
-// MaxKeyLength is the key columns' 255 characters.
-func (Dialect) MaxKeyLength() int { return 255 }
 
 // packetReserve is the room one statement keeps, besides a job's args,
 // for its SQL text and its other values: at most 64 KiB, and at most half
@@ -197,9 +191,6 @@ func (d Dialect) MaxArgsBytes() int {
 	reserve := min(int64(packetReserve), d.packet/2)
 	return int(max((d.packet-reserve)/2, 1))
 }
-
-// MaxInsertBatch bounds one multi-row insert.
-func (Dialect) MaxInsertBatch() int { return 1000 }
 
 // IsUndefinedTable recognises ER_NO_SUCH_TABLE and ER_BAD_FIELD_ERROR.
 func (Dialect) IsUndefinedTable(err error) bool {

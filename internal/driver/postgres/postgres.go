@@ -187,8 +187,18 @@ func (t Tx) Rollback(ctx context.Context) error {
 	return nil
 }
 
-// Dialect is PostgreSQL's SQL.
-type Dialect struct{}
+// Dialect is PostgreSQL's SQL. Its zero value is for PostgreSQL itself;
+// the options are for compatible engines that lack a feature
+// (CockroachDB and YugabyteDB lack both).
+type Dialect struct {
+	// NoNotify leaves out LISTEN/NOTIFY: enqueues and promotions wake no
+	// one in other processes, whose workers find new jobs at their next
+	// poll. Defaults to false.
+	NoNotify bool
+	// NoAdvisoryLock serializes migrators with a lock row in
+	// sluice_migrations instead of an advisory lock. Defaults to false.
+	NoAdvisoryLock bool
+}
 
 var _ engine.Dialect = Dialect{}
 
@@ -200,15 +210,6 @@ func (Dialect) Migrations() fs.FS {
 	sub, _ := fs.Sub(migrations, "migrations")
 	return sub
 }
-
-// InsertReturnsIDs is true.
-func (Dialect) InsertReturnsIDs() bool { return true }
-
-// MaxKeyLength is 0: text has no limit.
-func (Dialect) MaxKeyLength() int { return 0 }
-
-// MaxInsertBatch bounds one insert's arrays.
-func (Dialect) MaxInsertBatch() int { return 5000 }
 
 // IsUndefinedTable recognises undefined_table and undefined_column.
 func (Dialect) IsUndefinedTable(err error) bool {

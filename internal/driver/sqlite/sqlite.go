@@ -107,15 +107,6 @@ func (Dialect) Migrations() fs.FS {
 	return sub
 }
 
-// InsertReturnsIDs is true: SQLite has INSERT … RETURNING.
-func (Dialect) InsertReturnsIDs() bool { return true }
-
-// MaxKeyLength is 0: TEXT has no limit.
-func (Dialect) MaxKeyLength() int { return 0 }
-
-// MaxInsertBatch keeps an insert under SQLite's 32766 parameters.
-func (Dialect) MaxInsertBatch() int { return 1000 }
-
 // IsUndefinedTable recognises "no such table" and "no such column".
 func (Dialect) IsUndefinedTable(err error) bool {
 	if err == nil {

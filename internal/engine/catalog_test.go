@@ -1,0 +1,84 @@
+package engine_test
+
+import (
+	"context"
+	"reflect"
+	"strings"
+	"testing"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/sluicequeue/sluice/internal/driver/mysql"
+	"github.com/sluicequeue/sluice/internal/driver/postgres"
+	"github.com/sluicequeue/sluice/internal/driver/sqlite"
+	"github.com/sluicequeue/sluice/internal/engine"
+	"github.com/sluicequeue/sluice/internal/testdb"
+)
+
+// Every statement of the catalog renders for every dialect (and each
+// PostgreSQL option) in that database's spelling, with as many
+// placeholders as arguments.
+func TestCatalogRendersForEveryDialect(t *testing.T) {
+	dialects := []engine.Dialect{postgres.Dialect{}, postgres.Dialect{NoNotify: true, NoAdvisoryLock: true}, mysql.Dialect{}, sqlite.Dialect{}}
+	for _, d := range dialects {
+		q, err := engine.NewSQL(d)
+		require.NoError(t, err, d.Name())
+		c := d.Capabilities()
+		v := reflect.ValueOf(q)
+		for i := range v.NumMethod() {
+			m, name := v.Method(i), v.Type().Method(i).Name
+			if m.Type().NumOut() == 0 || m.Type().Out(0).Kind() != reflect.String {
+				continue
+			}
+			var in []reflect.Value
+			for k := range m.Type().NumIn() {
+				at := m.Type().In(k)
+				if at.Kind() == reflect.Slice {
+					in = append(in, reflect.MakeSlice(at, 2, 2)) // two of each list
+				} else {
+					in = append(in, reflect.Zero(at))
+				}
+			}
+			out := m.Call(in)
+			text := out[0].String()
+			var args []any
+			if len(out) > 1 {
+				args, _ = out[1].Interface().([]any)
+			}
+			if text == "" {
+				continue
+			}
+			for _, leftover := range []string{"{", "}", " :"} {
+				require.NotContains(t, text, leftover, "%s %s", d.Name(), name)
+			}
+			if c.Arrays {
+				continue
+			}
+			require.NotContains(t, text, "::", "%s %s: casts are PostgreSQL's", d.Name(), name)
+			require.NotContains(t, text, "TRUE", "%s %s", d.Name(), name)
+			require.Equal(t, len(args), strings.Count(text, "?"), "%s %s: placeholders and arguments", d.Name(), name)
+			if !c.RowLocks {
+				require.NotContains(t, text, "FOR UPDATE", "%s %s", d.Name(), name)
+			}
+			if c.DuplicateKey {
+				require.NotContains(t, text, "ON CONFLICT", "%s %s", d.Name(), name)
+				require.NotContains(t, text, "EXCLUDED", "%s %s", d.Name(), name)
+			}
+			if !c.Returning {
+				require.NotContains(t, text, "RETURNING", "%s %s", d.Name(), name)
+			}
+		}
+	}
+}
+
+// A queue's ready jobs are counted together, with and without rate
+// limits, though each kind is read through its own index.
+func TestDepthCountsReadyJobsWithAndWithoutLimits(t *testing.T) {
+	testdb.Each(t, func(t *testing.T, s *engine.Store) {
+		enqueue(t, s, t0, job("a", "default", 0), limited("b", "b/1"), limited("b", "b/2"))
+		depth, err := s.Depth(context.Background())
+		require.NoError(t, err)
+		require.Len(t, depth, 1)
+		require.Equal(t, map[engine.State]int64{engine.StateReady: 3}, depth[0].Counts)
+	})
+}

@@ -1,0 +1,203 @@
+package engine
+
+import (
+	"fmt"
+	"strings"
+)
+
+// SQL is the statement catalog rendered for one database: a method per
+// statement that returns its text and arguments. Times are microseconds
+// since the Unix epoch; lists are never empty unless said.
+type SQL struct {
+	d Dialect
+	c Capabilities
+
+	createMigrationsTable, lockMigrations, unlockMigrations, appliedMigrations string
+	recordMigration, forgetMigration                                           *sqlStatement
+
+	insertJobs, lockReadyPlain, lockReadyLimited, lockReadyLike, markRunning, completeJobs, deleteJobs *sqlStatement
+	lockDue, lockDueWaiting, markReady, notify, lockOrphans, lockFinished, deleteJobsByID              *sqlStatement
+	getJob, lockJob, listJobs                                                                          *sqlStatement
+	jobsByState, unfinishedByState, oldestWaiting                                                      string
+
+	insertProcess, heartbeat, deleteProcess, lockDeadProcesses, deleteProcesses *sqlStatement
+	listProcesses                                                               string
+
+	setQueuePaused, saveOverride, deleteOverride *sqlStatement
+	listQueues, listOverrides                    string
+
+	lockBudgets, getBudget, insertBudgets, saveBudgets, moveCursor, lockParkedBudgets *sqlStatement
+	lockParked, countParked, lockIdleBudgets, deleteBudgets                           *sqlStatement
+	listBudgets                                                                       string
+
+	lockSemaphores, insertSemaphores, saveSemaphores, lockBlocked, markSlots, releaseHolders *sqlStatement
+	lockSlotHolders, lockExpiredSemaphores, blockedKeys                                      *sqlStatement
+	listSemaphores                                                                           string
+
+	insertCoalescing, lockPending, updateCoalesced, insertCall, loadCalls, deleteCalls *sqlStatement
+
+	insertTick, setTickJob, deleteTicks *sqlStatement
+	lastTicks                           string
+}
+
+// optional are the statements a database may lack (have no default, or
+// replace with an empty one): without Notify and WakeOnInsert workers in
+// other processes poll; without LockMigrations and UnlockMigrations
+// migrators rely on their transactions alone.
+var optional = map[string]bool{"Notify": true, "WakeOnInsert": true, "LockMigrations": true, "UnlockMigrations": true}
+
+// wakes are the inserts that wake listeners for the jobs they make ready,
+// where the database has WakeOnInsert.
+var wakes = map[string]bool{"InsertJobs": true, "InsertCoalescing": true}
+
+// NewSQL renders the catalog for d.
+func NewSQL(d Dialect) (*SQL, error) {
+	c := d.Capabilities()
+	all, err := loadCatalog(d.Replacements())
+	if err != nil {
+		return nil, err
+	}
+	q := &SQL{d: d, c: c}
+	render := func(name string) (string, error) {
+		e, ok := all[name]
+		if !ok || e.fragment {
+			if optional[name] {
+				return "", nil
+			}
+			return "", fmt.Errorf("no statement %s", name)
+		}
+		if e.text == "" {
+			if optional[name] {
+				return "", nil
+			}
+			return "", fmt.Errorf("statement %s is empty", name)
+		}
+		text, err := expand(all, name, e.text)
+		if err != nil {
+			return "", err
+		}
+		text = spell(text, c)
+		if w := all["WakeOnInsert"]; wakes[name] && w.text != "" && c.Returning {
+			text = strings.Replace(w.text, "{insert}", text, 1)
+		}
+		return text, nil
+	}
+	texts := []struct {
+		dst  *string
+		name string
+	}{
+		{&q.createMigrationsTable, "CreateMigrationsTable"}, {&q.lockMigrations, "LockMigrations"},
+		{&q.unlockMigrations, "UnlockMigrations"}, {&q.appliedMigrations, "AppliedMigrations"},
+		{&q.jobsByState, "JobsByState"}, {&q.unfinishedByState, "UnfinishedByState"}, {&q.oldestWaiting, "OldestWaiting"},
+		{&q.listProcesses, "ListProcesses"}, {&q.listQueues, "ListQueues"}, {&q.listOverrides, "ListOverrides"},
+		{&q.listBudgets, "ListBudgets"}, {&q.listSemaphores, "ListSemaphores"}, {&q.lastTicks, "LastTicks"},
+	}
+	for _, t := range texts {
+		if *t.dst, err = render(t.name); err != nil {
+			return nil, err
+		}
+	}
+	stmts := []struct {
+		dst    **sqlStatement
+		name   string
+		params []string
+	}{
+		{&q.recordMigration, "RecordMigration", []string{"version", "name", "now"}},
+		{&q.forgetMigration, "ForgetMigration", []string{"version"}},
+
+		{&q.insertJobs, "InsertJobs", []string{"rows"}},
+		{&q.lockReadyPlain, "LockReadyPlain", []string{"queue", "limit"}},
+		{&q.lockReadyLimited, "LockReadyLimited", []string{"queue", "limit"}},
+		{&q.lockReadyLike, "LockReadyLike", []string{"queue", "rate_keys", "kind", "limit"}},
+		{&q.markRunning, "MarkRunning", []string{"process_id", "now", "ids"}},
+		{&q.completeJobs, "CompleteJobs", []string{"now", "ids", "process_id"}},
+		{&q.deleteJobs, "DeleteJobs", []string{"ids", "process_id"}},
+		{&q.lockDue, "LockDue", []string{"now", "limit"}},
+		{&q.lockDueWaiting, "LockDueWaiting", []string{"now", "queues", "limit"}},
+		{&q.markReady, "MarkReady", []string{"ids"}},
+		{&q.notify, "Notify", []string{"queues"}},
+		{&q.lockOrphans, "LockOrphans", []string{"process_ids", "limit"}},
+		{&q.lockFinished, "LockFinished", []string{"before", "limit"}},
+		{&q.deleteJobsByID, "DeleteJobsByID", []string{"ids"}},
+		{&q.getJob, "GetJob", []string{"id"}},
+		{&q.lockJob, "LockJob", []string{"id"}},
+		{&q.listJobs, "ListJobs", []string{"state", "kind", "queue", "limit"}},
+
+		{&q.insertProcess, "InsertProcess", []string{"kind", "name", "hostname", "pid", "queues", "started_at", "heartbeat_at"}},
+		{&q.heartbeat, "Heartbeat", []string{"now", "id"}},
+		{&q.deleteProcess, "DeleteProcess", []string{"id"}},
+		{&q.lockDeadProcesses, "LockDeadProcesses", []string{"before", "limit"}},
+		{&q.deleteProcesses, "DeleteProcesses", []string{"ids"}},
+
+		{&q.setQueuePaused, "SetQueuePaused", []string{"name", "paused", "now"}},
+		{&q.saveOverride, "SaveOverride", []string{"target", "to_count", "per_us", "burst", "now"}},
+		{&q.deleteOverride, "DeleteOverride", []string{"target"}},
+
+		{&q.lockBudgets, "LockBudgets", []string{"keys"}},
+		{&q.getBudget, "GetBudget", []string{"key"}},
+		{&q.insertBudgets, "InsertBudgets", []string{"rows"}},
+		{&q.saveBudgets, "SaveBudgets", []string{"rows"}},
+		{&q.moveCursor, "MoveCursor", []string{"to", "parked", "key", "from"}},
+		{&q.lockParkedBudgets, "LockParkedBudgets", []string{"until", "limit"}},
+		{&q.lockParked, "LockParked", []string{"key", "limit"}},
+		{&q.countParked, "CountParked", []string{"key"}},
+		{&q.lockIdleBudgets, "LockIdleBudgets", []string{"now", "limit"}},
+		{&q.deleteBudgets, "DeleteBudgets", []string{"names"}},
+
+		{&q.lockSemaphores, "LockSemaphores", []string{"keys"}},
+		{&q.insertSemaphores, "InsertSemaphores", []string{"rows"}},
+		{&q.saveSemaphores, "SaveSemaphores", []string{"rows"}},
+		{&q.lockBlocked, "LockBlocked", []string{"key", "limit"}},
+		{&q.markSlots, "MarkSlots", []string{"holds", "ids"}},
+		{&q.releaseHolders, "ReleaseHolders", []string{"keys"}},
+		{&q.lockSlotHolders, "LockSlotHolders", []string{"ids", "process_id"}},
+		{&q.lockExpiredSemaphores, "LockExpiredSemaphores", []string{"now", "limit"}},
+		{&q.blockedKeys, "BlockedKeys", []string{"limit"}},
+
+		{&q.insertCoalescing, "InsertCoalescing", []string{"kind", "queue", "priority", "state", "args", "max_attempts", "created_at", "run_at",
+			"rate_keys", "conc_key", "conc_limit", "conc_duration", "conc_discard", "holds_slot", "coalesce_key", "first_call_at"}},
+		{&q.lockPending, "LockPending", []string{"key"}},
+		{&q.updateCoalesced, "UpdateCoalesced", []string{"id", "args", "calls", "state", "run_at", "release"}},
+		{&q.insertCall, "InsertCall", []string{"job_id", "seq", "args", "now"}},
+		{&q.loadCalls, "LoadCalls", []string{"job_ids"}},
+		{&q.deleteCalls, "DeleteCalls", []string{"job_ids"}},
+
+		{&q.insertTick, "InsertTick", []string{"task", "run_at", "now"}},
+		{&q.setTickJob, "SetTickJob", []string{"job_id", "task", "run_at"}},
+		{&q.deleteTicks, "DeleteTicks", []string{"before"}},
+	}
+	for _, s := range stmts {
+		text, err := render(s.name)
+		if err != nil {
+			return nil, err
+		}
+		if text == "" {
+			continue
+		}
+		if *s.dst, err = prepare(s.name, text, c, s.params...); err != nil {
+			return nil, err
+		}
+	}
+	return q, nil
+}
+
+// CreateMigrationsTable creates the table that records applied migrations.
+func (q *SQL) CreateMigrationsTable() string { return q.createMigrationsTable }
+
+// LockMigrations and UnlockMigrations serialize concurrent migrators
+// inside a migration's transaction; either may be empty.
+func (q *SQL) LockMigrations() string { return q.lockMigrations }
+
+// UnlockMigrations releases what LockMigrations took, before the commit.
+func (q *SQL) UnlockMigrations() string { return q.unlockMigrations }
+
+// AppliedMigrations lists the applied versions.
+func (q *SQL) AppliedMigrations() string { return q.appliedMigrations }
+
+// RecordMigration marks a version applied.
+func (q *SQL) RecordMigration(version int, name string, now int64) (string, []any) {
+	return q.recordMigration.bind(version, name, now)
+}
+
+// ForgetMigration marks a version reverted.
+func (q *SQL) ForgetMigration(version int) (string, []any) { return q.forgetMigration.bind(version) }

@@ -1,0 +1,139 @@
+package engine
+
+// The statements of jobs: enqueue, claim, finish, promotion, recovery,
+// cleanup and inspection.
+
+// InsertJobs inserts jobs, returning their ids as rows when the database
+// has RETURNING; it also wakes listeners for ready jobs where the
+// database has WakeOnInsert.
+func (q *SQL) InsertJobs(jobs []InsertRow) (string, []any) {
+	n := len(jobs)
+	kinds, queues, states, args := make([]string, n), make([]string, n), make([]string, n), make([]string, n)
+	rateKeys, concKeys, lastErrs, metadata := make([]string, n), make([]string, n), make([]string, n), make([]string, n)
+	prios, maxAttempts, concLimits := make([]int32, n), make([]int32, n), make([]int32, n)
+	created, runAt, concDur, finished := make([]int64, n), make([]int64, n), make([]int64, n), make([]int64, n)
+	discard, holds := make([]bool, n), make([]bool, n)
+	for i, j := range jobs {
+		kinds[i], queues[i], states[i], args[i] = j.Kind, j.Queue, string(j.State), j.Args
+		rateKeys[i], concKeys[i], lastErrs[i], metadata[i] = j.RateKeys, j.ConcKey, j.LastError, j.Metadata
+		prios[i], maxAttempts[i], concLimits[i] = int32(j.Priority), int32(j.MaxAttempts), int32(j.ConcLimit)
+		created[i], runAt[i], concDur[i], finished[i] = j.CreatedAt, j.RunAt, j.ConcDuration, j.FinishedAt
+		discard[i], holds[i] = j.ConcDiscard, j.HoldsSlot
+	}
+	return q.insertJobs.bind(columns{kinds, queues, prios, states, args, maxAttempts, created, runAt, rateKeys,
+		concKeys, concLimits, concDur, discard, holds, lastErrs, finished, metadata})
+}
+
+// LockReady selects (and locks, skipping locked rows) up to limit ready
+// jobs of one queue, by priority then id, unless the queue is paused:
+// those that carry no rate-limit key, or, with limited, those that do.
+// Columns: JobColumns.
+func (q *SQL) LockReady(queue string, limited bool, limit int) (string, []any) {
+	if limited {
+		return q.lockReadyLimited.bind(queue, limit)
+	}
+	return q.lockReadyPlain.bind(queue, limit)
+}
+
+// LockReadyLike selects and locks, skipping locked rows, up to limit
+// ready jobs of a queue and kind whose rate keys are exactly rateKeys and
+// that hold no concurrency slot. Columns: id.
+func (q *SQL) LockReadyLike(queue, kind, rateKeys string, limit int) (string, []any) {
+	return q.lockReadyLike.bind(queue, rateKeys, kind, limit)
+}
+
+// MarkRunning claims locked jobs for a process.
+func (q *SQL) MarkRunning(ids []int64, processID, now int64) (string, []any) {
+	return q.markRunning.bind(processID, now, ids)
+}
+
+// CompleteJobs marks running jobs of a process completed.
+func (q *SQL) CompleteJobs(ids []int64, processID, now int64) (string, []any) {
+	return q.completeJobs.bind(now, ids, processID)
+}
+
+// DeleteJobs deletes running jobs of a process (completion that keeps
+// nothing).
+func (q *SQL) DeleteJobs(ids []int64, processID int64) (string, []any) {
+	return q.deleteJobs.bind(ids, processID)
+}
+
+// SetJobs applies transitions to jobs currently in state from (and, when
+// processID is not 0, claimed by that process): the dialect's bulk
+// update.
+func (q *SQL) SetJobs(from State, processID, now int64, rows []SetRow) (string, []any) {
+	return q.d.SetJobs(from, processID, now, rows)
+}
+
+// LockDue selects and locks up to limit scheduled jobs due at now.
+// Columns: id, queue, conc_key, conc_limit, conc_duration, conc_discard,
+// holds_slot.
+func (q *SQL) LockDue(now int64, limit int) (string, []any) { return q.lockDue.bind(now, limit) }
+
+// LockDueWaiting selects and locks, skipping locked rows, up to limit
+// scheduled jobs of the queues that wait on a rate limit and are due at
+// now, soonest first. Columns: JobColumns, conc_limit, conc_duration,
+// conc_discard.
+func (q *SQL) LockDueWaiting(queues []string, now int64, limit int) (string, []any) {
+	return q.lockDueWaiting.bind(now, queues, limit)
+}
+
+// MarkReady makes locked jobs ready.
+func (q *SQL) MarkReady(ids []int64) (string, []any) { return q.markReady.bind(ids) }
+
+// Notify wakes listening workers for the queues, or returns "" where the
+// database has no notifications.
+func (q *SQL) Notify(queues []string) (string, []any) {
+	if q.notify == nil {
+		return "", nil
+	}
+	return q.notify.bind(queues)
+}
+
+// Notifies reports whether the database wakes listeners (Notify): if
+// not, workers in other processes poll.
+func (q *SQL) Notifies() bool { return q.notify != nil }
+
+// LockOrphans selects and locks running jobs whose process is gone or
+// listed (the list may be empty). Columns: id, queue, attempt,
+// max_attempts, conc_key, holds_slot.
+func (q *SQL) LockOrphans(processIDs []int64, limit int) (string, []any) {
+	if processIDs == nil {
+		processIDs = []int64{}
+	}
+	return q.lockOrphans.bind(processIDs, limit)
+}
+
+// LockFinished selects, skipping locked rows, up to limit completed or
+// cancelled jobs that finished before the given time. Columns: id, calls.
+func (q *SQL) LockFinished(before int64, limit int) (string, []any) {
+	return q.lockFinished.bind(before, limit)
+}
+
+// DeleteJobsByID deletes jobs.
+func (q *SQL) DeleteJobsByID(ids []int64) (string, []any) { return q.deleteJobsByID.bind(ids) }
+
+// GetJob reads one job. Columns: JobInfoColumns.
+func (q *SQL) GetJob(id int64) (string, []any) { return q.getJob.bind(id) }
+
+// LockJob reads and locks one job. Columns: JobInfoColumns.
+func (q *SQL) LockJob(id int64) (string, []any) { return q.lockJob.bind(id) }
+
+// ListJobs lists jobs, newest first, filtered by whichever of state, kind
+// and queue are set. Columns: JobInfoColumns.
+func (q *SQL) ListJobs(f JobFilter) (string, []any) {
+	return q.listJobs.bind(string(f.State), f.Kind, f.Queue, f.Limit)
+}
+
+// JobsByState counts jobs per queue and state. Columns: queue, state,
+// count.
+func (q *SQL) JobsByState() string { return q.jobsByState }
+
+// UnfinishedByState counts the jobs that are not completed or cancelled,
+// per queue and state. Columns: queue, state, count.
+func (q *SQL) UnfinishedByState() string { return q.unfinishedByState }
+
+// OldestWaiting finds, per queue, the oldest job waiting to run, split by
+// whether a limit holds it. Columns: queue, throttled (0 or 1),
+// created_at.
+func (q *SQL) OldestWaiting() string { return q.oldestWaiting }

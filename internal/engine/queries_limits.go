@@ -1,0 +1,124 @@
+package engine
+
+// The statements of rate-limit budgets and concurrency semaphores.
+
+// LockBudgets selects and locks budget rows in key order. Columns:
+// BudgetColumns.
+func (q *SQL) LockBudgets(keys []string) (string, []any) { return q.lockBudgets.bind(keys) }
+
+// GetBudget reads one budget without locking it. Columns: BudgetColumns.
+func (q *SQL) GetBudget(key string) (string, []any) { return q.getBudget.bind(key) }
+
+// InsertBudgets inserts empty budget rows for keys, ignoring those that
+// exist.
+func (q *SQL) InsertBudgets(keys []string) (string, []any) {
+	return q.insertBudgets.bind(columns{keys})
+}
+
+// SaveBudgets writes budget rows back.
+func (q *SQL) SaveBudgets(rows []BudgetRow) (string, []any) {
+	n := len(rows)
+	names := make([]string, n)
+	tat, next, interval, updated := make([]int64, n), make([]int64, n), make([]int64, n), make([]int64, n)
+	burst, parked := make([]int32, n), make([]int32, n)
+	for i, r := range rows {
+		names[i], tat[i], next[i], interval[i], updated[i] = r.Name, r.TAT, r.NextSlot, r.IntervalNS, r.UpdatedAt
+		burst[i], parked[i] = int32(r.Burst), int32(r.Parked)
+	}
+	return q.saveBudgets.bind(columns{names, tat, next, interval, burst, parked, updated})
+}
+
+// MoveCursor sets a budget's next slot to to and adds parked to its
+// parked count, if its next slot is still from; it affects no row
+// otherwise.
+func (q *SQL) MoveCursor(key string, from, to int64, parked int) (string, []any) {
+	return q.moveCursor.bind(to, parked, key, from)
+}
+
+// LockParkedBudgets selects and locks, skipping locked rows, budgets with
+// parked jobs whose next slot falls before until, soonest first. Columns:
+// BudgetColumns.
+func (q *SQL) LockParkedBudgets(until int64, limit int) (string, []any) {
+	return q.lockParkedBudgets.bind(until, limit)
+}
+
+// LockParked selects and locks, skipping locked rows, the first parked
+// jobs of a budget by priority then id. Columns: id, rate_keys.
+func (q *SQL) LockParked(key string, limit int) (string, []any) {
+	return q.lockParked.bind(key, limit)
+}
+
+// CountParked counts a budget's parked jobs, whether or not another
+// transaction holds them locked. Columns: count.
+func (q *SQL) CountParked(key string) (string, []any) { return q.countParked.bind(key) }
+
+// LockIdleBudgets selects and locks, skipping locked rows, up to limit
+// budgets that may be idle at now. Columns: BudgetColumns.
+func (q *SQL) LockIdleBudgets(now int64, limit int) (string, []any) {
+	return q.lockIdleBudgets.bind(now, limit)
+}
+
+// DeleteBudgets deletes budgets by name.
+func (q *SQL) DeleteBudgets(names []string) (string, []any) { return q.deleteBudgets.bind(names) }
+
+// ListBudgets lists budgets with how many jobs wait on each. Columns:
+// BudgetColumns, waiting.
+func (q *SQL) ListBudgets() string { return q.listBudgets }
+
+// LockSemaphores selects and locks semaphores in key order. Columns:
+// SemaphoreColumns.
+func (q *SQL) LockSemaphores(keys []string) (string, []any) { return q.lockSemaphores.bind(keys) }
+
+// InsertSemaphores inserts unused semaphore rows for keys, ignoring those
+// that exist.
+func (q *SQL) InsertSemaphores(keys []string) (string, []any) {
+	return q.insertSemaphores.bind(columns{keys})
+}
+
+// SaveSemaphores writes semaphores back.
+func (q *SQL) SaveSemaphores(rows []SemaphoreRow) (string, []any) {
+	n := len(rows)
+	names := make([]string, n)
+	held, limit := make([]int32, n), make([]int32, n)
+	dur, exp, upd := make([]int64, n), make([]int64, n), make([]int64, n)
+	for i, r := range rows {
+		names[i], held[i], limit[i], dur[i], exp[i], upd[i] = r.Name, int32(r.Held), int32(r.Limit), r.DurationUS, r.ExpiresAt, r.UpdatedAt
+	}
+	return q.saveSemaphores.bind(columns{names, held, limit, dur, exp, upd})
+}
+
+// LockBlocked selects and locks, skipping locked rows, the first blocked
+// jobs of a key by priority then id. Columns: id, queue.
+func (q *SQL) LockBlocked(key string, limit int) (string, []any) {
+	return q.lockBlocked.bind(key, limit)
+}
+
+// MarkSlots records whether jobs hold a slot.
+func (q *SQL) MarkSlots(ids []int64, holds bool) (string, []any) {
+	return q.markSlots.bind(holds, ids)
+}
+
+// ReleaseHolders clears the slot of every job of the keys that holds one.
+func (q *SQL) ReleaseHolders(keys []string) (string, []any) { return q.releaseHolders.bind(keys) }
+
+// LockSlotHolders selects and locks, of the listed jobs, those that hold
+// a slot (and, when processID is not 0, run for that process). Columns:
+// id, conc_key.
+func (q *SQL) LockSlotHolders(ids []int64, processID int64) (string, []any) {
+	return q.lockSlotHolders.bind(ids, processID)
+}
+
+// LockExpiredSemaphores selects and locks, skipping locked rows,
+// semaphores with taken slots that expired before now. Columns:
+// SemaphoreColumns.
+func (q *SQL) LockExpiredSemaphores(now int64, limit int) (string, []any) {
+	return q.lockExpiredSemaphores.bind(now, limit)
+}
+
+// BlockedKeys selects keys with blocked jobs whose semaphore has a free
+// slot or no row. Columns: conc_key.
+func (q *SQL) BlockedKeys(limit int) (string, []any) { return q.blockedKeys.bind(limit) }
+
+// ListSemaphores lists semaphores with their blocked and holding jobs.
+// Columns: SemaphoreColumns, blocked, holding.
+func (q *SQL) ListSemaphores() string { return q.listSemaphores }

@@ -1,0 +1,97 @@
+package engine
+
+// The statements of processes, queues, overrides, coalescing and
+// recurring tasks.
+
+// InsertProcess registers a process; it returns the id as a row where the
+// database has RETURNING.
+func (q *SQL) InsertProcess(p ProcessRow) (string, []any) {
+	return q.insertProcess.bind(p.Kind, p.Name, p.Hostname, p.PID, p.Queues, p.StartedAt, p.HeartbeatAt)
+}
+
+// Heartbeat stamps a process's heartbeat.
+func (q *SQL) Heartbeat(id, now int64) (string, []any) { return q.heartbeat.bind(now, id) }
+
+// DeleteProcess removes a process.
+func (q *SQL) DeleteProcess(id int64) (string, []any) { return q.deleteProcess.bind(id) }
+
+// LockDeadProcesses selects and locks processes whose heartbeat is older
+// than before. Columns: id.
+func (q *SQL) LockDeadProcesses(before int64, limit int) (string, []any) {
+	return q.lockDeadProcesses.bind(before, limit)
+}
+
+// DeleteProcesses removes processes by id.
+func (q *SQL) DeleteProcesses(ids []int64) (string, []any) { return q.deleteProcesses.bind(ids) }
+
+// ListProcesses lists processes. Columns: ProcessColumns.
+func (q *SQL) ListProcesses() string { return q.listProcesses }
+
+// SetQueuePaused pauses or resumes a queue.
+func (q *SQL) SetQueuePaused(queue string, paused bool, now int64) (string, []any) {
+	return q.setQueuePaused.bind(queue, paused, now)
+}
+
+// ListQueues lists queues known from jobs and pauses. Columns: name,
+// paused.
+func (q *SQL) ListQueues() string { return q.listQueues }
+
+// SaveOverride sets a rate-limit override.
+func (q *SQL) SaveOverride(o OverrideRow) (string, []any) {
+	return q.saveOverride.bind(o.Target, o.To, o.PerUS, o.Burst, o.UpdatedAt)
+}
+
+// DeleteOverride removes one.
+func (q *SQL) DeleteOverride(target string) (string, []any) { return q.deleteOverride.bind(target) }
+
+// ListOverrides lists them. Columns: target, to_count, per_us, burst,
+// updated_at.
+func (q *SQL) ListOverrides() string { return q.listOverrides }
+
+// InsertCoalescing inserts one job that takes a coalesce key unless a
+// pending job holds it: it returns the new id as a row (none on a
+// conflict) where the database has RETURNING, else it affects no row on a
+// conflict.
+func (q *SQL) InsertCoalescing(j InsertRow) (string, []any) {
+	return q.insertCoalescing.bind(j.Kind, j.Queue, j.Priority, string(j.State), j.Args, j.MaxAttempts, j.CreatedAt, j.RunAt,
+		j.RateKeys, j.ConcKey, j.ConcLimit, j.ConcDuration, j.ConcDiscard, j.HoldsSlot, j.CoalesceKey, j.FirstCallAt, j.Metadata)
+}
+
+// LockPending selects and locks the pending job that holds a coalesce
+// key. Columns: JobInfoColumns, first_call_at.
+func (q *SQL) LockPending(key string) (string, []any) { return q.lockPending.bind(key) }
+
+// UpdateCoalesced applies a joining call to the pending job.
+func (q *SQL) UpdateCoalesced(u CoalesceUpdate) (string, []any) {
+	return q.updateCoalesced.bind(u.ID, u.Args, u.Calls, string(u.State), u.RunAt, u.ReleaseKey)
+}
+
+// InsertCall stores one collected call.
+func (q *SQL) InsertCall(jobID int64, seq int, args string, now int64) (string, []any) {
+	return q.insertCall.bind(jobID, seq, args, now)
+}
+
+// LoadCalls reads the collected calls of jobs. Columns: job_id, args, in
+// job then call order.
+func (q *SQL) LoadCalls(jobIDs []int64) (string, []any) { return q.loadCalls.bind(jobIDs) }
+
+// DeleteCalls deletes the collected calls of jobs.
+func (q *SQL) DeleteCalls(jobIDs []int64) (string, []any) { return q.deleteCalls.bind(jobIDs) }
+
+// InsertTick records a recurring task's tick unless it is recorded; it
+// affects no row when it is.
+func (q *SQL) InsertTick(task string, runAt, now int64) (string, []any) {
+	return q.insertTick.bind(task, runAt, now)
+}
+
+// SetTickJob records the job a tick enqueued.
+func (q *SQL) SetTickJob(task string, runAt, jobID int64) (string, []any) {
+	return q.setTickJob.bind(jobID, task, runAt)
+}
+
+// LastTicks lists each task's latest recorded tick. Columns: task, run_at,
+// ran_at, job_id.
+func (q *SQL) LastTicks() string { return q.lastTicks }
+
+// DeleteTicks deletes the records of ticks before the given time.
+func (q *SQL) DeleteTicks(before int64) (string, []any) { return q.deleteTicks.bind(before) }

@@ -1,0 +1,52 @@
+-- Rate-limit budgets and the jobs parked on them.
+
+-- name: LockBudgets
+SELECT {BudgetColumns} FROM sluice_budgets WHERE name IN (:keys) ORDER BY name FOR UPDATE;
+
+-- name: GetBudget
+SELECT {BudgetColumns} FROM sluice_budgets WHERE name = :key;
+
+-- name: InsertBudgets
+-- Empty budgets for keys (sorted), ignoring those that exist.
+INSERT INTO sluice_budgets (name) VALUES :rows(text) ON CONFLICT (name) DO NOTHING;
+
+-- name: SaveBudgets
+INSERT INTO sluice_budgets ({BudgetColumns})
+VALUES :rows(text, bigint, bigint, bigint, int, int, bigint)
+ON CONFLICT (name) DO UPDATE SET tat_ns = EXCLUDED.tat_ns, next_slot_ns = EXCLUDED.next_slot_ns, interval_ns = EXCLUDED.interval_ns,
+  burst = EXCLUDED.burst, parked = EXCLUDED.parked, updated_at = EXCLUDED.updated_at;
+
+-- name: MoveCursor
+-- Moves a budget's slot cursor and counts parked jobs, if the cursor is
+-- still where it was read.
+UPDATE sluice_budgets SET next_slot_ns = :to, parked = parked + :parked WHERE name = :key AND next_slot_ns = :from;
+
+-- name: LockParkedBudgets
+-- Budgets with parked jobs whose next slot falls before :until, soonest
+-- first. (Whether a paused budget hands out slots is the store's call.)
+SELECT {BudgetColumns} FROM sluice_budgets WHERE parked > 0 AND next_slot_ns <= :until
+ORDER BY next_slot_ns LIMIT :limit FOR UPDATE SKIP LOCKED;
+
+-- name: LockParked
+-- A budget's first parked jobs.
+SELECT id, rate_keys FROM sluice_jobs j WHERE {ParkedJob} AND {ParkedKey} = :key
+ORDER BY priority, id LIMIT :limit FOR UPDATE SKIP LOCKED;
+
+-- name: CountParked
+-- A budget's parked jobs, whether or not another transaction holds them.
+SELECT count(*) FROM sluice_jobs j WHERE {ParkedJob} AND {ParkedKey} = :key;
+
+-- name: LockIdleBudgets
+-- Budgets whose times have passed and on which no job is parked. (MySQL
+-- cannot skip locked rows in a DELETE, so they are locked, then deleted.)
+SELECT {BudgetColumns} FROM sluice_budgets WHERE tat_ns <= :now AND next_slot_ns <= :now AND parked = 0
+LIMIT :limit FOR UPDATE SKIP LOCKED;
+
+-- name: DeleteBudgets
+DELETE FROM sluice_budgets WHERE name IN (:names);
+
+-- name: ListBudgets
+-- Budgets with how many jobs wait on each.
+SELECT {BudgetColumns},
+  (SELECT count(*) FROM sluice_jobs j WHERE j.wait_key = b.name AND j.state IN ('scheduled', 'parked'))
+FROM sluice_budgets b ORDER BY name;

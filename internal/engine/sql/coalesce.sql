@@ -1,0 +1,35 @@
+-- Coalescing: a pending job that collects the calls made while it waits.
+
+-- name: InsertCoalescing
+-- One job that takes a coalesce key, unless a pending job holds it: no id
+-- comes back (or no row is affected) on a conflict.
+INSERT INTO sluice_jobs (kind, queue, priority, state, args, max_attempts, created_at, run_at, rate_keys,
+  conc_key, conc_limit, conc_duration, conc_discard, holds_slot, coalesce_key, first_call_at, metadata)
+VALUES (:kind, :queue, :priority, :state, :args, :max_attempts, :created_at, :run_at, NULLIF(:rate_keys, ''),
+  NULLIF(:conc_key, ''), :conc_limit, :conc_duration, :conc_discard, :holds_slot, :coalesce_key, :first_call_at,
+  NULLIF(:metadata, ''))
+ON CONFLICT (coalesce_key) WHERE coalesce_key IS NOT NULL DO NOTHING
+RETURNING id;
+
+-- name: LockPending
+SELECT {JobInfoColumns}, first_call_at FROM sluice_jobs WHERE coalesce_key = :key FOR UPDATE;
+
+-- name: UpdateCoalesced
+-- A joining call: new args unless empty, the call count, the state, a new
+-- run_at unless 0, and the key given up when the job is full.
+UPDATE sluice_jobs SET
+  args = CASE WHEN :args = '' THEN args ELSE :args END,
+  calls = :calls,
+  state = :state,
+  run_at = CASE WHEN :run_at::bigint = 0 THEN run_at ELSE :run_at END,
+  coalesce_key = CASE WHEN :release = TRUE THEN NULL ELSE coalesce_key END
+WHERE id = :id;
+
+-- name: InsertCall
+INSERT INTO sluice_calls (job_id, seq, args, created_at) VALUES (:job_id, :seq, :args, :now);
+
+-- name: LoadCalls
+SELECT job_id, args FROM sluice_calls WHERE job_id IN (:job_ids) ORDER BY job_id, seq;
+
+-- name: DeleteCalls
+DELETE FROM sluice_calls WHERE job_id IN (:job_ids);

@@ -1,0 +1,109 @@
+-- Jobs: enqueue, claim, finish, promotion, cleanup, inspection.
+
+-- name: InsertJobs
+-- Inserts jobs, one Go slice per column; an empty key, error or metadata,
+-- and a zero finish time, are stored as NULL.
+INSERT INTO sluice_jobs (kind, queue, priority, state, args, max_attempts, created_at, run_at, rate_keys,
+  conc_key, conc_limit, conc_duration, conc_discard, holds_slot, last_error, finished_at, metadata)
+VALUES :rows(text, text, int, text, text, int, bigint, bigint, NULLIF(text, ''),
+  NULLIF(text, ''), int, bigint, bool, bool, NULLIF(text, ''), NULLIF(bigint, 0), NULLIF(text, ''))
+RETURNING id;
+
+-- name: LockReadyPlain
+-- The next ready jobs of an unpaused queue that carry no rate-limit key.
+SELECT {JobColumns} FROM sluice_jobs j
+WHERE {ReadyPlain}
+  AND {QueueNotPaused}
+ORDER BY priority, id LIMIT :limit FOR UPDATE SKIP LOCKED;
+
+-- name: LockReadyLimited
+-- The next ready jobs of an unpaused queue that carry rate-limit keys.
+SELECT {JobColumns} FROM sluice_jobs j
+WHERE {ReadyLimited}
+  AND {QueueNotPaused}
+ORDER BY priority, id LIMIT :limit FOR UPDATE SKIP LOCKED;
+
+-- name: LockReadyLike
+-- Ready jobs that draw on exactly the budgets of a parked one and hold no
+-- concurrency slot.
+SELECT id FROM sluice_jobs j
+WHERE {ReadyLimited} AND j.rate_keys = :rate_keys AND j.kind = :kind AND j.holds_slot = FALSE
+ORDER BY priority, id LIMIT :limit FOR UPDATE SKIP LOCKED;
+
+-- name: MarkRunning
+UPDATE sluice_jobs SET state = 'running', attempt = attempt + 1, process_id = :process_id, attempted_at = :now, wait_key = NULL,
+  coalesce_key = NULL
+WHERE id IN (:ids);
+
+-- name: CompleteJobs
+UPDATE sluice_jobs SET state = 'completed', finished_at = :now
+WHERE id IN (:ids) AND state = 'running' AND process_id = :process_id;
+
+-- name: DeleteJobs
+DELETE FROM sluice_jobs WHERE id IN (:ids) AND state = 'running' AND process_id = :process_id;
+
+-- name: LockDue
+SELECT id, queue, conc_key, conc_limit, conc_duration, conc_discard, holds_slot FROM sluice_jobs j
+WHERE {ScheduledJob} AND {DueAt} <= :now
+ORDER BY {DueAt}, id LIMIT :limit FOR UPDATE SKIP LOCKED;
+
+-- name: LockDueWaiting
+-- The due jobs of the queues that wait on a rate limit (a deferral or an
+-- upstream 429), soonest first.
+SELECT {JobColumns}, conc_limit, conc_duration, conc_discard FROM sluice_jobs j
+WHERE {ScheduledJob} AND {DueAt} <= :now AND j.wait_key IS NOT NULL AND j.queue IN (:queues)
+ORDER BY {DueAt}, id LIMIT :limit FOR UPDATE SKIP LOCKED;
+
+-- name: MarkReady
+UPDATE sluice_jobs SET state = 'ready' WHERE id IN (:ids) AND state = 'scheduled';
+
+-- name: LockOrphans
+-- Running jobs whose process is listed or gone.
+SELECT id, queue, attempt, max_attempts, conc_key, holds_slot FROM sluice_jobs j
+WHERE {RunningJob}
+  AND ({RunningProcess} IN (:process_ids) OR NOT EXISTS (SELECT 1 FROM sluice_processes p WHERE p.id = {RunningProcess}))
+ORDER BY {RunningProcess}, id LIMIT :limit FOR UPDATE SKIP LOCKED;
+
+-- name: LockFinished
+SELECT id, calls FROM sluice_jobs j WHERE {DoneJob} AND {DoneAt} < :before
+LIMIT :limit FOR UPDATE SKIP LOCKED;
+
+-- name: DeleteJobsByID
+DELETE FROM sluice_jobs WHERE id IN (:ids);
+
+-- name: GetJob
+SELECT {JobInfoColumns} FROM sluice_jobs WHERE id = :id;
+
+-- name: LockJob
+SELECT {JobInfoColumns} FROM sluice_jobs WHERE id = :id FOR UPDATE;
+
+-- name: ListJobs
+-- Newest first, filtered by whichever of state, kind and queue are set.
+SELECT {JobInfoColumns} FROM sluice_jobs
+WHERE (:state = '' OR state = :state) AND (:kind = '' OR kind = :kind) AND (:queue = '' OR queue = :queue)
+ORDER BY id DESC LIMIT :limit;
+
+-- name: JobsByState
+SELECT queue, state, count(*) FROM sluice_jobs GROUP BY queue, state ORDER BY queue, state;
+
+-- name: UnfinishedByState
+-- Each state through its own index, so finished jobs are never read.
+-- Ready jobs come in two rows, without and with rate limits.
+SELECT {ReadyPlainQueue}, 'ready', count(*) FROM sluice_jobs j WHERE {ReadyPlainJob} GROUP BY {ReadyPlainQueue}
+UNION ALL SELECT {ReadyLimitedQueue}, 'ready', count(*) FROM sluice_jobs j WHERE {ReadyLimitedJob} GROUP BY {ReadyLimitedQueue}
+UNION ALL SELECT j.queue, 'scheduled', count(*) FROM sluice_jobs j WHERE {ScheduledJob} GROUP BY j.queue
+UNION ALL SELECT j.queue, 'parked', count(*) FROM sluice_jobs j WHERE {ParkedJob} GROUP BY j.queue
+UNION ALL SELECT j.queue, 'blocked', count(*) FROM sluice_jobs j WHERE {BlockedJob} GROUP BY j.queue
+UNION ALL SELECT j.queue, 'running', count(*) FROM sluice_jobs j WHERE {RunningJob} GROUP BY j.queue
+UNION ALL SELECT {FailedQueue}, 'failed', count(*) FROM sluice_jobs j WHERE {FailedJob} GROUP BY {FailedQueue}
+ORDER BY 1, 2;
+
+-- name: OldestWaiting
+-- Each queue's oldest waiting job, throttled (1: a rate-limit wait or a
+-- concurrency block) or not, each kind through its own index.
+SELECT queue, throttled, MIN(created_at) FROM (
+  SELECT j.queue, CASE WHEN j.wait_key IS NOT NULL THEN 1 ELSE 0 END AS throttled, j.created_at FROM sluice_jobs j WHERE {ReadyPlainJob}
+  UNION ALL SELECT j.queue, CASE WHEN j.wait_key IS NOT NULL THEN 1 ELSE 0 END, j.created_at FROM sluice_jobs j WHERE {ReadyLimitedJob}
+  UNION ALL SELECT j.queue, 1, j.created_at FROM sluice_jobs j WHERE {BlockedJob}
+  UNION ALL SELECT j.queue, 1, j.created_at FROM sluice_jobs j WHERE j.wait_key IS NOT NULL AND j.state IN ('scheduled', 'parked')
+) w GROUP BY queue, throttled;

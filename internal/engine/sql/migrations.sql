@@ -1,0 +1,24 @@
+-- name: CreateMigrationsTable
+-- The table that records applied migrations.
+CREATE TABLE IF NOT EXISTS sluice_migrations (
+  version integer PRIMARY KEY,
+  name text NOT NULL,
+  applied_at bigint NOT NULL);
+
+-- name: LockMigrations
+-- Serializes migrators where the database has no lock of its own for it:
+-- a lock row (version 0), which a concurrent migrator's insert waits on
+-- and which UnlockMigrations deletes before the transaction commits.
+INSERT INTO sluice_migrations (version, name, applied_at) VALUES (0, 'lock', 0);
+
+-- name: UnlockMigrations
+DELETE FROM sluice_migrations WHERE version = 0;
+
+-- name: AppliedMigrations
+SELECT version::bigint FROM sluice_migrations WHERE version > 0 ORDER BY version;
+
+-- name: RecordMigration
+INSERT INTO sluice_migrations (version, name, applied_at) VALUES (:version, :name, :now);
+
+-- name: ForgetMigration
+DELETE FROM sluice_migrations WHERE version = :version;

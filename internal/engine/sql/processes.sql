@@ -1,0 +1,20 @@
+-- Workers and dispatchers.
+
+-- name: InsertProcess
+INSERT INTO sluice_processes (kind, name, hostname, pid, queues, started_at, heartbeat_at)
+VALUES (:kind, :name, :hostname, :pid, :queues, :started_at, :heartbeat_at) RETURNING id;
+
+-- name: Heartbeat
+UPDATE sluice_processes SET heartbeat_at = :now WHERE id = :id;
+
+-- name: DeleteProcess
+DELETE FROM sluice_processes WHERE id = :id;
+
+-- name: LockDeadProcesses
+SELECT id FROM sluice_processes WHERE heartbeat_at < :before ORDER BY id LIMIT :limit FOR UPDATE SKIP LOCKED;
+
+-- name: DeleteProcesses
+DELETE FROM sluice_processes WHERE id IN (:ids);
+
+-- name: ListProcesses
+SELECT {ProcessColumns} FROM sluice_processes ORDER BY id;

@@ -1,0 +1,49 @@
+-- Concurrency limits: semaphores, and the jobs blocked on them or holding
+-- their slots.
+
+-- name: LockSemaphores
+SELECT {SemaphoreColumns} FROM sluice_semaphores WHERE name IN (:keys) ORDER BY name FOR UPDATE;
+
+-- name: InsertSemaphores
+-- Unused semaphores for keys (sorted), ignoring those that exist.
+INSERT INTO sluice_semaphores (name) VALUES :rows(text) ON CONFLICT (name) DO NOTHING;
+
+-- name: SaveSemaphores
+INSERT INTO sluice_semaphores ({SemaphoreColumns})
+VALUES :rows(text, int, int, bigint, bigint, bigint)
+ON CONFLICT (name) DO UPDATE SET held = EXCLUDED.held, limit_to = EXCLUDED.limit_to, duration_us = EXCLUDED.duration_us,
+  expires_at = EXCLUDED.expires_at, updated_at = EXCLUDED.updated_at;
+
+-- name: LockBlocked
+-- A key's first blocked jobs.
+SELECT id, queue FROM sluice_jobs j WHERE {BlockedJob} AND {BlockedKey} = :key
+ORDER BY priority, id LIMIT :limit FOR UPDATE SKIP LOCKED;
+
+-- name: MarkSlots
+UPDATE sluice_jobs SET holds_slot = :holds WHERE id IN (:ids);
+
+-- name: ReleaseHolders
+-- The keys expired: their holders are presumed lost.
+UPDATE sluice_jobs SET holds_slot = FALSE WHERE conc_key IN (:keys) AND holds_slot = TRUE;
+
+-- name: LockSlotHolders
+-- Of the listed jobs, those that hold a slot (and, when :process_id is not
+-- 0, run for that process).
+SELECT id, conc_key FROM sluice_jobs WHERE id IN (:ids) AND holds_slot = TRUE
+  AND (:process_id::bigint = 0 OR (state = 'running' AND process_id = :process_id)) ORDER BY id FOR UPDATE;
+
+-- name: LockExpiredSemaphores
+SELECT {SemaphoreColumns} FROM sluice_semaphores WHERE held > 0 AND expires_at < :now
+ORDER BY expires_at LIMIT :limit FOR UPDATE SKIP LOCKED;
+
+-- name: BlockedKeys
+-- Keys with blocked jobs whose semaphore has a free slot or no row.
+SELECT DISTINCT {BlockedKey} FROM sluice_jobs j LEFT JOIN sluice_semaphores s ON s.name = {BlockedKey}
+WHERE {BlockedJob} AND (s.name IS NULL OR s.held < s.limit_to) LIMIT :limit;
+
+-- name: ListSemaphores
+-- Semaphores with their blocked and holding jobs.
+SELECT {SemaphoreColumns},
+  (SELECT count(*) FROM sluice_jobs j WHERE {BlockedKey} = s.name AND {BlockedJob}),
+  (SELECT count(*) FROM sluice_jobs j WHERE j.conc_key = s.name AND j.holds_slot = TRUE)
+FROM sluice_semaphores s ORDER BY name;

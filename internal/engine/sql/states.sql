@@ -1,0 +1,61 @@
+-- The predicates that say a job (alias j) is in a state, and the column
+-- that keys it there. MySQL replaces them with its generated columns,
+-- which are NULL outside the state, so each state has an index of its own.
+
+-- fragment: ReadyPlainJob
+j.state = 'ready' AND j.rate_keys IS NULL
+
+-- fragment: ReadyPlainQueue
+j.queue
+
+-- fragment: ReadyPlain
+{ReadyPlainJob} AND {ReadyPlainQueue} = :queue
+
+-- fragment: ReadyLimitedJob
+j.state = 'ready' AND j.rate_keys IS NOT NULL
+
+-- fragment: ReadyLimitedQueue
+j.queue
+
+-- fragment: ReadyLimited
+{ReadyLimitedJob} AND {ReadyLimitedQueue} = :queue
+
+-- fragment: ScheduledJob
+j.state = 'scheduled'
+
+-- fragment: DueAt
+j.run_at
+
+-- fragment: ParkedJob
+j.state = 'parked'
+
+-- fragment: ParkedKey
+j.wait_key
+
+-- fragment: BlockedJob
+j.state = 'blocked'
+
+-- fragment: BlockedKey
+j.conc_key
+
+-- fragment: RunningJob
+j.state = 'running'
+
+-- fragment: RunningProcess
+j.process_id
+
+-- fragment: DoneJob
+j.state IN ('completed', 'cancelled')
+
+-- fragment: DoneAt
+j.finished_at
+
+-- fragment: FailedJob
+j.state = 'failed'
+
+-- fragment: FailedQueue
+j.queue
+
+-- fragment: QueueNotPaused
+-- A paused queue's ready jobs stay where they are.
+NOT EXISTS (SELECT 1 FROM sluice_queues WHERE name = :queue AND paused = TRUE)
