@@ -155,7 +155,7 @@ func NewSQL(d Dialect) (*SQL, error) {
 		{&q.blockedKeys, "BlockedKeys", []string{"limit"}},
 
 		{&q.insertCoalescing, "InsertCoalescing", []string{"kind", "queue", "priority", "state", "args", "max_attempts", "created_at", "run_at",
-			"rate_keys", "conc_key", "conc_limit", "conc_duration", "conc_discard", "holds_slot", "coalesce_key", "first_call_at"}},
+			"rate_keys", "conc_key", "conc_limit", "conc_duration", "conc_discard", "holds_slot", "coalesce_key", "first_call_at", "metadata"}},
 		{&q.lockPending, "LockPending", []string{"key"}},
 		{&q.updateCoalesced, "UpdateCoalesced", []string{"id", "args", "calls", "state", "run_at", "release"}},
 		{&q.insertCall, "InsertCall", []string{"job_id", "seq", "args", "now"}},
