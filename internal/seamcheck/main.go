@@ -1,10 +1,11 @@
-// Command seamcheck checks that the test suite exercised every method of
-// the engine's seam on every backend: each method a driver's Dialect
+// Command seamcheck checks that the test suite exercised the whole seam
+// between the engine and the databases: each method a driver's Dialect
 // implements of engine.Dialect (and of the optional interfaces declared
-// beside it) must have run at least once, according to a coverage profile
-// of the drivers written by the suite.
+// beside it), on every backend, and each statement of the engine's
+// catalog (a method of engine.SQL), according to a coverage profile of the
+// drivers and the engine written by the suite.
 //
-//	go test -coverpkg=./internal/driver/... -coverprofile=seam.out ./...
+//	go test -coverpkg=./internal/driver/...,./internal/engine -coverprofile=seam.out ./...
 //	go run ./internal/seamcheck seam.out
 //
 // .ci/run does both: with CI set, the suite runs on every backend, so a
@@ -86,6 +87,18 @@ func check(profile, root string) ([]string, int, error) {
 			}
 		}
 	}
+	// The catalog's statements: written once, rendered for every backend
+	// (a test renders each for each), run through engine.SQL's methods.
+	catalog, err := methodsOf(filepath.Join(root, "internal/engine"), "SQL", "queries")
+	if err != nil {
+		return nil, 0, err
+	}
+	for _, m := range catalog {
+		checked++
+		if !covered.ran(module+"internal/engine/"+m.file, m.from, m.to) {
+			missing = append(missing, fmt.Sprintf("catalog SQL.%s (%s:%d)", m.name, m.file, m.from))
+		}
+	}
 	sort.Strings(missing)
 	if checked == 0 {
 		return nil, 0, fmt.Errorf("found no Dialect methods under %s", filepath.Join(root, "internal/driver"))
@@ -124,9 +137,15 @@ type method struct {
 }
 
 // dialectMethods returns the methods declared on the type Dialect in dir.
-func dialectMethods(dir string) ([]method, error) {
+func dialectMethods(dir string) ([]method, error) { return methodsOf(dir, "Dialect", "") }
+
+// methodsOf returns the exported methods declared on the type recv (or
+// *recv) in the files of dir whose names start with prefix.
+func methodsOf(dir, recv, prefix string) ([]method, error) {
 	fset := token.NewFileSet()
-	pkgs, err := parser.ParseDir(fset, dir, func(fi os.FileInfo) bool { return !strings.HasSuffix(fi.Name(), "_test.go") }, 0)
+	pkgs, err := parser.ParseDir(fset, dir, func(fi os.FileInfo) bool {
+		return !strings.HasSuffix(fi.Name(), "_test.go") && strings.HasPrefix(fi.Name(), prefix)
+	}, 0)
 	if err != nil {
 		return nil, err
 	}
@@ -142,7 +161,7 @@ func dialectMethods(dir string) ([]method, error) {
 				if st, ok := t.(*ast.StarExpr); ok {
 					t = st.X
 				}
-				if id, ok := t.(*ast.Ident); !ok || id.Name != "Dialect" {
+				if id, ok := t.(*ast.Ident); !ok || id.Name != recv || !fd.Name.IsExported() {
 					continue
 				}
 				out = append(out, method{
