@@ -120,8 +120,13 @@ type App struct {
 
 // Env is what a command runs with.
 type Env struct {
-	App    *App
+	// App is the application the command belongs to.
+	App *App
+	// Stdout is where the command prints its results (App.Stdout, or
+	// os.Stdout).
 	Stdout io.Writer
+	// Stderr is where it prints usage, notices and errors (App.Stderr,
+	// or os.Stderr).
 	Stderr io.Writer
 
 	// urls are the --database-url values of the command's flag sets, whose

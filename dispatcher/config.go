@@ -25,7 +25,10 @@ import (
 //	  }
 //	}
 type FileConfig struct {
-	Tasks       []Task
+	// Tasks are the file's recurring tasks; default none.
+	Tasks []Task
+	// Maintenance changes the built-in tasks' schedules (or turns them
+	// off); the zero value keeps their defaults.
 	Maintenance Maintenance
 }
 

@@ -38,10 +38,12 @@ type Config struct {
 	// Horizon is how far ahead parked jobs get rate-limit slots. Defaults
 	// to 5 minutes, as the workers'.
 	Horizon time.Duration
-	// HeartbeatInterval and DeadAfter are as the worker's: 60s and 5
-	// minutes by default.
+	// HeartbeatInterval is how often the dispatcher stamps its process
+	// row, as the worker's: 60s by default.
 	HeartbeatInterval time.Duration
-	DeadAfter         time.Duration
+	// DeadAfter is how long without a heartbeat makes a process presumed
+	// dead, its running jobs released: 5 minutes by default.
+	DeadAfter time.Duration
 	// Clock drives every decision. Defaults to the system clock.
 	Clock clock.Clock
 	// HostClock compares stored times with Clock instead of the database's

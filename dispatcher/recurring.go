@@ -220,7 +220,9 @@ func (d *Dispatcher) runTick(ctx context.Context, t *task, tick, now time.Time) 
 
 // TaskInfo describes a recurring task for listings.
 type TaskInfo struct {
-	Key      string
+	// Key names the task.
+	Key string
+	// Schedule is its cron expression (or @every …).
 	Schedule string
 	// Kind is the enqueued job's kind; empty for built-in tasks.
 	Kind string

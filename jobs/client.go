@@ -52,7 +52,9 @@ type ClientConfig struct {
 
 // EnqueueEvent describes one enqueued job.
 type EnqueueEvent struct {
-	Kind  string
+	// Kind is the job's kind.
+	Kind string
+	// Queue is the queue it went to.
 	Queue string
 	Enqueued
 }
@@ -95,7 +97,10 @@ type Enqueued = engine.Enqueued
 
 // Item is one job of an EnqueueMany.
 type Item struct {
-	Args    Args
+	// Args are the job's args; their Kind picks the registered kind.
+	Args Args
+	// Options apply to this job only (queue, priority, run time, …);
+	// default none.
 	Options []EnqueueOption
 }
 

@@ -53,6 +53,7 @@ type ClaimEvent struct {
 
 // DeferEvent describes the jobs of one kind a claim deferred.
 type DeferEvent struct {
+	// Kind is the deferred jobs' kind.
 	Kind string
 	// Keys are the budgets that held the jobs, once each.
 	Keys []string
@@ -90,10 +91,15 @@ const (
 
 // FinishEvent describes one finished run.
 type FinishEvent struct {
-	JobID   int64
-	Kind    string
-	Queue   string
+	// JobID is the job's id.
+	JobID int64
+	// Kind is the job's kind.
+	Kind string
+	// Queue is the job's queue.
+	Queue string
+	// Attempt is the run's attempt, 1 for the first.
 	Attempt int
+	// Outcome is what became of the run.
 	Outcome Outcome
 	// Err is the handler's error, if any.
 	Err error

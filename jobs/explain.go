@@ -42,12 +42,17 @@ const (
 // Explanation says why a job is not running, and when it should start.
 // Its Lines are what `sluice explain` prints and the dashboard shows.
 type Explanation struct {
-	JobID int64        `json:"job_id"`
-	Kind  string       `json:"kind"`
-	Queue string       `json:"queue"`
+	// JobID is the job's id.
+	JobID int64 `json:"job_id"`
+	// Kind is the job's kind.
+	Kind string `json:"kind"`
+	// Queue is the job's queue.
+	Queue string `json:"queue"`
+	// State is the job's state.
 	State engine.State `json:"state"`
-	// Reason is the main reason, and Summary says it in a sentence.
-	Reason  Reason `json:"reason"`
+	// Reason is the main reason the job is not running.
+	Reason Reason `json:"reason"`
+	// Summary says the reason in a sentence.
 	Summary string `json:"summary"`
 	// QueuePaused is set when the job's queue is paused.
 	QueuePaused bool `json:"queue_paused"`
@@ -65,43 +70,53 @@ type Explanation struct {
 	// in no line.
 	Ahead *engine.Count `json:"ahead,omitempty"`
 	// RunAt is the job's run time (its slot, or the end of its backoff).
-	RunAt       time.Time `json:"run_at"`
-	Attempt     int       `json:"attempt"`
-	MaxAttempts int       `json:"max_attempts"`
-	LastError   string    `json:"last_error,omitempty"`
-	// Deferrals counts the times a rate limit deferred the job, and
-	// LastDeferral says why the last time.
-	Deferrals    int    `json:"deferrals"`
+	RunAt time.Time `json:"run_at"`
+	// Attempt is how many times the job ran (0 before its first run).
+	Attempt int `json:"attempt"`
+	// MaxAttempts is how many times it may run.
+	MaxAttempts int `json:"max_attempts"`
+	// LastError is its last run's error; empty for none.
+	LastError string `json:"last_error,omitempty"`
+	// Deferrals counts the times a rate limit deferred the job.
+	Deferrals int `json:"deferrals"`
+	// LastDeferral says why the last deferral happened; empty for none.
 	LastDeferral string `json:"last_deferral,omitempty"`
-	// EstimatedStart is when the job should start, and EstimateBasis how
-	// that was worked out; zero (and the basis says why) when it cannot
-	// be told.
+	// EstimatedStart is when the job should start; zero when it cannot
+	// be told (EstimateBasis then says why).
 	EstimatedStart time.Time `json:"estimated_start,omitzero"`
-	EstimateBasis  string    `json:"estimate_basis"`
+	// EstimateBasis says how EstimatedStart was worked out.
+	EstimateBasis string `json:"estimate_basis"`
 	// Now is the time the explanation was made at.
 	Now time.Time `json:"now"`
 }
 
 // LimitExplanation is one rate limit a job draws on.
 type LimitExplanation struct {
-	// Key is the budget's key, Scope its first part (a kind, a group, or
-	// "@queue"), Cost what the job costs on it.
-	Key   string `json:"key"`
+	// Key is the budget's key.
+	Key string `json:"key"`
+	// Scope is the key's first part: a kind, a group, or "@queue".
 	Scope string `json:"scope"`
-	Cost  int    `json:"cost"`
+	// Cost is what the job costs on the budget (1 unless declared).
+	Cost int `json:"cost"`
 	// To, Per and Burst are the limit in force: the declared one with an
 	// override applied. Declared is false when the registry did not know
 	// the kind (To and Per are then 0 and Interval and Burst are those
 	// the budget was last charged under).
-	To       int           `json:"to"`
-	Per      time.Duration `json:"per"`
-	Burst    int           `json:"burst"`
+	To int `json:"to"`
+	// Per is the limit's window.
+	Per time.Duration `json:"per"`
+	// Burst is how many a quiet budget admits at once.
+	Burst int `json:"burst"`
+	// Interval is the emission interval, Per / (To − Burst + 1).
 	Interval time.Duration `json:"interval"`
-	Declared bool          `json:"declared"`
+	// Declared is false when the registry did not know the kind.
+	Declared bool `json:"declared"`
 	// Override is the target of the override in force ("" for none).
 	Override string `json:"override,omitempty"`
-	Shadow   bool   `json:"shadow"`
-	Paused   bool   `json:"paused"`
+	// Shadow is set when the limit only records its decisions.
+	Shadow bool `json:"shadow"`
+	// Paused is set when the limit is paused (To: 0).
+	Paused bool `json:"paused"`
 	// Binding is set for the limit the job waits on.
 	Binding bool `json:"binding"`
 	// Parked counts the jobs parked on the budget.
@@ -135,10 +150,11 @@ func (l LimitExplanation) String() string {
 
 // ConcurrencyExplanation is a job's concurrency key.
 type ConcurrencyExplanation struct {
+	// Key is the job's concurrency key.
 	Key string `json:"key"`
-	// To is how many jobs of the key may hold a slot at once, Held how
-	// many do.
-	To   int `json:"to"`
+	// To is how many jobs of the key may hold a slot at once.
+	To int `json:"to"`
+	// Held is how many do.
 	Held int `json:"held"`
 	// Holders are (up to 20 of) the jobs holding a slot.
 	Holders []int64 `json:"holders"`

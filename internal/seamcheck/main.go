@@ -106,27 +106,32 @@ func check(profile, root string) ([]string, int, error) {
 	return missing, checked, nil
 }
 
-// seamMethods returns the names of the methods of the interfaces declared
-// in the engine's dialect.go: Dialect and the optional ones beside it.
+// seamMethods returns the names of the methods of the interfaces the
+// engine declares (Dialect, and the optional ones a dialect may add:
+// the dashboard's reads, MySQL's id step, …).
 func seamMethods(dir string) (map[string]bool, error) {
 	fset := token.NewFileSet()
-	f, err := parser.ParseFile(fset, filepath.Join(dir, "dialect.go"), nil, 0)
+	pkgs, err := parser.ParseDir(fset, dir, func(fi os.FileInfo) bool { return !strings.HasSuffix(fi.Name(), "_test.go") }, 0)
 	if err != nil {
 		return nil, err
 	}
 	out := map[string]bool{}
-	ast.Inspect(f, func(n ast.Node) bool {
-		if it, ok := n.(*ast.InterfaceType); ok {
-			for _, m := range it.Methods.List {
-				for _, name := range m.Names {
-					out[name.Name] = true
+	for _, p := range pkgs {
+		for _, f := range p.Files {
+			ast.Inspect(f, func(n ast.Node) bool {
+				if it, ok := n.(*ast.InterfaceType); ok {
+					for _, m := range it.Methods.List {
+						for _, name := range m.Names {
+							out[name.Name] = true
+						}
+					}
 				}
-			}
+				return true
+			})
 		}
-		return true
-	})
+	}
 	if len(out) == 0 {
-		return nil, fmt.Errorf("no interface methods in %s/dialect.go", dir)
+		return nil, fmt.Errorf("no interface methods in %s", dir)
 	}
 	return out, nil
 }
