@@ -398,6 +398,9 @@ func outcomes(rs []result) engine.Outcomes {
 			if r.withCalls {
 				o.WithCalls = append(o.WithCalls, r.id)
 			}
+			if r.job != nil && r.job.Attempt > 1 {
+				o.WithAttempts = append(o.WithAttempts, r.id)
+			}
 		} else {
 			o.Others = append(o.Others, r.t)
 		}

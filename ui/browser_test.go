@@ -198,7 +198,8 @@ func TestDashboardInABrowser(t *testing.T) {
 		failed := strconv.FormatInt(f.Failed, 10)
 		do(t, ctx, chromedp.Navigate(root+"jobs?state=failed"), chromedp.WaitVisible(chromedp.CSS(`tr[data-id="`+failed+`"]`)),
 			chromedp.Click(chromedp.CSS(`a[href="./jobs/`+failed+`"]`)), chromedp.WaitVisible(chromedp.CSS("#retry")))
-		require.Contains(t, text(t, ctx, "#error"), `upstream said <script>alert("x")</script>`)
+		require.Contains(t, text(t, ctx, "#attempts"), `upstream said <script>alert("x")</script>`)
+		require.Contains(t, text(t, ctx, "#attempts"), "Attempt 1 failed at")
 		do(t, ctx, chromedp.Click(chromedp.CSS("#retry")), chromedp.WaitVisible(chromedp.CSS(".flash")))
 		require.Contains(t, text(t, ctx, ".flash"), "retry done")
 		do(t, ctx, chromedp.Navigate(root+"jobs?state=failed"), chromedp.WaitVisible(chromedp.CSS("#count")))

@@ -145,6 +145,7 @@ func TestPagesRenderEscapedOnEveryDatabase(t *testing.T) {
 
 		_, body = c.get("/jobs/" + strconv.FormatInt(f.Failed, 10))
 		require.Contains(t, body, "goroutine 1 [running]:", "the whole error, stack included")
+		require.Contains(t, body, "Attempt 1 failed at", "each failed attempt is listed")
 
 		_, body = c.get("/jobs/" + strconv.FormatInt(f.Blocked, 10))
 		require.Contains(t, body, "blocked on concurrency key serial/a: 1 of 1 slot(s) held")

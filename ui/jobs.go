@@ -101,6 +101,7 @@ type jobDetailData struct {
 	Job         *engine.JobInfo
 	Args        string
 	Calls       []string
+	Attempts    []engine.Attempt
 	Explanation *jobs.Explanation
 	Lines       []string
 	CanRetry    bool
@@ -139,6 +140,10 @@ func (s *server) jobDetail(w http.ResponseWriter, r *http.Request) {
 	}
 	for _, c := range calls {
 		d.Calls = append(d.Calls, prettyJSON(c))
+	}
+	if d.Attempts, err = s.store.Attempts(ctx, id); err != nil {
+		s.fail(w, r, err)
+		return
 	}
 	for _, st := range retryable {
 		d.CanRetry = d.CanRetry || j.State == st

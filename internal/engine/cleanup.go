@@ -44,6 +44,7 @@ func (s *Store) DeleteFinished(ctx context.Context, before time.Time, batch int)
 			if len(withCalls) > 0 {
 				writes = append(writes, stmt(s.q.DeleteCalls(withCalls)))
 			}
+			writes = append(writes, stmt(s.q.DeleteAttempts(ids)))
 			n = len(ids)
 			return pipeline(ctx, tx, append(writes, stmt(s.q.DeleteJobsByID(ids))), nil)
 		})

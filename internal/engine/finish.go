@@ -23,6 +23,10 @@ type Outcomes struct {
 	// WithCalls are the completed jobs that collected calls: with
 	// DeleteOnComplete their calls are deleted with them.
 	WithCalls []int64
+	// WithAttempts are the completed jobs that ran more than once: with
+	// DeleteOnComplete the errors kept of their failed runs are deleted
+	// with them.
+	WithAttempts []int64
 	// Pushes hold budgets back after an upstream asked to wait (a 429):
 	// none of their jobs is admitted before Until.
 	Pushes []BudgetPush
@@ -64,6 +68,9 @@ func (s *Store) Finish(ctx context.Context, processID int64, c Clock, o Outcomes
 				if len(o.WithCalls) > 0 {
 					writes = append(writes, stmt(s.q.DeleteCalls(o.WithCalls)))
 				}
+				if len(o.WithAttempts) > 0 {
+					writes = append(writes, stmt(s.q.DeleteAttempts(o.WithAttempts)))
+				}
 				writes = append(writes, stmt(s.q.DeleteJobs(o.Completed, processID)))
 			} else {
 				writes = append(writes, stmt(s.q.CompleteJobs(o.Completed, processID, nowUS)))
@@ -71,6 +78,9 @@ func (s *Store) Finish(ctx context.Context, processID int64, c Clock, o Outcomes
 		}
 		if len(o.Others) > 0 {
 			writes = append(writes, stmt(s.q.SetJobs(StateRunning, processID, nowUS, setRows(o.Others, nowUS))))
+			if failed := failedRuns(o.Others); len(failed) > 0 {
+				writes = append(writes, stmt(s.q.RecordAttempts(failed, nowUS)))
+			}
 		}
 		if len(o.Pushes) > 0 {
 			st, err := s.pushBudgets(ctx, tx, c, o.Pushes)
@@ -189,4 +199,17 @@ func (s *Store) notify(ctx context.Context, ex Executor, queues []string) error 
 		return fmt.Errorf("notify: %w", err)
 	}
 	return nil
+}
+
+// failedRuns are the transitions that end a run that failed: they carry
+// its error and spend its attempt (a run given back, such as one an
+// upstream 429 turned away, is not a failed attempt).
+func failedRuns(ts []Transition) []int64 {
+	var ids []int64
+	for _, t := range ts {
+		if t.Error != "" && t.AttemptDelta == 0 {
+			ids = append(ids, t.ID)
+		}
+	}
+	return ids
 }

@@ -18,6 +18,7 @@ type SQL struct {
 	insertJobs, lockReadyPlain, lockReadyLimited, lockReadyLike, markRunning, completeJobs, deleteJobs *sqlStatement
 	lockDue, lockDueWaiting, markReady, notify, lockOrphans, lockFinished, deleteJobsByID              *sqlStatement
 	getJob, lockJob, listJobs                                                                          *sqlStatement
+	recordAttempts, loadAttempts, deleteAttempts                                                       *sqlStatement
 	jobsByState, unfinishedByState, oldestWaiting                                                      string
 
 	insertProcess, heartbeat, deleteProcess, lockDeadProcesses, deleteProcesses *sqlStatement
@@ -119,6 +120,9 @@ func NewSQL(d Dialect) (*SQL, error) {
 		{&q.lockOrphans, "LockOrphans", []string{"process_ids", "limit"}},
 		{&q.lockFinished, "LockFinished", []string{"before", "limit"}},
 		{&q.deleteJobsByID, "DeleteJobsByID", []string{"ids"}},
+		{&q.recordAttempts, "RecordAttempts", []string{"now", "ids"}},
+		{&q.loadAttempts, "LoadAttempts", []string{"job_id"}},
+		{&q.deleteAttempts, "DeleteAttempts", []string{"job_ids"}},
 		{&q.getJob, "GetJob", []string{"id"}},
 		{&q.lockJob, "LockJob", []string{"id"}},
 		{&q.listJobs, "ListJobs", []string{"state", "kind", "queue", "limit"}},

@@ -137,3 +137,16 @@ func (q *SQL) UnfinishedByState() string { return q.unfinishedByState }
 // whether a limit holds it. Columns: queue, throttled (0 or 1),
 // created_at.
 func (q *SQL) OldestWaiting() string { return q.oldestWaiting }
+
+// RecordAttempts keeps the error of the run that just failed for each of
+// ids (their attempt and last_error, as SetJobs left them).
+func (q *SQL) RecordAttempts(ids []int64, now int64) (string, []any) {
+	return q.recordAttempts.bind(now, ids)
+}
+
+// LoadAttempts reads a job's failed runs, oldest first. Columns:
+// attempt, error, failed_at.
+func (q *SQL) LoadAttempts(jobID int64) (string, []any) { return q.loadAttempts.bind(jobID) }
+
+// DeleteAttempts deletes the failed runs kept for jobs.
+func (q *SQL) DeleteAttempts(jobIDs []int64) (string, []any) { return q.deleteAttempts.bind(jobIDs) }

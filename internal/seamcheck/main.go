@@ -110,25 +110,22 @@ func check(profile, root string) ([]string, int, error) {
 // engine declares (Dialect, and the optional ones a dialect may add:
 // the dashboard's reads, MySQL's id step, …).
 func seamMethods(dir string) (map[string]bool, error) {
-	fset := token.NewFileSet()
-	pkgs, err := parser.ParseDir(fset, dir, func(fi os.FileInfo) bool { return !strings.HasSuffix(fi.Name(), "_test.go") }, 0)
+	_, files, err := parseFiles(dir, "")
 	if err != nil {
 		return nil, err
 	}
 	out := map[string]bool{}
-	for _, p := range pkgs {
-		for _, f := range p.Files {
-			ast.Inspect(f, func(n ast.Node) bool {
-				if it, ok := n.(*ast.InterfaceType); ok {
-					for _, m := range it.Methods.List {
-						for _, name := range m.Names {
-							out[name.Name] = true
-						}
+	for _, f := range files {
+		ast.Inspect(f, func(n ast.Node) bool {
+			if it, ok := n.(*ast.InterfaceType); ok {
+				for _, m := range it.Methods.List {
+					for _, name := range m.Names {
+						out[name.Name] = true
 					}
 				}
-				return true
-			})
-		}
+			}
+			return true
+		})
 	}
 	if len(out) == 0 {
 		return nil, fmt.Errorf("no interface methods in %s", dir)
@@ -147,16 +144,13 @@ func dialectMethods(dir string) ([]method, error) { return methodsOf(dir, "Diale
 // methodsOf returns the exported methods declared on the type recv (or
 // *recv) in the files of dir whose names start with prefix.
 func methodsOf(dir, recv, prefix string) ([]method, error) {
-	fset := token.NewFileSet()
-	pkgs, err := parser.ParseDir(fset, dir, func(fi os.FileInfo) bool {
-		return !strings.HasSuffix(fi.Name(), "_test.go") && strings.HasPrefix(fi.Name(), prefix)
-	}, 0)
+	fset, files, err := parseFiles(dir, prefix)
 	if err != nil {
 		return nil, err
 	}
 	var out []method
-	for _, p := range pkgs {
-		for name, f := range p.Files {
+	{
+		for name, f := range files {
 			for _, d := range f.Decls {
 				fd, ok := d.(*ast.FuncDecl)
 				if !ok || fd.Recv == nil || len(fd.Recv.List) != 1 || fd.Body == nil {
@@ -225,4 +219,27 @@ func readProfile(path string) (profile, error) {
 		p[file] = append(p[file], [2]int{a, b})
 	}
 	return p, sc.Err()
+}
+
+// parseFiles parses the Go files of dir (tests left out) whose names
+// start with prefix, by name.
+func parseFiles(dir, prefix string) (*token.FileSet, map[string]*ast.File, error) {
+	entries, err := os.ReadDir(dir)
+	if err != nil {
+		return nil, nil, err
+	}
+	fset := token.NewFileSet()
+	files := map[string]*ast.File{}
+	for _, e := range entries {
+		n := e.Name()
+		if e.IsDir() || !strings.HasSuffix(n, ".go") || strings.HasSuffix(n, "_test.go") || !strings.HasPrefix(n, prefix) {
+			continue
+		}
+		f, err := parser.ParseFile(fset, filepath.Join(dir, n), nil, 0)
+		if err != nil {
+			return nil, nil, err
+		}
+		files[n] = f
+	}
+	return fset, files, nil
 }

@@ -71,6 +71,19 @@ LIMIT :limit FOR UPDATE SKIP LOCKED;
 -- name: DeleteJobsByID
 DELETE FROM sluice_jobs WHERE id IN (:ids);
 
+-- name: RecordAttempts
+-- Keeps the error of the run that just failed, for each of the jobs: its
+-- attempt and the error SetJobs stored, in the same transaction.
+INSERT INTO sluice_attempts (job_id, attempt, error, failed_at)
+SELECT id, attempt, last_error, :now FROM sluice_jobs WHERE id IN (:ids) AND last_error IS NOT NULL;
+
+-- name: LoadAttempts
+-- A job's failed runs, oldest first.
+SELECT attempt, error, failed_at FROM sluice_attempts WHERE job_id = :job_id ORDER BY attempt, failed_at;
+
+-- name: DeleteAttempts
+DELETE FROM sluice_attempts WHERE job_id IN (:job_ids);
+
 -- name: GetJob
 SELECT {JobInfoColumns} FROM sluice_jobs WHERE id = :id;
 
