@@ -340,7 +340,7 @@ func runRecurring(ctx context.Context, env *Env, args []string) error {
 				lastJob = t.Last.JobID
 			}
 			out[i] = map[string]any{"key": t.Key, "schedule": t.Schedule, "kind": kind, "built_in": t.Kind == "",
-				"kind_registered": !unknown(t.Kind), "next": t.Next, "last": jsonTime(t.Last.RunAt), "last_job_id": lastJob}
+				"kind_registered": !unknown(t.Kind), "enabled": t.Enabled, "next": jsonTime(t.Next), "last": jsonTime(t.Last.RunAt), "last_job_id": lastJob}
 		}
 		return printJSON(env, out)
 	}
@@ -357,7 +357,11 @@ func runRecurring(ctx context.Context, env *Env, args []string) error {
 		if !t.Last.RunAt.IsZero() {
 			last = fmtIn(t.Last.RunAt, now)
 		}
-		rows[i] = []string{t.Key, t.Schedule, kind, last, fmtIn(t.Next, now)}
+		next := fmtIn(t.Next, now)
+		if !t.Enabled {
+			next = "off"
+		}
+		rows[i] = []string{t.Key, t.Schedule, kind, last, next}
 	}
 	return table(env, "TASK\tSCHEDULE\tKIND\tLAST RUN\tNEXT RUN", rows)
 }

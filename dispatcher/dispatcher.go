@@ -77,6 +77,9 @@ type Dispatcher struct {
 	log   *slog.Logger
 	pid   atomic.Int64
 	tasks []*task
+	// off are the built-in tasks the configuration turned off, for
+	// listings.
+	off []TaskInfo
 }
 
 // New returns a dispatcher over s. A zero setting takes its default. It

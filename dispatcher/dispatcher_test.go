@@ -152,6 +152,14 @@ func TestIdleBudgetsAreClearedHourlyUnlessTurnedOff(t *testing.T) {
 		_, err = off.Tick(ctx)
 		require.NoError(t, err)
 		require.Equal(t, 1, budgets(), "turned off")
+		tasks, err := off.Tasks(ctx)
+		require.NoError(t, err)
+		enabled := map[string]bool{}
+		for _, ti := range tasks {
+			enabled[ti.Key] = ti.Enabled
+		}
+		require.Equal(t, map[string]bool{dispatcher.TaskClearIdleBudgets: false, dispatcher.TaskClearFinishedJobs: true, dispatcher.TaskFreeExpiredSlots: true},
+			enabled, "a task turned off is listed, as off")
 		_, err = d.Tick(ctx)
 		require.NoError(t, err)
 		require.Zero(t, budgets(), "cleared at 13:00")

@@ -149,12 +149,13 @@ func (d *Dispatcher) compileTasks(cfg Config) error {
 		}},
 	}
 	for _, b := range builtins {
-		if b.mt.Off {
-			continue
-		}
 		spec := b.mt.Schedule
 		if spec == "" {
 			spec = b.def
+		}
+		if b.mt.Off {
+			d.off = append(d.off, TaskInfo{Key: b.key, Schedule: spec})
+			continue
 		}
 		sched, err := ParseSchedule(spec)
 		if err != nil {
@@ -226,8 +227,11 @@ type TaskInfo struct {
 	Schedule string
 	// Kind is the enqueued job's kind; empty for built-in tasks.
 	Kind string
-	// Next is the next tick after now.
+	// Next is the next tick after now; zero for a task turned off.
 	Next time.Time
+	// Enabled is false for a built-in task the configuration turned off
+	// (it never runs); every other task is enabled.
+	Enabled bool
 	// Last is the latest recorded tick, zero if none (or for tasks that
 	// run in every dispatcher without recording ticks).
 	Last engine.Tick
@@ -243,11 +247,15 @@ func (d *Dispatcher) Tasks(ctx context.Context) ([]TaskInfo, error) {
 	now := d.clock.Now()
 	out := make([]TaskInfo, 0, len(d.tasks))
 	for _, t := range d.tasks {
-		info := TaskInfo{Key: t.key, Schedule: t.spec, Next: t.schedule.Next(now), Last: last[t.key]}
+		info := TaskInfo{Key: t.key, Schedule: t.spec, Next: t.schedule.Next(now), Last: last[t.key], Enabled: true}
 		if t.item != nil {
 			info.Kind = t.item.Args.Kind()
 		}
 		out = append(out, info)
+	}
+	for _, t := range d.off {
+		t.Last = last[t.Key]
+		out = append(out, t)
 	}
 	sort.Slice(out, func(i, j int) bool { return out[i].Key < out[j].Key })
 	return out, nil
