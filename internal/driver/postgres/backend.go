@@ -20,7 +20,10 @@ func Backend() engine.Backend {
 		Schemes: []string{"postgres", "postgresql"},
 		Dialect: Dialect{},
 		Check: func(rawURL string) error {
-			_, err := config(rawURL)
+			u, _, err := options(rawURL)
+			if err == nil {
+				_, err = config(u)
+			}
 			return err
 		},
 		Open:    Open,

@@ -11,6 +11,7 @@ import (
 	"errors"
 	"fmt"
 	"io/fs"
+	neturl "net/url"
 	"regexp"
 	"strings"
 
@@ -30,7 +31,15 @@ const Channel = engine.Channel
 
 // Open connects to the database at url (postgres://…; pgx's parameters,
 // such as pool_max_conns and search_path, apply). It does not migrate.
+// sluice_notify=off and sluice_advisory_lock=off turn off LISTEN/NOTIFY
+// and the advisory migration lock, for a PostgreSQL-compatible engine
+// that lacks them (CockroachDB, YugabyteDB): workers then poll, and
+// migrators take a lock row.
 func Open(ctx context.Context, url string) (*engine.Store, error) {
+	url, d, err := options(url)
+	if err != nil {
+		return nil, err
+	}
 	cfg, err := config(url)
 	if err != nil {
 		return nil, err
@@ -43,7 +52,33 @@ func Open(ctx context.Context, url string) (*engine.Store, error) {
 		pool.Close()
 		return nil, fmt.Errorf("postgres: connect to %s:%d: %w", cfg.ConnConfig.Host, cfg.ConnConfig.Port, onceEach(err))
 	}
-	return engine.New(Dialect{}, &DB{pool: pool}), nil
+	return engine.New(d, &DB{pool: pool}), nil
+}
+
+// options takes sluice's own parameters out of a postgres:// URL and
+// returns the rest, and the dialect they ask for.
+func options(rawURL string) (string, Dialect, error) {
+	var d Dialect
+	u, err := neturl.Parse(rawURL)
+	if err != nil || (u.Scheme != "postgres" && u.Scheme != "postgresql") {
+		return rawURL, d, nil // a keyword=value string, or one pgx will refuse
+	}
+	q := u.Query()
+	for name, off := range map[string]*bool{"sluice_notify": &d.NoNotify, "sluice_advisory_lock": &d.NoAdvisoryLock} {
+		if !q.Has(name) {
+			continue
+		}
+		switch v := q.Get(name); v {
+		case "off", "false":
+			*off = true
+		case "on", "true":
+		default:
+			return "", d, fmt.Errorf("postgres: %s is %q; use on or off", name, v)
+		}
+		q.Del(name)
+	}
+	u.RawQuery = q.Encode()
+	return u.String(), d, nil
 }
 
 // config parses url, with an error that never shows it.
