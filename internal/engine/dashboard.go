@@ -15,14 +15,6 @@ import (
 // PostgreSQL and SQLite, per-state generated keys on MySQL. Counts over
 // sets that may be large take a limit and count at most that many rows.
 type DashboardDialect interface {
-	// PageJobs lists up to f.Limit jobs matching f with an id below
-	// f.Before (any id when 0), newest first. Columns: JobInfoColumns.
-	PageJobs(f JobPage) (string, []any)
-	// CountJobs counts the jobs matching f (ignoring Before and Limit), up
-	// to limit. Columns: count.
-	CountJobs(f JobPage, limit int) (string, []any)
-	// PageJobIDs is PageJobs returning only ids. Columns: id.
-	PageJobIDs(f JobPage) (string, []any)
 	// FinishedSince counts jobs finished (completed, cancelled or failed)
 	// at or after since, per queue, state and bucket (finished_at divided
 	// by bucket, both µs). Columns: queue, state, bucket, count.
@@ -105,8 +97,7 @@ func (s *Store) dash() (DashboardDialect, error) {
 // PageJobs returns a page of jobs, newest first, and the id to pass as
 // Before for the next page (0 when this is the last).
 func (s *Store) PageJobs(ctx context.Context, f JobPage) ([]*JobInfo, int64, error) {
-	d, err := s.dash()
-	if err != nil {
+	if _, err := s.dash(); err != nil {
 		return nil, 0, err
 	}
 	if f.Limit <= 0 {
@@ -114,7 +105,7 @@ func (s *Store) PageJobs(ctx context.Context, f JobPage) ([]*JobInfo, int64, err
 	}
 	want := f.Limit
 	f.Limit++ // one more says whether a next page exists
-	q, args := d.PageJobs(f)
+	q, args := s.q.PageJobs(f)
 	js, err := s.queryJobInfos(ctx, s.db, q, args)
 	if err != nil {
 		return nil, 0, fmt.Errorf("page jobs: %w", err)
@@ -127,23 +118,21 @@ func (s *Store) PageJobs(ctx context.Context, f JobPage) ([]*JobInfo, int64, err
 
 // CountJobs counts the jobs f selects, up to limit.
 func (s *Store) CountJobs(ctx context.Context, f JobPage, limit int) (Count, error) {
-	d, err := s.dash()
-	if err != nil {
+	if _, err := s.dash(); err != nil {
 		return Count{}, err
 	}
-	q, args := d.CountJobs(f, limit+1)
+	q, args := s.q.CountJobs(f, limit+1)
 	return s.boundedCount(ctx, "count jobs", q, args, limit)
 }
 
 // JobIDs returns the ids of up to limit jobs f selects (ignoring its
 // Before and Limit), newest first: the set a bulk action applies to.
 func (s *Store) JobIDs(ctx context.Context, f JobPage, limit int) ([]int64, error) {
-	d, err := s.dash()
-	if err != nil {
+	if _, err := s.dash(); err != nil {
 		return nil, err
 	}
 	f.Before, f.Limit = 0, limit
-	q, args := d.PageJobIDs(f)
+	q, args := s.q.PageJobIDs(f)
 	ids, err := queryInt64s(ctx, s.db, q, args)
 	if err != nil {
 		return nil, s.wrap(fmt.Errorf("job ids: %w", err))

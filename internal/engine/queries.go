@@ -11,6 +11,8 @@ import (
 type SQL struct {
 	d Dialect
 	c Capabilities
+	// states are the rendered stateJobs.
+	states map[State]string
 
 	createMigrationsTable, lockMigrations, unlockMigrations, appliedMigrations string
 	recordMigration, forgetMigration                                           *sqlStatement
@@ -97,6 +99,13 @@ func NewSQL(d Dialect) (*SQL, error) {
 		if *t.dst, err = render(t.name); err != nil {
 			return nil, err
 		}
+	}
+	q.states = map[State]string{}
+	for st, text := range stateJobs {
+		if text, err = expand(all, "state "+string(st), text); err != nil {
+			return nil, err
+		}
+		q.states[st] = spell(text, c)
 	}
 	stmts := []struct {
 		dst    **sqlStatement

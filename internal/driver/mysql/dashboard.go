@@ -1,10 +1,7 @@
 package mysql
 
 import (
-	"strconv"
-
 	"github.com/sluicequeue/sluice/internal/engine"
-	"github.com/sluicequeue/sluice/internal/sqlgen"
 )
 
 // The dashboard's and Explain's SQL (engine.DashboardDialect). A job
@@ -12,41 +9,6 @@ import (
 // text from the fixed set of states.
 
 var _ engine.DashboardDialect = Dialect{}
-
-// stateCond is the condition that selects one state through its key.
-var stateCond = map[engine.State]string{
-	engine.StateReady:     `(ready_plain IS NOT NULL OR ready_limited IS NOT NULL)`,
-	engine.StateScheduled: `due_at IS NOT NULL`,
-	engine.StateParked:    `parked_key IS NOT NULL`,
-	engine.StateBlocked:   `blocked_key IS NOT NULL`,
-	engine.StateRunning:   `running_process IS NOT NULL`,
-	engine.StateCompleted: `done_at IS NOT NULL AND state = 'completed'`,
-	engine.StateFailed:    `failed_queue IS NOT NULL`,
-	engine.StateCancelled: `done_at IS NOT NULL AND state = 'cancelled'`,
-}
-
-// jobWhere returns the WHERE clause of a job page and its arguments.
-func jobWhere(f engine.JobPage, withBefore bool) (string, []any) {
-	return sqlgen.JobPageWhere(f, stateCond, withBefore, false)
-}
-
-// PageJobs lists a page of jobs, newest first.
-func (Dialect) PageJobs(f engine.JobPage) (string, []any) {
-	where, args := jobWhere(f, true)
-	return `SELECT ` + engine.JobInfoColumns + ` FROM sluice_jobs` + where + ` ORDER BY id DESC LIMIT ` + strconv.Itoa(f.Limit), args
-}
-
-// PageJobIDs lists the ids of a page of jobs, newest first.
-func (Dialect) PageJobIDs(f engine.JobPage) (string, []any) {
-	where, args := jobWhere(f, true)
-	return `SELECT id FROM sluice_jobs` + where + ` ORDER BY id DESC LIMIT ` + strconv.Itoa(f.Limit), args
-}
-
-// CountJobs counts the jobs of a filter, up to limit.
-func (Dialect) CountJobs(f engine.JobPage, limit int) (string, []any) {
-	where, args := jobWhere(f, false)
-	return `SELECT count(*) FROM (SELECT 1 FROM sluice_jobs` + where + ` LIMIT ` + strconv.Itoa(limit) + `) c`, args
-}
 
 // FinishedSince counts recently finished jobs per queue, state and
 // bucket, through the finished and failed keys.

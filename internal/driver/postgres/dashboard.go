@@ -1,10 +1,7 @@
 package postgres
 
 import (
-	"strconv"
-
 	"github.com/sluicequeue/sluice/internal/engine"
-	"github.com/sluicequeue/sluice/internal/sqlgen"
 )
 
 // The dashboard's and Explain's SQL (engine.DashboardDialect). A job
@@ -12,42 +9,6 @@ import (
 // states, so that the planner matches the state's partial index.
 
 var _ engine.DashboardDialect = Dialect{}
-
-// stateCond is the condition that selects one state through its partial
-// index (ready jobs through both of theirs: plain and rate-limited).
-var stateCond = map[engine.State]string{
-	engine.StateReady:     `((state = 'ready' AND rate_keys IS NULL) OR (state = 'ready' AND rate_keys IS NOT NULL))`,
-	engine.StateScheduled: `state = 'scheduled'`,
-	engine.StateParked:    `state = 'parked'`,
-	engine.StateBlocked:   `state = 'blocked'`,
-	engine.StateRunning:   `state = 'running'`,
-	engine.StateCompleted: `state = 'completed'`,
-	engine.StateFailed:    `state = 'failed'`,
-	engine.StateCancelled: `state = 'cancelled'`,
-}
-
-// jobWhere returns the WHERE clause of a job page and its arguments.
-func jobWhere(f engine.JobPage, withBefore bool) (string, []any) {
-	return sqlgen.JobPageWhere(f, stateCond, withBefore, true)
-}
-
-// PageJobs lists a page of jobs, newest first.
-func (Dialect) PageJobs(f engine.JobPage) (string, []any) {
-	where, args := jobWhere(f, true)
-	return `SELECT ` + engine.JobInfoColumns + ` FROM sluice_jobs` + where + ` ORDER BY id DESC LIMIT ` + strconv.Itoa(f.Limit), args
-}
-
-// PageJobIDs lists the ids of a page of jobs, newest first.
-func (Dialect) PageJobIDs(f engine.JobPage) (string, []any) {
-	where, args := jobWhere(f, true)
-	return `SELECT id FROM sluice_jobs` + where + ` ORDER BY id DESC LIMIT ` + strconv.Itoa(f.Limit), args
-}
-
-// CountJobs counts the jobs of a filter, up to limit.
-func (Dialect) CountJobs(f engine.JobPage, limit int) (string, []any) {
-	where, args := jobWhere(f, false)
-	return `SELECT count(*) FROM (SELECT 1 FROM sluice_jobs` + where + ` LIMIT ` + strconv.Itoa(limit) + `) c`, args
-}
 
 // FinishedSince counts recently finished jobs per queue, state and
 // bucket, through the finished and failed indexes.

@@ -1,10 +1,7 @@
 package sqlite
 
 import (
-	"strconv"
-
 	"github.com/sluicequeue/sluice/internal/engine"
-	"github.com/sluicequeue/sluice/internal/sqlgen"
 )
 
 // The dashboard's and Explain's SQL (engine.DashboardDialect). A job
@@ -12,45 +9,6 @@ import (
 // states, so that the planner matches the state's partial index.
 
 var _ engine.DashboardDialect = Dialect{}
-
-// stateCond is the condition that selects one state through its partial
-// index. (Ready jobs have two, plain and rate-limited, which SQLite does
-// not combine: they are found by id, newest first, where waiting jobs are.)
-var stateCond = map[engine.State]string{
-	engine.StateReady:     `state = 'ready'`,
-	engine.StateScheduled: `state = 'scheduled'`,
-	engine.StateParked:    `state = 'parked'`,
-	engine.StateBlocked:   `state = 'blocked'`,
-	engine.StateRunning:   `state = 'running'`,
-	engine.StateCompleted: `state = 'completed'`,
-	engine.StateFailed:    `state = 'failed'`,
-	engine.StateCancelled: `state = 'cancelled'`,
-}
-
-// jobWhere returns the WHERE clause of a job page and its arguments.
-func jobWhere(f engine.JobPage, withBefore bool) (string, []any) {
-	return sqlgen.JobPageWhere(f, stateCond, withBefore, false)
-}
-
-// PageJobs lists a page of jobs, newest first.
-func (Dialect) PageJobs(f engine.JobPage) (string, []any) {
-	where, args := jobWhere(f, true)
-	return `SELECT ` + engine.JobInfoColumns + ` FROM sluice_jobs` + where + ` ORDER BY id DESC LIMIT ` + strconv.Itoa(f.Limit), args
-}
-
-// PageJobIDs lists the ids of a page of jobs, newest first.
-func (Dialect) PageJobIDs(f engine.JobPage) (string, []any) {
-	where, args := jobWhere(f, true)
-	return `SELECT id FROM sluice_jobs` + where + ` ORDER BY id DESC LIMIT ` + strconv.Itoa(f.Limit), args
-}
-
-// CountJobs counts the jobs of a filter, up to limit, newest first: a
-// filter without an index of its own stops among the newest rows, where
-// waiting jobs are, instead of reading every finished job first.
-func (Dialect) CountJobs(f engine.JobPage, limit int) (string, []any) {
-	where, args := jobWhere(f, false)
-	return `SELECT count(*) FROM (SELECT 1 FROM sluice_jobs` + where + ` ORDER BY id DESC LIMIT ` + strconv.Itoa(limit) + `) c`, args
-}
 
 // FinishedSince counts recently finished jobs per queue, state and
 // bucket, through the finished and failed indexes.
