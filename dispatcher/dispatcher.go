@@ -183,12 +183,20 @@ func (d *Dispatcher) Tick(ctx context.Context) (TickResult, error) {
 
 // Run ticks every Interval (at once again after a full batch) until ctx is
 // done. It registers the dispatcher as a process and heartbeats, and
-// refuses to start against a database with pending migrations.
+// refuses to start against a database with pending migrations. Stopped
+// before it started (ctx done while it checks the schema or registers),
+// it returns nil.
 func (d *Dispatcher) Run(ctx context.Context) error {
-	if err := d.store.CheckSchema(ctx); err != nil {
-		return fmt.Errorf("dispatcher: %w", err)
+	err := d.store.CheckSchema(ctx)
+	if err != nil {
+		err = fmt.Errorf("dispatcher: %w", err)
+	} else {
+		err = d.register(ctx)
 	}
-	if err := d.register(ctx); err != nil {
+	if err != nil {
+		if ctx.Err() != nil {
+			return nil // stopped before it started
+		}
 		return err
 	}
 	beatCtx, stopBeat := context.WithCancel(context.WithoutCancel(ctx))

@@ -180,3 +180,16 @@ func newDispatcher(t testing.TB, s *engine.Store, cfg dispatcher.Config) *dispat
 	}
 	return d
 }
+
+// A dispatcher stopped before it started returns nil, as a graceful stop.
+func TestADispatcherStoppedBeforeItStartsReturnsNil(t *testing.T) {
+	testdb.Each(t, func(t *testing.T, s *engine.Store) {
+		ctx, cancel := context.WithCancel(context.Background())
+		cancel()
+		d := newDispatcher(t, s, dispatcher.Config{Logger: quiet()})
+		require.NoError(t, d.Run(ctx))
+		ps, err := s.ListProcesses(context.Background())
+		require.NoError(t, err)
+		require.Empty(t, ps)
+	})
+}

@@ -275,12 +275,13 @@ func (w *Worker) ProcessID() int64 { return w.pid.Load() }
 // Run works jobs until ctx is done, then shuts down gracefully: it stops
 // claiming, lets running jobs finish for up to ShutdownTimeout, cancels the
 // rest and releases them back to ready. It refuses to start against a
-// database with pending migrations.
+// database with pending migrations. Stopped before it started (ctx done
+// while it checks the schema or registers), it returns nil.
 func (w *Worker) Run(ctx context.Context) error {
-	if err := w.store.CheckSchema(ctx); err != nil {
-		return fmt.Errorf("jobs: worker: %w", err)
-	}
-	if err := w.register(ctx); err != nil {
+	if err := w.startUp(ctx); err != nil {
+		if ctx.Err() != nil {
+			return nil
+		}
 		return err
 	}
 	jobsCtx, stopJobs := context.WithCancelCause(context.WithoutCancel(ctx))
@@ -319,6 +320,14 @@ func (w *Worker) Run(ctx context.Context) error {
 	}
 	w.log.Info("sluice: worker stopped", "process_id", w.pid.Load())
 	return nil
+}
+
+// startUp checks the schema and registers the worker's process.
+func (w *Worker) startUp(ctx context.Context) error {
+	if err := w.store.CheckSchema(ctx); err != nil {
+		return fmt.Errorf("jobs: worker: %w", err)
+	}
+	return w.register(ctx)
 }
 
 func (w *Worker) register(ctx context.Context) error {

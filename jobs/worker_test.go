@@ -294,3 +294,18 @@ func TestWorkerRefusesPendingMigrations(t *testing.T) {
 		})
 	}
 }
+
+// A worker stopped before it started (its context done while it checks
+// the schema or registers) returns nil, as a graceful stop, and leaves no
+// process registered.
+func TestAWorkerStoppedBeforeItStartsReturnsNil(t *testing.T) {
+	each(t, func(t *testing.T, h *harness) {
+		ctx, cancel := context.WithCancel(context.Background())
+		cancel()
+		w := h.worker(jobs.WorkerConfig{})
+		require.NoError(t, w.Run(ctx))
+		ps, err := h.store.ListProcesses(context.Background())
+		require.NoError(t, err)
+		require.Empty(t, ps)
+	})
+}
