@@ -175,8 +175,8 @@ func (s *Store) MigrateUp(ctx context.Context, target int) ([]Migration, error) 
 	if err != nil {
 		return nil, err
 	}
-	if _, err := s.db.Exec(ctx, s.q.CreateMigrationsTable()); err != nil {
-		return nil, fmt.Errorf("create migrations table: %w", err)
+	if err := s.createMigrationsTable(ctx); err != nil {
+		return nil, err
 	}
 	var done []Migration
 	for _, m := range ms {
@@ -201,8 +201,8 @@ func (s *Store) MigrateDown(ctx context.Context, steps int) ([]Migration, error)
 	if err != nil {
 		return nil, err
 	}
-	if _, err := s.db.Exec(ctx, s.q.CreateMigrationsTable()); err != nil {
-		return nil, fmt.Errorf("create migrations table: %w", err)
+	if err := s.createMigrationsTable(ctx); err != nil {
+		return nil, err
 	}
 	var done []Migration
 	for i := len(ms) - 1; i >= 0 && len(done) < steps; i-- {
@@ -216,6 +216,22 @@ func (s *Store) MigrateDown(ctx context.Context, steps int) ([]Migration, error)
 	}
 	s.schemaOK.Store(false)
 	return done, nil
+}
+
+// createMigrationsTable creates the table of applied migrations unless it
+// exists. Migrators that start together on an empty database race here,
+// before any lock exists: on PostgreSQL a CREATE TABLE IF NOT EXISTS that
+// loses fails on the catalog's unique index instead of finding the table.
+// The loser tries once more, and finds it.
+func (s *Store) createMigrationsTable(ctx context.Context) error {
+	_, err := s.db.Exec(ctx, s.q.CreateMigrationsTable())
+	if err != nil {
+		_, err = s.db.Exec(ctx, s.q.CreateMigrationsTable())
+	}
+	if err != nil {
+		return fmt.Errorf("create migrations table: %w", err)
+	}
+	return nil
 }
 
 // migrateOne applies (up) or reverts (down) m unless that is already done,
