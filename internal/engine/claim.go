@@ -229,6 +229,15 @@ func (s *Store) claim(ctx context.Context, tx Tx, p ClaimParams, res *ClaimResul
 		}
 		writes = append(writes, stmt(s.q.MarkRunning(ids, p.ProcessID, Micros(now))))
 	}
+	if !anyCalls(admitted) {
+		// Nothing more to read: the writes and the commit go in one
+		// round trip where the database can.
+		if err := pipelineCommit(ctx, tx, writes, nil); err != nil {
+			return fmt.Errorf("claim and defer: %w", err)
+		}
+		res.Jobs = admitted
+		return nil
+	}
 	if err := pipeline(ctx, tx, writes, nil); err != nil {
 		return fmt.Errorf("claim and defer: %w", err)
 	}

@@ -230,6 +230,11 @@ func (s *Store) lockPendingByID(ctx context.Context, ex Executor, id int64) (Sta
 
 // loadCalls attaches their collected calls to the jobs that have more than
 // one.
+// anyCalls reports whether a claimed job has coalesced calls to load.
+func anyCalls(jobs []*Job) bool {
+	return slices.ContainsFunc(jobs, func(j *Job) bool { return j.Calls > 1 })
+}
+
 func (s *Store) loadCalls(ctx context.Context, ex Executor, jobs []*Job) error {
 	byID := map[int64]*Job{}
 	var ids []int64

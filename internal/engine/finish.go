@@ -94,7 +94,7 @@ func (s *Store) Finish(ctx context.Context, processID int64, c Clock, o Outcomes
 			return err
 		}
 		woke = queues
-		return pipeline(ctx, tx, append(writes, gives...), nil)
+		return pipelineCommit(ctx, tx, append(writes, gives...), nil)
 	})
 	if err != nil {
 		return s.wrap(fmt.Errorf("finish jobs: %w", err))

@@ -19,6 +19,24 @@ type Pipeliner interface {
 	Pipeline(ctx context.Context, stmts []Stmt, read func(i int, rows Rows) error) error
 }
 
+// CommitPipeliner is implemented by transactions that can send their last
+// statements and COMMIT in one round trip (PostgreSQL's). Once
+// PipelineCommit returns nil the transaction has committed, and Commit
+// does nothing more; on an error it is rolled back as usual.
+type CommitPipeliner interface {
+	PipelineCommit(ctx context.Context, stmts []Stmt, read func(i int, rows Rows) error) error
+}
+
+// pipelineCommit runs a transaction's last statements and commits, in one
+// round trip where tx can; elsewhere it runs them, and inTx commits after.
+// Nothing may run in tx after it.
+func pipelineCommit(ctx context.Context, tx Tx, stmts []Stmt, read func(i int, rows Rows) error) error {
+	if p, ok := tx.(CommitPipeliner); ok && len(stmts) > 0 {
+		return p.PipelineCommit(ctx, stmts, read)
+	}
+	return pipeline(ctx, tx, stmts, read)
+}
+
 // pipeline runs stmts in order through ex, in one round trip where ex can,
 // calling read with the rows of each statement that has Rows set.
 func pipeline(ctx context.Context, ex Executor, stmts []Stmt, read func(i int, rows Rows) error) error {

@@ -159,6 +159,8 @@ func (f *Faults) Begin(ctx context.Context) (engine.Tx, error) {
 type faultTx struct {
 	engine.Tx
 	f *Faults
+	// committed is set once PipelineCommit has committed.
+	committed bool
 }
 
 func (t *faultTx) Exec(ctx context.Context, q string, args ...any) (engine.Result, error) {
@@ -178,6 +180,9 @@ func (t *faultTx) Query(ctx context.Context, q string, args ...any) (engine.Rows
 // Commit fails when a fault is due: the transaction is rolled back, so
 // nothing of it lands, as after a serialization failure at commit.
 func (t *faultTx) Commit(ctx context.Context) error {
+	if t.committed {
+		return nil
+	}
 	if err := t.f.next(nil); err != nil {
 		_ = t.Tx.Rollback(ctx)
 		return err
@@ -197,4 +202,34 @@ func (t *faultPipeTx) Pipeline(ctx context.Context, stmts []engine.Stmt, read fu
 		}
 	}
 	return t.Tx.(engine.Pipeliner).Pipeline(ctx, stmts, read)
+}
+
+// PipelineCommit counts its statements and its commit as Pipeline and
+// Commit do: a fault due at a statement fails it before anything is sent,
+// and one due at the commit runs the statements and rolls them back.
+func (t *faultPipeTx) PipelineCommit(ctx context.Context, stmts []engine.Stmt, read func(int, engine.Rows) error) error {
+	for _, st := range stmts {
+		if err := t.f.next(st.Args); err != nil {
+			return err
+		}
+	}
+	if err := t.f.next(nil); err != nil {
+		if perr := t.Tx.(engine.Pipeliner).Pipeline(ctx, stmts, read); perr != nil {
+			return perr
+		}
+		_ = t.Tx.Rollback(ctx)
+		return err
+	}
+	if p, ok := t.Tx.(engine.CommitPipeliner); ok {
+		if err := p.PipelineCommit(ctx, stmts, read); err != nil {
+			return err
+		}
+		t.committed = true
+		return nil
+	}
+	if err := t.Tx.(engine.Pipeliner).Pipeline(ctx, stmts, read); err != nil {
+		return err
+	}
+	t.committed = true
+	return t.Tx.Commit(ctx)
 }

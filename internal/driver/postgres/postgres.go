@@ -136,13 +136,14 @@ func (d *DB) Query(ctx context.Context, q string, args ...any) (engine.Rows, err
 	return d.pool.Query(ctx, q, args...)
 }
 
-// Begin starts a transaction.
+// Begin starts a transaction on a connection of the pool; BEGIN goes out
+// with its first statements.
 func (d *DB) Begin(ctx context.Context) (engine.Tx, error) {
-	tx, err := d.pool.Begin(ctx)
+	conn, err := d.pool.Acquire(ctx)
 	if err != nil {
 		return nil, err
 	}
-	return Tx{tx: tx}, nil
+	return &ownTx{conn: conn}, nil
 }
 
 // Close closes the pool, unless the app owns it (OpenPool).
