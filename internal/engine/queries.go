@@ -42,8 +42,8 @@ type SQL struct {
 	insertTick, setTickJob, deleteTicks *sqlStatement
 
 	lockReadyFair, insertFairKeys, lockFairKeys, fairVirtualTime, saveFairKeys, deleteFairKeys *sqlStatement
-	fairQueues                                                                                string
-	lastTicks                           string
+	fairQueues                                                                                 string
+	lastTicks                                                                                  string
 }
 
 // optional are the statements a database may lack (have no default, or
