@@ -257,6 +257,12 @@ func (s *Store) claim(ctx context.Context, tx Tx, p ClaimParams, res *ClaimResul
 // limit never runs a limited job unchecked.
 func (s *Store) candidates(ctx context.Context, tx Tx, p ClaimParams, window int, due []*Job, res *ClaimResult) ([]*Job, error) {
 	var plain, limited, fair []*Job
+	// Fair jobs a rate limit defers are no one's turn: with Limits the fair
+	// stream brings window more, to claim in their place.
+	fairMax := p.Max
+	if p.Limits != nil {
+		fairMax += window
+	}
 	for _, q := range p.Queues {
 		// Both streams of a queue in one round trip where the database can.
 		var stmts []Stmt
@@ -267,7 +273,7 @@ func (s *Store) candidates(ctx context.Context, tx Tx, p ClaimParams, window int
 		if n := window - len(limited); p.Limits != nil && n > 0 {
 			stmts, into = append(stmts, query(s.q.LockReady(q, true, n))), append(into, &limited)
 		}
-		if n := p.Max - len(fair); p.Fair && n > 0 {
+		if n := fairMax - len(fair); p.Fair && n > 0 {
 			stmts, into = append(stmts, query(s.q.LockReadyFair(q, p.Limits != nil, n))), append(into, &fair)
 		}
 		// The hinted budgets, and then the clock, ride along with the
@@ -308,7 +314,7 @@ func (s *Store) candidates(ctx context.Context, tx Tx, p ClaimParams, window int
 		if err != nil {
 			return nil, err
 		}
-		if len(plain) >= p.Max && (p.Limits == nil || len(limited) >= window) && (!p.Fair || len(fair) >= p.Max) {
+		if len(plain) >= p.Max && (p.Limits == nil || len(limited) >= window) && (!p.Fair || len(fair) >= fairMax) {
 			break
 		}
 	}

@@ -141,3 +141,117 @@ func TestFairSharesUnderAdversarialSkew(t *testing.T) {
 		require.GreaterOrEqual(t, r.meter.Worst().Ratio(), 0.95)
 	})
 }
+
+func TestFairJobDeferredByARateLimitKeepsItsTurn(t *testing.T) {
+	testdb.Each(t, func(t *testing.T, s *engine.Store) {
+		r := newFairRig(t, s)
+		r.lim = limits{"api": spec(t, "api", 1, time.Second, 1)}
+		limitedA := func(j *engine.NewJob) { j.RateKeys = []engine.RateKey{{Key: "api/a", Cost: 1}} }
+		a := r.add("a", 1, 3, limitedA)
+		r.add("b", 1, 3, nil)
+		// a's first is admitted; its second is deferred, and does not count
+		// as a turn: b gets its jobs meanwhile.
+		require.Equal(t, []string{"a", "b"}, r.claim(2))
+		require.Equal(t, []string{"b", "b"}, r.claim(2))
+		require.Equal(t, engine.StateScheduled, state(t, s, a[1]).State)
+		// A flood of b arrives while a waits; when a's slot comes, its job
+		// comes back at the front, with the start it was enqueued with.
+		r.add("b", 1, 50, nil)
+		r.now = at(time.Second)
+		require.Equal(t, []string{"a", "b"}, r.claim(2))
+		require.Equal(t, engine.StateRunning, state(t, s, a[1]).State)
+	})
+}
+
+func TestFairIdleKeyStartsAtTheQueuesVirtualTime(t *testing.T) {
+	testdb.Each(t, func(t *testing.T, s *engine.Store) {
+		ctx := context.Background()
+		r := newFairRig(t, s)
+		// a runs 100 jobs alone, then b floods.
+		r.add("a", 1, 100, nil)
+		for r.meter.Backlog("a") > 0 {
+			r.claim(50)
+		}
+		r.add("b", 1, 300, nil)
+		for range 4 {
+			r.claim(50)
+		}
+		// a was idle while b ran 200: it does not get 200 turns back, nor
+		// wait behind its old finish; it starts at the queue's virtual time.
+		r.add("a", 1, 10, nil)
+		require.ElementsMatch(t, []string{"a", "b", "a", "b"}, r.claim(4))
+
+		// Once every job of a is claimed and the queue has moved past it,
+		// its row goes, and its next job starts the same.
+		for r.meter.Backlog("a") > 0 {
+			r.claim(10)
+		}
+		r.claim(50)
+		n, err := s.PruneFairKeys(ctx)
+		require.NoError(t, err)
+		require.Equal(t, 1, n, "a's row is pruned; b's, ahead of the queue, stays")
+		r.add("a", 1, 2, nil)
+		require.ElementsMatch(t, []string{"a", "b", "a", "b"}, r.claim(4))
+	})
+}
+
+func TestFairCombinesWithConcurrencyAndCoalescing(t *testing.T) {
+	testdb.Each(t, func(t *testing.T, s *engine.Store) {
+		r := newFairRig(t, s)
+		r.add("b", 1, 20, nil)
+		conc := func(j *engine.NewJob) { j.Conc = &engine.Conc{Key: "c/a", To: 1, Duration: time.Minute} }
+		a := r.add("a", 1, 2, conc)
+		require.Equal(t, engine.StateBlocked, state(t, s, a[1]).State)
+		co := r.add("a", 1, 1, func(j *engine.NewJob) {
+			j.Coalesce = &engine.Coalesce{Key: "co/a"}
+		})
+		// Starts: b 0, 1, 2, …; a 0, its blocked job 1 (kept for when the
+		// slot comes back), its coalescing job 2; ties go by id.
+		require.Equal(t, []string{"b", "a", "b", "b", "a"}, r.claim(5))
+		require.Equal(t, engine.StateRunning, state(t, s, co[0]).State)
+	})
+}
+
+func TestClaimWithoutFairRunsNoFairStatement(t *testing.T) {
+	testdb.Each(t, func(t *testing.T, s *engine.Store) {
+		rs, rec := testdb.Record(s)
+		pid := register(t, s, t0)
+		enqueue(t, s, t0, job("a", "default", 0), fairJob("k", 1))
+		res := claim(t, rs, pid, t0, 10)
+		require.Len(t, res.Jobs, 1, "a claim without Fair takes no fair job")
+		plain := rec.Take()
+		require.Len(t, plain, 2, "lock the candidates, mark them running: %q", plain)
+		for _, q := range plain {
+			require.NotContains(t, q, "fair_start")
+			require.NotContains(t, q, "sluice_fair_keys")
+		}
+		res, err := rs.Claim(context.Background(), engine.ClaimParams{ProcessID: pid, Queues: []string{"default"}, Max: 10, Clock: engine.At(t0), Fair: true})
+		require.NoError(t, err)
+		require.Len(t, res.Jobs, 1, "with Fair, the fair job")
+		fair := rec.Take()
+		require.Len(t, fair, 3, "%q", fair)
+		require.Contains(t, fair[1], "fair_start", "the fair stream rides with the plain one")
+	})
+}
+
+func TestFairRefusesBadKeysAndWeights(t *testing.T) {
+	testdb.Each(t, func(t *testing.T, s *engine.Store) {
+		ctx := context.Background()
+		for _, c := range []struct {
+			j    engine.NewJob
+			want string
+		}{
+			{fairJob("k", engine.MaxFairWeight+1), "fairness weight 1048577 for key \"k\" is out of range"},
+			{fairJob("k", -1), "fairness weight -1"},
+			{fairJob("bad\x00key", 1), "fairness key"},
+			{fairJob("", 2), "fairness weight 2 without a fairness key"},
+		} {
+			_, err := s.Enqueue(ctx, nil, engine.At(t0), []engine.NewJob{job("a", "default", 0), c.j})
+			require.ErrorContains(t, err, "job 1")
+			require.ErrorContains(t, err, c.want)
+		}
+		stats, err := s.Stats(ctx)
+		require.NoError(t, err)
+		require.Empty(t, stats, "nothing was written")
+	})
+}
