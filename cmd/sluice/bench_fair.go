@@ -41,7 +41,14 @@ func (b *bench) fairScenario(ctx context.Context) error {
 			first[i] = append(first[i], float64(nn.maxClaims))
 			last[i] = append(last[i], float64(nn.lightsDone.Milliseconds()))
 		}
-		for i, fair := range []bool{false, true} {
+		// Burn-downs alternate which goes first (A B, B A, …), so that
+		// neither always follows the noisy neighbour's runs.
+		order := []bool{false, true}
+		if r%2 == 0 {
+			order = []bool{true, false}
+		}
+		for _, fair := range order {
+			i := map[bool]int{false: 0, true: 1}[fair]
 			what := map[bool]string{false: "plain", true: "fair"}[fair]
 			if err := b.reset(ctx); err != nil {
 				return err
