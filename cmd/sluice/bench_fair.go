@@ -83,9 +83,9 @@ type noisyRun struct {
 	maxRounds, medianRounds float64
 	// maxClaims is the most worker claims a light key's first job waited
 	// for, the one that took it included.
-	maxClaims int
-	maxWait                 time.Duration
-	lightsDone, heavyDone   time.Duration
+	maxClaims             int
+	maxWait               time.Duration
+	lightsDone, heavyDone time.Duration
 	// enqueued is how long the 20 enqueues took.
 	enqueued time.Duration
 }
