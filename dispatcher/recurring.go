@@ -40,8 +40,9 @@ type MaintenanceTask struct {
 // Maintenance configures the dispatcher's built-in tasks.
 type Maintenance struct {
 	// ClearIdleBudgets deletes rate-limit budgets that admit exactly as a
-	// missing row would, 500 at a time with 300ms between batches. Defaults
-	// to "@hourly".
+	// missing row would, 500 at a time with 300ms between batches, and the
+	// fairness keys whose next job would start at their queue's virtual
+	// time anyway (docs/fairness.md). Defaults to "@hourly".
 	ClearIdleBudgets MaintenanceTask
 	// ClearFinishedJobs deletes completed and cancelled jobs older than
 	// Retention, in batches of 500, and the records of old ticks. Defaults
@@ -127,7 +128,14 @@ func (d *Dispatcher) compileTasks(cfg Config) error {
 			if n > 0 {
 				d.log.Info("sluice: cleared idle rate-limit budgets", "count", n)
 			}
-			return n, err
+			if err != nil {
+				return n, err
+			}
+			keys, err := d.store.PruneFairKeys(ctx)
+			if keys > 0 {
+				d.log.Info("sluice: cleared idle fairness keys", "count", keys)
+			}
+			return n + keys, err
 		}},
 		{TaskClearFinishedJobs, m.ClearFinishedJobs, "@hourly", true, func(ctx context.Context, now time.Time) (int, error) {
 			n, err := d.store.DeleteFinished(ctx, now.Add(-retention), 500)

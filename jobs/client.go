@@ -294,9 +294,14 @@ func (c *Client) newJob(it Item, now time.Time) (engine.NewJob, error) {
 			return engine.NewJob{}, fmt.Errorf("%s: %w", name, err)
 		}
 	}
+	fairKey, fairWeight, err := k.fairKey(it.Args)
+	if err != nil {
+		return engine.NewJob{}, fmt.Errorf("%s: %w", name, err)
+	}
 	j := engine.NewJob{
 		Kind: name, Queue: k.cfg.queue, Priority: k.cfg.priority, Args: body,
 		MaxAttempts: k.cfg.maxAttempts, RateKeys: rateKeys, Conc: conc, Coalesce: co,
+		FairKey: fairKey, FairWeight: fairWeight,
 	}
 	if cfg.queue != "" {
 		j.Queue = cfg.queue

@@ -47,6 +47,8 @@ type kindConfig struct {
 	rateLimits  []any // ratelimit.Limit[T] for the kind's T, checked at Register
 	concurrency []any // concurrency.Limit[T]
 	coalesce    []any // coalesce.Rule[T]
+	fair        []any // func(T) any
+	fairWeight  []any // func(T) int
 	middleware  []Middleware
 }
 

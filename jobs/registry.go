@@ -32,6 +32,9 @@ type Registry struct {
 	// limited is set once any kind declares a rate limit; until then
 	// claims run the plain queue's statements.
 	limited bool
+	// fair is set once any kind declares a fairness key; until then claims
+	// take no fair stream.
+	fair bool
 }
 
 // kind is one registered kind, with its type erased.
@@ -48,6 +51,8 @@ type kind struct {
 	work func(ctx context.Context, j *engine.Job, md map[string]string, args any, calls []any) error
 	// coalesce is the kind's coalescing rule; nil without one.
 	coalesce *coalesceRule
+	// fair is the kind's fairness key and weight; nil without one.
+	fair *fairRule
 }
 
 // coalesceRule is a compiled coalescing rule with its type erased.
@@ -217,6 +222,11 @@ func register[T Args](r *Registry, h Handler[T], calls CallsHandler[T], opts []R
 		}
 		k.coalesce = rule
 	}
+	fair, err := compileFair[T](cfg)
+	if err != nil {
+		return fail(err)
+	}
+	k.fair = fair
 	collects := k.coalesce != nil && k.coalesce.spec.OnConflict == coalesce.Collect
 	switch {
 	case collects && h != nil:
@@ -247,7 +257,15 @@ func register[T Args](r *Registry, h Handler[T], calls CallsHandler[T], opts []R
 	}
 	r.kinds[name] = k
 	r.limited = r.limited || len(k.rules) > 0
+	r.fair = r.fair || k.fair != nil
 	return nil
+}
+
+// hasFair reports whether any kind declares a fairness key.
+func (r *Registry) hasFair() bool {
+	r.mu.RLock()
+	defer r.mu.RUnlock()
+	return r.fair
 }
 
 func compileRate[T Args](name string, decl any) (*rateRule, error) {

@@ -509,6 +509,7 @@ func (w *Worker) claim(ctx context.Context, max, window int, promote bool) (*eng
 		Candidates: window,
 		Clock:      w.storeClock(),
 		Limits:     w.claimLimits(),
+		Fair:       w.reg.hasFair(),
 		Horizon:    w.cfg.Horizon,
 		PromoteDue: promote && w.limits != nil,
 		DueLead:    w.slots.lead,

@@ -53,7 +53,7 @@ type benchFlags struct {
 }
 
 func runBench(ctx context.Context, env *cli.Env, args []string) error {
-	fs, url := env.FlagSet("bench", "bench [--jobs N | --duration D | --latency | --scenario drain|flood|loose] [--procs N] [--rate N/PER --burst B --keys K] [flags]")
+	fs, url := env.FlagSet("bench", "bench [--jobs N | --duration D | --latency | --scenario drain|flood|loose|fair] [--procs N] [--rate N/PER --burst B --keys K] [flags]")
 	var f benchFlags
 	fs.IntVar(&f.jobs, "jobs", 100000, "burn-down: insert this many no-op jobs, then work them")
 	fs.DurationVar(&f.duration, "duration", 0, "continuous: insert and work no-op jobs for this long instead of a burn-down")
@@ -61,20 +61,20 @@ func runBench(ctx context.Context, env *cli.Env, args []string) error {
 	fs.IntVar(&f.concurrency, "concurrency", 1000, "jobs each worker runs at once (and so its largest claim)")
 	fs.StringVar(&f.rate, "rate", "", "rate-limit the jobs: N/PER, e.g. 1000/1s (loose scenario: 1000/1s)")
 	fs.IntVar(&f.burst, "burst", 1, "with --rate: the burst (loose scenario: 1000)")
-	fs.IntVar(&f.keys, "keys", 1, "with --rate: spread jobs over this many budgets (loose scenario: 100)")
+	fs.IntVar(&f.keys, "keys", 1, "with --rate: spread jobs over this many budgets (loose scenario: 100); fair: the burn-down's fairness keys (100)")
 	fs.BoolVar(&f.latency, "latency", false, "measure enqueue-to-start latency at light load (50 jobs/s for 10s)")
 	fs.IntVar(&f.finished, "finished", 0, "first make sure this many finished jobs are kept in the table")
 	fs.BoolVar(&f.deleteDone, "delete", false, "delete jobs as they complete instead of keeping them")
 	fs.StringVar(&f.cpuProfile, "cpuprofile", "", "write a CPU profile of the run (this process only) to this file")
 	fs.IntVar(&f.procs, "procs", 0, "run the workers in this many child processes, one worker each, on their own pools (0: in this process; drain scenario: 1)")
 	fs.DurationVar(&f.dispInterval, "dispatcher-interval", 0, "the dispatcher's poll interval (0: its default, 1s; figures before the scenarios used 100ms)")
-	fs.StringVar(&f.scenario, "scenario", "", "drain (declared vs measured drain rates), flood (unlimited jobs behind a throttled flood) or loose (unlimited vs a loose limit)")
+	fs.StringVar(&f.scenario, "scenario", "", "drain (declared vs measured drain rates), flood (unlimited jobs behind a throttled flood), loose (unlimited vs a loose limit) or fair (fair shares: noisy neighbour, weighted shares, fair vs plain burn-down)")
 	fs.StringVar(&f.limits, "limits", defaultDrainLimits, "drain: the limits, TO/PER:BURST separated by commas")
 	fs.DurationVar(&f.drainFor, "drain-for", 8*time.Second, "drain: size each backlog to drain for about this long after its burst")
 	fs.DurationVar(&f.drainTimeout, "drain-timeout", 0, "drain: give up on a limit's backlog after this long (0: 3 × --drain-for + 10s)")
-	fs.IntVar(&f.flood, "flood", 50000, "flood: rate-limited jobs enqueued ahead of the unlimited ones")
+	fs.IntVar(&f.flood, "flood", 50000, "flood: rate-limited jobs enqueued ahead of the unlimited ones; fair: the heavy key's jobs")
 	fs.StringVar(&f.floodRate, "flood-rate", "10/1s", "flood: the flood's limit, N/PER with burst 1, on one budget")
-	fs.IntVar(&f.rounds, "rounds", 0, "flood and loose: rounds, each a pair of runs (0: 3 for flood, 5 for loose)")
+	fs.IntVar(&f.rounds, "rounds", 0, "flood, loose and fair: rounds, each a pair of runs (0: 3 for flood and fair, 5 for loose)")
 	fs.BoolVar(&f.otel, "otel", false, "trace and measure every enqueue and run with otelsluice (spans batched and dropped at export); not with --procs")
 	fs.Float64Var(&f.otelSample, "otel-sample", 1, "with --otel: the fraction of traces sampled (a parent-based trace-id ratio sampler; 1 samples all)")
 	if err := cli.Parse(fs, args); err != nil {
@@ -107,6 +107,8 @@ func runBench(ctx context.Context, env *cli.Env, args []string) error {
 		return b.floodScenario(ctx)
 	case f.scenario == "loose":
 		return b.looseScenario(ctx)
+	case f.scenario == "fair":
+		return b.fairScenario(ctx)
 	case f.latency:
 		return b.latency(ctx)
 	case f.duration > 0:
@@ -138,12 +140,12 @@ func (f *benchFlags) check(set map[string]bool) error {
 	}
 	switch f.scenario {
 	case "":
-	case "drain", "flood", "loose":
+	case "drain", "flood", "loose", "fair":
 		if f.latency || f.duration > 0 {
 			return cli.Usagef("--scenario does not combine with --latency or --duration")
 		}
 	default:
-		return cli.Usagef("--scenario %q: want drain, flood or loose", f.scenario)
+		return cli.Usagef("--scenario %q: want drain, flood, loose or fair", f.scenario)
 	}
 	switch f.scenario {
 	case "drain":
@@ -165,6 +167,19 @@ func (f *benchFlags) check(set map[string]bool) error {
 		}
 		if _, _, err := parseRate(f.floodRate); err != nil {
 			return err
+		}
+	case "fair":
+		if f.procs > 0 {
+			return cli.Usagef("--scenario fair records the order jobs start in, in this process: it does not combine with --procs")
+		}
+		if f.rounds == 0 {
+			f.rounds = 3
+		}
+		if !set["keys"] {
+			f.keys = 100
+		}
+		if !set["flood"] {
+			f.flood = 50000
 		}
 	case "loose":
 		if f.rounds == 0 {
@@ -324,6 +339,9 @@ func (b *bench) reset(ctx context.Context) error {
 	}
 	if _, err := db.Exec(ctx, "DELETE FROM sluice_budgets WHERE name LIKE 'bench_%'"); err != nil {
 		return fmt.Errorf("clear the bench budgets: %w", err)
+	}
+	if _, err := db.Exec(ctx, "DELETE FROM sluice_fair_keys WHERE queue = '"+benchQueue+"'"); err != nil {
+		return fmt.Errorf("clear the bench fairness keys: %w", err)
 	}
 	if b.store.Dialect().Name() == "postgres" {
 		// What autovacuum would do between runs (it may be off on a test

@@ -34,6 +34,12 @@ type benchFlood struct{}
 
 func (benchFlood) Kind() string { return "bench_flood" }
 
+// benchFair is the fair scenario's no-op: its fairness key and the key's
+// weight are in the args (declared fair only when the run says so).
+type benchFair struct{ Key, W int }
+
+func (benchFair) Kind() string { return "bench_fair" }
+
 // kind indexes the per-kind counts.
 type kind int
 
@@ -42,10 +48,11 @@ const (
 	kStamp
 	kLimited
 	kFlood
+	kFair
 	nKinds
 )
 
-var kindNames = [nKinds]string{"bench_noop", "bench_stamp", "bench_limited", "bench_flood"}
+var kindNames = [nKinds]string{"bench_noop", "bench_stamp", "bench_limited", "bench_flood", "bench_fair"}
 
 func kindOf(name string) (kind, bool) {
 	for k, n := range kindNames {
@@ -66,6 +73,9 @@ type kindsConfig struct {
 	// floodRate is bench_flood's limit, N/PER with burst 1 on one budget;
 	// "" leaves the kind undeclared.
 	floodRate string
+	// fair declares bench_fair with its fairness key and weight; without
+	// it bench_fair is a plain kind.
+	fair bool
 }
 
 // args are the bench-worker flags that declare the same kinds.
@@ -76,6 +86,9 @@ func (kc kindsConfig) args() []string {
 	}
 	if kc.floodRate != "" {
 		out = append(out, "--flood-rate", kc.floodRate)
+	}
+	if kc.fair {
+		out = append(out, "--fair")
 	}
 	return out
 }
@@ -93,6 +106,15 @@ func registerKinds(reg *jobs.Registry, kc kindsConfig, t *tally) error {
 		t.ran[kStamp].Add(1)
 		return nil
 	}, q))
+	var fair []jobs.RegisterOption
+	if kc.fair {
+		fair = append(fair, jobs.Fair(func(a benchFair) any { return a.Key }), jobs.FairWeight(func(a benchFair) int { return max(a.W, 1) }))
+	}
+	must(jobs.Register(reg, func(_ context.Context, j *jobs.Job[benchFair]) error {
+		t.addFairStart(j.Args.Key)
+		t.ran[kFair].Add(1)
+		return nil
+	}, append(fair, q)...))
 	if kc.rate != "" {
 		to, per, err := parseRate(kc.rate)
 		if err != nil {
@@ -148,6 +170,25 @@ type tally struct {
 	// jobs were admitted (--delete), since the lock it takes costs the
 	// limited handler what the unlimited one does not pay.
 	recordStarts bool
+	// fairStarts, when not nil, records each bench_fair start, in order,
+	// and fairClaims each claim that took jobs: when it began and ended.
+	fairStarts *[]fairStart
+	fairClaims *[][2]time.Time
+}
+
+// fairStart is one bench_fair job's start: its key and when.
+type fairStart struct {
+	key int
+	at  time.Time
+}
+
+func (t *tally) addFairStart(key int) {
+	if t.fairStarts == nil {
+		return
+	}
+	t.mu.Lock()
+	*t.fairStarts = append(*t.fairStarts, fairStart{key: key, at: time.Now()})
+	t.mu.Unlock()
 }
 
 func newTally() *tally { return &tally{starts: map[int][]time.Time{}} }
@@ -172,7 +213,15 @@ func (t *tally) latencies() []latSample {
 
 // hooks count the deferrals the worker reports.
 func (t *tally) hooks() jobs.Hooks {
-	return jobs.Hooks{OnDefer: func(e jobs.DeferEvent) {
+	return jobs.Hooks{OnClaim: func(e jobs.ClaimEvent) {
+		if t.fairClaims == nil || e.Claimed == 0 {
+			return
+		}
+		now := time.Now()
+		t.mu.Lock()
+		*t.fairClaims = append(*t.fairClaims, [2]time.Time{now.Add(-e.Duration), now})
+		t.mu.Unlock()
+	}, OnDefer: func(e jobs.DeferEvent) {
 		k, ok := kindOf(e.Kind)
 		if !ok || e.Shadow {
 			return

@@ -61,6 +61,11 @@ type ClaimParams struct {
 	Clock Clock
 	// Limits applies rate limits; nil claims exactly as a plain queue.
 	Limits Limits
+	// Fair adds each queue's fair jobs as a stream of their own, taken by
+	// virtual start (docs/fairness.md); a worker sets it when its registry
+	// has a kind with a fairness key. Without it a claim runs only the
+	// plain (and rate-limited) statements, and takes no fair job.
+	Fair bool
 	// Horizon is how far ahead slots are handed out. Defaults to
 	// DefaultHorizon.
 	Horizon time.Duration
@@ -199,6 +204,10 @@ func (s *Store) claim(ctx context.Context, tx Tx, p ClaimParams, res *ClaimResul
 	if len(cands) == 0 {
 		return nil
 	}
+	if p.Limits == nil && len(cands) > p.Max {
+		// The plain and fair streams each brought up to Max.
+		cands = cands[:p.Max]
+	}
 	admitted := cands
 	var writes []Stmt
 	var gives holders
@@ -256,7 +265,13 @@ func (s *Store) claim(ctx context.Context, tx Tx, p ClaimParams, res *ClaimResul
 // Limits a claim takes only jobs that carry no key: a worker that knows no
 // limit never runs a limited job unchecked.
 func (s *Store) candidates(ctx context.Context, tx Tx, p ClaimParams, window int, due []*Job, res *ClaimResult) ([]*Job, error) {
-	var plain, limited []*Job
+	var plain, limited, fair []*Job
+	// Fair jobs a rate limit defers are no one's turn: with Limits the fair
+	// stream brings window more, to claim in their place.
+	fairMax := p.Max
+	if p.Limits != nil {
+		fairMax += window
+	}
 	for _, q := range p.Queues {
 		// Both streams of a queue in one round trip where the database can.
 		var stmts []Stmt
@@ -266,6 +281,9 @@ func (s *Store) candidates(ctx context.Context, tx Tx, p ClaimParams, window int
 		}
 		if n := window - len(limited); p.Limits != nil && n > 0 {
 			stmts, into = append(stmts, query(s.q.LockReady(q, true, n))), append(into, &limited)
+		}
+		if n := fairMax - len(fair); p.Fair && n > 0 {
+			stmts, into = append(stmts, query(s.q.LockReadyFair(q, p.Limits != nil, n))), append(into, &fair)
 		}
 		// The hinted budgets, and then the clock, ride along with the
 		// first queue's candidates.
@@ -305,12 +323,12 @@ func (s *Store) candidates(ctx context.Context, tx Tx, p ClaimParams, window int
 		if err != nil {
 			return nil, err
 		}
-		if len(plain) >= p.Max && (p.Limits == nil || len(limited) >= window) {
+		if len(plain) >= p.Max && (p.Limits == nil || len(limited) >= window) && (!p.Fair || len(fair) >= fairMax) {
 			break
 		}
 	}
 	res.MoreLimited = p.Limits != nil && window > 0 && len(limited) >= window
-	if len(limited) == 0 && len(due) == 0 {
+	if len(limited) == 0 && len(due) == 0 && len(fair) == 0 {
 		return plain, nil
 	}
 	// Merge in queue order: the queues as given, then priority, then id.
@@ -318,12 +336,37 @@ func (s *Store) candidates(ctx context.Context, tx Tx, p ClaimParams, window int
 	for i, q := range p.Queues {
 		rank[q] = i
 	}
-	out := append(append(plain, limited...), due...)
-	slices.SortStableFunc(out, func(a, b *Job) int {
+	order := func(a, b *Job) int {
 		return cmp.Or(cmp.Compare(rank[a.Queue], rank[b.Queue]), cmp.Compare(a.Priority, b.Priority), cmp.Compare(a.ID, b.ID))
-	})
-	// A due job the claim made ready may also have come through a stream.
-	return slices.CompactFunc(out, func(a, b *Job) bool { return a.ID == b.ID }), nil
+	}
+	out := append(append(plain, limited...), due...)
+	slices.SortStableFunc(out, order)
+	if len(fair) == 0 {
+		// A due job the claim made ready may also have come through a stream.
+		return slices.CompactFunc(out, func(a, b *Job) bool { return a.ID == b.ID }), nil
+	}
+	out = mergeFair(out, fair, order)
+	seen := make(map[int64]bool, len(out))
+	return slices.DeleteFunc(out, func(j *Job) bool {
+		dup := seen[j.ID]
+		seen[j.ID] = true
+		return dup
+	}), nil
+}
+
+// mergeFair merges the fair stream, in its own order (queue, priority,
+// virtual start), into the other candidates, sorted by order: the head of
+// the fair stream goes first when order puts it before the other head.
+func mergeFair(others, fair []*Job, order func(a, b *Job) int) []*Job {
+	out := make([]*Job, 0, len(others)+len(fair))
+	for len(others) > 0 && len(fair) > 0 {
+		if order(fair[0], others[0]) < 0 {
+			out, fair = append(out, fair[0]), fair[1:]
+		} else {
+			out, others = append(out, others[0]), others[1:]
+		}
+	}
+	return append(append(out, others...), fair...)
 }
 
 // promoteDue makes the due jobs of p's queues that wait on a rate limit

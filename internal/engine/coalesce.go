@@ -15,12 +15,20 @@ import (
 // job of its key again after losing a race to create it.
 const maxCoalesceRounds = 5
 
-// enqueueTx enqueues jobs of which some coalesce or need concurrency
-// slots, in one transaction (the caller's, or one of the store's). Locks
-// are taken in one order everywhere: the pending jobs calls join (by key),
-// then the semaphores (by key). It changes rows (states, slots, coalesce
+// enqueueTx enqueues jobs of which some coalesce, need concurrency slots
+// or are fair, in one transaction (the caller's, or one of the store's).
+// Locks are taken in one order everywhere: the fairness keys (by queue and
+// key), the pending jobs calls join (by key), then the semaphores (by
+// key). It changes rows (states, slots, coalesce
 // keys): a transaction that is retried passes fresh copies.
 func (s *Store) enqueueTx(ctx context.Context, ex Executor, c Clock, jobs []NewJob, rows []InsertRow) ([]Enqueued, error) {
+	weights := make([]int, len(jobs))
+	for i, j := range jobs {
+		weights[i] = j.FairWeight
+	}
+	if err := s.tagFair(ctx, ex, rows, weights); err != nil {
+		return nil, err
+	}
 	now := c.Host()
 	nowUS := Micros(now)
 	out := make([]Enqueued, len(rows))

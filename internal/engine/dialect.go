@@ -148,6 +148,10 @@ type InsertRow struct {
 	FirstCallAt int64
 	// Metadata is the job's encoded metadata; "" is stored as NULL.
 	Metadata string
+	// FairKey is the job's fairness key ("" for none, stored as NULL), and
+	// FairStart its virtual start time, set by the enqueue.
+	FairKey   string
+	FairStart int64
 }
 
 // PendingRow is a pending job that holds a coalesce key, as a joining call

@@ -50,7 +50,7 @@ func (s *Store) Enqueue(ctx context.Context, ex Executor, c Clock, jobs []NewJob
 			return nil, fmt.Errorf("enqueue %s: %w", j.Kind, err)
 		}
 		rows[i] = row
-		plain = plain && j.Coalesce == nil && !(row.ConcKey != "" && row.State == StateReady)
+		plain = plain && j.Coalesce == nil && !(row.ConcKey != "" && row.State == StateReady) && j.FairKey == ""
 	}
 	var out []Enqueued
 	var err error
@@ -160,7 +160,7 @@ func (s *Store) batchEnd(rows []InsertRow, start int) int {
 	end, size := start, 0
 	for end < len(rows) && end-start < s.q.c.MaxInsertBatch {
 		r := &rows[end]
-		size += len(r.Args) + len(r.Kind) + len(r.Queue) + len(r.RateKeys) + len(r.ConcKey) + len(r.LastError) + len(r.CoalesceKey) + len(r.Metadata) + rowBytes
+		size += len(r.Args) + len(r.Kind) + len(r.Queue) + len(r.RateKeys) + len(r.ConcKey) + len(r.LastError) + len(r.CoalesceKey) + len(r.Metadata) + len(r.FairKey) + rowBytes
 		if end > start && size > limit {
 			break
 		}
@@ -220,6 +220,7 @@ func (s *Store) insertRow(j NewJob, now time.Time) (InsertRow, error) {
 		RunAt:       runAt,
 		RateKeys:    EncodeRateKeys(j.RateKeys),
 		Metadata:    metadata,
+		FairKey:     j.FairKey,
 	}
 	if c := j.Conc; c != nil {
 		row.ConcKey, row.ConcLimit, row.ConcDuration, row.ConcDiscard = c.Key, c.To, c.Duration.Microseconds(), c.Discard

@@ -100,6 +100,11 @@ type NewJob struct {
 	Coalesce *Coalesce
 	// Metadata is stored with the job (see EncodeMetadata); nil for none.
 	Metadata map[string]string
+	// FairKey is the job's fairness key, if its kind declares one: claims
+	// share the queue among keys by weight (docs/fairness.md).
+	FairKey string
+	// FairWeight is the key's weight, 1 to MaxFairWeight; 0 means 1.
+	FairWeight int
 }
 
 // Coalesce is a job's coalescing rule and key: while a job holding Key is

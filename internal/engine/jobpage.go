@@ -10,7 +10,7 @@ import (
 // which index holds which state is written once (MySQL replaces the
 // fragments with reads of its generated key columns).
 var stateJobs = map[State]string{
-	StateReady:     "({ReadyPlainJob} OR {ReadyLimitedJob})",
+	StateReady:     "({ReadyPlainJob} OR {ReadyLimitedJob} OR {ReadyFairJob})",
 	StateScheduled: "{ScheduledJob}",
 	StateParked:    "{ParkedJob}",
 	StateBlocked:   "{BlockedJob}",

@@ -91,6 +91,7 @@ type jobSpec struct {
 	rule      int  // coalesce rule index
 	delay     time.Duration
 	priority  int
+	fair      int // -1 for none, else the fairness key index (weight fair+1)
 }
 
 // op is one step of a walk. Its numbers pick among whatever the state
@@ -165,7 +166,7 @@ func generate(seed uint64, n int) trace {
 }
 
 func randomJob(r *rand.Rand) jobSpec {
-	j := jobSpec{conc: -1, coalesce: -1, cost: 1}
+	j := jobSpec{conc: -1, coalesce: -1, cost: 1, fair: -1}
 	switch r.IntN(3) {
 	case 0:
 		j.rateScope = "ra"
@@ -187,6 +188,9 @@ func randomJob(r *rand.Rand) jobSpec {
 		j.delay = time.Duration(r.IntN(3000)) * time.Millisecond
 	}
 	j.priority = r.IntN(3)
+	if r.IntN(3) == 0 {
+		j.fair = r.IntN(3)
+	}
 	return j
 }
 
@@ -362,6 +366,9 @@ func (w *walk) newJob(j jobSpec) engine.NewJob {
 	if j.delay > 0 {
 		n.RunAt = w.now.Add(j.delay)
 	}
+	if j.fair >= 0 {
+		n.FairKey, n.FairWeight = fmt.Sprintf("f/%d", j.fair), j.fair+1
+	}
 	return n
 }
 
@@ -397,7 +404,7 @@ func (w *walk) apply(o op) error {
 		res, err := w.s.Claim(w.ctx, engine.ClaimParams{
 			ProcessID: pid, Queues: []string{modelQueue}, Max: 1 + o.b%6, Candidates: o.b % 12,
 			Clock: w.clock(), Limits: w.lim, Horizon: 5 * time.Second, PromoteDue: o.b%3 != 0,
-			DueLead: time.Duration(o.a%3) * 100 * time.Millisecond,
+			DueLead: time.Duration(o.a%3) * 100 * time.Millisecond, Fair: true,
 		})
 		if err != nil {
 			return err

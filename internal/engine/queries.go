@@ -40,7 +40,10 @@ type SQL struct {
 	insertCoalescing, lockPending, updateCoalesced, insertCall, loadCalls, deleteCalls *sqlStatement
 
 	insertTick, setTickJob, deleteTicks *sqlStatement
-	lastTicks                           string
+
+	lockReadyFair, insertFairKeys, lockFairKeys, fairVirtualTime, saveFairKeys, deleteFairKeys *sqlStatement
+	fairQueues                                                                                 string
+	lastTicks                                                                                  string
 }
 
 // optional are the statements a database may lack (have no default, or
@@ -94,6 +97,7 @@ func NewSQL(d Dialect) (*SQL, error) {
 		{&q.jobsByState, "JobsByState"}, {&q.unfinishedByState, "UnfinishedByState"}, {&q.oldestWaiting, "OldestWaiting"},
 		{&q.listProcesses, "ListProcesses"}, {&q.listQueues, "ListQueues"}, {&q.listOverrides, "ListOverrides"},
 		{&q.listBudgets, "ListBudgets"}, {&q.listSemaphores, "ListSemaphores"}, {&q.lastTicks, "LastTicks"},
+		{&q.fairQueues, "FairQueues"},
 	}
 	for _, t := range texts {
 		if *t.dst, err = render(t.name); err != nil {
@@ -168,7 +172,8 @@ func NewSQL(d Dialect) (*SQL, error) {
 		{&q.blockedKeys, "BlockedKeys", []string{"limit"}},
 
 		{&q.insertCoalescing, "InsertCoalescing", []string{"kind", "queue", "priority", "state", "args", "max_attempts", "created_at", "run_at",
-			"rate_keys", "conc_key", "conc_limit", "conc_duration", "conc_discard", "holds_slot", "coalesce_key", "first_call_at", "metadata"}},
+			"rate_keys", "conc_key", "conc_limit", "conc_duration", "conc_discard", "holds_slot", "coalesce_key", "first_call_at", "metadata",
+			"fair_key", "fair_start"}},
 		{&q.lockPending, "LockPending", []string{"key"}},
 		{&q.updateCoalesced, "UpdateCoalesced", []string{"id", "args", "calls", "state", "run_at", "release"}},
 		{&q.insertCall, "InsertCall", []string{"job_id", "seq", "args", "now"}},
@@ -178,6 +183,13 @@ func NewSQL(d Dialect) (*SQL, error) {
 		{&q.insertTick, "InsertTick", []string{"task", "run_at", "now"}},
 		{&q.setTickJob, "SetTickJob", []string{"job_id", "task", "run_at"}},
 		{&q.deleteTicks, "DeleteTicks", []string{"before"}},
+
+		{&q.lockReadyFair, "LockReadyFair", []string{"queue", "limited", "limit"}},
+		{&q.insertFairKeys, "InsertFairKeys", []string{"rows"}},
+		{&q.lockFairKeys, "LockFairKeys", []string{"queue", "keys"}},
+		{&q.fairVirtualTime, "FairVirtualTime", []string{"queue"}},
+		{&q.saveFairKeys, "SaveFairKeys", []string{"rows"}},
+		{&q.deleteFairKeys, "DeleteFairKeys", []string{"queue", "before"}},
 	}
 	for _, s := range stmts {
 		text, err := render(s.name)

@@ -13,7 +13,9 @@ func (q *SQL) InsertJobs(jobs []InsertRow) (string, []any) {
 	prios, maxAttempts, concLimits := make([]int32, n), make([]int32, n), make([]int32, n)
 	created, runAt, concDur, finished := make([]int64, n), make([]int64, n), make([]int64, n), make([]int64, n)
 	discard, holds := make([]bool, n), make([]bool, n)
+	fairKeys, fairStarts := make([]string, n), make([]int64, n)
 	for i, j := range jobs {
+		fairKeys[i], fairStarts[i] = j.FairKey, j.FairStart
 		kinds[i], queues[i], states[i], args[i] = j.Kind, j.Queue, string(j.State), j.Args
 		rateKeys[i], concKeys[i], lastErrs[i], metadata[i] = j.RateKeys, j.ConcKey, j.LastError, j.Metadata
 		prios[i], maxAttempts[i], concLimits[i] = int32(j.Priority), int32(j.MaxAttempts), int32(j.ConcLimit)
@@ -21,7 +23,7 @@ func (q *SQL) InsertJobs(jobs []InsertRow) (string, []any) {
 		discard[i], holds[i] = j.ConcDiscard, j.HoldsSlot
 	}
 	return q.insertJobs.bind(columns{kinds, queues, prios, states, args, maxAttempts, created, runAt, rateKeys,
-		concKeys, concLimits, concDur, discard, holds, lastErrs, finished, metadata})
+		concKeys, concLimits, concDur, discard, holds, lastErrs, finished, metadata, fairKeys, fairStarts})
 }
 
 // LockReady selects (and locks, skipping locked rows) up to limit ready

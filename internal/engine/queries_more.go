@@ -54,7 +54,8 @@ func (q *SQL) ListOverrides() string { return q.listOverrides }
 // conflict.
 func (q *SQL) InsertCoalescing(j InsertRow) (string, []any) {
 	return q.insertCoalescing.bind(j.Kind, j.Queue, j.Priority, string(j.State), j.Args, j.MaxAttempts, j.CreatedAt, j.RunAt,
-		j.RateKeys, j.ConcKey, j.ConcLimit, j.ConcDuration, j.ConcDiscard, j.HoldsSlot, j.CoalesceKey, j.FirstCallAt, j.Metadata)
+		j.RateKeys, j.ConcKey, j.ConcLimit, j.ConcDuration, j.ConcDiscard, j.HoldsSlot, j.CoalesceKey, j.FirstCallAt, j.Metadata,
+		j.FairKey, j.FairStart)
 }
 
 // LockPending selects and locks the pending job that holds a coalesce

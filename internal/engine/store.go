@@ -119,14 +119,19 @@ func exec(ctx context.Context, ex Executor, q string, args []any) (Result, error
 
 // queryInt64s runs a statement returning one int64 column.
 func queryInt64s(ctx context.Context, ex Executor, q string, args []any) ([]int64, error) {
+	return queryColumn[int64](ctx, ex, q, args)
+}
+
+// queryColumn runs a statement returning one column of T.
+func queryColumn[T any](ctx context.Context, ex Executor, q string, args []any) ([]T, error) {
 	rows, err := ex.Query(ctx, q, args...)
 	if err != nil {
 		return nil, err
 	}
 	defer rows.Close()
-	var out []int64
+	var out []T
 	for rows.Next() {
-		var v int64
+		var v T
 		if err := rows.Scan(&v); err != nil {
 			return nil, err
 		}

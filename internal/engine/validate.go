@@ -70,6 +70,9 @@ func (s *Store) validate(j NewJob) error {
 	case j.Conc != nil && (j.Conc.To < 1 || j.Conc.To > math.MaxInt32):
 		return fmt.Errorf("concurrency limit %d is out of range: it must be between 1 and %d", j.Conc.To, math.MaxInt32)
 	}
+	if err := checkFair(j); err != nil {
+		return err
+	}
 	return s.checkArgs(j.Args)
 }
 

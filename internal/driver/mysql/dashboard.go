@@ -46,13 +46,15 @@ func (Dialect) CoalesceKey(id int64) (string, []any) {
 }
 
 // ReadyAhead counts the ready jobs of a queue before (priority, id), in
-// both ready keys.
+// the three ready keys (fair jobs counted by id too: an estimate).
 func (Dialect) ReadyAhead(queue string, priority int, id int64, limit int) (string, []any) {
 	return `SELECT (SELECT count(*) FROM (SELECT 1 FROM sluice_jobs WHERE ready_plain = ?
     AND (priority < ? OR (priority = ? AND id < ?)) LIMIT ?) a)
   + (SELECT count(*) FROM (SELECT 1 FROM sluice_jobs WHERE ready_limited = ?
-    AND (priority < ? OR (priority = ? AND id < ?)) LIMIT ?) b)`,
-		[]any{queue, priority, priority, id, limit, queue, priority, priority, id, limit}
+    AND (priority < ? OR (priority = ? AND id < ?)) LIMIT ?) b)
+  + (SELECT count(*) FROM (SELECT 1 FROM sluice_jobs WHERE ready_fair = ?
+    AND (priority < ? OR (priority = ? AND id < ?)) LIMIT ?) c)`,
+		[]any{queue, priority, priority, id, limit, queue, priority, priority, id, limit, queue, priority, priority, id, limit}
 }
 
 // ParkedAhead counts the jobs parked on a budget before (priority, id).

@@ -20,7 +20,7 @@ func (Dialect) Capabilities() engine.Capabilities {
 
 // Replacements replaces the predicates that say a job is in a state with
 // reads of the generated key columns that hold a value only in that state
-// (migrations 007 and 010), each with an index of its own; and its
+// (migrations 007, 010 and 013), each with an index of its own; and its
 // migrations table and lock.
 func (Dialect) Replacements() string { return replacements }
 
@@ -42,6 +42,15 @@ j.ready_limited
 
 -- fragment: ReadyLimited
 j.ready_limited = :queue
+
+-- fragment: ReadyFairJob
+j.ready_fair IS NOT NULL
+
+-- fragment: ReadyFairQueue
+j.ready_fair
+
+-- fragment: ReadyFair
+j.ready_fair = :queue
 
 -- fragment: ScheduledJob
 j.due_at IS NOT NULL

@@ -47,12 +47,14 @@ func (Dialect) CoalesceKey(id int64) (string, []any) {
 }
 
 // ReadyAhead counts the ready jobs of a queue before (priority, id), in
-// both ready indexes.
+// the three ready indexes (fair jobs counted by id too: an estimate).
 func (Dialect) ReadyAhead(queue string, priority int, id int64, limit int) (string, []any) {
-	return `SELECT (SELECT count(*) FROM (SELECT 1 FROM sluice_jobs WHERE state = 'ready' AND rate_keys IS NULL AND queue = $1
+	return `SELECT (SELECT count(*) FROM (SELECT 1 FROM sluice_jobs WHERE state = 'ready' AND rate_keys IS NULL AND fair_key IS NULL AND queue = $1
     AND (priority, id) < ($2, $3) LIMIT $4) a)
-  + (SELECT count(*) FROM (SELECT 1 FROM sluice_jobs WHERE state = 'ready' AND rate_keys IS NOT NULL AND queue = $1
-    AND (priority, id) < ($2, $3) LIMIT $4) b)`, []any{queue, priority, id, limit}
+  + (SELECT count(*) FROM (SELECT 1 FROM sluice_jobs WHERE state = 'ready' AND rate_keys IS NOT NULL AND fair_key IS NULL AND queue = $1
+    AND (priority, id) < ($2, $3) LIMIT $4) b)
+  + (SELECT count(*) FROM (SELECT 1 FROM sluice_jobs WHERE state = 'ready' AND fair_key IS NOT NULL AND queue = $1
+    AND (priority, id) < ($2, $3) LIMIT $4) c)`, []any{queue, priority, id, limit}
 }
 
 // ParkedAhead counts the jobs parked on a budget before (priority, id).

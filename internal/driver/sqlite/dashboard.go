@@ -47,11 +47,13 @@ func (Dialect) CoalesceKey(id int64) (string, []any) {
 }
 
 // ReadyAhead counts the ready jobs of a queue before (priority, id), in
-// both ready indexes.
+// the three ready indexes (fair jobs counted by id too: an estimate).
 func (Dialect) ReadyAhead(queue string, priority int, id int64, limit int) (string, []any) {
-	return `SELECT (SELECT count(*) FROM (SELECT 1 FROM sluice_jobs WHERE state = 'ready' AND rate_keys IS NULL AND queue = ?1
+	return `SELECT (SELECT count(*) FROM (SELECT 1 FROM sluice_jobs WHERE state = 'ready' AND rate_keys IS NULL AND fair_key IS NULL AND queue = ?1
     AND (priority < ?2 OR (priority = ?2 AND id < ?3)) LIMIT ?4))
-  + (SELECT count(*) FROM (SELECT 1 FROM sluice_jobs WHERE state = 'ready' AND rate_keys IS NOT NULL AND queue = ?1
+  + (SELECT count(*) FROM (SELECT 1 FROM sluice_jobs WHERE state = 'ready' AND rate_keys IS NOT NULL AND fair_key IS NULL AND queue = ?1
+    AND (priority < ?2 OR (priority = ?2 AND id < ?3)) LIMIT ?4))
+  + (SELECT count(*) FROM (SELECT 1 FROM sluice_jobs WHERE state = 'ready' AND fair_key IS NOT NULL AND queue = ?1
     AND (priority < ?2 OR (priority = ?2 AND id < ?3)) LIMIT ?4))`, []any{queue, priority, id, limit}
 }
 

@@ -4,10 +4,10 @@
 -- One job that takes a coalesce key, unless a pending job holds it: no id
 -- comes back (or no row is affected) on a conflict.
 INSERT INTO sluice_jobs (kind, queue, priority, state, args, max_attempts, created_at, run_at, rate_keys,
-  conc_key, conc_limit, conc_duration, conc_discard, holds_slot, coalesce_key, first_call_at, metadata)
+  conc_key, conc_limit, conc_duration, conc_discard, holds_slot, coalesce_key, first_call_at, metadata, fair_key, fair_start)
 VALUES (:kind, :queue, :priority, :state, :args, :max_attempts, :created_at, :run_at, NULLIF(:rate_keys, ''),
   NULLIF(:conc_key, ''), :conc_limit, :conc_duration, :conc_discard, :holds_slot, :coalesce_key, :first_call_at,
-  NULLIF(:metadata, ''))
+  NULLIF(:metadata, ''), NULLIF(:fair_key, ''), :fair_start)
 ON CONFLICT (coalesce_key) WHERE coalesce_key IS NOT NULL DO NOTHING
 RETURNING id;
 

@@ -4,9 +4,9 @@
 -- Inserts jobs, one Go slice per column; an empty key, error or metadata,
 -- and a zero finish time, are stored as NULL.
 INSERT INTO sluice_jobs (kind, queue, priority, state, args, max_attempts, created_at, run_at, rate_keys,
-  conc_key, conc_limit, conc_duration, conc_discard, holds_slot, last_error, finished_at, metadata)
+  conc_key, conc_limit, conc_duration, conc_discard, holds_slot, last_error, finished_at, metadata, fair_key, fair_start)
 VALUES :rows(text, text, int, text, text, int, bigint, bigint, NULLIF(text, ''),
-  NULLIF(text, ''), int, bigint, bool, bool, NULLIF(text, ''), NULLIF(bigint, 0), NULLIF(text, ''))
+  NULLIF(text, ''), int, bigint, bool, bool, NULLIF(text, ''), NULLIF(bigint, 0), NULLIF(text, ''), NULLIF(text, ''), bigint)
 RETURNING id;
 
 -- name: LockReadyPlain
@@ -22,6 +22,15 @@ SELECT {JobColumns} FROM sluice_jobs j
 WHERE {ReadyLimited}
   AND {QueueNotPaused}
 ORDER BY priority, id LIMIT :limit FOR UPDATE SKIP LOCKED;
+
+-- name: LockReadyFair
+-- The next ready fair jobs of an unpaused queue, lowest virtual start
+-- first; with limited FALSE, only those that carry no rate-limit key.
+SELECT {JobColumns} FROM sluice_jobs j
+WHERE {ReadyFair}
+  AND (:limited OR j.rate_keys IS NULL)
+  AND {QueueNotPaused}
+ORDER BY priority, fair_start, id LIMIT :limit FOR UPDATE SKIP LOCKED;
 
 -- name: LockReadyLike
 -- Ready jobs that draw on exactly the budgets of a parked one and hold no
@@ -101,9 +110,10 @@ SELECT queue, state, count(*) FROM sluice_jobs GROUP BY queue, state ORDER BY qu
 
 -- name: UnfinishedByState
 -- Each state through its own index, so finished jobs are never read.
--- Ready jobs come in two rows, without and with rate limits.
+-- Ready jobs come in three rows: plain, rate-limited and fair.
 SELECT {ReadyPlainQueue}, 'ready', count(*) FROM sluice_jobs j WHERE {ReadyPlainJob} GROUP BY {ReadyPlainQueue}
 UNION ALL SELECT {ReadyLimitedQueue}, 'ready', count(*) FROM sluice_jobs j WHERE {ReadyLimitedJob} GROUP BY {ReadyLimitedQueue}
+UNION ALL SELECT {ReadyFairQueue}, 'ready', count(*) FROM sluice_jobs j WHERE {ReadyFairJob} GROUP BY {ReadyFairQueue}
 UNION ALL SELECT j.queue, 'scheduled', count(*) FROM sluice_jobs j WHERE {ScheduledJob} GROUP BY j.queue
 UNION ALL SELECT j.queue, 'parked', count(*) FROM sluice_jobs j WHERE {ParkedJob} GROUP BY j.queue
 UNION ALL SELECT j.queue, 'blocked', count(*) FROM sluice_jobs j WHERE {BlockedJob} GROUP BY j.queue
@@ -117,6 +127,7 @@ ORDER BY 1, 2;
 SELECT queue, throttled, MIN(created_at) FROM (
   SELECT j.queue, CASE WHEN j.wait_key IS NOT NULL THEN 1 ELSE 0 END AS throttled, j.created_at FROM sluice_jobs j WHERE {ReadyPlainJob}
   UNION ALL SELECT j.queue, CASE WHEN j.wait_key IS NOT NULL THEN 1 ELSE 0 END, j.created_at FROM sluice_jobs j WHERE {ReadyLimitedJob}
+  UNION ALL SELECT j.queue, CASE WHEN j.wait_key IS NOT NULL THEN 1 ELSE 0 END, j.created_at FROM sluice_jobs j WHERE {ReadyFairJob}
   UNION ALL SELECT j.queue, 1, j.created_at FROM sluice_jobs j WHERE {BlockedJob}
   UNION ALL SELECT j.queue, 1, j.created_at FROM sluice_jobs j WHERE j.wait_key IS NOT NULL AND j.state IN ('scheduled', 'parked')
 ) w GROUP BY queue, throttled;

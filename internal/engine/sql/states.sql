@@ -3,7 +3,7 @@
 -- which are NULL outside the state, so each state has an index of its own.
 
 -- fragment: ReadyPlainJob
-j.state = 'ready' AND j.rate_keys IS NULL
+j.state = 'ready' AND j.rate_keys IS NULL AND j.fair_key IS NULL
 
 -- fragment: ReadyPlainQueue
 j.queue
@@ -12,13 +12,23 @@ j.queue
 {ReadyPlainJob} AND {ReadyPlainQueue} = :queue
 
 -- fragment: ReadyLimitedJob
-j.state = 'ready' AND j.rate_keys IS NOT NULL
+j.state = 'ready' AND j.rate_keys IS NOT NULL AND j.fair_key IS NULL
 
 -- fragment: ReadyLimitedQueue
 j.queue
 
 -- fragment: ReadyLimited
 {ReadyLimitedJob} AND {ReadyLimitedQueue} = :queue
+
+-- fragment: ReadyFairJob
+-- Fair jobs (with or without rate-limit keys) are a stream of their own.
+j.state = 'ready' AND j.fair_key IS NOT NULL
+
+-- fragment: ReadyFairQueue
+j.queue
+
+-- fragment: ReadyFair
+{ReadyFairJob} AND {ReadyFairQueue} = :queue
 
 -- fragment: ScheduledJob
 j.state = 'scheduled'
