@@ -5,17 +5,7 @@ import (
 	"slices"
 
 	"go.opentelemetry.io/otel/trace"
-
-	"github.com/sluicequeue/sluice/jobs"
 )
-
-// writeCarrier is a propagation.TextMapCarrier that writes into the
-// metadata of an enqueued job.
-type writeCarrier struct{ job *jobs.EnqueueJob }
-
-func (c writeCarrier) Get(key string) string { return c.job.Metadata[key] }
-func (c writeCarrier) Set(key, value string) { c.job.SetMetadata(key, value) }
-func (c writeCarrier) Keys() []string        { return keysOf(c.job.Metadata) }
 
 // readCarrier is a propagation.TextMapCarrier over a running job's
 // metadata; it never writes.
