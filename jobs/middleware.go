@@ -188,21 +188,22 @@ func Classify(ctx context.Context, job JobInfo, err error) Verdict {
 }
 
 // classify sorts a run's error: completed, released, cancelled, snoozed,
-// throttled, or "" for a failed attempt.
+// throttled, or "" for a failed attempt. It allocates nothing (a run that
+// completed pays for no error targets).
 func classify(ctx context.Context, err error) (Outcome, *cancelError, *snoozeError, *retryAfterError) {
-	var cancelled *cancelError
-	var snoozed *snoozeError
-	var retryAfter *retryAfterError
-	switch {
-	case err == nil:
+	if err == nil {
 		return OutcomeCompleted, nil, nil, nil
-	case errors.Is(context.Cause(ctx), errShutdown):
+	}
+	if errors.Is(context.Cause(ctx), errShutdown) {
 		return OutcomeReleased, nil, nil, nil
-	case errors.As(err, &cancelled):
+	}
+	if cancelled, ok := errors.AsType[*cancelError](err); ok {
 		return OutcomeCancelled, cancelled, nil, nil
-	case errors.As(err, &snoozed):
+	}
+	if snoozed, ok := errors.AsType[*snoozeError](err); ok {
 		return OutcomeSnoozed, nil, snoozed, nil
-	case errors.As(err, &retryAfter):
+	}
+	if retryAfter, ok := errors.AsType[*retryAfterError](err); ok {
 		return OutcomeThrottled, nil, nil, retryAfter
 	}
 	return "", nil, nil, nil
