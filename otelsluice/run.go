@@ -31,41 +31,40 @@ func (o *Integration) Middleware() jobs.Middleware {
 		if !job.ClaimedAt.IsZero() && !job.EnqueuedAt.IsZero() {
 			o.latency.Record(ctx, max(job.ClaimedAt.Sub(job.EnqueuedAt), 0).Seconds(), s.latency)
 		}
-		opts := make([]trace.SpanStartOption, 1, 3)
-		opts[0] = consumerKind
+		opts := consumer
 		if producer := o.producer(job.Metadata); producer.IsValid() {
 			if o.cfg.ChildOf {
 				ctx = trace.ContextWithRemoteSpanContext(ctx, producer)
 			} else {
-				opts = append(opts, trace.WithNewRoot(), trace.WithLinks(trace.Link{SpanContext: producer}))
+				opts = []trace.SpanStartOption{consumer[0], newRoot, trace.WithLinks(trace.Link{SpanContext: producer})}
 			}
 		}
 		ctx, span := o.tracer.Start(ctx, s.spanName, opts...)
-		// The attributes go on a span that records, after it starts: a
-		// span sampled out costs none of them.
-		recording := span.IsRecording()
-		if recording {
-			setRunAttrs(span, s, job)
+		if span.SpanContext().IsValid() {
+			jobs.AddLogAttrs(ctx, func() []slog.Attr { return logAttrs(span.SpanContext()) })
 		}
-		if recording && job.Deferrals > 0 {
+		if !span.IsRecording() {
+			// A span sampled out records nothing: it gets no attributes,
+			// and has nothing to end if the worker releases the job.
+			defer span.End()
+			return next(ctx)
+		}
+		setRunAttrs(span, s, job)
+		if job.Deferrals > 0 {
 			span.AddEvent(EventDeferred, trace.WithAttributes(
 				DeferralsKey.Int(job.Deferrals), ReasonKey.String(job.DeferralReason),
 				LimitWaitKey.Float64(job.LimitWait.Seconds()), DeferredAtKey.String(timeText(job.DeferredAt))))
 		}
 		r := &run{span: span}
-		if span.SpanContext().IsValid() {
-			jobs.AddLogAttrs(ctx, r.logAttrs)
-		}
 		stop := jobs.OnRelease(ctx, r.release)
 		defer func() {
 			stop()
 			p := recover()
 			if r.ended.CompareAndSwap(false, true) {
-				switch {
-				case p != nil:
+				if p != nil {
 					span.SetAttributes(OutcomeKey.String("panicked"))
 					span.SetStatus(codes.Error, fmt.Sprintf("panic: %v", p))
-				case recording:
+				} else {
 					o.finish(ctx, span, job, err)
 				}
 				span.End()
@@ -78,20 +77,23 @@ func (o *Integration) Middleware() jobs.Middleware {
 	}
 }
 
-// consumerKind is the kind of a run's span.
-var consumerKind = trace.WithSpanKind(trace.SpanKindConsumer)
+// The options a run's span starts with: a consumer, and with a link to
+// the enqueue's span, a new root.
+var (
+	consumer = []trace.SpanStartOption{trace.WithSpanKind(trace.SpanKindConsumer)}
+	newRoot  = trace.WithNewRoot()
+)
 
-// run is one run's span, ended once: when the run returns, or when the
-// worker releases the job while it still runs.
+// logAttrs are the trace ids a run's logger carries.
+func logAttrs(sc trace.SpanContext) []slog.Attr {
+	return []slog.Attr{slog.String("trace_id", sc.TraceID().String()), slog.String("span_id", sc.SpanID().String())}
+}
+
+// run is the span of one run that records, ended once: when the run
+// returns, or when the worker releases the job while it still runs.
 type run struct {
 	span  trace.Span
 	ended atomic.Bool
-}
-
-// logAttrs are the trace ids the run's logger carries.
-func (r *run) logAttrs() []slog.Attr {
-	sc := r.span.SpanContext()
-	return []slog.Attr{slog.String("trace_id", sc.TraceID().String()), slog.String("span_id", sc.SpanID().String())}
 }
 
 // release ends the span of a run the worker released while it ran.
