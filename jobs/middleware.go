@@ -103,17 +103,30 @@ func checkMiddleware[M any](field string, mw []M) error {
 
 // chain runs mw around h, outermost first, each given info.
 func chain[I any, M ~func(context.Context, I, func(context.Context) error) error](ctx context.Context, mw []M, info I, h func(ctx context.Context) error) error {
-	var step func(i int, ctx context.Context) error
-	step = func(i int, ctx context.Context) error {
-		if ctx == nil {
-			return errors.New("jobs: a middleware passed a nil context to next")
-		}
-		if i == len(mw) {
-			return h(ctx)
-		}
-		return mw[i](ctx, info, func(ctx context.Context) error { return step(i+1, ctx) })
+	c := &chainRun[I, M]{mw: mw, info: info, h: h}
+	return c.step(0, ctx)
+}
+
+// chainRun is one run of a middleware chain: one allocation, info
+// included, and one per middleware for the next it is given.
+type chainRun[I any, M ~func(context.Context, I, func(context.Context) error) error] struct {
+	mw   []M
+	info I
+	h    func(ctx context.Context) error
+}
+
+// errNilContext is what next returns when given a nil context.
+var errNilContext = errors.New("jobs: a middleware passed a nil context to next")
+
+// step runs the chain from middleware i on.
+func (c *chainRun[I, M]) step(i int, ctx context.Context) error {
+	if ctx == nil {
+		return errNilContext
 	}
-	return step(0, ctx)
+	if i == len(c.mw) {
+		return c.h(ctx)
+	}
+	return c.mw[i](ctx, c.info, func(ctx context.Context) error { return c.step(i+1, ctx) })
 }
 
 // jobInfo describes a claimed job to middleware.
@@ -188,21 +201,22 @@ func Classify(ctx context.Context, job JobInfo, err error) Verdict {
 }
 
 // classify sorts a run's error: completed, released, cancelled, snoozed,
-// throttled, or "" for a failed attempt.
+// throttled, or "" for a failed attempt. It allocates nothing (a run that
+// completed pays for no error targets).
 func classify(ctx context.Context, err error) (Outcome, *cancelError, *snoozeError, *retryAfterError) {
-	var cancelled *cancelError
-	var snoozed *snoozeError
-	var retryAfter *retryAfterError
-	switch {
-	case err == nil:
+	if err == nil {
 		return OutcomeCompleted, nil, nil, nil
-	case errors.Is(context.Cause(ctx), errShutdown):
+	}
+	if errors.Is(context.Cause(ctx), errShutdown) {
 		return OutcomeReleased, nil, nil, nil
-	case errors.As(err, &cancelled):
+	}
+	if cancelled, ok := errors.AsType[*cancelError](err); ok {
 		return OutcomeCancelled, cancelled, nil, nil
-	case errors.As(err, &snoozed):
+	}
+	if snoozed, ok := errors.AsType[*snoozeError](err); ok {
 		return OutcomeSnoozed, nil, snoozed, nil
-	case errors.As(err, &retryAfter):
+	}
+	if retryAfter, ok := errors.AsType[*retryAfterError](err); ok {
 		return OutcomeThrottled, nil, nil, retryAfter
 	}
 	return "", nil, nil, nil

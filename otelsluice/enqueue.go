@@ -6,6 +6,7 @@ import (
 
 	"go.opentelemetry.io/otel/attribute"
 	"go.opentelemetry.io/otel/codes"
+	"go.opentelemetry.io/otel/propagation"
 	semconv "go.opentelemetry.io/otel/semconv/v1.43.0"
 	"go.opentelemetry.io/otel/trace"
 
@@ -15,7 +16,8 @@ import (
 // EnqueueMiddleware returns the enqueue middleware: a producer span per
 // enqueue (one for the whole batch of an EnqueueMany), named "enqueue"
 // and the queue, a child of the span in the caller's context; its trace
-// context is written into each job's metadata.
+// context is written into each job's metadata (by the propagator once per
+// call, whatever the batch's size).
 func (o *Integration) EnqueueMiddleware() jobs.EnqueueMiddleware {
 	return func(ctx context.Context, js []*jobs.EnqueueJob, next func(context.Context) error) error {
 		if len(js) == 0 {
@@ -48,8 +50,14 @@ func (o *Integration) EnqueueMiddleware() jobs.EnqueueMiddleware {
 		}
 		ctx, span := o.tracer.Start(ctx, name, trace.WithSpanKind(trace.SpanKindProducer), trace.WithAttributes(attrs...))
 		defer span.End()
+		// The context is the same for every job of the batch: injected
+		// once, copied into each.
+		tc := propagation.MapCarrier{}
+		o.prop.Inject(ctx, tc)
 		for _, j := range js {
-			o.prop.Inject(ctx, writeCarrier{job: j})
+			for k, v := range tc {
+				j.SetMetadata(k, v)
+			}
 		}
 		err := next(ctx)
 		if err != nil {

@@ -16,6 +16,7 @@ package otelsluice
 import (
 	"errors"
 	"sync"
+	"sync/atomic"
 
 	"go.opentelemetry.io/otel"
 	"go.opentelemetry.io/otel/attribute"
@@ -107,13 +108,18 @@ type Integration struct {
 	cfg    Config
 	tracer trace.Tracer
 	prop   propagation.TextMapPropagator
+	// defaultProp is set when prop is W3C trace context (the default):
+	// the run reads a traceparent itself (see producer).
+	defaultProp bool
 
-	finished metric.Int64Counter
+	finished metric.Int64ObservableCounter
 	duration metric.Float64Histogram
 	latency  metric.Float64Histogram
 	deferred metric.Int64Counter
-	// sets caches runOpt's attribute sets.
-	sets sync.Map
+	// series holds a *series per queue and kind seen (see seriesOf); it
+	// is replaced, under seriesMu, to add one.
+	series   atomic.Pointer[map[seriesKey]*series]
+	seriesMu sync.Mutex
 }
 
 // New returns an integration with cfg, or an error when the meter refuses
@@ -128,12 +134,15 @@ func New(cfg Config) (*Integration, error) {
 	if cfg.Propagator == nil {
 		cfg.Propagator = propagation.TraceContext{}
 	}
-	o := &Integration{cfg: cfg, prop: cfg.Propagator,
+	_, defaultProp := cfg.Propagator.(propagation.TraceContext)
+	o := &Integration{cfg: cfg, prop: cfg.Propagator, defaultProp: defaultProp,
 		tracer: cfg.TracerProvider.Tracer(ScopeName, trace.WithSchemaURL(semconv.SchemaURL))}
+	o.series.Store(&map[seriesKey]*series{})
 	m := cfg.MeterProvider.Meter(ScopeName, metric.WithSchemaURL(semconv.SchemaURL))
 	var errs [4]error
-	o.finished, errs[0] = m.Int64Counter("sluice.jobs.finished", metric.WithUnit("{job}"),
-		metric.WithDescription("Runs that ended, by queue, kind and outcome (completed, retried, failed, cancelled, snoozed, throttled, released)."))
+	o.finished, errs[0] = m.Int64ObservableCounter("sluice.jobs.finished", metric.WithUnit("{job}"),
+		metric.WithDescription("Runs that ended, by queue, kind and outcome (completed, retried, failed, cancelled, snoozed, throttled, released)."),
+		metric.WithInt64Callback(o.observeFinished))
 	o.duration, errs[1] = m.Float64Histogram("sluice.job.duration", metric.WithUnit("s"),
 		metric.WithDescription("How long a run's handler took, by queue, kind and outcome."))
 	o.latency, errs[2] = m.Float64Histogram("sluice.job.latency", metric.WithUnit("s"),
@@ -160,9 +169,4 @@ func (o *Integration) InstrumentWorker(cfg jobs.WorkerConfig) jobs.WorkerConfig 
 	cfg.Middleware = append([]jobs.Middleware{o.Middleware()}, cfg.Middleware...)
 	cfg.Hooks = cfg.Hooks.Join(o.Hooks())
 	return cfg
-}
-
-// commonAttrs are the attributes every span and metric of a queue has.
-func commonAttrs(queue string) []attribute.KeyValue {
-	return []attribute.KeyValue{semconv.MessagingSystemKey.String(System), semconv.MessagingDestinationName(queue)}
 }

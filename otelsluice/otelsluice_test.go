@@ -12,7 +12,9 @@ import (
 
 	"github.com/stretchr/testify/require"
 	"go.opentelemetry.io/otel/attribute"
+	"go.opentelemetry.io/otel/baggage"
 	"go.opentelemetry.io/otel/codes"
+	"go.opentelemetry.io/otel/propagation"
 	sdkmetric "go.opentelemetry.io/otel/sdk/metric"
 	"go.opentelemetry.io/otel/sdk/metric/metricdata"
 	sdktrace "go.opentelemetry.io/otel/sdk/trace"
@@ -188,6 +190,40 @@ func TestTheRunsSpanIsLinkedToTheEnqueueByDefault(t *testing.T) {
 			require.Len(t, run.Links(), 1)
 			require.Equal(t, enq.SpanContext().SpanID(), run.Links()[0].SpanContext.SpanID())
 			require.Equal(t, enq.SpanContext().TraceID(), run.Links()[0].SpanContext.TraceID())
+		}
+	})
+}
+
+// A trace state travels from the enqueue to every job of a batch as the
+// trace ids do, through a propagator other than the default (which also
+// writes baggage into the metadata).
+func TestTraceStateTravelsWithTheJobsThroughAnyPropagator(t *testing.T) {
+	prop := propagation.NewCompositeTextMapPropagator(propagation.TraceContext{}, propagation.Baggage{})
+	each(t, otelsluice.Config{Propagator: prop, ChildOf: true}, func(t *testing.T, e *env) {
+		seen := make(chan trace.SpanContext, 2)
+		bags := make(chan string, 2)
+		require.NoError(t, jobs.Register(e.reg, func(ctx context.Context, j *jobs.Job[email]) error {
+			bags <- j.Metadata["baggage"]
+			seen <- trace.SpanContextFromContext(ctx)
+			return nil
+		}))
+		state, err := trace.ParseTraceState("vendor=abc")
+		require.NoError(t, err)
+		member, err := baggage.NewMember("tenant", "acme")
+		require.NoError(t, err)
+		bag, err := baggage.New(member)
+		require.NoError(t, err)
+		remote := trace.NewSpanContext(trace.SpanContextConfig{TraceID: trace.TraceID{1}, SpanID: trace.SpanID{2},
+			TraceFlags: trace.FlagsSampled, TraceState: state, Remote: true})
+		ctx := baggage.ContextWithBaggage(trace.ContextWithRemoteSpanContext(context.Background(), remote), bag)
+		_, err = e.client.EnqueueMany(ctx, []jobs.Item{{Args: email{To: "a"}}, {Args: email{To: "b"}}})
+		require.NoError(t, err)
+		e.drain(jobs.WorkerConfig{})
+		for range 2 {
+			sc := <-seen
+			require.Equal(t, remote.TraceID(), sc.TraceID())
+			require.Equal(t, "vendor=abc", sc.TraceState().String())
+			require.Equal(t, "tenant=acme", <-bags)
 		}
 	})
 }

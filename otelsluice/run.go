@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"log/slog"
 	"strconv"
+	"sync"
 	"sync/atomic"
 	"time"
 
@@ -26,65 +27,81 @@ import (
 // releases while it still runs gets its span ended there.
 func (o *Integration) Middleware() jobs.Middleware {
 	return func(ctx context.Context, job jobs.JobInfo, next func(context.Context) error) (err error) {
+		s := o.seriesOf(job.Queue, job.Kind)
 		if !job.ClaimedAt.IsZero() && !job.EnqueuedAt.IsZero() {
-			o.latency.Record(ctx, max(job.ClaimedAt.Sub(job.EnqueuedAt), 0).Seconds(), o.runOpt(job.Queue, job.Kind, ""))
+			o.latency.Record(ctx, max(job.ClaimedAt.Sub(job.EnqueuedAt), 0).Seconds(), s.latency)
 		}
-		opts := make([]trace.SpanStartOption, 1, 3)
-		opts[0] = trace.WithSpanKind(trace.SpanKindConsumer)
-		if len(job.Metadata) > 0 {
-			producer := trace.SpanContextFromContext(o.prop.Extract(context.Background(), readCarrier(job.Metadata)))
-			switch {
-			case producer.IsValid() && o.cfg.ChildOf:
+		opts := consumer
+		if producer := o.producer(job.Metadata); producer.IsValid() {
+			if o.cfg.ChildOf {
 				ctx = trace.ContextWithRemoteSpanContext(ctx, producer)
-			case producer.IsValid():
-				opts = append(opts, trace.WithNewRoot(), trace.WithLinks(trace.Link{SpanContext: producer}))
+			} else {
+				opts = []trace.SpanStartOption{consumer[0], newRoot, trace.WithLinks(trace.Link{SpanContext: producer})}
 			}
 		}
-		ctx, span := o.tracer.Start(ctx, "process "+job.Queue, opts...)
-		// The attributes go on a span that records, after it starts: a
-		// span sampled out costs none of them.
-		recording := span.IsRecording()
-		if recording {
-			span.SetAttributes(runAttrs(job)...)
+		ctx, span := o.tracer.Start(ctx, s.spanName, opts...)
+		if span.SpanContext().IsValid() {
+			jobs.AddLogAttrs(ctx, func() []slog.Attr { return logAttrs(span.SpanContext()) })
 		}
-		if recording && job.Deferrals > 0 {
+		if !span.IsRecording() {
+			// A span sampled out records nothing: it gets no attributes,
+			// and has nothing to end if the worker releases the job.
+			defer span.End()
+			return next(ctx)
+		}
+		setRunAttrs(span, s, job)
+		if job.Deferrals > 0 {
 			span.AddEvent(EventDeferred, trace.WithAttributes(
 				DeferralsKey.Int(job.Deferrals), ReasonKey.String(job.DeferralReason),
 				LimitWaitKey.Float64(job.LimitWait.Seconds()), DeferredAtKey.String(timeText(job.DeferredAt))))
 		}
-		if sc := span.SpanContext(); sc.IsValid() {
-			jobs.AddLogAttrs(ctx, func() []slog.Attr {
-				return []slog.Attr{slog.String("trace_id", sc.TraceID().String()), slog.String("span_id", sc.SpanID().String())}
-			})
-		}
-		// The span ends once: when the run returns, or when the worker
-		// releases the job while it still runs.
-		var ended atomic.Bool
-		stop := jobs.OnRelease(ctx, func() {
-			if ended.CompareAndSwap(false, true) {
-				span.AddEvent(EventReleased, trace.WithAttributes(ReasonKey.String("the worker shut down while the job ran")))
-				span.SetAttributes(OutcomeKey.String(string(jobs.OutcomeReleased)))
-				span.End()
-			}
-		})
+		r := &run{span: span}
+		stop := jobs.OnRelease(ctx, r.release)
 		defer func() {
 			stop()
-			r := recover()
-			if ended.CompareAndSwap(false, true) {
-				switch {
-				case r != nil:
+			p := recover()
+			if r.ended.CompareAndSwap(false, true) {
+				if p != nil {
 					span.SetAttributes(OutcomeKey.String("panicked"))
-					span.SetStatus(codes.Error, fmt.Sprintf("panic: %v", r))
-				case recording:
+					span.SetStatus(codes.Error, fmt.Sprintf("panic: %v", p))
+				} else {
 					o.finish(ctx, span, job, err)
 				}
 				span.End()
 			}
-			if r != nil {
-				panic(r)
+			if p != nil {
+				panic(p)
 			}
 		}()
 		return next(ctx)
+	}
+}
+
+// The options a run's span starts with: a consumer, and with a link to
+// the enqueue's span, a new root.
+var (
+	consumer = []trace.SpanStartOption{trace.WithSpanKind(trace.SpanKindConsumer)}
+	newRoot  = trace.WithNewRoot()
+)
+
+// logAttrs are the trace ids a run's logger carries.
+func logAttrs(sc trace.SpanContext) []slog.Attr {
+	return []slog.Attr{slog.String("trace_id", sc.TraceID().String()), slog.String("span_id", sc.SpanID().String())}
+}
+
+// run is the span of one run that records, ended once: when the run
+// returns, or when the worker releases the job while it still runs.
+type run struct {
+	span  trace.Span
+	ended atomic.Bool
+}
+
+// release ends the span of a run the worker released while it ran.
+func (r *run) release() {
+	if r.ended.CompareAndSwap(false, true) {
+		r.span.AddEvent(EventReleased, trace.WithAttributes(ReasonKey.String("the worker shut down while the job ran")))
+		r.span.SetAttributes(OutcomeKey.String(string(jobs.OutcomeReleased)))
+		r.span.End()
 	}
 }
 
@@ -113,28 +130,15 @@ func (o *Integration) finish(ctx context.Context, span trace.Span, job jobs.JobI
 	}
 }
 
-// runAttrs are a run span's attributes. Those about limits are there only
-// when the job has limits, or was deferred: every attribute is copied on
-// its way into a span.
-func runAttrs(job jobs.JobInfo) []attribute.KeyValue {
-	n := 8
-	if len(job.Budgets) > 0 {
-		n++
-	}
-	if job.Deferrals > 0 {
-		n += 3
-	}
-	if job.ConcurrencyKey != "" {
-		n++
-	}
-	attrs := make([]attribute.KeyValue, 0, n)
+// setRunAttrs sets a run span's attributes: its series' (the queue's and
+// the kind's), the job's, and those about limits only when the job has
+// limits, or was deferred. They are gathered in a pooled slice, which the
+// span copies.
+func setRunAttrs(span trace.Span, s *series, job jobs.JobInfo) {
+	p := attrPool.Get().(*[]attribute.KeyValue)
+	attrs := append((*p)[:0], s.spanAttrs...)
 	attrs = append(attrs,
-		semconv.MessagingSystemKey.String(System),
-		semconv.MessagingDestinationName(job.Queue),
-		semconv.MessagingOperationName("process"),
-		semconv.MessagingOperationTypeProcess,
 		semconv.MessagingMessageID(strconv.FormatInt(job.ID, 10)),
-		KindKey.String(job.Kind),
 		AttemptKey.Int(job.Attempt),
 		PriorityKey.Int(job.Priority),
 	)
@@ -152,8 +156,14 @@ func runAttrs(job jobs.JobInfo) []attribute.KeyValue {
 	if job.ConcurrencyKey != "" {
 		attrs = append(attrs, ConcurrencyKeyKey.String(job.ConcurrencyKey))
 	}
-	return attrs
+	span.SetAttributes(attrs...)
+	clear(attrs)
+	*p = attrs[:0]
+	attrPool.Put(p)
 }
+
+// attrPool holds the slices setRunAttrs gathers attributes in.
+var attrPool = sync.Pool{New: func() any { return new([]attribute.KeyValue) }}
 
 func timeText(t time.Time) string {
 	if t.IsZero() {

@@ -67,14 +67,56 @@ func EncodeMetadata(m map[string]string) (string, error) {
 		// Far over the cap whatever its escapes: refuse before encoding.
 		return "", fmt.Errorf("%w: %d entries of about %d bytes; metadata holds at most %d bytes", ErrInvalidMetadata, len(m), size, MaxMetadataBytes)
 	}
-	b, err := json.Marshal(m)
-	if err != nil {
-		return "", fmt.Errorf("%w: %v", ErrInvalidMetadata, err)
+	enc, ok := encodePlain(m, names, size)
+	if !ok {
+		b, err := json.Marshal(m)
+		if err != nil {
+			return "", fmt.Errorf("%w: %v", ErrInvalidMetadata, err)
+		}
+		enc = string(b)
 	}
-	if len(b) > MaxMetadataBytes {
-		return "", fmt.Errorf("%w: %d entries are %d bytes encoded; metadata holds at most %d", ErrInvalidMetadata, len(m), len(b), MaxMetadataBytes)
+	if len(enc) > MaxMetadataBytes {
+		return "", fmt.Errorf("%w: %d entries are %d bytes encoded; metadata holds at most %d", ErrInvalidMetadata, len(m), len(enc), MaxMetadataBytes)
 	}
-	return string(b), nil
+	return enc, nil
+}
+
+// encodePlain encodes, without encoding/json, metadata whose keys and
+// values need no escape (a trace context, ids): printable ASCII without
+// '"', '\\' or the '<', '>' and '&' encoding/json escapes. It writes what
+// json.Marshal would, the keys in the order of names (sorted); ok is false
+// when an entry needs an escape. size is room enough for the result.
+func encodePlain(m map[string]string, names []string, size int) (string, bool) {
+	var b strings.Builder
+	b.Grow(size)
+	b.WriteByte('{')
+	for i, k := range names {
+		v := m[k]
+		if !plainJSON(k) || !plainJSON(v) {
+			return "", false
+		}
+		if i > 0 {
+			b.WriteByte(',')
+		}
+		b.WriteByte('"')
+		b.WriteString(k)
+		b.WriteString(`":"`)
+		b.WriteString(v)
+		b.WriteByte('"')
+	}
+	b.WriteByte('}')
+	return b.String(), true
+}
+
+// plainJSON reports whether json.Marshal writes s as it is, in quotes.
+func plainJSON(s string) bool {
+	for i := 0; i < len(s); i++ {
+		switch c := s[i]; {
+		case c < 0x20 || c >= 0x7f, c == '"', c == '\\', c == '<', c == '>', c == '&':
+			return false
+		}
+	}
+	return true
 }
 
 // DecodeMetadata reverses EncodeMetadata; "" is no metadata (nil).

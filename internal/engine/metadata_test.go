@@ -2,6 +2,7 @@ package engine_test
 
 import (
 	"context"
+	"encoding/json"
 	"strings"
 	"testing"
 	"time"
@@ -201,4 +202,40 @@ func TestMetadataEncodingRoundTrips(t *testing.T) {
 		_, err := engine.DecodeMetadata(bad)
 		require.ErrorIs(t, err, engine.ErrInvalidMetadata, bad)
 	}
+}
+
+// The stored form is what encoding/json writes (keys sorted, its escapes),
+// whether EncodeMetadata's fast path for plain ASCII wrote it or
+// encoding/json did.
+func TestMetadataIsStoredAsEncodingJSONWritesIt(t *testing.T) {
+	var plain, escaped []rune
+	for r := rune(' '); r <= '~'; r++ {
+		if strings.ContainsRune(`"\<>&`, r) {
+			escaped = append(escaped, r)
+		} else {
+			plain = append(plain, r)
+		}
+	}
+	escaped = append(escaped, 0x1f, 0x7f, 0x80, 0x2028)
+	// Mostly plain ASCII, the fast path's input, and now and then a string
+	// with what encoding/json escapes, which the fast path must leave to it.
+	ascii := func(minLen int) *rapid.Generator[string] {
+		return rapid.OneOf(rapid.StringOfN(rapid.RuneFrom(plain), minLen, 20, -1), rapid.StringOfN(rapid.RuneFrom(plain), minLen, 20, -1),
+			rapid.StringOfN(rapid.RuneFrom(plain), minLen, 20, -1), rapid.StringOfN(rapid.RuneFrom(append(plain, escaped...)), minLen, 20, -1))
+	}
+	rapid.Check(t, func(t *rapid.T) {
+		key, value := ascii(1), ascii(0)
+		if rapid.Bool().Draw(t, "unicode") {
+			key, value = rapid.StringN(1, 20, -1), rapid.String()
+		}
+		m := rapid.MapOfN(key, value, 1, 4).Draw(t, "m")
+		enc, err := engine.EncodeMetadata(m)
+		if err != nil {
+			require.ErrorIs(t, err, engine.ErrInvalidMetadata)
+			return
+		}
+		want, err := json.Marshal(m)
+		require.NoError(t, err)
+		require.Equal(t, string(want), enc)
+	})
 }
