@@ -26,6 +26,9 @@ type budget struct {
 	dirty    bool
 	// parkedNow is set when this transaction parked jobs on the budget.
 	parkedNow bool
+	// displaced are the jobs this transaction moved out of their slots for
+	// more urgent ones (takeSlot).
+	displaced []int64
 }
 
 // params returns the limit the row was last charged under.
@@ -57,7 +60,7 @@ func (b *budget) save(now int64) BudgetRow {
 
 func scanBudget(rows Rows, extra ...any) (BudgetRow, error) {
 	var r BudgetRow
-	dest := append([]any{&r.Name, &r.TAT, &r.NextSlot, &r.IntervalNS, &r.Burst, &r.Parked, &r.UpdatedAt}, extra...)
+	dest := append([]any{&r.Name, &r.TAT, &r.NextSlot, &r.IntervalNS, &r.Burst, &r.Parked, &r.UpdatedAt, &r.SlottedPriority}, extra...)
 	if err := rows.Scan(dest...); err != nil {
 		return r, fmt.Errorf("read budget: %w", err)
 	}
