@@ -155,15 +155,15 @@ func (s *Store) applyLimits(ctx context.Context, tx Tx, p ClaimParams, cands []*
 			slot, ok = latest, true
 		} else {
 			// A job more urgent than one slotted ahead takes its slot.
-			var move SetRow
-			var moved Deferral
-			slot, move, moved, ok, err = s.takeSlot(ctx, tx, b, holder, j, latest, now, until)
+			var moves []SetRow
+			var moved []Deferral
+			slot, moves, moved, ok, err = s.takeSlot(ctx, tx, b, holder, j.Priority, latest, now, until)
 			if err != nil {
 				return nil, nil, nil, err
 			}
 			if ok {
-				displaced = append(displaced, move)
-				res.Displaced = append(res.Displaced, moved)
+				displaced = append(displaced, moves...)
+				res.Displaced = append(res.Displaced, moved...)
 			} else {
 				b.slotted(j.Priority, now)
 				slot, ok = slotFor(b, holder.spec.Params, latest, now, until, holder.cost)

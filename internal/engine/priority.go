@@ -49,51 +49,87 @@ type slottedJob struct {
 	cost     int
 }
 
-// takeSlot gives job j, deferred on budget b (its holder c) and admissible
-// from earliest on, the slot of the earliest job slotted there at earliest
-// or later that is less urgent than j, when there is one: it returns that
-// slot, and the move of the job it displaced, which takes the budget's next
-// free slot or parks. It returns false, and does nothing, when j is no more
-// urgent than any job slotted ahead, when the budget is paused, or when no
-// such job can be locked. Times are nanoseconds.
-func (s *Store) takeSlot(ctx context.Context, tx Tx, b *budget, c *check, j *Job, earliest, now, until int64) (int64, SetRow, Deferral, bool, error) {
+// takeSlot gives a job of priority prio, deferred on budget b (its holder
+// c) and admissible from earliest on, the slot of the earliest job slotted
+// there at earliest or later that is less urgent, when there is one. The
+// displaced job does the same in turn — it takes the slot of the earliest
+// job slotted after it that is less urgent than it — and the last one
+// takes the budget's next free slot or parks: no job waits behind a less
+// urgent one, and each step moves one row to a strictly less urgent
+// priority, so a deferral moves at most one row per priority level slotted
+// ahead. It returns the slot and the moves and deferrals of the displaced
+// jobs, or false, doing nothing, when the job is no more urgent than any
+// job slotted ahead, the budget is paused, or no such job can be locked.
+// Times are nanoseconds.
+func (s *Store) takeSlot(ctx context.Context, tx Tx, b *budget, c *check, prio int, earliest, now, until int64) (int64, []SetRow, []Deferral, bool, error) {
 	p := c.spec.Params
-	if p.Paused || j.Priority >= b.lowest(now) {
-		return 0, SetRow{}, Deferral{}, false, nil
+	if p.Paused {
+		return 0, nil, nil, false, nil
 	}
-	// The jobs this claim displaced already still show their old slots
-	// (the writes come at the end): ask for one more than them.
-	q, args := s.q.LockSlotted(c.key, microsAfter(max(earliest, now+1)), j.Priority, len(b.displaced)+1)
-	found, err := s.querySlotted(ctx, tx, q, args, c.key)
+	d, ok, err := s.lessUrgent(ctx, tx, b, c.key, prio, earliest, now)
+	if !ok || err != nil {
+		return 0, nil, nil, false, err
+	}
+	slot := d.runAt * 1000
+	var moves []SetRow
+	var defs []Deferral
+	for {
+		def := Deferral{JobID: d.id, Kind: d.kind, Key: c.key}
+		move := SetRow{ID: d.id, State: StateScheduled, WaitKey: c.key}
+		next, found, err := s.lessUrgent(ctx, tx, b, c.key, d.priority, d.runAt*1000, now)
+		if err != nil {
+			return 0, nil, nil, false, err
+		}
+		if found {
+			def.Until, move.RunAt = FromMicros(next.runAt), next.runAt
+		} else {
+			b.slotted(d.priority, now)
+			if at, ok := slotFor(b, p, d.runAt*1000, now, until, d.cost); ok {
+				def.Until, move.RunAt = FromNanos(at), microsAfter(at)
+			} else {
+				def.Parked, move.State = true, StateParked
+				b.row.Parked++
+				b.parkedNow = true
+			}
+		}
+		move.Deferral = deferralReason(c.key, def.Parked)
+		moves, defs = append(moves, move), append(defs, def)
+		if !found {
+			break
+		}
+		d = next
+	}
+	b.dirty = true
+	return slot, moves, defs, true, nil
+}
+
+// lessUrgent locks the earliest job slotted on budget b at earliest (ns)
+// or later, and after now, that is less urgent than prio and that this
+// transaction has not displaced yet, and records it as displaced. It looks
+// only when the budget has slotted a less urgent job ahead; when it finds
+// none and has displaced none, it lowers the budget's record to prio, so
+// the next job of this priority does not look again.
+func (s *Store) lessUrgent(ctx context.Context, tx Tx, b *budget, key string, prio int, earliest, now int64) (slottedJob, bool, error) {
+	if prio >= b.lowest(now) {
+		return slottedJob{}, false, nil
+	}
+	// The jobs this transaction displaced still show their old slots (the
+	// writes come at the end): ask for one more than them.
+	q, args := s.q.LockSlotted(key, microsAfter(max(earliest, now+1)), prio, len(b.displaced)+1)
+	found, err := s.querySlotted(ctx, tx, q, args, key)
 	if err != nil {
-		return 0, SetRow{}, Deferral{}, false, fmt.Errorf("lock slotted jobs of %s: %w", c.key, err)
+		return slottedJob{}, false, fmt.Errorf("lock slotted jobs of %s: %w", key, err)
 	}
 	i := slices.IndexFunc(found, func(d slottedJob) bool { return !slices.Contains(b.displaced, d.id) })
 	if i < 0 {
 		if len(b.displaced) == 0 {
-			// Nothing less urgent is slotted ahead: the next job of this
-			// priority need not look again.
-			b.row.SlottedPriority = j.Priority
+			b.row.SlottedPriority = prio
 			b.dirty = true
 		}
-		return 0, SetRow{}, Deferral{}, false, nil
+		return slottedJob{}, false, nil
 	}
-	d := found[i]
-	b.displaced = append(b.displaced, d.id)
-	slot := d.runAt * 1000
-	def := Deferral{JobID: d.id, Kind: d.kind, Key: c.key}
-	move := SetRow{ID: d.id, State: StateScheduled, WaitKey: c.key}
-	b.slotted(d.priority, now)
-	if next, ok := slotFor(b, p, slot, now, until, d.cost); ok {
-		def.Until, move.RunAt = FromNanos(next), microsAfter(next)
-	} else {
-		def.Parked, move.State = true, StateParked
-		b.row.Parked++
-		b.parkedNow = true
-	}
-	move.Deferral = deferralReason(c.key, def.Parked)
-	b.dirty = true
-	return slot, move, def, true, nil
+	b.displaced = append(b.displaced, found[i].id)
+	return found[i], true, nil
 }
 
 // querySlotted reads LockSlotted's rows, taking each job's cost on the
