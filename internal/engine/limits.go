@@ -133,6 +133,12 @@ func (s *Store) applyLimits(ctx context.Context, tx Tx, p ClaimParams, cands []*
 			for _, c := range cs {
 				b := budgets[c.key]
 				if ok, _ := c.spec.Params.Check(b.state, now, c.cost); ok {
+					if j.WaitKey != c.key && b.state.NextSlot > now {
+						// It takes room the budget's slotted jobs were
+						// to have: one that came for its slot in this
+						// claim will find the budget spent.
+						b.taken++
+					}
 					c.spec.Params.Charge(&b.state, now, c.cost)
 					b.dirty = true
 				}
@@ -147,7 +153,16 @@ func (s *Store) applyLimits(ctx context.Context, tx Tx, p ClaimParams, cands []*
 		d := Deferral{JobID: j.ID, Kind: j.Kind, Key: holder.key}
 		var slot int64
 		var ok bool
-		if j.WaitKey == holder.key && !holder.spec.Params.Paused && latest < b.state.NextSlot && latest <= until {
+		returning := j.WaitKey == holder.key && !holder.spec.Params.Paused && latest < b.state.NextSlot && latest <= until
+		if returning && b.taken > 0 {
+			// A more urgent job that held no slot took the room it came
+			// for, in this claim: it is displaced, as if that job had
+			// taken its slot, instead of riding at the head of the line
+			// and pushing every slot behind it back in turn.
+			b.taken--
+			returning = false
+		}
+		if returning {
 			// It came back for its slot on this budget and found it not
 			// quite ready (the admission before it came a little late):
 			// it keeps its place at the head of the line, at the exact

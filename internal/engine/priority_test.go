@@ -20,7 +20,7 @@ import (
 // the claim's own PromoteDue), unparks, and claims; it records every
 // admission and its time.
 type drainer struct {
-	t            *testing.T
+	t            testing.TB
 	s            *engine.Store
 	pid          int64
 	lim          engine.Limits
@@ -30,6 +30,7 @@ type drainer struct {
 	order        []int64
 	times        []time.Time
 	moves        int // rows moved: deferrals, displacements, unparks, admissions
+	by           [6]int
 }
 
 func (d *drainer) claim() *engine.ClaimResult {
@@ -43,7 +44,11 @@ func (d *drainer) claim() *engine.ClaimResult {
 		d.order = append(d.order, j.ID)
 		d.times = append(d.times, d.now)
 	}
-	d.moves += len(res.Jobs) + len(res.Deferred) + len(res.Displaced) + len(res.Unparked)
+	d.moves += len(res.Jobs) + len(res.Deferred) + len(res.Displaced) + len(res.Unparked) + res.Promoted
+	d.by[0] += len(res.Jobs)
+	d.by[1] += len(res.Deferred)
+	d.by[2] += len(res.Displaced)
+	d.by[3] += len(res.Unparked)
 	return res
 }
 
@@ -56,10 +61,12 @@ func (d *drainer) step(dt time.Duration) *engine.ClaimResult {
 		n, _, err := d.s.Promote(ctx, engine.At(d.now), 1000)
 		require.NoError(d.t, err)
 		d.moves += n
+		d.by[4] += n
 	}
 	n, err := d.s.Unpark(ctx, engine.At(d.now), d.horizon, 100)
 	require.NoError(d.t, err)
 	d.moves += n
+	d.by[5] += n
 	return d.claim()
 }
 
@@ -247,5 +254,28 @@ func TestDeferOverflowLeavesUrgentJobsToTheClaims(t *testing.T) {
 		require.Equal(t, engine.StateReady, state(t, s, urgent[0]).State)
 		res = claimLimited(t, s, pid, at(time.Millisecond), 10, lim, time.Minute)
 		require.Equal(t, at(time.Second), res.Deferred[0].Until, "the claim gives it the first slot")
+	})
+}
+
+func TestAnUrgentJobAdmittedAheadOfADueOneDisplacesIt(t *testing.T) {
+	testdb.Each(t, func(t *testing.T, s *engine.Store) {
+		lim := limits{"k": spec(t, "k", 10, time.Second, 1)}
+		routine := enqueue(t, s, t0, prioritized(1), prioritized(1), prioritized(1), prioritized(1), prioritized(1))
+		d := &drainer{t: t, s: s, pid: register(t, s, t0), lim: lim, horizon: time.Minute, now: t0}
+		d.claim() // routine[0] runs; the others wait at 100ms … 400ms
+		// At 100ms an urgent job is ready as routine[1] comes for its slot:
+		// the urgent one is admitted, and routine[1] goes to the back
+		// instead of riding at the head of the line, which would push
+		// every slot behind it back in turn.
+		urgent := enqueue(t, s, at(100*time.Millisecond), prioritized(0))[0]
+		res := d.step(100 * time.Millisecond)
+		require.Equal(t, []int64{urgent}, ids(res.Jobs))
+		require.Equal(t, []engine.Deferral{{JobID: routine[1], Kind: "k", Key: "k/x", Until: at(500 * time.Millisecond)}}, res.Deferred)
+		deferred := 0
+		for range 4 {
+			deferred += len(d.step(100 * time.Millisecond).Deferred)
+		}
+		require.Zero(t, deferred, "every other job is admitted at its slot")
+		require.Equal(t, []int64{routine[0], urgent, routine[2], routine[3], routine[4], routine[1]}, d.order)
 	})
 }
