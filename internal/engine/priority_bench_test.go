@@ -75,4 +75,3 @@ func BenchmarkPriorityInsideALimit(b *testing.B) {
 		}
 	}
 }
-
