@@ -279,3 +279,32 @@ func TestAnUrgentJobAdmittedAheadOfADueOneDisplacesIt(t *testing.T) {
 		require.Equal(t, []int64{routine[0], urgent, routine[2], routine[3], routine[4], routine[1]}, d.order)
 	})
 }
+
+func TestWithSeveralBudgetsTheOneThatHoldsLongestDecides(t *testing.T) {
+	testdb.Each(t, func(t *testing.T, s *engine.Store) {
+		lim := limits{"k": spec(t, "k", 10, time.Second, 1), "b": spec(t, "b", 2, time.Second, 1)}
+		pid := register(t, s, t0)
+		// Budget b is spent until 350ms.
+		early := limited("b", "b/x")
+		enqueue(t, s, at(-150*time.Millisecond), early)
+		require.Len(t, claimLimited(t, s, pid, at(-150*time.Millisecond), 10, lim, time.Minute).Jobs, 1)
+		routine := enqueue(t, s, t0, prioritized(1), prioritized(1), prioritized(1), prioritized(1), prioritized(1), prioritized(1))
+		d := &drainer{t: t, s: s, pid: pid, lim: lim, horizon: time.Minute, now: t0}
+		d.claim() // routine[0] runs; the others wait on k at 100ms … 500ms
+
+		both := prioritized(0)
+		both.RateKeys = append(both.RateKeys, engine.RateKey{Key: "b/x", Cost: 1})
+		urgent := enqueue(t, s, at(10*time.Millisecond), both)[0]
+		res := d.step(10 * time.Millisecond)
+		// b holds it longest (until 350ms): it waits there, and takes no
+		// slot of k, whose slots before 350ms it could not use.
+		require.Equal(t, []engine.Deferral{{JobID: urgent, Kind: "k", Key: "b/x", Until: at(350 * time.Millisecond)}}, res.Deferred)
+		require.Empty(t, res.Displaced)
+		// At 350ms b admits it and k holds it: it takes k's next slot (at
+		// 400ms, of routine[4], which goes to the back) and runs there.
+		d.drain(10*time.Millisecond, 7)
+		require.Equal(t, []int64{routine[0], routine[1], routine[2], routine[3], urgent, routine[5], routine[4]}, d.order)
+		require.Equal(t, at(400*time.Millisecond), d.times[4])
+		require.LessOrEqual(t, ratelimit.BusiestWindow(d.times, time.Second), 10)
+	})
+}
