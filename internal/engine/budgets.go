@@ -29,9 +29,9 @@ type budget struct {
 	// displaced are the jobs this transaction moved out of their slots for
 	// more urgent ones (takeSlot).
 	displaced []int64
-	// taken counts the admissions this claim gave jobs that held no slot
-	// on the budget while it had slots handed out ahead.
-	taken int
+	// taken are the priorities of the jobs this claim admitted without a
+	// slot on the budget while it had slots handed out ahead.
+	taken []int
 }
 
 // params returns the limit the row was last charged under.

@@ -137,7 +137,7 @@ func (s *Store) applyLimits(ctx context.Context, tx Tx, p ClaimParams, cands []*
 						// It takes room the budget's slotted jobs were
 						// to have: one that came for its slot in this
 						// claim will find the budget spent.
-						b.taken++
+						b.taken = append(b.taken, j.Priority)
 					}
 					c.spec.Params.Charge(&b.state, now, c.cost)
 					b.dirty = true
@@ -154,12 +154,12 @@ func (s *Store) applyLimits(ctx context.Context, tx Tx, p ClaimParams, cands []*
 		var slot int64
 		var ok bool
 		returning := j.WaitKey == holder.key && !holder.spec.Params.Paused && latest < b.state.NextSlot && latest <= until
-		if returning && b.taken > 0 {
+		if i := slices.IndexFunc(b.taken, func(prio int) bool { return prio < j.Priority }); returning && i >= 0 {
 			// A more urgent job that held no slot took the room it came
 			// for, in this claim: it is displaced, as if that job had
 			// taken its slot, instead of riding at the head of the line
 			// and pushing every slot behind it back in turn.
-			b.taken--
+			b.taken = slices.Delete(b.taken, i, i+1)
 			returning = false
 		}
 		if returning {
