@@ -63,9 +63,11 @@ func (d *dueSlots) note(res *engine.ClaimResult, began, ended time.Time) {
 			d.notBefore = ended.Add(d.times[0].Sub(res.DueAt))
 		}
 	}
-	for _, def := range res.Deferred {
-		if !def.Parked {
-			d.add(def.Until)
+	for _, defs := range [][]engine.Deferral{res.Deferred, res.Displaced} {
+		for _, def := range defs {
+			if !def.Parked {
+				d.add(def.Until)
+			}
 		}
 	}
 	for _, t := range res.Unparked {

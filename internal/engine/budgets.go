@@ -26,6 +26,12 @@ type budget struct {
 	dirty    bool
 	// parkedNow is set when this transaction parked jobs on the budget.
 	parkedNow bool
+	// displaced are the jobs this transaction moved out of their slots for
+	// more urgent ones (takeSlot).
+	displaced []int64
+	// taken are the priorities of the jobs this claim admitted without a
+	// slot on the budget while it had slots handed out ahead.
+	taken []int
 }
 
 // params returns the limit the row was last charged under.
@@ -57,7 +63,7 @@ func (b *budget) save(now int64) BudgetRow {
 
 func scanBudget(rows Rows, extra ...any) (BudgetRow, error) {
 	var r BudgetRow
-	dest := append([]any{&r.Name, &r.TAT, &r.NextSlot, &r.IntervalNS, &r.Burst, &r.Parked, &r.UpdatedAt}, extra...)
+	dest := append([]any{&r.Name, &r.TAT, &r.NextSlot, &r.IntervalNS, &r.Burst, &r.Parked, &r.UpdatedAt, &r.SlottedPriority}, extra...)
 	if err := rows.Scan(dest...); err != nil {
 		return r, fmt.Errorf("read budget: %w", err)
 	}

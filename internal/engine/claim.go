@@ -98,6 +98,9 @@ type ClaimResult struct {
 	Jobs []*Job
 	// Deferred jobs were over a rate limit and wait again.
 	Deferred []Deferral
+	// Displaced jobs gave their slots to more urgent deferred jobs and
+	// wait again, at their budget's next free slot (Until) or parked.
+	Displaced []Deferral
 	// Shadowed jobs were over a limit in shadow mode: they run, and this
 	// records that an enforcing limit would have deferred them.
 	Shadowed []Deferral

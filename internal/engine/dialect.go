@@ -90,7 +90,7 @@ const JobColumns = "id, kind, queue, priority, args, attempt, max_attempts, crea
 const JobInfoColumns = JobColumns + ", state, attempted_at, finished_at, process_id, last_error, conc_limit, conc_duration, conc_discard"
 
 // BudgetColumns are a budget row's columns, in BudgetRow's scan order.
-const BudgetColumns = "name, tat_ns, next_slot_ns, interval_ns, burst, parked, updated_at"
+const BudgetColumns = "name, tat_ns, next_slot_ns, interval_ns, burst, parked, updated_at, slotted_priority"
 
 // SemaphoreColumns are a semaphore row's columns, in SemaphoreRow's scan
 // order.
@@ -202,6 +202,10 @@ type BudgetRow struct {
 	Burst      int
 	Parked     int
 	UpdatedAt  int64
+	// SlottedPriority is the least urgent priority (the largest number)
+	// among the jobs the budget handed slots to while its slots lay ahead:
+	// a claim looks for a slot a more urgent job may take only below it.
+	SlottedPriority int
 }
 
 // ProcessRow is a registered worker or dispatcher.

@@ -21,7 +21,7 @@ func job(kind, queue string, prio int) engine.NewJob {
 	return engine.NewJob{Kind: kind, Queue: queue, Priority: prio, Args: []byte(`{}`), MaxAttempts: 3}
 }
 
-func enqueue(t *testing.T, s *engine.Store, now time.Time, jobs ...engine.NewJob) []int64 {
+func enqueue(t testing.TB, s *engine.Store, now time.Time, jobs ...engine.NewJob) []int64 {
 	t.Helper()
 	res, err := s.Enqueue(context.Background(), nil, engine.At(now), jobs)
 	require.NoError(t, err)
@@ -33,7 +33,7 @@ func enqueue(t *testing.T, s *engine.Store, now time.Time, jobs ...engine.NewJob
 	return ids
 }
 
-func register(t *testing.T, s *engine.Store, now time.Time) int64 {
+func register(t testing.TB, s *engine.Store, now time.Time) int64 {
 	t.Helper()
 	id, err := s.RegisterProcess(context.Background(), engine.Process{Kind: "worker", Name: "test", PID: 1}, engine.At(now))
 	require.NoError(t, err)

@@ -82,7 +82,7 @@ func (s *Store) applyLimits(ctx context.Context, tx Tx, p ClaimParams, cands []*
 	until := now + horizon.Nanoseconds()
 
 	admitted := make([]*Job, 0, min(len(cands), p.Max))
-	var deferred, failed []SetRow
+	var deferred, failed, displaced []SetRow
 	gives := holders{} // deferred and failed jobs give their concurrency slots back
 	for i, j := range cands {
 		full := len(admitted) == p.Max // past Max, only deferrals are taken
@@ -133,6 +133,12 @@ func (s *Store) applyLimits(ctx context.Context, tx Tx, p ClaimParams, cands []*
 			for _, c := range cs {
 				b := budgets[c.key]
 				if ok, _ := c.spec.Params.Check(b.state, now, c.cost); ok {
+					if j.WaitKey != c.key && b.state.NextSlot > now {
+						// It takes room the budget's slotted jobs were
+						// to have: one that came for its slot in this
+						// claim will find the budget spent.
+						b.taken = append(b.taken, j.Priority)
+					}
 					c.spec.Params.Charge(&b.state, now, c.cost)
 					b.dirty = true
 				}
@@ -147,14 +153,36 @@ func (s *Store) applyLimits(ctx context.Context, tx Tx, p ClaimParams, cands []*
 		d := Deferral{JobID: j.ID, Kind: j.Kind, Key: holder.key}
 		var slot int64
 		var ok bool
-		if j.WaitKey == holder.key && !holder.spec.Params.Paused && latest < b.state.NextSlot && latest <= until {
+		returning := j.WaitKey == holder.key && !holder.spec.Params.Paused && latest < b.state.NextSlot && latest <= until
+		if i := slices.IndexFunc(b.taken, func(prio int) bool { return prio < j.Priority }); returning && i >= 0 {
+			// A more urgent job that held no slot took the room it came
+			// for, in this claim: it is displaced, as if that job had
+			// taken its slot, instead of riding at the head of the line
+			// and pushing every slot behind it back in turn.
+			b.taken = slices.Delete(b.taken, i, i+1)
+			returning = false
+		}
+		if returning {
 			// It came back for its slot on this budget and found it not
 			// quite ready (the admission before it came a little late):
 			// it keeps its place at the head of the line, at the exact
 			// time it can be admitted, instead of going to the back.
 			slot, ok = latest, true
 		} else {
-			slot, ok = slotFor(b, holder.spec.Params, latest, now, until, holder.cost)
+			// A job more urgent than one slotted ahead takes its slot.
+			var moves []SetRow
+			var moved []Deferral
+			slot, moves, moved, ok, err = s.takeSlot(ctx, tx, b, holder, j.Priority, latest, now, until)
+			if err != nil {
+				return nil, nil, nil, err
+			}
+			if ok {
+				displaced = append(displaced, moves...)
+				res.Displaced = append(res.Displaced, moved...)
+			} else {
+				b.slotted(j.Priority, now)
+				slot, ok = slotFor(b, holder.spec.Params, latest, now, until, holder.cost)
+			}
 		}
 		if ok {
 			d.Until = FromNanos(slot)
@@ -189,6 +217,9 @@ func (s *Store) applyLimits(ctx context.Context, tx Tx, p ClaimParams, cands []*
 	}
 	if len(unparked) > 0 {
 		writes = append(writes, stmt(s.q.SetJobs(StateParked, 0, Micros(at), unparked)))
+	}
+	if len(displaced) > 0 {
+		writes = append(writes, stmt(s.q.SetJobs(StateScheduled, 0, Micros(at), displaced)))
 	}
 	return admitted, writes, gives, nil
 }
@@ -435,6 +466,7 @@ func (s *Store) unparkBudget(ctx context.Context, tx Tx, b *budget, now, until i
 			break // the horizon is full: the rest wait for the next round
 		}
 		var slot int64
+		b.slotted(j.priority, now)
 		if p.Paused {
 			slot = until
 			b.state.NextSlot = until
@@ -447,15 +479,16 @@ func (s *Store) unparkBudget(ctx context.Context, tx Tx, b *budget, now, until i
 	return moves, nil
 }
 
-// parkedJob is a parked job as unparking sees it: its id and its cost on
-// the budget.
+// parkedJob is a parked job as unparking sees it: its id, its cost on
+// the budget and its priority.
 type parkedJob struct {
-	id   int64
-	cost int
+	id       int64
+	cost     int
+	priority int
 }
 
-// queryParked reads LockParked's rows: id and rate keys, from which each
-// job's cost on the budget key is taken.
+// queryParked reads LockParked's rows: id, rate keys, from which each
+// job's cost on the budget key is taken, and priority.
 func (s *Store) queryParked(ctx context.Context, ex Executor, q string, args []any, key string) ([]parkedJob, error) {
 	rows, err := ex.Query(ctx, q, args...)
 	if err != nil {
@@ -466,15 +499,10 @@ func (s *Store) queryParked(ctx context.Context, ex Executor, q string, args []a
 	for rows.Next() {
 		var j parkedJob
 		var rateKeys nullString
-		if err := rows.Scan(&j.id, &rateKeys); err != nil {
+		if err := rows.Scan(&j.id, &rateKeys, &j.priority); err != nil {
 			return nil, err
 		}
-		j.cost = 1
-		for _, rk := range DecodeRateKeys(rateKeys.String) {
-			if rk.Key == key {
-				j.cost = rk.Cost
-			}
-		}
+		j.cost = costOn(rateKeys.String, key)
 		out = append(out, j)
 	}
 	return out, rows.Err()

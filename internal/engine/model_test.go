@@ -264,7 +264,7 @@ type walk struct {
 	created map[int64]bool
 	admits  map[string][]admission
 	holders map[string]int // holders per concurrency key after the last step
-	stats   struct{ faults, claims, admitted, deferred, parked, finishes int }
+	stats   struct{ faults, claims, admitted, deferred, parked, displaced, finishes int }
 }
 
 type failure struct {
@@ -334,8 +334,8 @@ func runWalk(t testing.TB, b testdb.Backend, tr trace, report bool) *failure {
 	if !report {
 		return nil
 	}
-	w.t.Logf("%d steps: %d jobs, %d faults injected, %d claims (%d admitted, %d deferred, %d parked), %d finishes",
-		len(tr), len(w.created), w.stats.faults, w.stats.claims, w.stats.admitted, w.stats.deferred, w.stats.parked, w.stats.finishes)
+	w.t.Logf("%d steps: %d jobs, %d faults injected, %d claims (%d admitted, %d deferred, %d parked, %d displaced by more urgent jobs), %d finishes",
+		len(tr), len(w.created), w.stats.faults, w.stats.claims, w.stats.admitted, w.stats.deferred, w.stats.parked, w.stats.displaced, w.stats.finishes)
 	return nil
 }
 
@@ -423,6 +423,7 @@ func (w *walk) apply(o op) error {
 		w.stats.claims++
 		w.stats.admitted += len(res.Jobs)
 		w.stats.deferred += len(res.Deferred)
+		w.stats.displaced += len(res.Displaced)
 		for _, d := range res.Deferred {
 			if d.Parked {
 				w.stats.parked++

@@ -50,12 +50,7 @@ func (s *Store) DeferOverflow(ctx context.Context, c Clock, o Overflow, horizon 
 	if batch <= 0 {
 		batch = 1000
 	}
-	cost := 1
-	for _, rk := range DecodeRateKeys(o.RateKeys) {
-		if rk.Key == o.Key {
-			cost = rk.Cost
-		}
-	}
+	cost := costOn(o.RateKeys, o.Key)
 	for range maxCursorRaces {
 		n, slots, err := s.deferOverflow(ctx, c, o, horizon, batch, cost)
 		if errors.Is(err, errCursorMoved) {
@@ -99,8 +94,10 @@ func (s *Store) deferOverflow(ctx context.Context, c Clock, o Overflow, horizon 
 		if ok {
 			return nil // room again: the claims admit what comes next
 		}
-		q, args = s.q.LockReadyLike(o.Queue, o.Kind, o.RateKeys, batch)
-		ids, err := queryInt64s(ctx, tx, q, args)
+		// Jobs more urgent than those slotted ahead are left to the
+		// claims, which give them the slots of less urgent ones.
+		q, args = s.q.LockReadyLike(o.Queue, o.Kind, o.RateKeys, b.lowest(now), batch)
+		ids, prios, err := queryIDPriorities(ctx, tx, q, args)
 		if err != nil || len(ids) == 0 {
 			return err
 		}
@@ -109,6 +106,7 @@ func (s *Store) deferOverflow(ctx context.Context, c Clock, o Overflow, horizon 
 		jobs := make([]SetRow, len(ids))
 		parked := 0
 		for i, id := range ids {
+			b.slotted(prios[i], now)
 			if slot, ok := slotFor(b, p, earliest, now, until, cost); ok {
 				jobs[i] = SetRow{ID: id, State: StateScheduled, RunAt: microsAfter(slot), WaitKey: o.Key, Deferral: deferralReason(o.Key, false)}
 				slots = append(slots, FromNanos(slot))
@@ -118,7 +116,7 @@ func (s *Store) deferOverflow(ctx context.Context, c Clock, o Overflow, horizon 
 			}
 		}
 		var moved Result
-		q, args = s.q.MoveCursor(o.Key, from, b.state.NextSlot, parked)
+		q, args = s.q.MoveCursor(o.Key, from, b.state.NextSlot, parked, b.row.SlottedPriority)
 		err = pipeline(ctx, tx, []Stmt{stmt(s.q.SetJobs(StateReady, 0, Micros(at), jobs))}, nil)
 		if err == nil {
 			moved, err = exec(ctx, tx, q, args)
@@ -130,4 +128,24 @@ func (s *Store) deferOverflow(ctx context.Context, c Clock, o Overflow, horizon 
 		return err
 	})
 	return n, slots, err
+}
+
+// queryIDPriorities reads rows of id and priority.
+func queryIDPriorities(ctx context.Context, ex Executor, q string, args []any) ([]int64, []int, error) {
+	rows, err := ex.Query(ctx, q, args...)
+	if err != nil {
+		return nil, nil, err
+	}
+	defer rows.Close()
+	var ids []int64
+	var prios []int
+	for rows.Next() {
+		var id int64
+		var prio int
+		if err := rows.Scan(&id, &prio); err != nil {
+			return nil, nil, err
+		}
+		ids, prios = append(ids, id), append(prios, prio)
+	}
+	return ids, prios, rows.Err()
 }

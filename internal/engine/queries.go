@@ -30,7 +30,7 @@ type SQL struct {
 	listQueues, listOverrides                    string
 
 	lockBudgets, getBudget, insertBudgets, saveBudgets, moveCursor, lockParkedBudgets *sqlStatement
-	lockParked, countParked, lockIdleBudgets, deleteBudgets                           *sqlStatement
+	lockParked, lockSlotted, countParked, lockIdleBudgets, deleteBudgets              *sqlStatement
 	listBudgets                                                                       string
 
 	lockSemaphores, insertSemaphores, saveSemaphores, lockBlocked, markSlots, releaseHolders *sqlStatement
@@ -122,7 +122,7 @@ func NewSQL(d Dialect) (*SQL, error) {
 		{&q.insertJobs, "InsertJobs", []string{"rows"}},
 		{&q.lockReadyPlain, "LockReadyPlain", []string{"queue", "limit"}},
 		{&q.lockReadyLimited, "LockReadyLimited", []string{"queue", "limit"}},
-		{&q.lockReadyLike, "LockReadyLike", []string{"queue", "rate_keys", "kind", "limit"}},
+		{&q.lockReadyLike, "LockReadyLike", []string{"queue", "priority", "rate_keys", "kind", "limit"}},
 		{&q.markRunning, "MarkRunning", []string{"process_id", "now", "ids"}},
 		{&q.completeJobs, "CompleteJobs", []string{"now", "ids", "process_id"}},
 		{&q.deleteJobs, "DeleteJobs", []string{"ids", "process_id"}},
@@ -154,9 +154,10 @@ func NewSQL(d Dialect) (*SQL, error) {
 		{&q.getBudget, "GetBudget", []string{"key"}},
 		{&q.insertBudgets, "InsertBudgets", []string{"rows"}},
 		{&q.saveBudgets, "SaveBudgets", []string{"rows"}},
-		{&q.moveCursor, "MoveCursor", []string{"to", "parked", "key", "from"}},
+		{&q.moveCursor, "MoveCursor", []string{"to", "parked", "slotted_priority", "key", "from"}},
 		{&q.lockParkedBudgets, "LockParkedBudgets", []string{"until", "limit"}},
 		{&q.lockParked, "LockParked", []string{"key", "limit"}},
+		{&q.lockSlotted, "LockSlotted", []string{"key", "from", "priority", "limit"}},
 		{&q.countParked, "CountParked", []string{"key"}},
 		{&q.lockIdleBudgets, "LockIdleBudgets", []string{"now", "limit"}},
 		{&q.deleteBudgets, "DeleteBudgets", []string{"names"}},

@@ -20,19 +20,19 @@ func (q *SQL) SaveBudgets(rows []BudgetRow) (string, []any) {
 	n := len(rows)
 	names := make([]string, n)
 	tat, next, interval, updated := make([]int64, n), make([]int64, n), make([]int64, n), make([]int64, n)
-	burst, parked := make([]int32, n), make([]int32, n)
+	burst, parked, slotted := make([]int32, n), make([]int32, n), make([]int32, n)
 	for i, r := range rows {
 		names[i], tat[i], next[i], interval[i], updated[i] = r.Name, r.TAT, r.NextSlot, r.IntervalNS, r.UpdatedAt
-		burst[i], parked[i] = int32(r.Burst), int32(r.Parked)
+		burst[i], parked[i], slotted[i] = int32(r.Burst), int32(r.Parked), int32(r.SlottedPriority)
 	}
-	return q.saveBudgets.bind(columns{names, tat, next, interval, burst, parked, updated})
+	return q.saveBudgets.bind(columns{names, tat, next, interval, burst, parked, updated, slotted})
 }
 
-// MoveCursor sets a budget's next slot to to and adds parked to its
-// parked count, if its next slot is still from; it affects no row
-// otherwise.
-func (q *SQL) MoveCursor(key string, from, to int64, parked int) (string, []any) {
-	return q.moveCursor.bind(to, parked, key, from)
+// MoveCursor sets a budget's next slot to to, adds parked to its parked
+// count and sets its least urgent slotted priority, if its next slot is
+// still from; it affects no row otherwise.
+func (q *SQL) MoveCursor(key string, from, to int64, parked, slottedPriority int) (string, []any) {
+	return q.moveCursor.bind(to, parked, int32(slottedPriority), key, from)
 }
 
 // LockParkedBudgets selects and locks, skipping locked rows, budgets with
@@ -43,9 +43,17 @@ func (q *SQL) LockParkedBudgets(until int64, limit int) (string, []any) {
 }
 
 // LockParked selects and locks, skipping locked rows, the first parked
-// jobs of a budget by priority then id. Columns: id, rate_keys.
+// jobs of a budget by priority then id. Columns: id, rate_keys, priority.
 func (q *SQL) LockParked(key string, limit int) (string, []any) {
 	return q.lockParked.bind(key, limit)
+}
+
+// LockSlotted selects and locks, skipping locked rows, up to limit jobs
+// scheduled on a budget's slots at from (µs) or later that are less urgent
+// than priority and hold no concurrency slot, earliest slot first.
+// Columns: id, kind, run_at, priority, rate_keys.
+func (q *SQL) LockSlotted(key string, from int64, priority, limit int) (string, []any) {
+	return q.lockSlotted.bind(key, from, int32(priority), limit)
 }
 
 // CountParked counts a budget's parked jobs, whether or not another

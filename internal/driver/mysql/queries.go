@@ -20,7 +20,7 @@ func (Dialect) Capabilities() engine.Capabilities {
 
 // Replacements replaces the predicates that say a job is in a state with
 // reads of the generated key columns that hold a value only in that state
-// (migrations 007, 010 and 013), each with an index of its own; and its
+// (migrations 007, 010, 013 and 014), each with an index of its own; and its
 // migrations table and lock.
 func (Dialect) Replacements() string { return replacements }
 
@@ -57,6 +57,9 @@ j.due_at IS NOT NULL
 
 -- fragment: DueAt
 j.due_at
+
+-- fragment: ScheduledKey
+j.scheduled_key
 
 -- fragment: ParkedJob
 j.parked_key IS NOT NULL

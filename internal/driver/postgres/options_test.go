@@ -59,14 +59,16 @@ func TestWithoutNotificationsOrAdvisoryLocks(t *testing.T) {
 		require.NoError(t, err, "migrator %d", i)
 		total += ran[i]
 	}
-	latest, err := s.LatestVersion()
+	// Versions may have gaps (a number kept for a change on another
+	// branch): count the migrations, not the latest version.
+	ms, err := s.Migrations()
 	require.NoError(t, err)
-	require.Equal(t, latest, total, "each migration ran once")
+	require.Equal(t, len(ms), total, "each migration ran once")
 	require.NoError(t, s.CheckSchema(ctx))
 	// Down and up again, under the same lock; the lock row never stays.
-	down, err := s.MigrateDown(ctx, latest)
+	down, err := s.MigrateDown(ctx, len(ms))
 	require.NoError(t, err)
-	require.Len(t, down, latest)
+	require.Len(t, down, len(ms))
 	_, err = s.MigrateUp(ctx, 0)
 	require.NoError(t, err)
 	status, err := s.MigrationStatus(ctx)

@@ -12,14 +12,15 @@ INSERT INTO sluice_budgets (name) VALUES :rows(text) ON CONFLICT (name) DO NOTHI
 
 -- name: SaveBudgets
 INSERT INTO sluice_budgets ({BudgetColumns})
-VALUES :rows(text, bigint, bigint, bigint, int, int, bigint)
+VALUES :rows(text, bigint, bigint, bigint, int, int, bigint, int)
 ON CONFLICT (name) DO UPDATE SET tat_ns = EXCLUDED.tat_ns, next_slot_ns = EXCLUDED.next_slot_ns, interval_ns = EXCLUDED.interval_ns,
-  burst = EXCLUDED.burst, parked = EXCLUDED.parked, updated_at = EXCLUDED.updated_at;
+  burst = EXCLUDED.burst, parked = EXCLUDED.parked, updated_at = EXCLUDED.updated_at, slotted_priority = EXCLUDED.slotted_priority;
 
 -- name: MoveCursor
--- Moves a budget's slot cursor and counts parked jobs, if the cursor is
--- still where it was read.
-UPDATE sluice_budgets SET next_slot_ns = :to, parked = parked + :parked WHERE name = :key AND next_slot_ns = :from;
+-- Moves a budget's slot cursor, counts parked jobs and records the least
+-- urgent priority slotted, if the cursor is still where it was read.
+UPDATE sluice_budgets SET next_slot_ns = :to, parked = parked + :parked, slotted_priority = :slotted_priority
+WHERE name = :key AND next_slot_ns = :from;
 
 -- name: LockParkedBudgets
 -- Budgets with parked jobs whose next slot falls before :until, soonest
@@ -29,8 +30,16 @@ ORDER BY next_slot_ns LIMIT :limit FOR UPDATE SKIP LOCKED;
 
 -- name: LockParked
 -- A budget's first parked jobs.
-SELECT id, rate_keys FROM sluice_jobs j WHERE {ParkedJob} AND {ParkedKey} = :key
+SELECT id, rate_keys, priority FROM sluice_jobs j WHERE {ParkedJob} AND {ParkedKey} = :key
 ORDER BY priority, id LIMIT :limit FOR UPDATE SKIP LOCKED;
+
+-- name: LockSlotted
+-- A budget's earliest slotted jobs from :from on that are less urgent than
+-- :priority and hold no concurrency slot: those whose slot a more urgent
+-- job may take.
+SELECT id, kind, {DueAt}, priority, rate_keys FROM sluice_jobs j
+WHERE {ScheduledJob} AND {ScheduledKey} = :key AND {DueAt} >= :from AND j.priority > :priority AND j.holds_slot = FALSE
+ORDER BY {DueAt}, id LIMIT :limit FOR UPDATE SKIP LOCKED;
 
 -- name: CountParked
 -- A budget's parked jobs, whether or not another transaction holds them.

@@ -33,10 +33,10 @@ WHERE {ReadyFair}
 ORDER BY priority, fair_start, id LIMIT :limit FOR UPDATE SKIP LOCKED;
 
 -- name: LockReadyLike
--- Ready jobs that draw on exactly the budgets of a parked one and hold no
--- concurrency slot.
-SELECT id FROM sluice_jobs j
-WHERE {ReadyLimited} AND j.rate_keys = :rate_keys AND j.kind = :kind AND j.holds_slot = FALSE
+-- Ready jobs that draw on exactly the budgets of a parked one, hold no
+-- concurrency slot, and are no more urgent than :priority.
+SELECT id, priority FROM sluice_jobs j
+WHERE {ReadyLimited} AND j.priority >= :priority AND j.rate_keys = :rate_keys AND j.kind = :kind AND j.holds_slot = FALSE
 ORDER BY priority, id LIMIT :limit FOR UPDATE SKIP LOCKED;
 
 -- name: MarkRunning

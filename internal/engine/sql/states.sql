@@ -36,6 +36,10 @@ j.state = 'scheduled'
 -- fragment: DueAt
 j.run_at
 
+-- fragment: ScheduledKey
+-- The budget a scheduled job holds a slot of.
+j.wait_key
+
 -- fragment: ParkedJob
 j.state = 'parked'
 

@@ -1,0 +1,2 @@
+DROP INDEX sluice_jobs_slotted;
+ALTER TABLE sluice_budgets DROP COLUMN slotted_priority;
