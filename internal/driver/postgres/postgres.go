@@ -281,26 +281,9 @@ func (t Tx) Pipeline(ctx context.Context, stmts []engine.Stmt, read func(int, en
 		b.Queue(st.SQL, st.Args...)
 	}
 	br := t.tx.SendBatch(ctx, b)
-	for i, st := range stmts {
-		if !st.Rows {
-			if _, err := br.Exec(); err != nil {
-				_ = br.Close()
-				return err
-			}
-			continue
-		}
-		rows, err := br.Query()
-		if err == nil {
-			err = read(i, rows)
-			rows.Close()
-			if err == nil {
-				err = rows.Err()
-			}
-		}
-		if err != nil {
-			_ = br.Close()
-			return err
-		}
+	if err := readBatch(br, false, stmts, read, false); err != nil {
+		_ = br.Close()
+		return err
 	}
 	return br.Close()
 }
