@@ -759,6 +759,12 @@ func busiestCost(as []admission, per int64) int {
 // drain lets time run, with the dispatcher's work and claims, until every
 // job has finished: a waiting job that never moves is one without a
 // future event.
+//
+// It gives up only when no job has finished for drainIdleRounds rounds,
+// not after a fixed count of rounds: a walk may leave a backlog that its
+// tightest limit clears only over many minutes of the clock (the queue
+// limit covers every job, and 4 per 3s with a burst of 4 admits one job
+// every 3s), which a fixed count mistook for jobs without a future event.
 func (w *walk) drain() string {
 	w.faults.Clear()
 	for scope, spec := range w.lim.specs {
@@ -766,7 +772,8 @@ func (w *walk) drain() string {
 			w.lim.set(scope, 4) // lift every pause: a paused limit holds its jobs by design
 		}
 	}
-	for round := 0; round < 400; round++ {
+	lastOpen, idle := -1, 0
+	for round := 0; round < drainMaxRounds && idle < drainIdleRounds; round++ {
 		rows, err := w.rows()
 		if err != nil {
 			return err.Error()
@@ -780,6 +787,12 @@ func (w *walk) drain() string {
 		if open == 0 {
 			return ""
 		}
+		if lastOpen < 0 || open < lastOpen {
+			idle = 0
+		} else {
+			idle++
+		}
+		lastOpen = open
 		for _, o := range []op{{kind: opPromote, a: 19}, {kind: opUnpark, a: 4}, {kind: opMaintain}} {
 			if err := w.apply(o); err != nil {
 				return err.Error()
@@ -812,6 +825,15 @@ func (w *walk) drain() string {
 	}
 	return "jobs never finished: " + strings.Join(stuck, " ")
 }
+
+// drainIdleRounds is how many rounds without a job finishing the drain
+// takes for stuck jobs: over 90s of the clock, with four of its 10s jumps,
+// longer than any backoff, horizon or slot expiry a walk sets.
+// drainMaxRounds bounds a drain that keeps finishing jobs.
+const (
+	drainIdleRounds = 80
+	drainMaxRounds  = 20000
+)
 
 // shrunk is a smaller failing trace.
 type shrunk struct {
