@@ -8,7 +8,6 @@ import (
 
 	"github.com/stretchr/testify/require"
 
-	"github.com/sluicequeue/sluice/clock"
 	"github.com/sluicequeue/sluice/internal/engine"
 	"github.com/sluicequeue/sluice/internal/testdb"
 	"github.com/sluicequeue/sluice/jobs"
@@ -103,20 +102,7 @@ func TestFairWorkerRunsEveryKeyInTurn(t *testing.T) {
 
 func TestNoFairKindMeansNoFairStatement(t *testing.T) {
 	testdb.Each(t, func(t *testing.T, s *engine.Store) {
-		rs, rec := testdb.Record(s)
-		reg := jobs.NewRegistry()
-		require.NoError(t, jobs.Register(reg, ok))
-		c := clock.NewFake(t0)
-		client := jobs.NewClient(testdb.Public(rs), reg, jobs.ClientConfig{Clock: c})
-		_, err := client.Enqueue(context.Background(), noop{})
-		require.NoError(t, err)
-		w, err := jobs.NewWorker(testdb.Public(rs), reg, jobs.WorkerConfig{Clock: c, Logger: quiet()})
-		require.NoError(t, err)
-		rec.Take()
-		res, err := w.Drain(context.Background())
-		require.NoError(t, err)
-		require.Equal(t, 1, res.Completed)
-		for _, q := range rec.Take() {
+		for _, q := range plainWorkerStatements(t, s) {
 			require.NotContains(t, q, "fair_start", "no statement of the worker's reads the fair stream")
 			require.NotContains(t, q, "sluice_fair_keys")
 		}

@@ -291,25 +291,29 @@ func TestConcurrentWorkersKeepTheLimitExactlyAndDrainAtItsRate(t *testing.T) {
 
 func TestNoLimitsRegisteredMeansThePlainClaim(t *testing.T) {
 	testdb.Each(t, func(t *testing.T, s *engine.Store) {
-		rs, rec := testdb.Record(s)
-		reg := jobs.NewRegistry()
-		require.NoError(t, jobs.Register(reg, ok))
-		c := clock.NewFake(t0)
-		client := jobs.NewClient(testdb.Public(rs), reg, jobs.ClientConfig{Clock: c})
-		_, err := client.Enqueue(context.Background(), noop{})
-		require.NoError(t, err)
-		w, err := jobs.NewWorker(testdb.Public(rs), reg, jobs.WorkerConfig{Clock: c, Logger: quiet()})
-		require.NoError(t, err)
-		rec.Take()
-		res, err := w.Drain(context.Background())
-		require.NoError(t, err)
-		require.Equal(t, 1, res.Completed)
-		var claimStmts []string
-		for _, q := range rec.Take() {
-			if strings.Contains(q, "sluice_budgets") {
-				claimStmts = append(claimStmts, q)
-			}
+		for _, q := range plainWorkerStatements(t, s) {
+			require.NotContains(t, q, "sluice_budgets", "no statement touches the budgets")
 		}
-		require.Empty(t, claimStmts, "no statement touches the budgets")
 	})
+}
+
+// plainWorkerStatements enqueues one job of a kind that declares nothing
+// but its handler, and returns the statements a worker runs to claim and
+// finish it.
+func plainWorkerStatements(t *testing.T, s *engine.Store) []string {
+	t.Helper()
+	rs, rec := testdb.Record(s)
+	reg := jobs.NewRegistry()
+	require.NoError(t, jobs.Register(reg, ok))
+	c := clock.NewFake(t0)
+	client := jobs.NewClient(testdb.Public(rs), reg, jobs.ClientConfig{Clock: c})
+	_, err := client.Enqueue(context.Background(), noop{})
+	require.NoError(t, err)
+	w, err := jobs.NewWorker(testdb.Public(rs), reg, jobs.WorkerConfig{Clock: c, Logger: quiet()})
+	require.NoError(t, err)
+	rec.Take()
+	res, err := w.Drain(context.Background())
+	require.NoError(t, err)
+	require.Equal(t, 1, res.Completed)
+	return rec.Take()
 }
