@@ -38,9 +38,13 @@ type dueSlots struct {
 	// offset is the worker's clock minus the claims' clock, as last
 	// measured around a claim.
 	offset time.Duration
-	// lead is how early the worker wakes for a slot: dueLead when claims
-	// decide on the database's clock (and so can wait for a slot), else 0.
+	// lead is how early the worker wakes for a slot: about as long as its
+	// claims take to decide (see learn), between minDueLead and maxDueLead,
+	// when claims decide on the database's clock (and so can wait for a
+	// slot); else 0.
 	lead time.Duration
+	// took is how long claims take to decide: the longest lately, decaying.
+	took time.Duration
 	// notBefore is when, on the worker's clock, the earliest slot comes by
 	// the claims' own clock, as the last claim that looked for due jobs
 	// measured it: waking before would find nothing due.
@@ -54,6 +58,7 @@ func (d *dueSlots) note(res *engine.ClaimResult, began, ended time.Time) {
 	defer d.mu.Unlock()
 	if at := res.DecidedAt; !at.IsZero() {
 		d.offset = began.Add(ended.Sub(began) / 2).Sub(at)
+		d.learn(ended.Sub(began) - res.Waited)
 	}
 	if !res.DueAt.IsZero() {
 		for len(d.times) > 0 && !d.times[0].After(res.DueAt) {
@@ -73,6 +78,28 @@ func (d *dueSlots) note(res *engine.ClaimResult, began, ended time.Time) {
 	for _, t := range res.Unparked {
 		d.add(t)
 	}
+}
+
+// learn sets the lead from how long a claim that decided rate limits
+// took, less its wait for a slot: a worker that wakes for a slot at least
+// that early reaches the decision before the slot, and the claim waits
+// for it there, admitting the job on time. A limit with no burst to
+// spare loses every moment an admission comes late, so the lead follows
+// the slowest recent claim and forgets it slowly. The whole claim is
+// measured, commit included: the decision comes before it ends.
+func (d *dueSlots) learn(took time.Duration) {
+	if d.lead == 0 {
+		return // claims decide on the worker's clock and cannot wait
+	}
+	d.took = max(took, d.took-d.took/16)
+	d.lead = min(max(d.took+time.Millisecond, minDueLead), maxDueLead)
+}
+
+// leadTime returns the current lead.
+func (d *dueSlots) leadTime() time.Duration {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	return d.lead
 }
 
 // addAll records slots handed out outside a claim (a worker's sweep).

@@ -48,11 +48,15 @@ const (
 	// maxBudgetHint bounds the budgets a claim locks ahead on the word of
 	// the claim before it.
 	maxBudgetHint = 256
-	// dueLead is how early a worker wakes for a slot its claims handed
-	// out: the claim then admits the job at its slot (see
-	// engine.ClaimParams.DueLead), instead of a wake-up and a round trip
-	// late, which a limit with no burst to spare would lose.
-	dueLead = 2 * time.Millisecond
+	// minDueLead and maxDueLead bound how early a worker wakes for a slot
+	// its claims handed out: the claim then admits the job at its slot
+	// (see engine.ClaimParams.DueLead), instead of a wake-up and a round
+	// trip late, which a limit with no burst to spare would lose. Within
+	// them the lead follows how long the worker's claims take
+	// (dueSlots.learn); the claim waits out what is left, holding the
+	// budget, so the upper bound is also the longest such wait.
+	minDueLead = 2 * time.Millisecond
+	maxDueLead = 20 * time.Millisecond
 )
 
 // WorkerConfig configures a Worker. The zero value works the "default"
@@ -256,7 +260,7 @@ func NewWorker(pub *store.Store, reg *Registry, cfg WorkerConfig) (*Worker, erro
 		results: make(chan result, cfg.Concurrency),
 	}
 	if w.storeClock().Database() {
-		w.slots.lead = dueLead
+		w.slots.lead = minDueLead
 	}
 	w.window = firstCandidates
 	return w, nil
@@ -512,7 +516,7 @@ func (w *Worker) claim(ctx context.Context, max, window int, promote bool) (*eng
 		Fair:       w.reg.hasFair(),
 		Horizon:    w.cfg.Horizon,
 		PromoteDue: promote && w.limits != nil,
-		DueLead:    w.slots.lead,
+		DueLead:    w.slots.leadTime(),
 		BudgetHint: w.budgetHint,
 	})
 	if err != nil {

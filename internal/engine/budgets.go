@@ -32,6 +32,10 @@ type budget struct {
 	// taken are the priorities of the jobs this claim admitted without a
 	// slot on the budget while it had slots handed out ahead.
 	taken []int
+	// comeback is the earliest time the next job deferred back to its own
+	// slot in this claim may be told to return: one cost after the last
+	// (nanoseconds; 0 before the first).
+	comeback int64
 }
 
 // params returns the limit the row was last charged under.

@@ -129,6 +129,9 @@ type ClaimResult struct {
 	// DecidedAt is the time rate limits were decided at (read after the
 	// budget locks); zero when no candidate carried a limit.
 	DecidedAt time.Time
+	// Waited is how long the claim waited, holding the budgets, for a job
+	// that came for its slot a moment early (DueLead).
+	Waited time.Duration
 	// woke are queues whose blocked jobs took the slots deferred jobs gave
 	// back.
 	woke []string

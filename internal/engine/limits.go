@@ -69,6 +69,7 @@ func (s *Store) applyLimits(ctx context.Context, tx Tx, p ClaimParams, cands []*
 			return nil, nil, nil, ctx.Err()
 		case <-time.After(time.Duration(wait)):
 		}
+		res.Waited = time.Duration(wait)
 		if at, err = s.now(ctx, tx, p.Clock); err != nil {
 			return nil, nil, nil, err
 		}
@@ -166,8 +167,11 @@ func (s *Store) applyLimits(ctx context.Context, tx Tx, p ClaimParams, cands []*
 			// It came back for its slot on this budget and found it not
 			// quite ready (the admission before it came a little late):
 			// it keeps its place at the head of the line, at the exact
-			// time it can be admitted, instead of going to the back.
-			slot, ok = latest, true
+			// time it can be admitted, instead of going to the back. Jobs
+			// that return together queue there one cost apart, so that they
+			// do not all come back at one instant for one admission.
+			slot, ok = max(latest, b.comeback), true
+			b.comeback = slot + int64(holder.cost)*holder.spec.Params.Interval
 		} else {
 			// A job more urgent than one slotted ahead takes its slot.
 			var moves []SetRow

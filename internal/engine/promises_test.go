@@ -407,6 +407,33 @@ func TestAReturningJobKeepsItsPlace(t *testing.T) {
 	})
 }
 
+// Jobs that come back for their slots together, all late, queue one
+// interval apart behind the budget's next admission, instead of all being
+// told to return at that one instant, where each claim would admit one
+// and send the rest back again.
+func TestReturningJobsQueueOneIntervalApart(t *testing.T) {
+	testdb.Each(t, func(t *testing.T, s *engine.Store) {
+		ctx := context.Background()
+		lim := limits{"k": spec(t, "k", 1, time.Second, 1)}
+		got := enqueue(t, s, t0, limited("k", "k/x"), limited("k", "k/x"), limited("k", "k/x"),
+			limited("k", "k/x"), limited("k", "k/x"), limited("k", "k/x"))
+		pid := register(t, s, t0)
+		res := claimLimited(t, s, pid, t0, 6, lim, time.Minute)
+		require.Len(t, res.Jobs, 1)
+		require.Len(t, res.Deferred, 5, "slots at 1 s to 5 s")
+		// The jobs slotted at 1, 2 and 3 s come back together at 3.5 s.
+		late := at(3500 * time.Millisecond)
+		_, _, err := s.Promote(ctx, engine.At(late), 10)
+		require.NoError(t, err)
+		res = claimLimited(t, s, pid, late, 6, lim, time.Minute)
+		require.Equal(t, []int64{got[1]}, ids(res.Jobs))
+		require.Len(t, res.Deferred, 2)
+		require.Equal(t, []int64{got[2], got[3]}, []int64{res.Deferred[0].JobID, res.Deferred[1].JobID}, "in their order")
+		require.Equal(t, []time.Time{at(4500 * time.Millisecond), at(5500 * time.Millisecond)},
+			[]time.Time{res.Deferred[0].Until, res.Deferred[1].Until})
+	})
+}
+
 // On the database's clock, a claim that takes a waiting job a moment
 // before its slot waits for the slot and admits it then.
 func TestAClaimWaitsForAnImminentSlot(t *testing.T) {
