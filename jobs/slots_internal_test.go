@@ -5,6 +5,8 @@ import (
 	"time"
 
 	"github.com/stretchr/testify/require"
+
+	"github.com/sluicequeue/sluice/internal/engine"
 )
 
 // The lead a worker wakes with before a slot follows its slowest recent
@@ -29,4 +31,31 @@ func TestDueLeadFollowsHowLongClaimsTake(t *testing.T) {
 	host := dueSlots{}
 	host.learn(time.Second)
 	require.Zero(t, host.lead)
+}
+
+// A worker sweeps a budget's overflow at once when its claim parked jobs
+// on it (a flood past the horizon), and otherwise only once its claims have
+// deferred sweepAfter jobs on it while more were ready: a backlog of a few
+// hundred is left to the claims of every worker, each waking for its own
+// slots.
+func TestAWorkerSweepsAFloodAtOnceAndABacklogLate(t *testing.T) {
+	w := &Worker{}
+	flood := engine.Overflow{Queue: "q", Kind: "k", Key: "flood"}
+	backlog := engine.Overflow{Queue: "q", Kind: "k", Key: "backlog"}
+	claim := func(o engine.Overflow, deferred int, parked bool) *engine.ClaimResult {
+		res := &engine.ClaimResult{Overflows: []engine.Overflow{o}}
+		for range deferred {
+			res.Deferred = append(res.Deferred, engine.Deferral{Key: o.Key, Parked: parked})
+		}
+		res.Deferred = append(res.Deferred, engine.Deferral{Key: "elsewhere"})
+		return res
+	}
+	require.Equal(t, []engine.Overflow{flood}, w.overflowing(claim(flood, 8, true)))
+	require.Empty(t, w.overflowing(&engine.ClaimResult{Deferred: []engine.Deferral{{Key: "quiet"}}}), "no overflow, no sweep")
+	for range sweepAfter/8 - 1 {
+		require.Empty(t, w.overflowing(claim(backlog, 8, false)))
+	}
+	require.Equal(t, []engine.Overflow{backlog}, w.overflowing(claim(backlog, 8, false)), "the claims have deferred sweepAfter")
+	require.Empty(t, w.overflowing(claim(backlog, 8, false)), "counting starts again after a sweep")
+	require.NotContains(t, w.overflowed, "elsewhere", "a budget that did not overflow is not counted")
 }

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"log/slog"
 	"os"
+	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -162,6 +163,10 @@ type Worker struct {
 	// budgetHint are the budgets the last claim locked, when it admitted
 	// rate-limited jobs.
 	budgetHint []string
+	// overflowed counts, per budget, the jobs this worker's claims deferred
+	// on it while more were ready behind them, until it sweeps the budget
+	// (see overflowing); only the claiming goroutine touches it.
+	overflowed map[string]int
 }
 
 type runningJob struct {
@@ -407,7 +412,7 @@ func (w *Worker) claimRound(ctx, jobsCtx context.Context, promote bool) (bool, e
 			return false, err
 		}
 		w.adaptWindow(res, window)
-		w.sweep(ctx, res.Overflows)
+		w.sweep(ctx, w.overflowing(res))
 		for _, j := range res.Jobs {
 			w.start(jobsCtx, j)
 		}
@@ -446,6 +451,43 @@ func (w *Worker) adaptWindow(res *engine.ClaimResult, window int) {
 	case admitted > 0:
 		w.window = min(w.window*2, w.cfg.Concurrency)
 	}
+}
+
+// sweepAfter is how many jobs a worker's claims defer on a budget, while
+// more are ready behind them, before it sweeps the rest; a claim that parks
+// sweeps at once.
+const sweepAfter = 128
+
+// overflowing returns the overflows of a claim that the worker should
+// sweep: those it parked jobs on (the budget's slots reach past the
+// horizon: a flood), and those its claims have by now deferred sweepAfter
+// jobs on. A backlog of a few hundred jobs is thus deferred by the claims
+// of every worker process that meets it, each waking for the slots it
+// handed out, so that one late worker delays only its own slots; a sweep
+// hands all its slots to one worker, and the drain would then wait on that
+// one worker's claims.
+func (w *Worker) overflowing(res *engine.ClaimResult) []engine.Overflow {
+	if len(res.Overflows) == 0 {
+		return nil
+	}
+	if w.overflowed == nil {
+		w.overflowed = map[string]int{}
+	}
+	parked := map[string]bool{}
+	for _, d := range res.Deferred {
+		parked[d.Key] = parked[d.Key] || d.Parked
+		if _, ok := w.overflowed[d.Key]; ok || slices.ContainsFunc(res.Overflows, func(o engine.Overflow) bool { return o.Key == d.Key }) {
+			w.overflowed[d.Key]++
+		}
+	}
+	var out []engine.Overflow
+	for _, o := range res.Overflows {
+		if parked[o.Key] || w.overflowed[o.Key] >= sweepAfter {
+			delete(w.overflowed, o.Key)
+			out = append(out, o)
+		}
+	}
+	return out
 }
 
 // sweepBatch is how many overflowing jobs one transaction defers, and
