@@ -487,8 +487,15 @@ func (w *Worker) overflowing(res *engine.ClaimResult) []engine.Overflow {
 			out = append(out, o)
 		}
 	}
+	if len(w.overflowed) > maxOverflowed {
+		clear(w.overflowed) // many budgets that each overflowed a little
+	}
 	return out
 }
+
+// maxOverflowed bounds the budgets a worker counts overflows on: the
+// counts run over the worker's life, and per-account keys are many.
+const maxOverflowed = 10_000
 
 // sweepBatch is how many overflowing jobs one transaction defers, and
 // sweepRest how many times a batch's duration the sweep rests after it.
