@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"log/slog"
 	"os"
-	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -473,19 +472,25 @@ func (w *Worker) overflowing(res *engine.ClaimResult) []engine.Overflow {
 	if w.overflowed == nil {
 		w.overflowed = map[string]int{}
 	}
-	parked := map[string]bool{}
+	// The budgets that overflowed, and whether the claim parked on them.
+	parked := make(map[string]bool, len(res.Overflows))
+	for _, o := range res.Overflows {
+		parked[o.Key] = false
+	}
 	for _, d := range res.Deferred {
-		parked[d.Key] = parked[d.Key] || d.Parked
-		if _, ok := w.overflowed[d.Key]; ok || slices.ContainsFunc(res.Overflows, func(o engine.Overflow) bool { return o.Key == d.Key }) {
+		if p, over := parked[d.Key]; over {
 			w.overflowed[d.Key]++
+			parked[d.Key] = p || d.Parked
 		}
 	}
 	var out []engine.Overflow
 	for _, o := range res.Overflows {
 		if parked[o.Key] || w.overflowed[o.Key] >= sweepAfter {
-			delete(w.overflowed, o.Key)
 			out = append(out, o)
 		}
+	}
+	for _, o := range out {
+		delete(w.overflowed, o.Key)
 	}
 	if len(w.overflowed) > maxOverflowed {
 		clear(w.overflowed) // many budgets that each overflowed a little
