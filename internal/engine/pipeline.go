@@ -54,16 +54,23 @@ func pipeline(ctx context.Context, ex Executor, stmts []Stmt, read func(i int, r
 		if err != nil {
 			return err
 		}
-		err = read(i, rows)
-		rows.Close()
-		if err == nil {
-			err = rows.Err()
-		}
-		if err != nil {
+		if err := ReadRows(i, rows, read); err != nil {
 			return err
 		}
 	}
 	return nil
+}
+
+// ReadRows hands statement i's rows to read and closes them, and returns
+// read's error or else the rows' own: what a pipeline does with each
+// statement that returns rows, whoever sends it.
+func ReadRows(i int, rows Rows, read func(i int, rows Rows) error) error {
+	err := read(i, rows)
+	rows.Close()
+	if err == nil {
+		err = rows.Err()
+	}
+	return err
 }
 
 // stmt makes a Stmt from a dialect method's result.

@@ -146,11 +146,7 @@ func readBatch(br pgx.BatchResults, begin bool, stmts []engine.Stmt, read func(i
 		}
 		rows, err := br.Query()
 		if err == nil {
-			err = read(i, rows)
-			rows.Close()
-			if err == nil {
-				err = rows.Err()
-			}
+			err = engine.ReadRows(i, rows, read)
 		}
 		if err != nil {
 			return err
