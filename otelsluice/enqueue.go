@@ -17,7 +17,8 @@ import (
 // enqueue (one for the whole batch of an EnqueueMany), named "enqueue"
 // and the queue, a child of the span in the caller's context; its trace
 // context is written into each job's metadata (by the propagator once per
-// call, whatever the batch's size).
+// call, whatever the batch's size) unless nothing would read it (see
+// carries).
 func (o *Integration) EnqueueMiddleware() jobs.EnqueueMiddleware {
 	return func(ctx context.Context, js []*jobs.EnqueueJob, next func(context.Context) error) error {
 		if len(js) == 0 {
@@ -50,13 +51,15 @@ func (o *Integration) EnqueueMiddleware() jobs.EnqueueMiddleware {
 		}
 		ctx, span := o.tracer.Start(ctx, name, trace.WithSpanKind(trace.SpanKindProducer), trace.WithAttributes(attrs...))
 		defer span.End()
-		// The context is the same for every job of the batch: injected
-		// once, copied into each.
-		tc := propagation.MapCarrier{}
-		o.prop.Inject(ctx, tc)
-		for _, j := range js {
-			for k, v := range tc {
-				j.SetMetadata(k, v)
+		if o.carries(span.SpanContext()) {
+			// The context is the same for every job of the batch:
+			// injected once, copied into each.
+			tc := propagation.MapCarrier{}
+			o.prop.Inject(ctx, tc)
+			for _, j := range js {
+				for k, v := range tc {
+					j.SetMetadata(k, v)
+				}
 			}
 		}
 		err := next(ctx)
@@ -70,4 +73,15 @@ func (o *Integration) EnqueueMiddleware() jobs.EnqueueMiddleware {
 		}
 		return nil
 	}
+}
+
+// carries reports whether the jobs of an enqueue whose span is sc carry
+// its trace context. They do not when the span was sampled out, the run's
+// span only links to it (not ChildOf) and the propagator is the default:
+// the link would name a span no backend recorded, and the metadata would
+// cost every claim of the job about 75 bytes of row for nothing. With
+// ChildOf the run needs the parent's sampling decision, and another
+// propagator may carry more than the trace (baggage).
+func (o *Integration) carries(sc trace.SpanContext) bool {
+	return sc.IsSampled() || o.cfg.ChildOf || !o.defaultProp
 }

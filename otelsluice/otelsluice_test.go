@@ -7,6 +7,7 @@ import (
 	"io"
 	"log/slog"
 	"strconv"
+	"strings"
 	"testing"
 	"time"
 
@@ -51,9 +52,14 @@ type env struct {
 }
 
 func each(t *testing.T, cfg otelsluice.Config, fn func(t *testing.T, e *env)) {
+	eachSampled(t, cfg, sdktrace.ParentBased(sdktrace.AlwaysSample()), fn)
+}
+
+// eachSampled is each with the tracer provider's sampler.
+func eachSampled(t *testing.T, cfg otelsluice.Config, sampler sdktrace.Sampler, fn func(t *testing.T, e *env)) {
 	testdb.EachPublic(t, func(t *testing.T, s *store.Store) {
 		sr := tracetest.NewSpanRecorder()
-		tp := sdktrace.NewTracerProvider(sdktrace.WithSpanProcessor(sr))
+		tp := sdktrace.NewTracerProvider(sdktrace.WithSpanProcessor(sr), sdktrace.WithSampler(sampler))
 		reader := sdkmetric.NewManualReader()
 		cfg.TracerProvider, cfg.MeterProvider = tp, sdkmetric.NewMeterProvider(sdkmetric.WithReader(reader))
 		o, err := otelsluice.New(cfg)
@@ -419,6 +425,52 @@ func TestWithoutTheIntegrationNothingIsRecorded(t *testing.T) {
 		require.NoError(t, err)
 		require.Empty(t, e.spans.Started())
 	})
+}
+
+// A job whose enqueue was sampled out carries no trace context when its
+// run would only link to it: nothing recorded the span the link would
+// name. With ChildOf it does, and the run follows the enqueue's decision
+// (a parent-based sampler records no run span); another propagator's
+// entries (baggage) are kept too.
+func TestASampledOutEnqueueCarriesItsContextOnlyWhereItIsRead(t *testing.T) {
+	never := sdktrace.ParentBased(sdktrace.NeverSample())
+	withBaggage := propagation.NewCompositeTextMapPropagator(propagation.TraceContext{}, propagation.Baggage{})
+	for _, c := range []struct {
+		name    string
+		cfg     otelsluice.Config
+		carried bool
+	}{
+		{"link", otelsluice.Config{}, false},
+		{"child", otelsluice.Config{ChildOf: true}, true},
+		{"link with baggage", otelsluice.Config{Propagator: withBaggage}, true},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			eachSampled(t, c.cfg, never, func(t *testing.T, e *env) {
+				var seen trace.SpanContext
+				require.NoError(t, jobs.Register(e.reg, func(ctx context.Context, j *jobs.Job[email]) error {
+					seen = trace.SpanContextFromContext(ctx)
+					return nil
+				}))
+				res, err := e.client.Enqueue(context.Background(), email{To: "a"})
+				require.NoError(t, err)
+				md, err := engine.DecodeMetadata(jobInfo(t, e, res.ID).Metadata)
+				require.NoError(t, err)
+				if !c.carried {
+					require.Empty(t, md, "a link to a span nobody recorded is not stored")
+				} else {
+					require.Contains(t, md, "traceparent")
+					require.True(t, strings.HasSuffix(md["traceparent"], "-00"), "the sampled-out flag travels: %q", md["traceparent"])
+				}
+				require.Equal(t, 1, e.drain(jobs.WorkerConfig{}).Completed)
+				require.Empty(t, e.spans.Ended(), "no span recorded, at enqueue or run")
+				require.True(t, seen.IsValid(), "the run still has a span context for the handler's own spans")
+				require.False(t, seen.IsSampled())
+				if c.cfg.ChildOf {
+					require.Equal(t, md["traceparent"][3:35], seen.TraceID().String(), "the run is in the enqueue's trace")
+				}
+			})
+		})
+	}
 }
 
 func jobInfo(t *testing.T, e *env, id int64) *engine.JobInfo {
