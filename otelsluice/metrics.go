@@ -24,7 +24,7 @@ func (o *Integration) Hooks() jobs.Hooks {
 		OnFinish: func(e jobs.FinishEvent) {
 			s := o.seriesOf(e.Queue, e.Kind).outcome(e.Outcome)
 			s.finished.Add(1)
-			o.duration.Record(context.Background(), e.Duration.Seconds(), s.opt)
+			o.duration.Record(context.Background(), e.Duration.Seconds(), s.opt...)
 		},
 		OnDefer: func(e jobs.DeferEvent) {
 			ctx := context.Background()
@@ -52,8 +52,10 @@ type seriesKey struct{ queue, kind string }
 // measurement's attribute set costs more to build than the measurement,
 // and a run's span attributes that never change are copied, not built.
 type series struct {
-	// latency measures sluice.job.latency: the queue and the kind.
-	latency metric.MeasurementOption
+	// latency measures sluice.job.latency: the queue and the kind. (A
+	// measurement's options are kept as the slice Record takes, which
+	// passing them spread does not copy to the heap.)
+	latency []metric.RecordOption
 	// spanName and spanAttrs are the run span's name and its attributes
 	// that depend on the queue and the kind only.
 	spanName  string
@@ -77,14 +79,14 @@ var outcomes = [...]jobs.Outcome{jobs.OutcomeCompleted, jobs.OutcomeRetried, job
 // is done once per collection instead of once per run).
 type outcomeSeries struct {
 	set      attribute.Set
-	opt      metric.MeasurementOption
+	opt      []metric.RecordOption
 	finished atomic.Int64
 }
 
 func newOutcomeSeries(s *outcomeSeries, queue, kind string, outcome jobs.Outcome) {
 	s.set = attribute.NewSet(semconv.MessagingSystemKey.String(System), semconv.MessagingDestinationName(queue),
 		KindKey.String(kind), OutcomeKey.String(string(outcome)))
-	s.opt = metric.WithAttributeSet(s.set)
+	s.opt = []metric.RecordOption{metric.WithAttributeSet(s.set)}
 }
 
 // outcome returns the series of outcome.
@@ -118,8 +120,8 @@ func (o *Integration) seriesOf(queue, kind string) *series {
 		return s
 	}
 	s := &series{queue: queue, kind: kind, spanName: "process " + queue}
-	s.latency = metric.WithAttributeSet(attribute.NewSet(
-		semconv.MessagingSystemKey.String(System), semconv.MessagingDestinationName(queue), KindKey.String(kind)))
+	s.latency = []metric.RecordOption{metric.WithAttributeSet(attribute.NewSet(
+		semconv.MessagingSystemKey.String(System), semconv.MessagingDestinationName(queue), KindKey.String(kind)))}
 	s.spanAttrs = []attribute.KeyValue{
 		semconv.MessagingSystemKey.String(System),
 		semconv.MessagingDestinationName(queue),

@@ -29,7 +29,7 @@ func (o *Integration) Middleware() jobs.Middleware {
 	return func(ctx context.Context, job jobs.JobInfo, next func(context.Context) error) (err error) {
 		s := o.seriesOf(job.Queue, job.Kind)
 		if !job.ClaimedAt.IsZero() && !job.EnqueuedAt.IsZero() {
-			o.latency.Record(ctx, max(job.ClaimedAt.Sub(job.EnqueuedAt), 0).Seconds(), s.latency)
+			o.latency.Record(ctx, max(job.ClaimedAt.Sub(job.EnqueuedAt), 0).Seconds(), s.latency...)
 		}
 		opts := consumer
 		if producer := o.producer(job.Metadata); producer.IsValid() {
