@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"errors"
+	"fmt"
 	"log/slog"
 	"sort"
 	"strings"
@@ -233,6 +234,7 @@ func TestConcurrentWorkersKeepTheLimitExactlyAndDrainAtItsRate(t *testing.T) {
 			limit := ratelimit.Limit[keyed]{To: 50, Per: time.Second, Burst: 20, Key: "global"}
 			var mu sync.Mutex
 			var claims []time.Time
+			var early []string // runs that started before their claim time
 			done := make(chan struct{}, backlog)
 			reg := jobs.NewRegistry()
 			require.NoError(t, jobs.Register(reg, func(context.Context, *jobs.Job[keyed]) error { done <- struct{}{}; return nil },
@@ -252,6 +254,15 @@ func TestConcurrentWorkersKeepTheLimitExactlyAndDrainAtItsRate(t *testing.T) {
 			var wg sync.WaitGroup
 			for i := 0; i < 3; i++ {
 				w, err := jobs.NewWorker(testdb.Public(open()), reg, jobs.WorkerConfig{Concurrency: 5, PollInterval: 20 * time.Millisecond, Logger: quiet(),
+					Middleware: []jobs.Middleware{func(ctx context.Context, job jobs.JobInfo, next func(context.Context) error) error {
+						// One machine: the database's clock is this one's.
+						if started := time.Now(); started.Before(job.ClaimedAt) {
+							mu.Lock()
+							early = append(early, fmt.Sprintf("job %d started %s before its claim time", job.ID, job.ClaimedAt.Sub(started)))
+							mu.Unlock()
+						}
+						return next(ctx)
+					}},
 					Hooks: jobs.Hooks{OnClaim: func(e jobs.ClaimEvent) {
 						mu.Lock()
 						for n := 0; n < e.Claimed; n++ {
@@ -272,6 +283,7 @@ func TestConcurrentWorkersKeepTheLimitExactlyAndDrainAtItsRate(t *testing.T) {
 
 			require.Len(t, claims, backlog)
 			require.LessOrEqual(t, ratelimit.BusiestWindow(claims, limit.Per), limit.To, "no window of Per holds more than To claims")
+			require.Empty(t, early, "a job admitted as of a slot a moment ahead runs no sooner")
 			sort.Slice(claims, func(i, j int) bool { return claims[i].Before(claims[j]) })
 			afterBurst := claims[limit.Burst-1:]
 			span := afterBurst[len(afterBurst)-1].Sub(afterBurst[0])

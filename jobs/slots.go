@@ -57,8 +57,9 @@ func (d *dueSlots) note(res *engine.ClaimResult, began, ended time.Time) {
 	d.mu.Lock()
 	defer d.mu.Unlock()
 	if at := res.DecidedAt; !at.IsZero() {
-		d.offset = began.Add(ended.Sub(began) / 2).Sub(at)
-		d.learn(ended.Sub(began) - res.Waited)
+		// The clock was read Ahead before the time decided as of.
+		d.offset = began.Add(ended.Sub(began) / 2).Sub(at.Add(-res.Ahead))
+		d.learn(ended.Sub(began))
 	}
 	if !res.DueAt.IsZero() {
 		for len(d.times) > 0 && !d.times[0].After(res.DueAt) {
@@ -81,9 +82,9 @@ func (d *dueSlots) note(res *engine.ClaimResult, began, ended time.Time) {
 }
 
 // learn sets the lead from how long a claim that decided rate limits
-// took, less its wait for a slot: a worker that wakes for a slot at least
-// that early reaches the decision before the slot, and the claim waits
-// for it there, admitting the job on time. A limit with no burst to
+// took: a worker that wakes for a slot at least that early reaches the
+// decision before the slot, and the claim admits the job as of the slot,
+// holding it until then (engine.Job.Hold). A limit with no burst to
 // spare loses every moment an admission comes late, so the lead follows
 // the slowest recent claim and forgets it slowly. The whole claim is
 // measured, commit included: the decision comes before it ends.

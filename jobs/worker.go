@@ -53,8 +53,9 @@ const (
 	// (see engine.ClaimParams.DueLead), instead of a wake-up and a round
 	// trip late, which a limit with no burst to spare would lose. Within
 	// them the lead follows how long the worker's claims take
-	// (dueSlots.learn); the claim waits out what is left, holding the
-	// budget, so the upper bound is also the longest such wait.
+	// (dueSlots.learn); the claim admits the job as of its slot and the
+	// worker holds it until then, so the upper bound is also the longest
+	// a claimed job waits to start.
 	minDueLead = 2 * time.Millisecond
 	maxDueLead = 20 * time.Millisecond
 )
@@ -640,6 +641,15 @@ func (w *Worker) start(ctx context.Context, j *engine.Job) {
 	w.jobs.Add(1)
 	go func() {
 		defer w.jobs.Done()
+		if j.Hold > 0 {
+			// Admitted as of its slot, a moment ahead: it runs no sooner.
+			t := w.clock.NewTimer(j.Hold)
+			select {
+			case <-ctx.Done():
+			case <-t.C():
+			}
+			t.Stop()
+		}
 		res := w.execute(ctx, j, rs)
 		res.pid = pid
 		w.mu.Lock()

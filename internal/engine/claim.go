@@ -78,10 +78,12 @@ type ClaimParams struct {
 	PromoteDue bool
 	// DueLead, with PromoteDue, also takes the waiting jobs due within it,
 	// and a job among them that its budget admits within DueLead is
-	// admitted at that time: the claim waits for it, on the database's
-	// clock. A worker that wakes DueLead before a slot thus admits the job
-	// at its slot instead of a wake-up and a round trip later, which a
-	// limit with no burst to spare would lose. 0 takes only due jobs.
+	// admitted at that time: the claim decides as of it (ClaimResult.Ahead),
+	// on the database's clock, and the jobs it admits under a limit are
+	// held until then (Job.Hold). A worker that wakes DueLead before a slot
+	// thus admits the job at its slot instead of a wake-up and a round
+	// trip later, which a limit with no burst to spare would lose. 0 takes
+	// only due jobs.
 	DueLead time.Duration
 	// BudgetHint, sorted, are the budgets the claim expects to need — a
 	// worker passes those its last claim locked (ClaimResult.Budgets). They
@@ -126,12 +128,15 @@ type ClaimResult struct {
 	// budgets it locked, when those budgets' slots came within the
 	// horizon: like a deferral's, each is a time to claim again at.
 	Unparked []time.Time
-	// DecidedAt is the time rate limits were decided at (read after the
-	// budget locks); zero when no candidate carried a limit.
+	// DecidedAt is the time rate limits were decided as of, and the claim
+	// time of its jobs: the clock read after the budget locks, plus Ahead;
+	// zero when no candidate carried a limit.
 	DecidedAt time.Time
-	// Waited is how long the claim waited, holding the budgets, for a job
-	// that came for its slot a moment early (DueLead).
-	Waited time.Duration
+	// Ahead is how far past the clock the claim decided its rate limits:
+	// a job came for its slot a moment early (DueLead), and the claim
+	// admitted it as of the slot. The jobs admitted under a limit must not
+	// start before DecidedAt (Job.Hold). Zero when no job came early.
+	Ahead time.Duration
 	// woke are queues whose blocked jobs took the slots deferred jobs gave
 	// back.
 	woke []string

@@ -220,6 +220,10 @@ type Job struct {
 	// ClaimedAt is when the claim that returned the job took it, on the
 	// claim's clock; zero outside a claim.
 	ClaimedAt time.Time
+	// Hold is how long after its claim the job must wait before it runs:
+	// the claim admitted it under a limit as of a slot a moment ahead
+	// (ClaimResult.Ahead). Zero outside a claim, and for most jobs.
+	Hold time.Duration
 }
 
 // JobInfo is a stored job with everything an operator may want to see.

@@ -60,19 +60,13 @@ func (s *Store) applyLimits(ctx context.Context, tx Tx, p ClaimParams, cands []*
 		return nil, nil, nil, err
 	}
 	res.Budgets = keys
-	if wait := imminent(p, cands, checks, budgets, Nanos(at)); wait > 0 {
+	if ahead := imminent(p, cands, checks, budgets, Nanos(at)); ahead > 0 {
 		// A job that came for its slot a moment early is admitted at its
-		// slot, not a whole wake-up later: the claim waits, holding the
-		// budget, and reads the clock again.
-		select {
-		case <-ctx.Done():
-			return nil, nil, nil, ctx.Err()
-		case <-time.After(time.Duration(wait)):
-		}
-		res.Waited = time.Duration(wait)
-		if at, err = s.now(ctx, tx, p.Clock); err != nil {
-			return nil, nil, nil, err
-		}
+		// slot, not a whole wake-up later: the claim decides as of the
+		// slot, and the jobs it admits under a limit start then
+		// (Job.Hold). It holds no lock while they wait.
+		res.Ahead = time.Duration(ahead)
+		at = at.Add(res.Ahead)
 	}
 	res.DecidedAt = at
 	now := Nanos(at)
@@ -147,6 +141,7 @@ func (s *Store) applyLimits(ctx context.Context, tx Tx, p ClaimParams, cands []*
 			if shadowed != nil {
 				res.Shadowed = append(res.Shadowed, Deferral{JobID: j.ID, Kind: j.Kind, Key: shadowed.key})
 			}
+			j.Hold = res.Ahead
 			admitted = append(admitted, j)
 			continue
 		}

@@ -435,8 +435,8 @@ func TestReturningJobsQueueOneIntervalApart(t *testing.T) {
 }
 
 // On the database's clock, a claim that takes a waiting job a moment
-// before its slot waits for the slot and admits it then.
-func TestAClaimWaitsForAnImminentSlot(t *testing.T) {
+// before its slot admits it as of the slot, and holds it until then.
+func TestAClaimAdmitsAnImminentSlotAsOfIt(t *testing.T) {
 	testdb.Each(t, func(t *testing.T, s *engine.Store) {
 		ctx := context.Background()
 		lim := limits{"k": spec(t, "k", 1, 40*time.Millisecond, 1)}
@@ -452,6 +452,15 @@ func TestAClaimWaitsForAnImminentSlot(t *testing.T) {
 		require.NoError(t, err)
 		require.Equal(t, []int64{got[1]}, ids(res.Jobs), "admitted at its slot, within the lead")
 		require.False(t, res.DecidedAt.Before(slot), "decided at %s, slot %s: never early", res.DecidedAt, slot)
+		j := res.Jobs[0]
+		require.Equal(t, res.DecidedAt, j.ClaimedAt, "its claim time is the time decided as of")
+		if res.Ahead > 0 {
+			require.Equal(t, res.Ahead, j.Hold, "held for as long as the claim decided ahead")
+		}
+		require.LessOrEqual(t, res.Ahead, time.Second, "never more than the lead")
+		info, err := s.GetJob(ctx, got[1])
+		require.NoError(t, err)
+		require.Equal(t, engine.Micros(j.ClaimedAt), engine.Micros(info.AttemptedAt), "and the stored one")
 	})
 }
 
