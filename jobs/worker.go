@@ -507,7 +507,7 @@ const maxOverflowed = 10_000
 // sweepRest how many times a batch's duration the sweep rests after it.
 const (
 	sweepBatch = 500
-	sweepRest  = 9
+	sweepRest  = 19
 )
 
 // sweep defers, in a goroutine per budget, the ready jobs behind an
@@ -540,7 +540,7 @@ func (w *Worker) sweep(ctx context.Context, overflows []engine.Overflow) {
 				if n < sweepBatch {
 					break
 				}
-				// A tenth of the time at most: the claims around it keep
+				// A twentieth of the time at most: the claims around it keep
 				// their pace, and the flood's own jobs wait on their budget
 				// anyway.
 				select {
