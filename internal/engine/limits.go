@@ -255,11 +255,12 @@ func (s *Store) unparkLocked(ctx context.Context, tx Tx, keys []string, budgets 
 	return moves, nil
 }
 
-// imminent returns how long (ns) the claim should wait for a returning job
-// — one that waited on a budget and was taken for its slot, up to DueLead
-// early — to become admissible, when that is within DueLead; 0 otherwise.
-// It only applies on the database's clock, which a wait moves; budgets are
-// prepared for the limits they are checked under.
+// imminent returns how far ahead (ns) the claim decides so that a
+// returning job — one that waited on a budget and was taken for its slot,
+// up to DueLead early — is admissible, when that is within DueLead; 0
+// otherwise. It only applies on the database's clock: on the caller's (a
+// test's fixed or fake time) a claim decides at the time it is given.
+// Budgets are prepared for the limits they are checked under.
 func imminent(p ClaimParams, cands []*Job, checks [][]check, budgets map[string]*budget, now int64) int64 {
 	if !p.PromoteDue || p.DueLead <= 0 || !p.Clock.Database() {
 		return 0
