@@ -464,6 +464,43 @@ func TestAClaimAdmitsAnImminentSlotAsOfIt(t *testing.T) {
 	})
 }
 
+// A claim decided ahead, as of a slot, charges the budget as of that
+// slot; a claim that commits after it but read an earlier clock is judged
+// against that charge, and the bound holds by claim time.
+func TestAClaimDecidedAheadBindsTheClaimsAfterIt(t *testing.T) {
+	testdb.Each(t, func(t *testing.T, s *engine.Store) {
+		ctx := context.Background()
+		// One per 2 s, burst 1: every step below comes well inside 2 s.
+		lim := limits{"k": spec(t, "k", 1, 2*time.Second, 1)}
+		got := enqueue(t, s, time.Now(), limited("k", "k/x"), limited("k", "k/x"))
+		pid := register(t, s, time.Now())
+		c := engine.DatabaseTime(time.Now)
+		claim := func(due bool) *engine.ClaimResult {
+			res, err := s.Claim(ctx, engine.ClaimParams{ProcessID: pid, Queues: []string{"default"}, Max: 5, Clock: c, Limits: lim,
+				PromoteDue: due, DueLead: 3 * time.Second})
+			require.NoError(t, err)
+			return res
+		}
+		first := claim(false)
+		require.Equal(t, []int64{got[0]}, ids(first.Jobs))
+		slot := first.Deferred[0].Until
+
+		ahead := claim(true)
+		require.Equal(t, []int64{got[1]}, ids(ahead.Jobs), "the returning job, admitted as of its slot")
+		require.Positive(t, ahead.Ahead)
+		require.True(t, slot.Equal(ahead.DecidedAt), "decided as of the slot %s, not %s", slot, ahead.DecidedAt)
+
+		late := enqueue(t, s, time.Now(), limited("k", "k/x"))
+		after := claim(false)
+		require.Empty(t, after.Jobs, "its clock is before the slot, but the slot's admission is charged")
+		require.True(t, after.DecidedAt.Before(ahead.DecidedAt), "it decided at an earlier time, after the other committed")
+		require.Equal(t, late[0], after.Deferred[0].JobID)
+		require.True(t, slot.Add(2*time.Second).Equal(after.Deferred[0].Until), "the next slot after the one taken ahead: %s", after.Deferred[0].Until)
+		claims := []time.Time{first.DecidedAt, ahead.DecidedAt}
+		require.Equal(t, 1, ratelimit.BusiestWindow(claims, 2*time.Second))
+	})
+}
+
 // Limited and unlimited ready jobs are separate streams: a flood on a
 // tight budget at the head of a queue does not stand between a claim and
 // the unlimited jobs behind it, and a claim without limits never takes a
