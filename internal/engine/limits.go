@@ -149,7 +149,11 @@ func (s *Store) applyLimits(ctx context.Context, tx Tx, p ClaimParams, cands []*
 		d := Deferral{JobID: j.ID, Kind: j.Kind, Key: holder.key}
 		var slot int64
 		var ok bool
-		returning := j.WaitKey == holder.key && !holder.spec.Params.Paused && latest < b.state.NextSlot && latest <= until
+		// It came back for its slot, and the budget can take it within one
+		// of its costs after that slot: later, the budget has slipped past
+		// the slots of the jobs behind it, and it goes to the back instead.
+		returning := j.WaitKey == holder.key && !holder.spec.Params.Paused && latest < b.state.NextSlot && latest <= until &&
+			latest-Nanos(j.RunAt) <= int64(holder.cost)*holder.spec.Params.Interval
 		if i := slices.IndexFunc(b.taken, func(prio int) bool { return prio < j.Priority }); returning && i >= 0 {
 			// A more urgent job that held no slot took the room it came
 			// for, in this claim: it is displaced, as if that job had

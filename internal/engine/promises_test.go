@@ -407,11 +407,13 @@ func TestAReturningJobKeepsItsPlace(t *testing.T) {
 	})
 }
 
-// Jobs that come back for their slots together, all late, queue one
-// interval apart behind the budget's next admission, instead of all being
-// told to return at that one instant, where each claim would admit one
-// and send the rest back again.
-func TestReturningJobsQueueOneIntervalApart(t *testing.T) {
+// A job that comes back for its slot and finds the budget spent keeps the
+// head of the line when the budget can take it within one cost of its
+// slot (the admission before it came a moment late). Further past its
+// slot, the budget has slipped over the slots of the jobs behind it: it
+// takes the next free slot, at the back, instead of the slot of a job
+// behind it.
+func TestAReturningJobKeepsTheHeadOfTheLineOnlyWithinOneCost(t *testing.T) {
 	testdb.Each(t, func(t *testing.T, s *engine.Store) {
 		ctx := context.Background()
 		lim := limits{"k": spec(t, "k", 1, time.Second, 1)}
@@ -421,7 +423,9 @@ func TestReturningJobsQueueOneIntervalApart(t *testing.T) {
 		res := claimLimited(t, s, pid, t0, 6, lim, time.Minute)
 		require.Len(t, res.Jobs, 1)
 		require.Len(t, res.Deferred, 5, "slots at 1 s to 5 s")
-		// The jobs slotted at 1, 2 and 3 s come back together at 3.5 s.
+		// The jobs slotted at 1, 2 and 3 s come back together at 3.5 s: the
+		// first is admitted, and the budget's next admission, at 4.5 s, is
+		// more than one interval past the others' slots.
 		late := at(3500 * time.Millisecond)
 		_, _, err := s.Promote(ctx, engine.At(late), 10)
 		require.NoError(t, err)
@@ -429,8 +433,17 @@ func TestReturningJobsQueueOneIntervalApart(t *testing.T) {
 		require.Equal(t, []int64{got[1]}, ids(res.Jobs))
 		require.Len(t, res.Deferred, 2)
 		require.Equal(t, []int64{got[2], got[3]}, []int64{res.Deferred[0].JobID, res.Deferred[1].JobID}, "in their order")
-		require.Equal(t, []time.Time{at(4500 * time.Millisecond), at(5500 * time.Millisecond)},
-			[]time.Time{res.Deferred[0].Until, res.Deferred[1].Until})
+		require.Equal(t, []time.Time{at(6 * time.Second), at(7 * time.Second)},
+			[]time.Time{res.Deferred[0].Until, res.Deferred[1].Until}, "the next free slots")
+		// The job slotted at 4 s finds the budget half an interval away: it
+		// keeps the head of the line, at the time it can be admitted.
+		_, _, err = s.Promote(ctx, engine.At(at(4*time.Second)), 10)
+		require.NoError(t, err)
+		res = claimLimited(t, s, pid, at(4*time.Second), 6, lim, time.Minute)
+		require.Empty(t, res.Jobs)
+		require.Len(t, res.Deferred, 1)
+		require.Equal(t, got[4], res.Deferred[0].JobID)
+		require.Equal(t, at(4500*time.Millisecond), res.Deferred[0].Until)
 	})
 }
 
