@@ -149,9 +149,8 @@ func (s *Store) applyLimits(ctx context.Context, tx Tx, p ClaimParams, cands []*
 		d := Deferral{JobID: j.ID, Kind: j.Kind, Key: holder.key}
 		var slot int64
 		var ok bool
-		// It came back for its slot, and the budget can take it within one
-		// of its costs after that slot: later, the budget has slipped past
-		// the slots of the jobs behind it, and it goes to the back instead.
+		// Did it come back for its slot on this budget, which can take it
+		// within one of its costs after that slot? (See below.)
 		returning := j.WaitKey == holder.key && !holder.spec.Params.Paused && latest < b.state.NextSlot && latest <= until &&
 			latest-Nanos(j.RunAt) <= int64(holder.cost)*holder.spec.Params.Interval
 		if i := slices.IndexFunc(b.taken, func(prio int) bool { return prio < j.Priority }); returning && i >= 0 {
@@ -168,7 +167,11 @@ func (s *Store) applyLimits(ctx context.Context, tx Tx, p ClaimParams, cands []*
 			// it keeps its place at the head of the line, at the exact
 			// time it can be admitted, instead of going to the back. Jobs
 			// that return together queue there one cost apart, so that they
-			// do not all come back at one instant for one admission.
+			// do not all come back at one instant for one admission. A
+			// budget that has slipped further behind its slots has passed
+			// those of the jobs behind it: the job goes to the back rather
+			// than take one of theirs, which would send that job round in
+			// turn, claim after claim.
 			slot, ok = max(latest, b.comeback), true
 			b.comeback = slot + int64(holder.cost)*holder.spec.Params.Interval
 		} else {

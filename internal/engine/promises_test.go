@@ -455,14 +455,10 @@ func TestAClaimAdmitsAnImminentSlotAsOfIt(t *testing.T) {
 		lim := limits{"k": spec(t, "k", 1, 40*time.Millisecond, 1)}
 		got := enqueue(t, s, time.Now(), limited("k", "k/x"), limited("k", "k/x"))
 		pid := register(t, s, time.Now())
-		c := engine.DatabaseTime(time.Now)
-		res, err := s.Claim(ctx, engine.ClaimParams{ProcessID: pid, Queues: []string{"default"}, Max: 2, Clock: c, Limits: lim})
-		require.NoError(t, err)
+		res := claimOnDatabaseClock(t, s, pid, lim, 2, 0)
 		require.Len(t, res.Jobs, 1)
 		slot := res.Deferred[0].Until
-		res, err = s.Claim(ctx, engine.ClaimParams{ProcessID: pid, Queues: []string{"default"}, Max: 2, Clock: c, Limits: lim,
-			PromoteDue: true, DueLead: time.Second})
-		require.NoError(t, err)
+		res = claimOnDatabaseClock(t, s, pid, lim, 2, time.Second)
 		require.Equal(t, []int64{got[1]}, ids(res.Jobs), "admitted at its slot, within the lead")
 		require.False(t, res.DecidedAt.Before(slot), "decided at %s, slot %s: never early", res.DecidedAt, slot)
 		j := res.Jobs[0]
@@ -482,17 +478,16 @@ func TestAClaimAdmitsAnImminentSlotAsOfIt(t *testing.T) {
 // against that charge, and the bound holds by claim time.
 func TestAClaimDecidedAheadBindsTheClaimsAfterIt(t *testing.T) {
 	testdb.Each(t, func(t *testing.T, s *engine.Store) {
-		ctx := context.Background()
 		// One per 2 s, burst 1: every step below comes well inside 2 s.
 		lim := limits{"k": spec(t, "k", 1, 2*time.Second, 1)}
 		got := enqueue(t, s, time.Now(), limited("k", "k/x"), limited("k", "k/x"))
 		pid := register(t, s, time.Now())
-		c := engine.DatabaseTime(time.Now)
 		claim := func(due bool) *engine.ClaimResult {
-			res, err := s.Claim(ctx, engine.ClaimParams{ProcessID: pid, Queues: []string{"default"}, Max: 5, Clock: c, Limits: lim,
-				PromoteDue: due, DueLead: 3 * time.Second})
-			require.NoError(t, err)
-			return res
+			lead := time.Duration(0)
+			if due {
+				lead = 3 * time.Second
+			}
+			return claimOnDatabaseClock(t, s, pid, lim, 5, lead)
 		}
 		first := claim(false)
 		require.Equal(t, []int64{got[0]}, ids(first.Jobs))
@@ -512,6 +507,17 @@ func TestAClaimDecidedAheadBindsTheClaimsAfterIt(t *testing.T) {
 		claims := []time.Time{first.DecidedAt, ahead.DecidedAt}
 		require.Equal(t, 1, ratelimit.BusiestWindow(claims, 2*time.Second))
 	})
+}
+
+// claimOnDatabaseClock claims up to max jobs of the default queue, deciding
+// on the database's clock; with a lead, it first takes the waiting jobs
+// due within it (PromoteDue, DueLead).
+func claimOnDatabaseClock(t *testing.T, s *engine.Store, pid int64, lim limits, max int, lead time.Duration) *engine.ClaimResult {
+	t.Helper()
+	res, err := s.Claim(context.Background(), engine.ClaimParams{ProcessID: pid, Queues: []string{"default"}, Max: max,
+		Clock: engine.DatabaseTime(time.Now), Limits: lim, PromoteDue: lead > 0, DueLead: lead})
+	require.NoError(t, err)
+	return res
 }
 
 // Limited and unlimited ready jobs are separate streams: a flood on a
