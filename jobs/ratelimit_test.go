@@ -329,3 +329,41 @@ func plainWorkerStatements(t *testing.T, s *engine.Store) []string {
 	require.Equal(t, 1, res.Completed)
 	return rec.Take()
 }
+
+// While a sweep of this process defers a queue's flood, every worker that
+// shares the store leaves the queue's rate-limited jobs to it and claims
+// the rest; once the sweep is over, the workers decide them again.
+func TestWorkersLeaveAQueuesLimitedJobsToItsSweep(t *testing.T) {
+	each(t, func(t *testing.T, h *harness) {
+		ran := make(chan string, 100)
+		require.NoError(t, jobs.Register(h.reg, func(_ context.Context, j *jobs.Job[keyed]) error { ran <- j.Args.Key; return nil },
+			jobs.RateLimit(ratelimit.Limit[keyed]{To: 1, Per: time.Hour, Key: "global"})))
+		require.NoError(t, jobs.Register(h.reg, func(_ context.Context, j *jobs.Job[noop]) error { ran <- "free"; return nil }))
+		var limited []int64
+		for range 3 {
+			limited = append(limited, h.enqueue(keyed{Key: "limited"}))
+		}
+		h.enqueue(noop{})
+		h.enqueue(noop{})
+		flood := engine.Overflow{Queue: jobs.DefaultQueue, Kind: "keyed", Key: "keyed/global"}
+		require.True(t, h.store.StartSweep(flood), "a sweep of the flood is under way")
+
+		stop := h.run(h.worker(jobs.WorkerConfig{Concurrency: 10, PollInterval: time.Hour}))
+		defer stop()
+		require.Equal(t, []string{"free", "free"}, receive(t, ran, 2))
+		for _, id := range limited {
+			require.Equal(t, engine.StateReady, h.job(id).State, "left to the sweep, undecided")
+		}
+
+		h.store.EndSweep(flood)
+		h.enqueue(noop{}) // wakes the worker
+		require.ElementsMatch(t, []string{"limited", "free"}, receive(t, ran, 2), "decided again: one admitted, the rest wait")
+		waiting := 0
+		for _, id := range limited {
+			if s := h.job(id).State; s == engine.StateScheduled || s == engine.StateParked {
+				waiting++
+			}
+		}
+		require.Equal(t, 2, waiting)
+	})
+}

@@ -59,3 +59,30 @@ func TestAWorkerSweepsAFloodAtOnceAndABacklogLate(t *testing.T) {
 	require.Empty(t, w.overflowing(claim(backlog, 8, false)), "counting starts again after a sweep")
 	require.NotContains(t, w.overflowed, "elsewhere", "a budget that did not overflow is not counted")
 }
+
+// A claim that admitted every rate-limited job it was allowed to decide
+// widens the next to the worker's concurrency at once: a worker that
+// starts against a backlog under a loose limit claims full batches from its
+// second claim, not after doubling its way up. Deferrals narrow it again,
+// and an admission with deferrals beside it widens it step by step.
+func TestTheCandidateWindowWidensAtOnceWhenEveryoneWasAdmitted(t *testing.T) {
+	w := &Worker{cfg: WorkerConfig{Concurrency: 1000}, window: firstCandidates}
+	limited := func(n int) []*engine.Job {
+		out := make([]*engine.Job, n)
+		for i := range out {
+			out[i] = &engine.Job{RateKeys: []engine.RateKey{{Key: "k/a", Cost: 1}}}
+		}
+		return out
+	}
+	w.adaptWindow(&engine.ClaimResult{Jobs: limited(firstCandidates), MoreLimited: true}, firstCandidates)
+	require.Equal(t, 1000, w.window, "all admitted, and more were ready")
+
+	w.adaptWindow(&engine.ClaimResult{Jobs: limited(1), Deferred: make([]engine.Deferral, 999), MoreLimited: true}, 1000)
+	require.Equal(t, 500, w.window, "a flood narrows it")
+
+	w.adaptWindow(&engine.ClaimResult{Jobs: limited(300), Deferred: make([]engine.Deferral, 200), MoreLimited: true}, 500)
+	require.Equal(t, 1000, w.window, "admitted more than deferred: it doubles")
+	w.window = 64
+	w.adaptWindow(&engine.ClaimResult{Jobs: limited(10)}, 64)
+	require.Equal(t, 128, w.window, "fewer were ready than it could take: it doubles")
+}

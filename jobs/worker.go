@@ -151,15 +151,12 @@ type Worker struct {
 	// slots are the coming slots this worker's claims handed out; only the
 	// claiming goroutine touches them.
 	slots dueSlots
-	// sweeping holds the budgets whose overflow a goroutine of this worker
-	// is deferring; sweeps waits for them.
-	sweeping sync.Map
-	sweeps   sync.WaitGroup
+	// sweeps waits for the goroutines of this worker that defer a budget's
+	// overflow.
+	sweeps sync.WaitGroup
 	// window is how many rate-limited jobs the next claim decides, at most
 	// its free slots (see adaptWindow).
 	window int
-	// sweepsRunning counts the sweeps under way.
-	sweepsRunning atomic.Int32
 	// budgetHint are the budgets the last claim locked, when it admitted
 	// rate-limited jobs.
 	budgetHint []string
@@ -402,9 +399,10 @@ func (w *Worker) claimRound(ctx, jobsCtx context.Context, promote bool) (bool, e
 			return true, nil
 		}
 		window := min(w.window, free)
-		if w.sweepsRunning.Load() > 0 {
-			// A sweep is deferring a flood out of the limited jobs' index:
-			// leave them to it rather than skip over its locked rows.
+		if w.store.Sweeping(w.cfg.Queues) {
+			// A sweep of this process is deferring a flood out of the
+			// limited jobs' index: leave them to it rather than skip over
+			// its locked rows, or move the budget's cursor under it.
 			window = -1
 		}
 		res, err := w.claim(ctx, free, window, promote || w.limits != nil && w.slots.due(w.clock.Now()))
@@ -448,6 +446,8 @@ func (w *Worker) adaptWindow(res *engine.ClaimResult, window int) {
 	case window <= 0:
 	case deferred > admitted:
 		w.window = max(window/2, minCandidates)
+	case deferred == 0 && res.MoreLimited:
+		w.window = w.cfg.Concurrency
 	case admitted > 0:
 		w.window = min(w.window*2, w.cfg.Concurrency)
 	}
@@ -503,11 +503,14 @@ func (w *Worker) overflowing(res *engine.ClaimResult) []engine.Overflow {
 // counts run over the worker's life, and per-account keys are many.
 const maxOverflowed = 10_000
 
-// sweepBatch is how many overflowing jobs one transaction defers, and
-// sweepRest how many times a batch's duration the sweep rests after it.
+// sweepBatch is how many overflowing jobs one transaction defers, once a
+// sweep is under way: its first batch is firstSweepBatch, and each after
+// that twice the one before. sweepRest is how many times a batch's duration
+// the sweep rests after it.
 const (
-	sweepBatch = 500
-	sweepRest  = 19
+	sweepBatch      = 500
+	firstSweepBatch = 50
+	sweepRest       = 19
 )
 
 // sweep defers, in a goroutine per budget, the ready jobs behind an
@@ -516,19 +519,21 @@ const (
 // claim after claim.
 func (w *Worker) sweep(ctx context.Context, overflows []engine.Overflow) {
 	for _, o := range overflows {
-		if _, busy := w.sweeping.LoadOrStore(o.Key, true); busy {
+		if !w.store.StartSweep(o) {
 			continue
 		}
 		w.sweeps.Add(1)
-		w.sweepsRunning.Add(1)
 		go func() {
 			defer w.sweeps.Done()
-			defer w.sweepsRunning.Add(-1)
-			defer w.sweeping.Delete(o.Key)
+			defer w.store.EndSweep(o)
 			total := 0
-			for ctx.Err() == nil {
+			// The first batches are small: a sweep that starts while the
+			// claims still meet the flood loses little when one of them
+			// moves the budget's cursor under it, and the claims around it
+			// are not held up by one large statement at once.
+			for batch := firstSweepBatch; ctx.Err() == nil; batch = min(2*batch, sweepBatch) {
 				began := time.Now()
-				n, slots, err := w.store.DeferOverflow(ctx, w.storeClock(), o, w.cfg.Horizon, sweepBatch)
+				n, slots, err := w.store.DeferOverflow(ctx, w.storeClock(), o, w.cfg.Horizon, batch)
 				w.slots.addAll(slots)
 				total += n
 				if err != nil {
@@ -537,7 +542,7 @@ func (w *Worker) sweep(ctx context.Context, overflows []engine.Overflow) {
 					}
 					break
 				}
-				if n < sweepBatch {
+				if n < batch {
 					break
 				}
 				// A twentieth of the time at most: the claims around it keep

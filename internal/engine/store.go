@@ -25,6 +25,7 @@ type Store struct {
 	db       DB
 	schemaOK atomic.Bool
 	wake     wakeHub
+	sweeps   sweepHub
 	// DeleteOnComplete deletes jobs when they complete instead of keeping
 	// them for inspection. Defaults to false.
 	DeleteOnComplete bool
