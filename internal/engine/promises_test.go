@@ -2,6 +2,7 @@ package engine_test
 
 import (
 	"context"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -444,6 +445,67 @@ func TestAReturningJobKeepsTheHeadOfTheLineOnlyWithinOneCost(t *testing.T) {
 		require.Len(t, res.Deferred, 1)
 		require.Equal(t, got[4], res.Deferred[0].JobID)
 		require.Equal(t, at(4500*time.Millisecond), res.Deferred[0].Until)
+	})
+}
+
+// A returning job that goes to the back (its budget slipped more than one
+// cost past its slot) parks when the back lies past the horizon, and gets
+// a slot again, in its turn, once the horizon reaches it: nothing is lost,
+// and the jobs keep their order.
+func TestAReturningJobSentToTheBackParksPastTheHorizon(t *testing.T) {
+	testdb.Each(t, func(t *testing.T, s *engine.Store) {
+		ctx := context.Background()
+		lim := limits{"k": spec(t, "k", 1, time.Second, 1)}
+		got := enqueue(t, s, t0, limited("k", "k/x"), limited("k", "k/x"), limited("k", "k/x"),
+			limited("k", "k/x"), limited("k", "k/x"), limited("k", "k/x"))
+		pid := register(t, s, t0)
+		res := claimLimited(t, s, pid, t0, 6, lim, time.Minute)
+		require.Len(t, res.Jobs, 1)
+		require.Len(t, res.Deferred, 5, "slots at 1 s to 5 s")
+		// The jobs slotted at 1, 2 and 3 s come back together at 3.5 s:
+		// the first is admitted, and the budget's next free slot, at 6 s,
+		// lies past a 2 s horizon.
+		late := at(3500 * time.Millisecond)
+		_, _, err := s.Promote(ctx, engine.At(late), 10)
+		require.NoError(t, err)
+		res = claimLimited(t, s, pid, late, 6, lim, 2*time.Second)
+		require.Equal(t, []int64{got[1]}, ids(res.Jobs))
+		require.Len(t, res.Deferred, 2)
+		for i, d := range res.Deferred {
+			require.Equal(t, got[2+i], d.JobID, "in their order")
+			require.True(t, d.Parked, "the back is past the horizon")
+			require.True(t, d.Until.IsZero())
+			info, err := s.GetJob(ctx, d.JobID)
+			require.NoError(t, err)
+			require.Equal(t, engine.StateParked, info.State)
+		}
+		// At 4.5 s the horizon reaches 6.5 s: the first parked job gets the
+		// next free slot, 6 s; the second waits until the horizon passes 7 s.
+		n, err := s.Unpark(ctx, engine.At(at(4500*time.Millisecond)), 2*time.Second, 10)
+		require.NoError(t, err)
+		require.Equal(t, 1, n)
+		first, err := s.GetJob(ctx, got[2])
+		require.NoError(t, err)
+		require.Equal(t, engine.StateScheduled, first.State)
+		require.Equal(t, at(6*time.Second), first.RunAt)
+		n, err = s.Unpark(ctx, engine.At(at(5500*time.Millisecond)), 2*time.Second, 10)
+		require.NoError(t, err)
+		require.Equal(t, 1, n)
+		second, err := s.GetJob(ctx, got[3])
+		require.NoError(t, err)
+		require.Equal(t, at(7*time.Second), second.RunAt)
+		// Every job is then admitted once, one a second at most.
+		ran := []int64{got[0], got[1]}
+		for sec := 4; sec <= 9; sec++ {
+			now := at(time.Duration(sec) * time.Second)
+			_, _, err := s.Promote(ctx, engine.At(now), 10)
+			require.NoError(t, err)
+			res := claimLimited(t, s, pid, now, 6, lim, 2*time.Second)
+			require.LessOrEqual(t, len(res.Jobs), 1, "at %d s", sec)
+			ran = append(ran, ids(res.Jobs)...)
+		}
+		require.ElementsMatch(t, got, ran)
+		require.Less(t, slices.Index(ran, got[2]), slices.Index(ran, got[3]), "the parked ones in their order: %v", ran)
 	})
 }
 
