@@ -195,12 +195,21 @@ func TestDeferralsAreReportedToTheHookAndTheDebugLog(t *testing.T) {
 	})
 }
 
+// registerOneAnHourAndFree registers keyed, limited to one an hour on one
+// budget, and noop, unlimited; each run sends its key to the channel it
+// returns ("free" for noop).
+func registerOneAnHourAndFree(t *testing.T, h *harness) chan string {
+	t.Helper()
+	ran := make(chan string, 100)
+	require.NoError(t, jobs.Register(h.reg, func(_ context.Context, j *jobs.Job[keyed]) error { ran <- j.Args.Key; return nil },
+		jobs.RateLimit(ratelimit.Limit[keyed]{To: 1, Per: time.Hour, Key: "global"})))
+	require.NoError(t, jobs.Register(h.reg, func(_ context.Context, j *jobs.Job[noop]) error { ran <- "free"; return nil }))
+	return ran
+}
+
 func TestAWorkerClaimsAgainAtOnceWhenAClaimDefers(t *testing.T) {
 	each(t, func(t *testing.T, h *harness) {
-		ran := make(chan string, 100)
-		require.NoError(t, jobs.Register(h.reg, func(_ context.Context, j *jobs.Job[keyed]) error { ran <- j.Args.Key; return nil },
-			jobs.RateLimit(ratelimit.Limit[keyed]{To: 1, Per: time.Hour, Key: "global"})))
-		require.NoError(t, jobs.Register(h.reg, func(_ context.Context, j *jobs.Job[noop]) error { ran <- "free"; return nil }))
+		ran := registerOneAnHourAndFree(t, h)
 		items := make([]jobs.Item, 2000)
 		for i := range items {
 			items[i] = jobs.Item{Args: keyed{Key: "limited"}}
@@ -335,10 +344,7 @@ func plainWorkerStatements(t *testing.T, s *engine.Store) []string {
 // the rest; once the sweep is over, the workers decide them again.
 func TestWorkersLeaveAQueuesLimitedJobsToItsSweep(t *testing.T) {
 	each(t, func(t *testing.T, h *harness) {
-		ran := make(chan string, 100)
-		require.NoError(t, jobs.Register(h.reg, func(_ context.Context, j *jobs.Job[keyed]) error { ran <- j.Args.Key; return nil },
-			jobs.RateLimit(ratelimit.Limit[keyed]{To: 1, Per: time.Hour, Key: "global"})))
-		require.NoError(t, jobs.Register(h.reg, func(_ context.Context, j *jobs.Job[noop]) error { ran <- "free"; return nil }))
+		ran := registerOneAnHourAndFree(t, h)
 		var limited []int64
 		for range 3 {
 			limited = append(limited, h.enqueue(keyed{Key: "limited"}))

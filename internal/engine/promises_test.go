@@ -408,6 +408,24 @@ func TestAReturningJobKeepsItsPlace(t *testing.T) {
 	})
 }
 
+// sixSlottedOneASecond enqueues six jobs on one budget of one a second,
+// burst 1, and claims them at t0: the first runs, the others get slots at
+// 1 s to 5 s. It then promotes the jobs due at 3.5 s, those slotted at 1, 2
+// and 3 s, and returns the limit, the jobs and the claiming process.
+func sixSlottedOneASecond(t *testing.T, s *engine.Store) (limits, []int64, int64) {
+	t.Helper()
+	lim := limits{"k": spec(t, "k", 1, time.Second, 1)}
+	got := enqueue(t, s, t0, limited("k", "k/x"), limited("k", "k/x"), limited("k", "k/x"),
+		limited("k", "k/x"), limited("k", "k/x"), limited("k", "k/x"))
+	pid := register(t, s, t0)
+	res := claimLimited(t, s, pid, t0, 6, lim, time.Minute)
+	require.Len(t, res.Jobs, 1)
+	require.Len(t, res.Deferred, 5, "slots at 1 s to 5 s")
+	_, _, err := s.Promote(context.Background(), engine.At(at(3500*time.Millisecond)), 10)
+	require.NoError(t, err)
+	return lim, got, pid
+}
+
 // A job that comes back for its slot and finds the budget spent keeps the
 // head of the line when the budget can take it within one cost of its
 // slot (the admission before it came a moment late). Further past its
@@ -417,20 +435,11 @@ func TestAReturningJobKeepsItsPlace(t *testing.T) {
 func TestAReturningJobKeepsTheHeadOfTheLineOnlyWithinOneCost(t *testing.T) {
 	testdb.Each(t, func(t *testing.T, s *engine.Store) {
 		ctx := context.Background()
-		lim := limits{"k": spec(t, "k", 1, time.Second, 1)}
-		got := enqueue(t, s, t0, limited("k", "k/x"), limited("k", "k/x"), limited("k", "k/x"),
-			limited("k", "k/x"), limited("k", "k/x"), limited("k", "k/x"))
-		pid := register(t, s, t0)
-		res := claimLimited(t, s, pid, t0, 6, lim, time.Minute)
-		require.Len(t, res.Jobs, 1)
-		require.Len(t, res.Deferred, 5, "slots at 1 s to 5 s")
+		lim, got, pid := sixSlottedOneASecond(t, s)
 		// The jobs slotted at 1, 2 and 3 s come back together at 3.5 s: the
 		// first is admitted, and the budget's next admission, at 4.5 s, is
 		// more than one interval past the others' slots.
-		late := at(3500 * time.Millisecond)
-		_, _, err := s.Promote(ctx, engine.At(late), 10)
-		require.NoError(t, err)
-		res = claimLimited(t, s, pid, late, 6, lim, time.Minute)
+		res := claimLimited(t, s, pid, at(3500*time.Millisecond), 6, lim, time.Minute)
 		require.Equal(t, []int64{got[1]}, ids(res.Jobs))
 		require.Len(t, res.Deferred, 2)
 		require.Equal(t, []int64{got[2], got[3]}, []int64{res.Deferred[0].JobID, res.Deferred[1].JobID}, "in their order")
@@ -438,7 +447,7 @@ func TestAReturningJobKeepsTheHeadOfTheLineOnlyWithinOneCost(t *testing.T) {
 			[]time.Time{res.Deferred[0].Until, res.Deferred[1].Until}, "the next free slots")
 		// The job slotted at 4 s finds the budget half an interval away: it
 		// keeps the head of the line, at the time it can be admitted.
-		_, _, err = s.Promote(ctx, engine.At(at(4*time.Second)), 10)
+		_, _, err := s.Promote(ctx, engine.At(at(4*time.Second)), 10)
 		require.NoError(t, err)
 		res = claimLimited(t, s, pid, at(4*time.Second), 6, lim, time.Minute)
 		require.Empty(t, res.Jobs)
@@ -455,20 +464,11 @@ func TestAReturningJobKeepsTheHeadOfTheLineOnlyWithinOneCost(t *testing.T) {
 func TestAReturningJobSentToTheBackParksPastTheHorizon(t *testing.T) {
 	testdb.Each(t, func(t *testing.T, s *engine.Store) {
 		ctx := context.Background()
-		lim := limits{"k": spec(t, "k", 1, time.Second, 1)}
-		got := enqueue(t, s, t0, limited("k", "k/x"), limited("k", "k/x"), limited("k", "k/x"),
-			limited("k", "k/x"), limited("k", "k/x"), limited("k", "k/x"))
-		pid := register(t, s, t0)
-		res := claimLimited(t, s, pid, t0, 6, lim, time.Minute)
-		require.Len(t, res.Jobs, 1)
-		require.Len(t, res.Deferred, 5, "slots at 1 s to 5 s")
+		lim, got, pid := sixSlottedOneASecond(t, s)
 		// The jobs slotted at 1, 2 and 3 s come back together at 3.5 s:
 		// the first is admitted, and the budget's next free slot, at 6 s,
 		// lies past a 2 s horizon.
-		late := at(3500 * time.Millisecond)
-		_, _, err := s.Promote(ctx, engine.At(late), 10)
-		require.NoError(t, err)
-		res = claimLimited(t, s, pid, late, 6, lim, 2*time.Second)
+		res := claimLimited(t, s, pid, at(3500*time.Millisecond), 6, lim, 2*time.Second)
 		require.Equal(t, []int64{got[1]}, ids(res.Jobs))
 		require.Len(t, res.Deferred, 2)
 		for i, d := range res.Deferred {
