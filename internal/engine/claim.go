@@ -87,10 +87,11 @@ type ClaimParams struct {
 	DueLead time.Duration
 	// BudgetHint, sorted, are the budgets the claim expects to need — a
 	// worker passes those its last claim locked (ClaimResult.Budgets). They
-	// are locked in the round trip that locks the candidates, saving one;
-	// a claim that needs a budget the hint did not name, sorting before
-	// one it did, starts again without the hint, so budgets are always
-	// locked in one global order.
+	// are locked in the round trip that locks the candidates, saving one.
+	// A claim that needs a budget the hint did not name, sorting before
+	// one it did, never waits for it: it takes it when no one holds it,
+	// and otherwise starts again without the hint, so no claim waits for a
+	// budget out of the one global order budgets are locked in.
 	BudgetHint []string
 }
 
@@ -187,7 +188,8 @@ func (s *Store) Claim(ctx context.Context, p ClaimParams) (*ClaimResult, error) 
 }
 
 // errHintMissed restarts a claim whose BudgetHint missed a budget that
-// sorts before one it locked.
+// sorts before one it locked, when another transaction holds that budget
+// (or its row does not exist yet).
 var errHintMissed = errors.New("the budget hint missed a budget")
 
 func (s *Store) claim(ctx context.Context, tx Tx, p ClaimParams, res *ClaimResult) error {
@@ -320,7 +322,7 @@ func (s *Store) candidates(ctx context.Context, tx Tx, p ClaimParams, window int
 					if err != nil {
 						return err
 					}
-					res.hinted[r.Name] = &budget{row: r, state: ratelimit.State{TAT: r.TAT, NextSlot: r.NextSlot}}
+					res.hinted[r.Name] = loaded(r)
 				default:
 					var us int64
 					if err := rows.Scan(&us); err != nil {

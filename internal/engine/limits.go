@@ -296,8 +296,11 @@ func imminent(p ClaimParams, cands []*Job, checks [][]check, budgets map[string]
 // reads the time after the last lock: the budgets the hint locked already
 // (with the clock read after them), and the rest after them when they all
 // sort after the hinted ones. A budget the hint missed that sorts before
-// one it locked would break the one global order budgets are locked in:
-// the claim then starts again without the hint.
+// one it locked would break the one global order budgets are locked in, so
+// the claim waits for none such: it takes them if no one holds them
+// (lockFreeBudgets), and otherwise starts again without the hint. Where
+// the transaction holds the only write lock (SQLite) order does not
+// matter, and it reads them as any others.
 func (s *Store) lockClaimBudgets(ctx context.Context, tx Tx, keys []string, p ClaimParams, res *ClaimResult) (map[string]*budget, time.Time, error) {
 	if res.hinted == nil {
 		return s.lockBudgets(ctx, tx, keys, p.Clock)
@@ -318,10 +321,13 @@ func (s *Store) lockClaimBudgets(ctx context.Context, tx Tx, keys []string, p Cl
 		for k := range res.hinted {
 			last = max(last, k)
 		}
-		if missing[0] < last {
-			return nil, time.Time{}, errHintMissed
+		lock := s.lockBudgets
+		if missing[0] < last && s.d.Capabilities().RowLocks {
+			// Waiting for them now, out of key order, could deadlock:
+			// take them only if no one holds them.
+			lock = s.lockFreeBudgets
 		}
-		more, moreAt, err := s.lockBudgets(ctx, tx, missing, p.Clock)
+		more, moreAt, err := lock(ctx, tx, missing, p.Clock)
 		if err != nil {
 			return nil, time.Time{}, err
 		}
@@ -397,7 +403,7 @@ func (s *Store) Unpark(ctx context.Context, c Clock, horizon time.Duration, limi
 		budgets := make(map[string]*budget, len(rows))
 		var moves []SetRow
 		for _, r := range rows {
-			b := &budget{row: r, state: ratelimit.State{TAT: r.TAT, NextSlot: r.NextSlot}}
+			b := loaded(r)
 			budgets[r.Name] = b
 			got, err := s.unparkBudget(ctx, tx, b, now, until, 1000)
 			if err != nil {

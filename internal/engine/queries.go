@@ -29,9 +29,9 @@ type SQL struct {
 	setQueuePaused, saveOverride, deleteOverride *sqlStatement
 	listQueues, listOverrides                    string
 
-	lockBudgets, getBudget, insertBudgets, saveBudgets, moveCursor, lockParkedBudgets *sqlStatement
-	lockParked, lockSlotted, countParked, lockIdleBudgets, deleteBudgets              *sqlStatement
-	listBudgets                                                                       string
+	lockBudgets, lockFreeBudgets, getBudget, insertBudgets, saveBudgets, moveCursor, lockParkedBudgets *sqlStatement
+	lockParked, lockSlotted, countParked, lockIdleBudgets, deleteBudgets                               *sqlStatement
+	listBudgets                                                                                        string
 
 	lockSemaphores, insertSemaphores, saveSemaphores, lockBlocked, markSlots, releaseHolders *sqlStatement
 	lockSlotHolders, lockExpiredSemaphores, blockedKeys                                      *sqlStatement
@@ -151,6 +151,7 @@ func NewSQL(d Dialect) (*SQL, error) {
 		{&q.deleteOverride, "DeleteOverride", []string{"target"}},
 
 		{&q.lockBudgets, "LockBudgets", []string{"keys"}},
+		{&q.lockFreeBudgets, "LockFreeBudgets", []string{"keys"}},
 		{&q.getBudget, "GetBudget", []string{"key"}},
 		{&q.insertBudgets, "InsertBudgets", []string{"rows"}},
 		{&q.saveBudgets, "SaveBudgets", []string{"rows"}},

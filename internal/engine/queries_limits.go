@@ -6,6 +6,10 @@ package engine
 // BudgetColumns.
 func (q *SQL) LockBudgets(keys []string) (string, []any) { return q.lockBudgets.bind(keys) }
 
+// LockFreeBudgets selects and locks, skipping the rows another transaction
+// holds, budget rows in key order. Columns: BudgetColumns.
+func (q *SQL) LockFreeBudgets(keys []string) (string, []any) { return q.lockFreeBudgets.bind(keys) }
+
 // GetBudget reads one budget without locking it. Columns: BudgetColumns.
 func (q *SQL) GetBudget(key string) (string, []any) { return q.getBudget.bind(key) }
 

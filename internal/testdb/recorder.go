@@ -71,3 +71,16 @@ func (t *recTx) Query(ctx context.Context, q string, args ...any) (engine.Rows, 
 	t.r.record(q)
 	return t.Tx.Query(ctx, q, args...)
 }
+
+// Count returns how many times q has been recorded since the last Take.
+func (r *Recorder) Count(q string) int {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	n := 0
+	for _, s := range r.stmts {
+		if s == q {
+			n++
+		}
+	}
+	return n
+}

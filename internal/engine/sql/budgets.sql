@@ -3,6 +3,11 @@
 -- name: LockBudgets
 SELECT {BudgetColumns} FROM sluice_budgets WHERE name IN (:keys) ORDER BY name FOR UPDATE;
 
+-- name: LockFreeBudgets
+-- The budget rows of keys that no other transaction holds, locked without
+-- waiting for the others.
+SELECT {BudgetColumns} FROM sluice_budgets WHERE name IN (:keys) ORDER BY name FOR UPDATE SKIP LOCKED;
+
 -- name: GetBudget
 SELECT {BudgetColumns} FROM sluice_budgets WHERE name = :key;
 
