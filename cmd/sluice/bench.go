@@ -418,12 +418,16 @@ func (b *bench) enqueueBatches(ctx context.Context, n int, item func(i int) jobs
 	return nil
 }
 
+// item is the i-th job of a burn-down: keyed under a limit, else a no-op.
 func (b *bench) item(i int) jobs.Item {
 	if b.limit != nil {
-		return jobs.Item{Args: benchLimited{Key: i % b.f.keys}}
+		return b.keyed(i)
 	}
 	return jobs.Item{Args: benchNoop{}}
 }
+
+// keyed is the i-th bench_limited job, on budget i mod --keys.
+func (b *bench) keyed(i int) jobs.Item { return jobs.Item{Args: benchLimited{Key: i % b.f.keys}} }
 
 // analyze refreshes PostgreSQL's statistics after a bulk insert, as
 // autovacuum would shortly.

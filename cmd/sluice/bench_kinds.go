@@ -115,22 +115,26 @@ func registerKinds(reg *jobs.Registry, kc kindsConfig, t *tally) error {
 		t.ran[kFair].Add(1)
 		return nil
 	}, append(fair, q)...))
+	// bench_limited is declared without its limit when the run sets none,
+	// so that the loose scenario's unlimited rounds run the same jobs.
+	limited := []jobs.RegisterOption{q}
 	if kc.rate != "" {
 		to, per, err := parseRate(kc.rate)
 		if err != nil {
 			return err
 		}
 		lim := ratelimit.Limit[benchLimited]{To: to, Per: per, Burst: kc.burst, Key: func(a benchLimited) any { return a.Key }}
-		err = jobs.Register(reg, func(_ context.Context, j *jobs.Job[benchLimited]) error {
-			if t.recordStarts {
-				t.addStart(j.Args.Key, time.Now())
-			}
-			t.ran[kLimited].Add(1)
-			return nil
-		}, q, jobs.RateLimit(lim))
-		if err != nil {
-			return cli.Usagef("%v", err)
+		limited = append(limited, jobs.RateLimit(lim))
+	}
+	err := jobs.Register(reg, func(_ context.Context, j *jobs.Job[benchLimited]) error {
+		if t.recordStarts {
+			t.addStart(j.Args.Key, time.Now())
 		}
+		t.ran[kLimited].Add(1)
+		return nil
+	}, limited...)
+	if err != nil {
+		return cli.Usagef("%v", err)
 	}
 	if kc.floodRate != "" {
 		to, per, err := parseRate(kc.floodRate)

@@ -10,8 +10,9 @@ import (
 // burn-downs of as many jobs under a loose limit (--rate, --burst over
 // --keys budgets; by default 1000/1s, burst 1000, 100 budgets, far above
 // what the workers reach), so that what is left between them is the cost of
-// the claim-time check. The unlimited runs declare no limit (their claims
-// run the plain statements); both run a dispatcher.
+// the claim-time check. Both run the same jobs, bench_limited with its
+// budget key in the args; the unlimited runs declare no limit on it (their
+// claims run the plain statements). Both run a dispatcher.
 func (b *bench) looseScenario(ctx context.Context) error {
 	b.say("bench: %d rounds of %d unlimited jobs, then %d under a limit of %s, burst %d, over %d budgets, on %s, %s, %s",
 		b.f.rounds, b.f.jobs, b.f.jobs, b.f.rate, b.f.burst, b.f.keys, b.store.Dialect().Name(), b.where(), b.dispatcherSays())
@@ -30,8 +31,8 @@ func (b *bench) looseScenario(ctx context.Context) error {
 			if err := b.configure(kc, true); err != nil {
 				return err
 			}
-			k := b.timedKind()
-			elapsed, err := b.burn(ctx, b.f.jobs, b.item, k)
+			k := kLimited
+			elapsed, err := b.burn(ctx, b.f.jobs, b.keyed, k)
 			if err != nil {
 				return err
 			}
