@@ -264,7 +264,10 @@ type walk struct {
 	created map[int64]bool
 	admits  map[string][]admission
 	holders map[string]int // holders per concurrency key after the last step
-	stats   struct{ faults, claims, admitted, deferred, parked, displaced, finishes int }
+	// hint are the budgets the last claim locked: the next claim's
+	// BudgetHint, as a worker passes it, unless the op says not to.
+	hint  []string
+	stats struct{ faults, claims, admitted, deferred, parked, displaced, finishes int }
 }
 
 type failure struct {
@@ -401,14 +404,20 @@ func (w *walk) apply(o op) error {
 		return nil
 	case opClaim:
 		pid := w.pids[o.a%len(w.pids)]
+		var hint []string
+		if o.a%4 != 0 {
+			hint = w.hint
+		}
 		res, err := w.s.Claim(w.ctx, engine.ClaimParams{
 			ProcessID: pid, Queues: []string{modelQueue}, Max: 1 + o.b%6, Candidates: o.b % 12,
 			Clock: w.clock(), Limits: w.lim, Horizon: 5 * time.Second, PromoteDue: o.b%3 != 0,
 			DueLead: time.Duration(o.a%3) * 100 * time.Millisecond, Fair: true,
+			BudgetHint: hint,
 		})
 		if err != nil {
 			return err
 		}
+		w.hint = res.Budgets
 		for _, j := range res.Jobs {
 			w.running[pid][j.ID] = j
 			w.noteAdmission(j, res.DecidedAt)
