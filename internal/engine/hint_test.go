@@ -2,6 +2,7 @@ package engine_test
 
 import (
 	"context"
+	"slices"
 	"testing"
 	"time"
 
@@ -11,66 +12,101 @@ import (
 	"github.com/sluicequeue/sluice/internal/testdb"
 )
 
-// A claim whose BudgetHint missed a budget that sorts before one the hint
-// locked takes that budget at once when no one holds it, instead of
-// starting again. When another transaction holds it, the claim starts
-// again without the hint and waits for it in key order, as any claim does.
-// Either way it decides on the budgets' latest state.
-func TestAClaimTakesAFreeBudgetItsHintMissedWithoutStartingAgain(t *testing.T) {
+// A claim's BudgetHint (k/b here) locks budgets with its candidates. The
+// budgets it missed are taken without starting the claim again: those
+// that sort after the hinted ones in key order, waiting for them if need
+// be; those that sort before, at once if no one holds them (waiting for
+// them out of order could deadlock), and only when another transaction
+// holds one does the claim start again without the hint, to wait for it in
+// order. Every way, it decides on the budgets' latest state.
+func TestAClaimCompletesItsBudgetHintWithoutStartingAgain(t *testing.T) {
 	testdb.EachPool(t, func(t *testing.T, s *engine.Store, open func() *engine.Store) {
 		ctx := context.Background()
 		lim := limits{"k": spec(t, "k", 10, time.Minute, 10)} // one a minute, ten at once
+		keys := []string{"k/a", "k/b", "k/c"}
 		pid := register(t, s, t0)
 		rs, rec := testdb.Record(s)
-		lockReady, _ := s.SQL().LockReady("default", true, 2)
-		claimHinted := func() (*engine.ClaimResult, error) {
-			return rs.Claim(ctx, engine.ClaimParams{ProcessID: pid, Queues: []string{"default"}, Max: 2, Clock: engine.At(t0),
-				Limits: lim, BudgetHint: []string{"k/b"}})
+		lockReady, _ := s.SQL().LockReady("default", true, len(keys))
+		// The look for the budgets the hint missed, as it is spelled for
+		// one key or two (MySQL spells out each).
+		lookedFree := func(q string) bool {
+			one, _ := s.SQL().LockFreeBudgets([]string{"k/a"})
+			two, _ := s.SQL().LockFreeBudgets([]string{"k/a", "k/c"})
+			return q == one || q == two
+		}
+		count := func(q string) int {
+			n := 0
+			for _, seen := range rec.Seen() {
+				if seen == q {
+					n++
+				}
+			}
+			return n
+		}
+		enqueueAll := func() {
+			for _, k := range keys {
+				enqueue(t, s, t0, limited("k", k))
+			}
 		}
 		charged := func(n int) {
 			t.Helper()
-			for _, k := range []string{"k/a", "k/b"} {
+			for _, k := range keys {
 				require.Equal(t, at(time.Duration(n)*time.Minute).UnixNano(), budgetNamed(t, s, k).TAT, "%s charged %d times", k, n)
 			}
 		}
+		// claim runs a claim hinted with k/b in the background, and when
+		// held is given, releases it once the claim has run a statement
+		// past its look for k/a without waiting.
+		claim := func(held func()) {
+			t.Helper()
+			rec.Take()
+			enqueueAll()
+			done := make(chan error, 1)
+			var res *engine.ClaimResult
+			go func() {
+				var err error
+				res, err = rs.Claim(ctx, engine.ClaimParams{ProcessID: pid, Queues: []string{"default"}, Max: len(keys),
+					Clock: engine.At(t0), Limits: lim, BudgetHint: []string{"k/b"}})
+				done <- err
+			}()
+			if held != nil {
+				require.Eventually(t, func() bool {
+					seen := rec.Seen()
+					i := slices.IndexFunc(seen, lookedFree)
+					return i >= 0 && i < len(seen)-1
+				}, 30*time.Second, time.Millisecond)
+				held()
+			}
+			require.NoError(t, <-done)
+			require.Len(t, res.Jobs, len(keys))
+			require.Equal(t, keys, res.Budgets)
+		}
 
-		// Both rows exist.
-		enqueue(t, s, t0, limited("k", "k/a"), limited("k", "k/b"))
-		require.Len(t, claimLimited(t, s, pid, t0, 2, lim, 0).Jobs, 2)
+		// The rows exist.
+		enqueueAll()
+		require.Len(t, claimLimited(t, s, pid, t0, len(keys), lim, 0).Jobs, len(keys))
 		charged(1)
 
-		enqueue(t, s, t0, limited("k", "k/a"), limited("k", "k/b"))
-		res, err := claimHinted()
-		require.NoError(t, err)
-		require.Len(t, res.Jobs, 2)
-		require.Equal(t, []string{"k/a", "k/b"}, res.Budgets)
-		require.Equal(t, 1, rec.Count(lockReady), "the candidates were locked once: the claim did not start again")
+		claim(nil)
+		require.Equal(t, 1, count(lockReady), "every budget was free: the candidates were locked once")
 		charged(2)
 
 		other := open()
-		q, args := other.SQL().LockBudgets([]string{"k/a"})
-		release, held := holdLocked(t, other, q, args)
+		hold := func(k string) (func(), bool) {
+			q, args := other.SQL().LockBudgets([]string{k})
+			return holdLocked(t, other, q, args)
+		}
+		release, held := hold("k/c")
 		if !held {
 			return // SQLite: one writer, so no budget is ever held while a claim runs
 		}
-		rec.Take()
-		enqueue(t, s, t0, limited("k", "k/a"), limited("k", "k/b"))
-		type result struct {
-			res *engine.ClaimResult
-			err error
-		}
-		done := make(chan result, 1)
-		go func() {
-			res, err := claimHinted()
-			done <- result{res, err}
-		}()
-		// k/a was held when the claim looked for it: it started again and
-		// now waits for k/a, in key order.
-		require.Eventually(t, func() bool { return rec.Count(lockReady) == 2 }, 30*time.Second, time.Millisecond)
-		release()
-		got := <-done
-		require.NoError(t, got.err)
-		require.Len(t, got.res.Jobs, 2)
+		claim(release)
+		require.Equal(t, 1, count(lockReady), "k/c sorts after k/b: the claim locked it in order, waiting if need be, and did not start again")
 		charged(3)
+
+		release, _ = hold("k/a")
+		claim(release)
+		require.Equal(t, 2, count(lockReady), "k/a sorts before k/b and was held: the claim started again, to wait for it in order")
+		charged(4)
 	})
 }

@@ -297,10 +297,10 @@ func imminent(p ClaimParams, cands []*Job, checks [][]check, budgets map[string]
 // (with the clock read after them), and the rest after them when they all
 // sort after the hinted ones. A budget the hint missed that sorts before
 // one it locked would break the one global order budgets are locked in, so
-// the claim waits for none such: it takes them if no one holds them
-// (lockFreeBudgets), and otherwise starts again without the hint. Where
-// the transaction holds the only write lock (SQLite) order does not
-// matter, and it reads them as any others.
+// the claim waits for none such: it takes them first, if no one holds them
+// (lockFreeBudgets), and otherwise starts again without the hint; then it
+// locks the rest in order. Where the transaction holds the only write lock
+// (SQLite) order does not matter, and it reads them all as the rest.
 func (s *Store) lockClaimBudgets(ctx context.Context, tx Tx, keys []string, p ClaimParams, res *ClaimResult) (map[string]*budget, time.Time, error) {
 	if res.hinted == nil {
 		return s.lockBudgets(ctx, tx, keys, p.Clock)
@@ -316,18 +316,25 @@ func (s *Store) lockClaimBudgets(ctx context.Context, tx Tx, keys []string, p Cl
 		at = p.Clock.Host()
 	}
 	budgets := res.hinted
-	if len(missing) > 0 {
-		last := ""
-		for k := range res.hinted {
-			last = max(last, k)
+	last := ""
+	for k := range res.hinted {
+		last = max(last, k)
+	}
+	early := 0 // how many sort before a hinted one
+	if s.d.Capabilities().RowLocks {
+		early, _ = slices.BinarySearch(missing, last)
+	}
+	for i, part := range [][]string{missing[:early], missing[early:]} {
+		if len(part) == 0 {
+			continue
 		}
 		lock := s.lockBudgets
-		if missing[0] < last && s.d.Capabilities().RowLocks {
-			// Waiting for them now, out of key order, could deadlock:
-			// take them only if no one holds them.
+		if i == 0 {
+			// Waiting for these, out of key order, could deadlock: they
+			// are taken only if no one holds them.
 			lock = s.lockFreeBudgets
 		}
-		more, moreAt, err := lock(ctx, tx, missing, p.Clock)
+		more, moreAt, err := lock(ctx, tx, part, p.Clock)
 		if err != nil {
 			return nil, time.Time{}, err
 		}

@@ -2,6 +2,7 @@ package testdb
 
 import (
 	"context"
+	"slices"
 	"sync"
 
 	"github.com/sluicequeue/sluice/internal/engine"
@@ -72,15 +73,10 @@ func (t *recTx) Query(ctx context.Context, q string, args ...any) (engine.Rows, 
 	return t.Tx.Query(ctx, q, args...)
 }
 
-// Count returns how many times q has been recorded since the last Take.
-func (r *Recorder) Count(q string) int {
+// Seen returns the statements recorded since the last Take, leaving them
+// recorded.
+func (r *Recorder) Seen() []string {
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	n := 0
-	for _, s := range r.stmts {
-		if s == q {
-			n++
-		}
-	}
-	return n
+	return slices.Clone(r.stmts)
 }
