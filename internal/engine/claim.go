@@ -87,11 +87,13 @@ type ClaimParams struct {
 	DueLead time.Duration
 	// BudgetHint, sorted, are the budgets the claim expects to need — a
 	// worker passes those its last claim locked (ClaimResult.Budgets). They
-	// are locked in the round trip that locks the candidates, saving one.
-	// A claim that needs a budget the hint did not name, sorting before
-	// one it did, never waits for it: it takes it when no one holds it,
-	// and otherwise starts again without the hint, so no claim waits for a
-	// budget out of the one global order budgets are locked in.
+	// are locked in the round trip that locks the candidates, saving one,
+	// unless the claim takes no rate-limited candidate (Candidates < 0 and
+	// no due job). A claim that needs a budget the hint did not name,
+	// sorting before one it did, never waits for it: it takes it when no
+	// one holds it, and otherwise starts again without the hint, so no
+	// claim waits for a budget out of the one global order budgets are
+	// locked in.
 	BudgetHint []string
 }
 
@@ -299,8 +301,10 @@ func (s *Store) candidates(ctx context.Context, tx Tx, p ClaimParams, window int
 			stmts, into = append(stmts, query(s.q.LockReadyFair(q, p.Limits != nil, n))), append(into, &fair)
 		}
 		// The hinted budgets, and then the clock, ride along with the
-		// first queue's candidates.
-		hinted := len(p.BudgetHint) > 0 && p.Limits != nil && res.hinted == nil
+		// first queue's candidates: not in a claim that takes no limited
+		// job, whose unlimited ones would wait for them in vain while a
+		// sweep or another claim holds them.
+		hinted := len(p.BudgetHint) > 0 && p.Limits != nil && res.hinted == nil && (window > 0 || len(due) > 0)
 		if hinted {
 			res.hinted = map[string]*budget{}
 			stmts = append(stmts, query(s.q.LockBudgets(p.BudgetHint)))

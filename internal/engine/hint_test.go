@@ -110,3 +110,33 @@ func TestAClaimCompletesItsBudgetHintWithoutStartingAgain(t *testing.T) {
 		charged(4)
 	})
 }
+
+// A claim that takes no rate-limited job (its worker leaves them to a
+// sweep) leaves its hint's budgets unlocked: its unlimited jobs do not wait
+// for a budget that a sweep or another claim holds.
+func TestAClaimThatTakesNoLimitedJobLeavesItsHintUnlocked(t *testing.T) {
+	testdb.EachPool(t, func(t *testing.T, s *engine.Store, open func() *engine.Store) {
+		lim := limits{"k": spec(t, "k", 10, time.Minute, 10)}
+		pid := register(t, s, t0)
+		enqueue(t, s, t0, limited("k", "k/a"))
+		require.Len(t, claimLimited(t, s, pid, t0, 1, lim, 0).Jobs, 1) // the row exists
+		plain := enqueue(t, s, t0, job("a", "default", 0))
+		waiting := enqueue(t, s, t0, limited("k", "k/a"))
+
+		other := open()
+		lockHint, args := other.SQL().LockBudgets([]string{"k/a"})
+		release, _ := holdLocked(t, other, lockHint, args)
+		defer release()
+		// A claim that waited for k/a would fail here instead of hanging.
+		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+		defer cancel()
+		rs, rec := testdb.Record(s)
+		res, err := rs.Claim(ctx, engine.ClaimParams{ProcessID: pid, Queues: []string{"default"}, Max: 5, Candidates: -1,
+			Clock: engine.At(t0), Limits: lim, BudgetHint: []string{"k/a"}})
+		require.NoError(t, err)
+		require.Equal(t, plain, ids(res.Jobs))
+		require.Empty(t, res.Budgets)
+		require.NotContains(t, rec.Take(), lockHint, "no budget locked")
+		require.Equal(t, engine.StateReady, state(t, s, waiting[0]).State, "left for the sweep")
+	})
+}
