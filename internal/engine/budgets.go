@@ -104,13 +104,46 @@ func queryBudgets(ctx context.Context, ex Executor, q string, args []any) ([]Bud
 // between) reads as the empty state, which admits exactly as the cleared
 // row did.
 func (s *Store) lockBudgets(ctx context.Context, tx Executor, keys []string, c Clock) (map[string]*budget, time.Time, error) {
+	out, at, err := s.lockBudgetRows(ctx, tx, keys, c, s.q.LockBudgets, s.q.InsertBudgets)
+	if err != nil {
+		return nil, time.Time{}, fmt.Errorf("lock budgets: %w", err)
+	}
+	for _, k := range keys {
+		if out[k] == nil {
+			out[k] = &budget{row: BudgetRow{Name: k}, dirty: true}
+		}
+	}
+	return out, at, nil
+}
+
+// lockFreeBudgets locks the budget rows of keys (sorted) that no other
+// transaction holds, without waiting for those, and then reads the time as
+// lockBudgets does. A claim completes its BudgetHint with them out of key
+// order: it waits for none of them, so it cannot deadlock, and it then
+// holds exactly the rows it would have held had it locked them all in
+// order. It reports errHintMissed when a row is held or does not exist.
+func (s *Store) lockFreeBudgets(ctx context.Context, tx Executor, keys []string, c Clock) (map[string]*budget, time.Time, error) {
+	out, at, err := s.lockBudgetRows(ctx, tx, keys, c, s.q.LockFreeBudgets, nil)
+	switch {
+	case err != nil:
+		return nil, time.Time{}, fmt.Errorf("lock free budgets: %w", err)
+	case len(out) < len(keys):
+		return nil, time.Time{}, errHintMissed
+	}
+	return out, at, nil
+}
+
+// lockBudgetRows locks the budget rows of keys with lock, inserting the
+// missing ones with insert unless it is nil (lockByName), and reads the
+// time after the last lock. Rows still missing are left out.
+func (s *Store) lockBudgetRows(ctx context.Context, tx Executor, keys []string, c Clock, lock, insert func([]string) (string, []any)) (map[string]*budget, time.Time, error) {
 	out := make(map[string]*budget, len(keys))
 	var after []Stmt
 	if s.readsDatabase(c) {
 		after = append(after, query(s.d.Now(), nil))
 	}
 	var dbNow int64
-	err := s.lockByName(ctx, tx, keys, s.q.LockBudgets, s.q.InsertBudgets, after,
+	err := s.lockByName(ctx, tx, keys, lock, insert, after,
 		func(k string) bool { return out[k] != nil },
 		func(rows Rows) error {
 			r, err := scanBudget(rows)
@@ -121,54 +154,9 @@ func (s *Store) lockBudgets(ctx context.Context, tx Executor, keys []string, c C
 		},
 		func(rows Rows) error { return rows.Scan(&dbNow) })
 	if err != nil {
-		return nil, time.Time{}, fmt.Errorf("lock budgets: %w", err)
-	}
-	for _, k := range keys {
-		if out[k] == nil {
-			out[k] = &budget{row: BudgetRow{Name: k}, dirty: true}
-		}
+		return nil, time.Time{}, err
 	}
 	if len(after) > 0 {
-		return out, FromMicros(dbNow), nil
-	}
-	return out, c.Host(), nil
-}
-
-// lockFreeBudgets locks the budget rows of keys (sorted) that no other
-// transaction holds, without waiting for those, and then reads the time as
-// lockBudgets does. A claim completes its BudgetHint with them out of key
-// order: it waits for none of them, so it cannot deadlock, and it then
-// holds exactly the rows it would have held had it locked them all in
-// order. It reports errHintMissed when a row is held or does not exist.
-func (s *Store) lockFreeBudgets(ctx context.Context, tx Executor, keys []string, c Clock) (map[string]*budget, time.Time, error) {
-	stmts := []Stmt{query(s.q.LockFreeBudgets(keys))}
-	if s.readsDatabase(c) {
-		stmts = append(stmts, query(s.d.Now(), nil))
-	}
-	out := make(map[string]*budget, len(keys))
-	var dbNow int64
-	err := pipeline(ctx, tx, stmts, func(i int, rows Rows) error {
-		for rows.Next() {
-			if i > 0 {
-				if err := rows.Scan(&dbNow); err != nil {
-					return err
-				}
-				continue
-			}
-			r, err := scanBudget(rows)
-			if err != nil {
-				return err
-			}
-			out[r.Name] = loaded(r)
-		}
-		return nil
-	})
-	switch {
-	case err != nil:
-		return nil, time.Time{}, fmt.Errorf("lock free budgets: %w", err)
-	case len(out) < len(keys):
-		return nil, time.Time{}, errHintMissed
-	case len(stmts) > 1:
 		return out, FromMicros(dbNow), nil
 	}
 	return out, c.Host(), nil
@@ -178,8 +166,8 @@ func (s *Store) lockFreeBudgets(ctx context.Context, tx Executor, keys []string,
 // then the after statements, in one round trip where the database can.
 // For keys that found says are still missing, it runs insert(missing),
 // lock(missing) and the after statements again, so that after always runs
-// after the last lock. scan reads each locked row; scanAfter each row of
-// an after statement.
+// after the last lock; with a nil insert it leaves them missing. scan
+// reads each locked row; scanAfter each row of an after statement.
 func (s *Store) lockByName(ctx context.Context, tx Executor, keys []string, lock, insert func([]string) (string, []any),
 	after []Stmt, found func(string) bool, scan, scanAfter func(Rows) error) error {
 	read := func(first int) func(i int, rows Rows) error {
@@ -205,7 +193,7 @@ func (s *Store) lockByName(ctx context.Context, tx Executor, keys []string, lock
 			missing = append(missing, k)
 		}
 	}
-	if len(missing) == 0 {
+	if len(missing) == 0 || insert == nil {
 		return nil
 	}
 	stmts := append([]Stmt{stmt(insert(missing)), query(lock(missing))}, after...)
