@@ -17,7 +17,9 @@ import (
 // TestOverlappingLimitsHoldAcrossClaimersWithoutDeadlock runs claimers on
 // their own connection pools over jobs that each draw on two budgets —
 // their account's and a shared one — locked in one global order: neither
-// bound is ever exceeded, and no claim deadlocks.
+// bound is ever exceeded, and no claim deadlocks. Half the claimers pass
+// their last claim's budgets as the next one's hint, as a worker does, so
+// claims complete hints that missed budgets while others hold them.
 func TestOverlappingLimitsHoldAcrossClaimersWithoutDeadlock(t *testing.T) {
 	for _, b := range testdb.Backends(t) {
 		t.Run(b.Name, func(t *testing.T) {
@@ -31,13 +33,13 @@ func TestOverlappingLimitsHoldAcrossClaimersWithoutDeadlock(t *testing.T) {
 			s := open()
 			_, err := s.MigrateUp(ctx, 0)
 			require.NoError(t, err)
-			const n = 120
+			const n, accounts = 120, 6
 			jobs := make([]engine.NewJob, n)
 			for i := range jobs {
 				jobs[i] = job("k", "default", 0)
 				// Half list the shared budget first: the claim must lock in
 				// one global order whatever the order a job declares.
-				keys := []engine.RateKey{{Key: fmt.Sprintf("acct/%d", i%3), Cost: 1}, {Key: "api/global", Cost: 1}}
+				keys := []engine.RateKey{{Key: fmt.Sprintf("acct/%d", i%accounts), Cost: 1}, {Key: "api/global", Cost: 1}}
 				if i%2 == 0 {
 					keys[0], keys[1] = keys[1], keys[0]
 				}
@@ -53,8 +55,10 @@ func TestOverlappingLimitsHoldAcrossClaimersWithoutDeadlock(t *testing.T) {
 				cs := open()
 				pid := register(t, cs, time.Now())
 				wg.Add(1)
+				hinted := w%2 == 0
 				go func() {
 					defer wg.Done()
+					var hint []string
 					for time.Now().Before(deadline) {
 						mu.Lock()
 						done := total >= n
@@ -69,9 +73,12 @@ func TestOverlappingLimitsHoldAcrossClaimersWithoutDeadlock(t *testing.T) {
 							return
 						}
 						res, err := cs.Claim(ctx, engine.ClaimParams{ProcessID: pid, Queues: []string{"default"}, Max: 5,
-							Clock: engine.DatabaseTime(time.Now), Limits: lim})
+							Clock: engine.DatabaseTime(time.Now), Limits: lim, BudgetHint: hint})
 						if !assertNoErr(t, err) {
 							return
+						}
+						if hinted {
+							hint = res.Budgets
 						}
 						mu.Lock()
 						for _, j := range res.Jobs {
@@ -87,7 +94,7 @@ func TestOverlappingLimitsHoldAcrossClaimersWithoutDeadlock(t *testing.T) {
 			wg.Wait()
 			require.Equal(t, n, total, "every job was admitted, and no claimer stopped on an error")
 			require.LessOrEqual(t, ratelimit.BusiestWindow(admitted["api/global"], 100*time.Millisecond), 6)
-			for a := 0; a < 3; a++ {
+			for a := 0; a < accounts; a++ {
 				require.LessOrEqual(t, ratelimit.BusiestWindow(admitted[fmt.Sprintf("acct/%d", a)], 100*time.Millisecond), 4)
 			}
 		})
