@@ -52,13 +52,13 @@ func (q *SQL) MarkRunning(ids []int64, processID, now int64) (string, []any) {
 
 // CompleteJobs marks running jobs of a process completed.
 func (q *SQL) CompleteJobs(ids []int64, processID, now int64) (string, []any) {
-	return q.completeJobs.bind(now, ids, processID)
+	return q.completeJobs.bind(now, ids, processID, string(StateRunning))
 }
 
 // DeleteJobs deletes running jobs of a process (completion that keeps
 // nothing).
 func (q *SQL) DeleteJobs(ids []int64, processID int64) (string, []any) {
-	return q.deleteJobs.bind(ids, processID)
+	return q.deleteJobs.bind(ids, processID, string(StateRunning))
 }
 
 // SetJobs applies transitions to jobs currently in state from (and, when
@@ -82,7 +82,9 @@ func (q *SQL) LockDueWaiting(queues []string, now int64, limit int) (string, []a
 }
 
 // MarkReady makes locked jobs ready.
-func (q *SQL) MarkReady(ids []int64) (string, []any) { return q.markReady.bind(ids) }
+func (q *SQL) MarkReady(ids []int64) (string, []any) {
+	return q.markReady.bind(ids, string(StateScheduled))
+}
 
 // Notify wakes listening workers for the queues, or returns "" where the
 // database has no notifications.

@@ -117,7 +117,7 @@ func (q *SQL) ReleaseHolders(keys []string) (string, []any) { return q.releaseHo
 // a slot (and, when processID is not 0, run for that process). Columns:
 // id, conc_key.
 func (q *SQL) LockSlotHolders(ids []int64, processID int64) (string, []any) {
-	return q.lockSlotHolders.bind(ids, processID)
+	return q.lockSlotHolders.bind(ids, processID, true, string(StateRunning))
 }
 
 // LockExpiredSemaphores selects and locks, skipping locked rows,

@@ -45,11 +45,13 @@ UPDATE sluice_jobs SET state = 'running', attempt = attempt + 1, process_id = :p
 WHERE id IN (:ids);
 
 -- name: CompleteJobs
+-- :running is 'running' (see "A list finds its rows by key" in README.md).
 UPDATE sluice_jobs SET state = 'completed', finished_at = :now
-WHERE id IN (:ids) AND state = 'running' AND process_id = :process_id;
+WHERE id IN (:ids) AND state = :running AND process_id = :process_id;
 
 -- name: DeleteJobs
-DELETE FROM sluice_jobs WHERE id IN (:ids) AND state = 'running' AND process_id = :process_id;
+-- :running is 'running', as in CompleteJobs.
+DELETE FROM sluice_jobs WHERE id IN (:ids) AND state = :running AND process_id = :process_id;
 
 -- name: LockDue
 SELECT id, queue, conc_key, conc_limit, conc_duration, conc_discard, holds_slot FROM sluice_jobs j
@@ -64,7 +66,8 @@ WHERE {ScheduledJob} AND {DueAt} <= :now AND j.wait_key IS NOT NULL AND j.queue 
 ORDER BY {DueAt}, id LIMIT :limit FOR UPDATE SKIP LOCKED;
 
 -- name: MarkReady
-UPDATE sluice_jobs SET state = 'ready' WHERE id IN (:ids) AND state = 'scheduled';
+-- :scheduled is 'scheduled', as in CompleteJobs.
+UPDATE sluice_jobs SET state = 'ready' WHERE id IN (:ids) AND state = :scheduled;
 
 -- name: LockOrphans
 -- Running jobs whose process is listed or gone.

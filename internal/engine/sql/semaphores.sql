@@ -28,9 +28,10 @@ UPDATE sluice_jobs SET holds_slot = FALSE WHERE conc_key IN (:keys) AND holds_sl
 
 -- name: LockSlotHolders
 -- Of the listed jobs, those that hold a slot (and, when :process_id is not
--- 0, run for that process).
-SELECT id, conc_key FROM sluice_jobs WHERE id IN (:ids) AND holds_slot = TRUE
-  AND (:process_id::bigint = 0 OR (state = 'running' AND process_id = :process_id)) ORDER BY id FOR UPDATE;
+-- 0, run for that process). :holding is TRUE and :running is 'running', as
+-- in CompleteJobs.
+SELECT id, conc_key FROM sluice_jobs WHERE id IN (:ids) AND holds_slot = :holding
+  AND (:process_id::bigint = 0 OR (state = :running AND process_id = :process_id)) ORDER BY id FOR UPDATE;
 
 -- name: LockExpiredSemaphores
 SELECT {SemaphoreColumns} FROM sluice_semaphores WHERE held > 0 AND expires_at < :now

@@ -1,0 +1,195 @@
+package engine_test
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"strings"
+	"testing"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/sluicequeue/sluice/internal/engine"
+	"github.com/sluicequeue/sluice/internal/testdb"
+)
+
+// The statements that write or read listed jobs find each through the
+// primary key, whatever the other indexes look like. A worker completes up
+// to a thousand jobs in one statement while a thousand run: PostgreSQL's
+// generic plan (which pgx's prepared statements get after five runs) once
+// found them through the partial index of running jobs and compared each
+// with every listed id, 40–100 ms a batch at 1,500 jobs per worker; a
+// promotion did the same over every scheduled job.
+func TestListedJobsAreFoundByTheirKey(t *testing.T) {
+	testdb.Each(t, func(t *testing.T, s *engine.Store) {
+		ctx := context.Background()
+		// Enough rows that no database reads the whole table instead.
+		many := make([]engine.NewJob, 2000)
+		for i := range many {
+			many[i] = job("k", "default", 0)
+		}
+		ids := enqueue(t, s, t0, many...)[:3]
+		q := s.SQL()
+		stmts := map[string]func() (string, []any){
+			"MarkRunning":     func() (string, []any) { return q.MarkRunning(ids, 1, 1) },
+			"CompleteJobs":    func() (string, []any) { return q.CompleteJobs(ids, 1, 1) },
+			"DeleteJobs":      func() (string, []any) { return q.DeleteJobs(ids, 1) },
+			"MarkReady":       func() (string, []any) { return q.MarkReady(ids) },
+			"DeleteJobsByID":  func() (string, []any) { return q.DeleteJobsByID(ids) },
+			"LockSlotHolders": func() (string, []any) { return q.LockSlotHolders(ids, 1) },
+			"SetJobs": func() (string, []any) {
+				rows := make([]engine.SetRow, len(ids))
+				for i, id := range ids {
+					rows[i] = engine.SetRow{ID: id, State: engine.StateCompleted}
+				}
+				return s.Dialect().SetJobs(engine.StateRunning, 1, 1, rows)
+			},
+		}
+		name := s.Dialect().Name()
+		if name == "postgres" {
+			// The statistics of a table with no running or scheduled job,
+			// as an ANALYZE between bursts sees it: the partial indexes
+			// look nearly empty.
+			_, err := s.DB().Exec(ctx, "ANALYZE sluice_jobs")
+			require.NoError(t, err)
+		}
+		for stmt, render := range stmts {
+			text, args := render()
+			var via []string
+			switch name {
+			case "postgres":
+				via = postgresGenericPlan(t, s, text, len(args))
+			case "sqlite":
+				via = sqlitePlan(t, s, text, args)
+			case "mysql":
+				via = mysqlPlan(t, s, text, args)
+			default:
+				t.Fatalf("no plan reader for %s", name)
+			}
+			require.NotEmpty(t, via, "%s: the plan reads sluice_jobs", stmt)
+			for _, v := range via {
+				require.Equal(t, "primary key", v, "%s: %s finds sluice_jobs' rows through %s", name, stmt, v)
+			}
+		}
+	})
+}
+
+// postgresGenericPlan returns how the generic plan of text reaches
+// sluice_jobs' rows, one entry per scan of it: "primary key", or the
+// index or scan it uses instead.
+func postgresGenericPlan(t *testing.T, s *engine.Store, text string, params int) []string {
+	t.Helper()
+	ctx := context.Background()
+	tx, err := s.DB().Begin(ctx)
+	require.NoError(t, err)
+	defer func() { _ = tx.Rollback(ctx) }()
+	_, err = tx.Exec(ctx, "SET LOCAL plan_cache_mode = force_generic_plan")
+	require.NoError(t, err)
+	_, err = tx.Exec(ctx, "PREPARE listed AS "+text)
+	require.NoError(t, err, text)
+	nulls := strings.TrimSuffix(strings.Repeat("NULL, ", params), ", ")
+	rows, err := tx.Query(ctx, "EXPLAIN (FORMAT JSON) EXECUTE listed("+nulls+")")
+	require.NoError(t, err)
+	var out string
+	for rows.Next() {
+		require.NoError(t, rows.Scan(&out))
+	}
+	require.NoError(t, rows.Err())
+	rows.Close()
+	_, err = tx.Exec(ctx, "DEALLOCATE listed")
+	require.NoError(t, err)
+	var plans []struct{ Plan planNode }
+	require.NoError(t, json.Unmarshal([]byte(out), &plans), out)
+	var via []string
+	var walk func(n planNode)
+	walk = func(n planNode) {
+		if n.Relation == "sluice_jobs" && n.Type != "ModifyTable" {
+			switch {
+			case n.Index == "sluice_jobs_pkey" && strings.Contains(n.Cond, "id ="):
+				via = append(via, "primary key")
+			case n.Index != "":
+				via = append(via, fmt.Sprintf("%s (%s)", n.Index, n.Cond))
+			default:
+				via = append(via, n.Type)
+			}
+		}
+		for _, c := range n.Plans {
+			walk(c)
+		}
+	}
+	for _, p := range plans {
+		walk(p.Plan)
+	}
+	return via
+}
+
+// planNode is the part of PostgreSQL's JSON plan the test reads.
+type planNode struct {
+	Type     string     `json:"Node Type"`
+	Relation string     `json:"Relation Name"`
+	Index    string     `json:"Index Name"`
+	Cond     string     `json:"Index Cond"`
+	Plans    []planNode `json:"Plans"`
+}
+
+// sqlitePlan returns how SQLite's plan for text reaches sluice_jobs.
+func sqlitePlan(t *testing.T, s *engine.Store, text string, args []any) []string {
+	t.Helper()
+	rows, err := s.DB().Query(context.Background(), "EXPLAIN QUERY PLAN "+text, args...)
+	require.NoError(t, err, text)
+	defer rows.Close()
+	var via []string
+	for rows.Next() {
+		var id, parent, unused int
+		var detail string
+		require.NoError(t, rows.Scan(&id, &parent, &unused, &detail))
+		switch {
+		case !strings.Contains(detail, "sluice_jobs") && !strings.Contains(detail, " j "):
+		case strings.Contains(detail, "rowid=?"):
+			via = append(via, "primary key")
+		default:
+			via = append(via, detail)
+		}
+	}
+	require.NoError(t, rows.Err())
+	return via
+}
+
+// mysqlPlan returns how MySQL's plan for text reaches sluice_jobs.
+func mysqlPlan(t *testing.T, s *engine.Store, text string, args []any) []string {
+	t.Helper()
+	rows, err := s.DB().Query(context.Background(), "EXPLAIN FORMAT=JSON "+text, args...)
+	require.NoError(t, err, text)
+	defer rows.Close()
+	var out string
+	for rows.Next() {
+		require.NoError(t, rows.Scan(&out))
+	}
+	require.NoError(t, rows.Err())
+	var via []string
+	var walk func(v any)
+	walk = func(v any) {
+		switch v := v.(type) {
+		case map[string]any:
+			if v["table_name"] == "j" || v["table_name"] == "sluice_jobs" {
+				key, _ := v["key"].(string)
+				if key == "PRIMARY" {
+					via = append(via, "primary key")
+				} else {
+					via = append(via, fmt.Sprintf("%v via %q", v["access_type"], key))
+				}
+			}
+			for _, c := range v {
+				walk(c)
+			}
+		case []any:
+			for _, c := range v {
+				walk(c)
+			}
+		}
+	}
+	var plan any
+	require.NoError(t, json.Unmarshal([]byte(out), &plan), out)
+	walk(plan)
+	return via
+}
