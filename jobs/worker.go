@@ -160,6 +160,12 @@ type Worker struct {
 	// budgetHint are the budgets the last claim locked, when it admitted
 	// rate-limited jobs.
 	budgetHint []string
+	// snapshotHint is set when the next claim decides on a snapshot of
+	// its hint first; snapshotIn counts the claims until it tries again,
+	// and snapshotAlone the snapshots in a row that found no other claim
+	// on their budgets (see adaptSnapshot).
+	snapshotHint              bool
+	snapshotIn, snapshotAlone int
 	// overflowed counts, per budget, the jobs this worker's claims deferred
 	// on it while more were ready behind them, until it sweeps the budget
 	// (see overflowing); only the claiming goroutine touches it.
@@ -442,6 +448,7 @@ func (w *Worker) adaptWindow(res *engine.ClaimResult, window int) {
 	if admitted > 0 && len(res.Budgets) <= maxBudgetHint {
 		w.budgetHint = res.Budgets
 	}
+	w.adaptSnapshot(res, deferred)
 	switch {
 	case window <= 0:
 	case deferred > admitted:
@@ -450,6 +457,36 @@ func (w *Worker) adaptWindow(res *engine.ClaimResult, window int) {
 		w.window = w.cfg.Concurrency
 	case admitted > 0:
 		w.window = min(w.window*2, w.cfg.Concurrency)
+	}
+}
+
+// snapshotProbe is how many claims a worker makes on locked budgets
+// before it tries a snapshot of them again, once snapshotAlone snapshots
+// in a row found no other claim taking turns on them.
+const (
+	snapshotProbe = 16
+	snapshotAlone = 3
+)
+
+// adaptSnapshot decides whether the next claim decides on a snapshot of
+// its budgets first (engine.ClaimParams.SnapshotHint): while claims defer
+// nothing and other claims take turns on the same budgets. Without such
+// claims a snapshot only costs a round trip, so a worker that finds none
+// in snapshotAlone snapshots tries again after snapshotProbe claims.
+func (w *Worker) adaptSnapshot(res *engine.ClaimResult, deferred int) {
+	switch {
+	case deferred > 0 || len(w.budgetHint) == 0:
+		w.snapshotHint, w.snapshotIn, w.snapshotAlone = false, snapshotProbe, 0
+	case w.snapshotHint && res.Contended:
+		w.snapshotAlone = 0
+	case w.snapshotHint:
+		w.snapshotAlone++
+		if w.snapshotAlone >= snapshotAlone {
+			w.snapshotHint, w.snapshotIn, w.snapshotAlone = false, snapshotProbe, 0
+		}
+	default:
+		w.snapshotIn--
+		w.snapshotHint = w.snapshotIn <= 0
 	}
 }
 
@@ -571,17 +608,18 @@ func (w *Worker) claim(ctx context.Context, max, window int, promote bool) (*eng
 	began := time.Now()
 	hostBegan := w.clock.Now()
 	res, err := w.store.Claim(ctx, engine.ClaimParams{
-		ProcessID:  w.pid.Load(),
-		Queues:     w.cfg.Queues,
-		Max:        max,
-		Candidates: window,
-		Clock:      w.storeClock(),
-		Limits:     w.claimLimits(),
-		Fair:       w.reg.hasFair(),
-		Horizon:    w.cfg.Horizon,
-		PromoteDue: promote && w.limits != nil,
-		DueLead:    w.slots.leadTime(),
-		BudgetHint: w.budgetHint,
+		ProcessID:    w.pid.Load(),
+		Queues:       w.cfg.Queues,
+		Max:          max,
+		Candidates:   window,
+		Clock:        w.storeClock(),
+		Limits:       w.claimLimits(),
+		Fair:         w.reg.hasFair(),
+		Horizon:      w.cfg.Horizon,
+		PromoteDue:   promote && w.limits != nil,
+		DueLead:      w.slots.leadTime(),
+		BudgetHint:   w.budgetHint,
+		SnapshotHint: w.snapshotHint,
 	})
 	if err != nil {
 		return nil, err

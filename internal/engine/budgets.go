@@ -66,7 +66,7 @@ func (b *budget) prepare(p ratelimit.Params, now int64) {
 
 // save returns the row to write, stamped at now (µs).
 func (b *budget) save(now int64) BudgetRow {
-	b.row.TAT, b.row.NextSlot, b.row.UpdatedAt = b.state.TAT, b.state.NextSlot, now
+	b.row.TAT, b.row.NextSlot, b.row.UpdatedAt = b.state.TAT, b.state.NextSlot, max(b.row.UpdatedAt, now)
 	return b.row
 }
 

@@ -95,6 +95,14 @@ type ClaimParams struct {
 	// claim waits for a budget out of the one global order budgets are
 	// locked in.
 	BudgetHint []string
+	// SnapshotHint, with BudgetHint, reads the hinted budgets without
+	// locking them and, when they admit every candidate the claim takes,
+	// marks those jobs running before it locks the budgets, so that other
+	// claims wait for these budgets only while it decides, writes them and
+	// commits (snapshot.go). Where a transaction holds the only write lock
+	// (SQLite) it changes nothing. A worker sets it while its claims defer
+	// nothing: on budgets that defer, the snapshot costs a round trip.
+	SnapshotHint bool
 }
 
 // ClaimResult is what a claim took and what it deferred.
@@ -140,6 +148,11 @@ type ClaimResult struct {
 	// admitted it as of the slot. The jobs admitted under a limit must not
 	// start before DecidedAt (Job.Hold). Zero when no job came early.
 	Ahead time.Duration
+	// Contended is set when the claim decided on a snapshot of its budgets
+	// (SnapshotHint) and another claim wrote one of them between the
+	// snapshot and the lock: claims are taking turns on these budgets,
+	// which is when deciding on a snapshot shortens the turns.
+	Contended bool
 	// woke are queues whose blocked jobs took the slots deferred jobs gave
 	// back.
 	woke []string
@@ -147,6 +160,10 @@ type ClaimResult struct {
 	// database's clock read after them (zero on the caller's clock).
 	hinted   map[string]*budget
 	hintedAt time.Time
+	// snapshot is set when hinted was read without locks (snapshot.go),
+	// and marked when the claim's jobs were marked running with the
+	// budgets' lock.
+	snapshot, marked bool
 }
 
 // Deferral records one job a rate limit held back.
@@ -251,7 +268,9 @@ func (s *Store) claim(ctx context.Context, tx Tx, p ClaimParams, res *ClaimResul
 			j.Attempt++
 			j.ClaimedAt = now
 		}
-		writes = append(writes, stmt(s.q.MarkRunning(ids, p.ProcessID, Micros(now))))
+		if !res.marked {
+			writes = append(writes, stmt(s.q.MarkRunning(ids, p.ProcessID, Micros(now))))
+		}
 	}
 	if !anyCalls(admitted) {
 		// Nothing more to read: the writes and the commit go in one
@@ -307,7 +326,11 @@ func (s *Store) candidates(ctx context.Context, tx Tx, p ClaimParams, window int
 		hinted := len(p.BudgetHint) > 0 && p.Limits != nil && res.hinted == nil && (window > 0 || len(due) > 0)
 		if hinted {
 			res.hinted = map[string]*budget{}
-			stmts = append(stmts, query(s.q.LockBudgets(p.BudgetHint)))
+			read := s.q.LockBudgets
+			if res.snapshot = s.snapshotEligible(p, window, due); res.snapshot {
+				read = s.q.ReadBudgets
+			}
+			stmts = append(stmts, query(read(p.BudgetHint)))
 			if s.readsDatabase(p.Clock) {
 				stmts = append(stmts, query(s.d.Now(), nil))
 			}

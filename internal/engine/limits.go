@@ -55,7 +55,15 @@ func (s *Store) applyLimits(ctx context.Context, tx Tx, p ClaimParams, cands []*
 	}
 	slices.Sort(keys)
 	keys = slices.Compact(keys)
-	budgets, at, err := s.lockClaimBudgets(ctx, tx, keys, p, res)
+	var budgets map[string]*budget
+	var at time.Time
+	var marked []int64
+	var err error
+	if res.snapshot {
+		budgets, at, marked, err = s.snapshotBudgets(ctx, tx, keys, p, cands, checks, res)
+	} else {
+		budgets, at, err = s.lockClaimBudgets(ctx, tx, keys, p, res)
+	}
 	if err != nil {
 		return nil, nil, nil, err
 	}
@@ -213,6 +221,12 @@ func (s *Store) applyLimits(ctx context.Context, tx Tx, p ClaimParams, cands []*
 	unparked, err := s.unparkLocked(ctx, tx, keys, budgets, now, until+horizon.Nanoseconds()/10, res)
 	if err != nil {
 		return nil, nil, nil, err
+	}
+	if marked != nil {
+		if err := checkSnapshot(marked, admitted, res, len(deferred)+len(failed)+len(unparked)+len(displaced), gives); err != nil {
+			return nil, nil, nil, err
+		}
+		res.marked = true
 	}
 	var writes []Stmt
 	if st, ok := s.saveBudgets(budgets, Micros(at)); ok {

@@ -3,6 +3,7 @@ package engine_test
 import (
 	"context"
 	"fmt"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -22,83 +23,120 @@ import (
 // claims complete hints that missed budgets while others hold them.
 func TestOverlappingLimitsHoldAcrossClaimersWithoutDeadlock(t *testing.T) {
 	for _, b := range testdb.Backends(t) {
+		t.Run(b.Name, func(t *testing.T) { overlappingClaimers(t, b, 120, 5, false, [2]int{4, 6}) })
+	}
+}
+
+// TestClaimsOnSnapshotsHoldOverlappingLimits is the test above with claims
+// of two over 600 jobs, every claimer passing its hint, and limits five and
+// ten times as wide: many claims find on the snapshot of their budgets that both
+// candidates are admitted, mark them running before locking the budgets,
+// and decide again under the lock, while other claims take from the same
+// budgets in between (snapshot.go); some then find too little left and
+// start again. Neither bound is ever exceeded, by the times the claims
+// decided at.
+func TestClaimsOnSnapshotsHoldOverlappingLimits(t *testing.T) {
+	for _, b := range testdb.Backends(t) {
 		t.Run(b.Name, func(t *testing.T) {
-			url := b.URL(t)
-			ctx := context.Background()
-			lim := limits{
-				"acct": spec(t, "acct", 4, 100*time.Millisecond, 2), // per account
-				"api":  spec(t, "api", 6, 100*time.Millisecond, 3),  // all accounts
-			}
-			open := testdb.Opener(t, url)
-			s := open()
-			_, err := s.MigrateUp(ctx, 0)
-			require.NoError(t, err)
-			const n, accounts = 120, 6
-			jobs := make([]engine.NewJob, n)
-			for i := range jobs {
-				jobs[i] = job("k", "default", 0)
-				// Half list the shared budget first: the claim must lock in
-				// one global order whatever the order a job declares.
-				keys := []engine.RateKey{{Key: fmt.Sprintf("acct/%d", i%accounts), Cost: 1}, {Key: "api/global", Cost: 1}}
-				if i%2 == 0 {
-					keys[0], keys[1] = keys[1], keys[0]
-				}
-				jobs[i].RateKeys = keys
-			}
-			enqueue(t, s, time.Now(), jobs...)
-			var mu sync.Mutex
-			admitted := map[string][]time.Time{}
-			total := 0
-			var wg sync.WaitGroup
-			deadline := time.Now().Add(40 * time.Second)
-			for w := 0; w < 4; w++ {
-				cs := open()
-				pid := register(t, cs, time.Now())
-				wg.Add(1)
-				hinted := w%2 == 0
-				go func() {
-					defer wg.Done()
-					var hint []string
-					for time.Now().Before(deadline) {
-						mu.Lock()
-						done := total >= n
-						mu.Unlock()
-						if done {
-							return
-						}
-						if _, _, err := cs.Promote(ctx, engine.At(time.Now()), 100); !assertNoErr(t, err) {
-							return
-						}
-						if _, err := cs.Unpark(ctx, engine.At(time.Now()), 0, 10); !assertNoErr(t, err) {
-							return
-						}
-						res, err := cs.Claim(ctx, engine.ClaimParams{ProcessID: pid, Queues: []string{"default"}, Max: 5,
-							Clock: engine.DatabaseTime(time.Now), Limits: lim, BudgetHint: hint})
-						if !assertNoErr(t, err) {
-							return
-						}
-						if hinted {
-							hint = res.Budgets
-						}
-						mu.Lock()
-						for _, j := range res.Jobs {
-							for _, rk := range j.RateKeys {
-								admitted[rk.Key] = append(admitted[rk.Key], res.DecidedAt)
-							}
-						}
-						total += len(res.Jobs)
-						mu.Unlock()
-					}
-				}()
-			}
-			wg.Wait()
-			require.Equal(t, n, total, "every job was admitted, and no claimer stopped on an error")
-			require.LessOrEqual(t, ratelimit.BusiestWindow(admitted["api/global"], 100*time.Millisecond), 6)
-			for a := 0; a < accounts; a++ {
-				require.LessOrEqual(t, ratelimit.BusiestWindow(admitted[fmt.Sprintf("acct/%d", a)], 100*time.Millisecond), 4)
+			snapshots := overlappingClaimers(t, b, 600, 2, true, [2]int{20, 60})
+			if b.Name != "sqlite" {
+				require.Greater(t, snapshots, 50, "claims read their budgets as a snapshot")
 			}
 		})
 	}
+}
+
+// overlappingClaimers runs 4 claimers of up to max jobs over n jobs on 6
+// accounts, the claimers passing hints (all, or every other one), checks
+// both bounds (to per 100 ms: an account's, the shared one; each with a
+// burst of half), and returns how many claims read their hint as a
+// snapshot.
+func overlappingClaimers(t *testing.T, b testdb.Backend, n, max int, hintAll bool, to [2]int) int {
+	url := b.URL(t)
+	ctx := context.Background()
+	lim := limits{
+		"acct": spec(t, "acct", to[0], 100*time.Millisecond, to[0]/2), // per account
+		"api":  spec(t, "api", to[1], 100*time.Millisecond, to[1]/2),  // all accounts
+	}
+	open := testdb.Opener(t, url)
+	s := open()
+	_, err := s.MigrateUp(ctx, 0)
+	require.NoError(t, err)
+	snapshot := func(q string) bool {
+		return strings.HasPrefix(q, "SELECT") && strings.Contains(q, "FROM sluice_budgets") && !strings.Contains(q, "FOR UPDATE")
+	}
+	const accounts = 6
+	jobs := make([]engine.NewJob, n)
+	for i := range jobs {
+		jobs[i] = job("k", "default", 0)
+		// Half list the shared budget first: the claim must lock in
+		// one global order whatever the order a job declares.
+		keys := []engine.RateKey{{Key: fmt.Sprintf("acct/%d", i%accounts), Cost: 1}, {Key: "api/global", Cost: 1}}
+		if i%2 == 0 {
+			keys[0], keys[1] = keys[1], keys[0]
+		}
+		jobs[i].RateKeys = keys
+	}
+	enqueue(t, s, time.Now(), jobs...)
+	var mu sync.Mutex
+	admitted := map[string][]time.Time{}
+	total, snapshots := 0, 0
+	var wg sync.WaitGroup
+	deadline := time.Now().Add(40 * time.Second)
+	for w := 0; w < 4; w++ {
+		cs, rec := testdb.Record(open())
+		pid := register(t, cs, time.Now())
+		wg.Add(1)
+		hinted := hintAll || w%2 == 0
+		go func() {
+			defer wg.Done()
+			var hint []string
+			for time.Now().Before(deadline) {
+				mu.Lock()
+				done := total >= n
+				mu.Unlock()
+				if done {
+					break
+				}
+				if _, _, err := cs.Promote(ctx, engine.At(time.Now()), 100); !assertNoErr(t, err) {
+					return
+				}
+				if _, err := cs.Unpark(ctx, engine.At(time.Now()), 0, 10); !assertNoErr(t, err) {
+					return
+				}
+				res, err := cs.Claim(ctx, engine.ClaimParams{ProcessID: pid, Queues: []string{"default"}, Max: max,
+					Clock: engine.DatabaseTime(time.Now), Limits: lim, BudgetHint: hint, SnapshotHint: hintAll})
+				if !assertNoErr(t, err) {
+					return
+				}
+				if hinted {
+					hint = res.Budgets
+				}
+				mu.Lock()
+				for _, j := range res.Jobs {
+					for _, rk := range j.RateKeys {
+						admitted[rk.Key] = append(admitted[rk.Key], res.DecidedAt)
+					}
+				}
+				total += len(res.Jobs)
+				mu.Unlock()
+			}
+			mu.Lock()
+			for _, q := range rec.Take() {
+				if snapshot(q) {
+					snapshots++
+				}
+			}
+			mu.Unlock()
+		}()
+	}
+	wg.Wait()
+	require.Equal(t, n, total, "every job was admitted, and no claimer stopped on an error")
+	require.LessOrEqual(t, ratelimit.BusiestWindow(admitted["api/global"], 100*time.Millisecond), to[1])
+	for a := 0; a < accounts; a++ {
+		require.LessOrEqual(t, ratelimit.BusiestWindow(admitted[fmt.Sprintf("acct/%d", a)], 100*time.Millisecond), to[0])
+	}
+	return snapshots
 }
 
 // TestShadowModeRecordsTheDecisionsAnEnforcingRunMakes feeds one trace to

@@ -412,7 +412,7 @@ func (w *walk) apply(o op) error {
 			ProcessID: pid, Queues: []string{modelQueue}, Max: 1 + o.b%6, Candidates: o.b % 12,
 			Clock: w.clock(), Limits: w.lim, Horizon: 5 * time.Second, PromoteDue: o.b%3 != 0,
 			DueLead: time.Duration(o.a%3) * 100 * time.Millisecond, Fair: true,
-			BudgetHint: hint,
+			BudgetHint: hint, SnapshotHint: o.a%2 == 0,
 		})
 		if err != nil {
 			return err

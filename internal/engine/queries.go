@@ -29,9 +29,9 @@ type SQL struct {
 	setQueuePaused, saveOverride, deleteOverride *sqlStatement
 	listQueues, listOverrides                    string
 
-	lockBudgets, lockFreeBudgets, getBudget, insertBudgets, saveBudgets, moveCursor, lockParkedBudgets *sqlStatement
-	lockParked, lockSlotted, countParked, lockIdleBudgets, deleteBudgets                               *sqlStatement
-	listBudgets                                                                                        string
+	lockBudgets, lockFreeBudgets, readBudgets, getBudget, insertBudgets, saveBudgets, moveCursor, lockParkedBudgets *sqlStatement
+	lockParked, lockSlotted, countParked, lockIdleBudgets, deleteBudgets                                            *sqlStatement
+	listBudgets                                                                                                     string
 
 	lockSemaphores, insertSemaphores, saveSemaphores, lockBlocked, markSlots, releaseHolders *sqlStatement
 	lockSlotHolders, lockExpiredSemaphores, blockedKeys                                      *sqlStatement
@@ -152,6 +152,7 @@ func NewSQL(d Dialect) (*SQL, error) {
 
 		{&q.lockBudgets, "LockBudgets", []string{"keys"}},
 		{&q.lockFreeBudgets, "LockFreeBudgets", []string{"keys"}},
+		{&q.readBudgets, "ReadBudgets", []string{"keys"}},
 		{&q.getBudget, "GetBudget", []string{"key"}},
 		{&q.insertBudgets, "InsertBudgets", []string{"rows"}},
 		{&q.saveBudgets, "SaveBudgets", []string{"rows"}},

@@ -10,6 +10,10 @@ func (q *SQL) LockBudgets(keys []string) (string, []any) { return q.lockBudgets.
 // holds, budget rows in key order. Columns: BudgetColumns.
 func (q *SQL) LockFreeBudgets(keys []string) (string, []any) { return q.lockFreeBudgets.bind(keys) }
 
+// ReadBudgets selects budget rows in key order without locking them.
+// Columns: as LockBudgets.
+func (q *SQL) ReadBudgets(keys []string) (string, []any) { return q.readBudgets.bind(keys) }
+
 // GetBudget reads one budget without locking it. Columns: BudgetColumns.
 func (q *SQL) GetBudget(key string) (string, []any) { return q.getBudget.bind(key) }
 

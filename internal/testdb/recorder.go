@@ -12,8 +12,12 @@ import (
 // through it, in its transactions too.
 type Recorder struct {
 	engine.DB
-	mu    sync.Mutex
-	stmts []string
+	// Before, when set, runs before each statement (given its text), after
+	// the statement is recorded: a test's way to act at a point within a
+	// transaction. Set it before the store runs anything.
+	Before func(q string)
+	mu     sync.Mutex
+	stmts  []string
 }
 
 // Record returns a store over s's database whose statements r records.
@@ -26,6 +30,9 @@ func (r *Recorder) record(q string) {
 	r.mu.Lock()
 	r.stmts = append(r.stmts, q)
 	r.mu.Unlock()
+	if r.Before != nil {
+		r.Before(q)
+	}
 }
 
 // Exec records and runs a statement.

@@ -8,6 +8,10 @@ SELECT {BudgetColumns} FROM sluice_budgets WHERE name IN (:keys) ORDER BY name F
 -- waiting for the others.
 SELECT {BudgetColumns} FROM sluice_budgets WHERE name IN (:keys) ORDER BY name FOR UPDATE SKIP LOCKED;
 
+-- name: ReadBudgets
+-- The budget rows of keys as last committed, without locking them.
+SELECT {BudgetColumns} FROM sluice_budgets WHERE name IN (:keys) ORDER BY name;
+
 -- name: GetBudget
 SELECT {BudgetColumns} FROM sluice_budgets WHERE name = :key;
 
