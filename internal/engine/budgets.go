@@ -64,10 +64,21 @@ func (b *budget) prepare(p ratelimit.Params, now int64) {
 	}
 }
 
-// save returns the row to write, stamped at now (µs).
+// save returns the row to write, stamped at now (µs), or at its last
+// stamp if that is later (a claim on a snapshot may decide at an earlier
+// time than the claim that charged the budget last: snapshot.go).
 func (b *budget) save(now int64) BudgetRow {
 	b.row.TAT, b.row.NextSlot, b.row.UpdatedAt = b.state.TAT, b.state.NextSlot, max(b.row.UpdatedAt, now)
 	return b.row
+}
+
+// loadBudget reads one budget row into budgets, by name.
+func loadBudget(rows Rows, budgets map[string]*budget) error {
+	r, err := scanBudget(rows)
+	if err == nil {
+		budgets[r.Name] = loaded(r)
+	}
+	return err
 }
 
 func scanBudget(rows Rows, extra ...any) (BudgetRow, error) {
@@ -145,13 +156,7 @@ func (s *Store) lockBudgetRows(ctx context.Context, tx Executor, keys []string, 
 	var dbNow int64
 	err := s.lockByName(ctx, tx, keys, lock, insert, after,
 		func(k string) bool { return out[k] != nil },
-		func(rows Rows) error {
-			r, err := scanBudget(rows)
-			if err == nil {
-				out[r.Name] = loaded(r)
-			}
-			return err
-		},
+		func(rows Rows) error { return loadBudget(rows, out) },
 		func(rows Rows) error { return rows.Scan(&dbNow) })
 	if err != nil {
 		return nil, time.Time{}, err

@@ -208,7 +208,8 @@ func (s *Store) Claim(ctx context.Context, p ClaimParams) (*ClaimResult, error) 
 
 // errHintMissed restarts a claim whose BudgetHint missed a budget that
 // sorts before one it locked, when another transaction holds that budget
-// (or its row does not exist yet).
+// (or its row does not exist yet), and one whose decision on a snapshot of
+// its budgets did not hold once they were locked (snapshot.go).
 var errHintMissed = errors.New("the budget hint missed a budget")
 
 func (s *Store) claim(ctx context.Context, tx Tx, p ClaimParams, res *ClaimResult) error {
@@ -327,7 +328,7 @@ func (s *Store) candidates(ctx context.Context, tx Tx, p ClaimParams, window int
 		if hinted {
 			res.hinted = map[string]*budget{}
 			read := s.q.LockBudgets
-			if res.snapshot = s.snapshotEligible(p, window, due); res.snapshot {
+			if res.snapshot = s.snapshotEligible(p); res.snapshot {
 				read = s.q.ReadBudgets
 			}
 			stmts = append(stmts, query(read(p.BudgetHint)))
@@ -345,11 +346,9 @@ func (s *Store) candidates(ctx context.Context, tx Tx, p ClaimParams, window int
 					}
 					*into[i] = append(*into[i], j)
 				case i == len(into):
-					r, err := scanBudget(rows)
-					if err != nil {
+					if err := loadBudget(rows, res.hinted); err != nil {
 						return err
 					}
-					res.hinted[r.Name] = loaded(r)
 				default:
 					var us int64
 					if err := rows.Scan(&us); err != nil {

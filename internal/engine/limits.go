@@ -223,7 +223,7 @@ func (s *Store) applyLimits(ctx context.Context, tx Tx, p ClaimParams, cands []*
 		return nil, nil, nil, err
 	}
 	if marked != nil {
-		if err := checkSnapshot(marked, admitted, res, len(deferred)+len(failed)+len(unparked)+len(displaced), gives); err != nil {
+		if err := checkSnapshot(marked, admitted, len(deferred)+len(failed)+len(unparked)+len(displaced), res); err != nil {
 			return nil, nil, nil, err
 		}
 		res.marked = true

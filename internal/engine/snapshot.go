@@ -34,13 +34,12 @@ import (
 // A claim that admits at an earlier time than the budget's last decision
 // is held to a stricter test than one at the later time.
 
-// snapshotEligible says whether a claim reads its hint as a snapshot: when
-// asked to (SnapshotHint), on a database with row locks (where claims wait
-// for each other's budgets),
-// for a claim that takes rate-limited candidates and no due ones, whose
-// decision PromoteDue's early admissions cannot move.
-func (s *Store) snapshotEligible(p ClaimParams, window int, due []*Job) bool {
-	return p.SnapshotHint && s.d.Capabilities().RowLocks && len(p.BudgetHint) > 0 && p.Limits != nil && window > 0 && len(due) == 0 && !p.PromoteDue
+// snapshotEligible says whether a claim that reads its hint reads it as a
+// snapshot: when asked to (SnapshotHint), on a database with row locks
+// (where claims wait for each other's budgets), and not while it promotes
+// due jobs, whose early admissions (DueLead) decide as of a slot.
+func (s *Store) snapshotEligible(p ClaimParams) bool {
+	return p.SnapshotHint && !p.PromoteDue && s.d.Capabilities().RowLocks
 }
 
 // snapshotBudgets decides a claim's limits on the snapshot its candidates
@@ -63,13 +62,11 @@ func (s *Store) snapshotBudgets(ctx context.Context, tx Tx, keys []string, p Cla
 	}
 	budgets = make(map[string]*budget, len(keys))
 	stmts := []Stmt{stmt(s.q.MarkRunning(marked, p.ProcessID, Micros(at))), query(s.q.LockBudgets(keys))}
-	err = pipeline(ctx, tx, stmts, func(i int, rows Rows) error {
+	err = pipeline(ctx, tx, stmts, func(_ int, rows Rows) error {
 		for rows.Next() {
-			r, err := scanBudget(rows)
-			if err != nil {
+			if err := loadBudget(rows, budgets); err != nil {
 				return err
 			}
-			budgets[r.Name] = loaded(r)
 		}
 		return nil
 	})
@@ -139,12 +136,12 @@ func unchanged(snap, locked *budget) bool {
 }
 
 // checkSnapshot returns errHintMissed unless the decision on the locked
-// budgets took exactly the jobs the snapshot marked running, and did
-// nothing else that a claim writes.
-func checkSnapshot(marked []int64, admitted []*Job, res *ClaimResult, moved int, gives holders) error {
+// budgets took exactly the jobs the snapshot marked running, moved no
+// other job (moved counts those deferred, failed, unparked and displaced),
+// and had no shadow limit deny one.
+func checkSnapshot(marked []int64, admitted []*Job, moved int, res *ClaimResult) error {
 	same := slices.EqualFunc(marked, admitted, func(id int64, j *Job) bool { return id == j.ID })
-	if !same || moved > 0 || len(gives) > 0 || len(res.Deferred) > 0 || len(res.Unfit) > 0 || len(res.Shadowed) > 0 ||
-		len(res.Unparked) > 0 || res.Ahead != 0 {
+	if !same || moved > 0 || len(res.Shadowed) > 0 {
 		return errHintMissed
 	}
 	return nil
