@@ -166,6 +166,9 @@ type Worker struct {
 	// on their budgets (see adaptSnapshot).
 	snapshotHint              bool
 	snapshotIn, snapshotAlone int
+	// yielded is set when the last claim left rate-limited jobs ready
+	// because another claim held their budget (engine.ClaimResult.Yielded).
+	yielded bool
 	// overflowed counts, per budget, the jobs this worker's claims deferred
 	// on it while more were ready behind them, until it sweeps the budget
 	// (see overflowing); only the claiming goroutine touches it.
@@ -380,6 +383,11 @@ func (w *Worker) loop(ctx, jobsCtx context.Context, wake <-chan struct{}) {
 		} else if wait, ok := w.slots.next(w.clock.Now()); ok && err == nil {
 			pause = min(pause, wait)
 		}
+		if w.yielded && err == nil {
+			// The last claim left jobs whose budget another claim held,
+			// which it has decided by now.
+			pause = min(pause, MinInterval)
+		}
 		t := w.clock.NewTimer(pause)
 		polled := false
 		select {
@@ -416,6 +424,7 @@ func (w *Worker) claimRound(ctx, jobsCtx context.Context, promote bool) (bool, e
 			return false, err
 		}
 		w.adaptWindow(res, window)
+		w.yielded = res.Yielded > 0
 		w.sweep(ctx, w.overflowing(res))
 		for _, j := range res.Jobs {
 			w.start(jobsCtx, j)
@@ -423,7 +432,7 @@ func (w *Worker) claimRound(ctx, jobsCtx context.Context, promote bool) (bool, e
 		if len(res.Jobs) == free {
 			return true, nil
 		}
-		if len(res.Deferred) == 0 && !res.MoreLimited {
+		if len(res.Deferred) == 0 && !res.MoreLimited && res.Yielded == 0 {
 			return false, nil
 		}
 	}
@@ -450,7 +459,9 @@ func (w *Worker) adaptWindow(res *engine.ClaimResult, window int) {
 	}
 	w.adaptSnapshot(res, deferred)
 	switch {
-	case window <= 0:
+	case window <= 0, res.Yielded > 0:
+		// Candidates left to the next claim say nothing about the
+		// budgets: it decides them with the same window.
 	case deferred > admitted:
 		w.window = max(window/2, minCandidates)
 	case deferred == 0 && res.MoreLimited:

@@ -89,11 +89,12 @@ type ClaimParams struct {
 	// worker passes those its last claim locked (ClaimResult.Budgets). They
 	// are locked in the round trip that locks the candidates, saving one,
 	// unless the claim takes no rate-limited candidate (Candidates < 0 and
-	// no due job). A claim that needs a budget the hint did not name,
-	// sorting before one it did, never waits for it: it takes it when no
-	// one holds it, and otherwise starts again without the hint, so no
-	// claim waits for a budget out of the one global order budgets are
-	// locked in.
+	// no due job). Where claims lock rows, only the budgets no other claim
+	// holds are locked, without waiting (yield.go). A claim that needs
+	// a budget the hint did not lock, sorting before one it did, never
+	// waits for it: it takes it when no one holds it, and otherwise starts
+	// again without the hint, so no claim waits for a budget out of the
+	// one global order budgets are locked in.
 	BudgetHint []string
 	// SnapshotHint, with BudgetHint, reads the hinted budgets without
 	// locking them and, when they admit every candidate the claim takes,
@@ -153,6 +154,11 @@ type ClaimResult struct {
 	// snapshot and the lock: claims are taking turns on these budgets,
 	// which is when deciding on a snapshot shortens the turns.
 	Contended bool
+	// Yielded counts the rate-limited candidates the claim left ready,
+	// undecided, because another claim held their budget while this one
+	// had unlimited jobs to take (yield.go): the claim after it decides
+	// them.
+	Yielded int
 	// woke are queues whose blocked jobs took the slots deferred jobs gave
 	// back.
 	woke []string
@@ -328,8 +334,15 @@ func (s *Store) candidates(ctx context.Context, tx Tx, p ClaimParams, window int
 		if hinted {
 			res.hinted = map[string]*budget{}
 			read := s.q.LockBudgets
-			if res.snapshot = s.snapshotEligible(p); res.snapshot {
+			switch res.snapshot = s.snapshotEligible(p); {
+			case res.snapshot:
 				read = s.q.ReadBudgets
+			case s.d.Capabilities().RowLocks:
+				// Waiting for them here would hold back the unlimited
+				// candidates read in this round trip (yield.go); a
+				// claim that has none completes its hint as one that
+				// missed budgets.
+				read = s.q.LockFreeBudgets
 			}
 			stmts = append(stmts, query(read(p.BudgetHint)))
 			if s.readsDatabase(p.Clock) {

@@ -59,13 +59,20 @@ func (s *Store) applyLimits(ctx context.Context, tx Tx, p ClaimParams, cands []*
 	var at time.Time
 	var marked []int64
 	var err error
-	if res.snapshot {
+	yield := s.yields(res, checks)
+	switch {
+	case res.snapshot:
 		budgets, at, marked, err = s.snapshotBudgets(ctx, tx, keys, p, cands, checks, res)
-	} else {
+	case yield:
+		budgets, at, err = s.lockUnheldBudgets(ctx, tx, keys, p, res)
+	default:
 		budgets, at, err = s.lockClaimBudgets(ctx, tx, keys, p, res)
 	}
 	if err != nil {
 		return nil, nil, nil, err
+	}
+	if yield {
+		cands, checks, keys = yieldHeld(cands, checks, keys, budgets, res)
 	}
 	res.Budgets = keys
 	if ahead := imminent(p, cands, checks, budgets, Nanos(at)); ahead > 0 {
