@@ -10,15 +10,16 @@ import (
 // A claim that takes unlimited jobs as well as rate-limited ones never
 // waits for a budget another claim holds. Such a claim would hold its
 // unlimited jobs back for as long as the other claim decides, writes and
-// commits: a worker starting into a flood of limited jobs, or two workers
-// that meet on the flood's budget, kept a light load of unlimited jobs
-// waiting 5–15 ms per claim. Instead the claim locks the budgets no one
-// holds, creates the missing ones, and yields the candidates that need a
-// held budget: it leaves them ready, undecided, for the claim after it
-// (ClaimResult.Yielded). The claim holding that budget is deciding it at
-// that moment, so nothing waits longer than it would have; and since the
-// yielding claim waits for no lock, the order budgets are locked in does
-// not matter to it.
+// commits: with four worker processes meeting on a flood's budget, a light
+// load of unlimited jobs had a p99 2–3 times its p99 without the flood.
+// Instead the claim locks the budgets no one holds, creates the missing
+// ones, and yields the candidates that need a held budget: it leaves them
+// ready, undecided, for the claim after it (ClaimResult.Yielded), which
+// its worker makes at once. The claim holding that budget is deciding it
+// at that moment; and since the yielding claim waits for no lock, the
+// order budgets are locked in does not matter to it. A claim on a
+// snapshot (snapshot.go) waits for its budgets after marking its jobs
+// running, as before: it holds them only to decide and write.
 
 // yields says whether a claim yields the candidates whose budgets another
 // claim holds: where claims wait for each other's rows, when some of its
