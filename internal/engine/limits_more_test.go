@@ -3,6 +3,7 @@ package engine_test
 import (
 	"context"
 	"fmt"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -23,7 +24,7 @@ import (
 // claims complete hints that missed budgets while others hold them.
 func TestOverlappingLimitsHoldAcrossClaimersWithoutDeadlock(t *testing.T) {
 	for _, b := range testdb.Backends(t) {
-		t.Run(b.Name, func(t *testing.T) { overlappingClaimers(t, b, 120, 5, false, [2]int{4, 6}) })
+		t.Run(b.Name, func(t *testing.T) { overlappingClaimers(t, b, 120, 0, 5, false, [2]int{4, 6}) })
 	}
 }
 
@@ -38,7 +39,7 @@ func TestOverlappingLimitsHoldAcrossClaimersWithoutDeadlock(t *testing.T) {
 func TestClaimsOnSnapshotsHoldOverlappingLimits(t *testing.T) {
 	for _, b := range testdb.Backends(t) {
 		t.Run(b.Name, func(t *testing.T) {
-			snapshots := overlappingClaimers(t, b, 600, 2, true, [2]int{20, 60})
+			snapshots, _ := overlappingClaimers(t, b, 600, 0, 2, true, [2]int{20, 60})
 			if b.Name != "sqlite" {
 				require.Greater(t, snapshots, 50, "claims read their budgets as a snapshot")
 			}
@@ -46,12 +47,31 @@ func TestClaimsOnSnapshotsHoldOverlappingLimits(t *testing.T) {
 	}
 }
 
-// overlappingClaimers runs 4 claimers of up to max jobs over n jobs on 6
-// accounts, the claimers passing hints (all, or every other one), checks
-// both bounds (to per 100 ms: an account's, the shared one; each with a
-// burst of half), and returns how many claims read their hint as a
-// snapshot.
-func overlappingClaimers(t *testing.T, b testdb.Backend, n, max int, hintAll bool, to [2]int) int {
+// TestClaimsThatYieldHoldOverlappingLimits is the first test above with as
+// many unlimited jobs as limited ones among them: claims that have
+// unlimited jobs to take lock only the budgets no other claim holds and
+// leave the rest of their limited jobs ready (yield.go), while the others
+// wait for theirs. Neither bound is ever exceeded, every job runs once,
+// and claims do yield where claims lock rows.
+func TestClaimsThatYieldHoldOverlappingLimits(t *testing.T) {
+	for _, b := range testdb.Backends(t) {
+		t.Run(b.Name, func(t *testing.T) {
+			_, yielded := overlappingClaimers(t, b, 300, 300, 5, true, [2]int{10, 15})
+			t.Logf("claims yielded %d candidates", yielded)
+			if b.Name != "sqlite" {
+				require.Positive(t, yielded, "claims left jobs of held budgets ready")
+			}
+		})
+	}
+}
+
+// overlappingClaimers runs 4 claimers of up to max jobs over n limited jobs
+// on 6 accounts and plain unlimited ones, the claimers passing hints (all,
+// or every other one), checks both bounds (to per 100 ms: an account's,
+// the shared one; each with a burst of half) and that every job ran once,
+// and returns how many claims read their hint as a snapshot and how many
+// candidates claims yielded.
+func overlappingClaimers(t *testing.T, b testdb.Backend, n, plain, max int, hintAll bool, to [2]int) (snapshots, yielded int) {
 	url := b.URL(t)
 	ctx := context.Background()
 	lim := limits{
@@ -77,10 +97,15 @@ func overlappingClaimers(t *testing.T, b testdb.Backend, n, max int, hintAll boo
 		}
 		jobs[i].RateKeys = keys
 	}
+	for i := range plain {
+		// Interleaved with the limited ones, in id order.
+		at := min(2*i+1, len(jobs))
+		jobs = slices.Insert(jobs, at, job("k", "default", 0))
+	}
 	enqueue(t, s, time.Now(), jobs...)
 	var mu sync.Mutex
 	admitted := map[string][]time.Time{}
-	total, snapshots := 0, 0
+	total, ran := 0, map[int64]int{}
 	var wg sync.WaitGroup
 	deadline := time.Now().Add(40 * time.Second)
 	for w := 0; w < 4; w++ {
@@ -93,7 +118,7 @@ func overlappingClaimers(t *testing.T, b testdb.Backend, n, max int, hintAll boo
 			var hint []string
 			for time.Now().Before(deadline) {
 				mu.Lock()
-				done := total >= n
+				done := total >= n+plain
 				mu.Unlock()
 				if done {
 					break
@@ -113,7 +138,9 @@ func overlappingClaimers(t *testing.T, b testdb.Backend, n, max int, hintAll boo
 					hint = res.Budgets
 				}
 				mu.Lock()
+				yielded += res.Yielded
 				for _, j := range res.Jobs {
+					ran[j.ID]++
 					for _, rk := range j.RateKeys {
 						admitted[rk.Key] = append(admitted[rk.Key], res.DecidedAt)
 					}
@@ -131,12 +158,13 @@ func overlappingClaimers(t *testing.T, b testdb.Backend, n, max int, hintAll boo
 		}()
 	}
 	wg.Wait()
-	require.Equal(t, n, total, "every job was admitted, and no claimer stopped on an error")
+	require.Equal(t, n+plain, total, "every job was admitted, and no claimer stopped on an error")
+	require.Len(t, ran, n+plain, "none twice")
 	require.LessOrEqual(t, ratelimit.BusiestWindow(admitted["api/global"], 100*time.Millisecond), to[1])
 	for a := 0; a < accounts; a++ {
 		require.LessOrEqual(t, ratelimit.BusiestWindow(admitted[fmt.Sprintf("acct/%d", a)], 100*time.Millisecond), to[0])
 	}
-	return snapshots
+	return snapshots, yielded
 }
 
 // TestShadowModeRecordsTheDecisionsAnEnforcingRunMakes feeds one trace to
