@@ -194,6 +194,13 @@ func (f *benchFlags) check(set map[string]bool) error {
 		if !set["keys"] {
 			f.keys = 100
 		}
+		// The scenario measures the check when it defers nothing: every
+		// budget's jobs must fit in its burst, which is all a budget admits
+		// at once (it then admits To-Burst+1 per Per: 1 a second by
+		// default).
+		if each := (f.jobs + f.keys - 1) / f.keys; each > f.burst {
+			return cli.Usagef("--scenario loose: %d jobs over %d budgets is up to %d a budget, more than its burst (%d) admits at once, so the limit would make them wait; lower --jobs, or raise --keys or --burst", f.jobs, f.keys, each, f.burst)
+		}
 	}
 	return nil
 }

@@ -8,9 +8,10 @@ import (
 
 // looseScenario alternates burn-downs of --jobs unlimited jobs with
 // burn-downs of as many jobs under a loose limit (--rate, --burst over
-// --keys budgets; by default 1000/1s, burst 1000, 100 budgets, far above
-// what the workers reach), so that what is left between them is the cost of
-// the claim-time check. Both run the same jobs, bench_limited with its
+// --keys budgets; by default 1000/1s, burst 1000, 100 budgets, whose
+// bursts admit the 100,000 jobs at once: the flags are refused where a
+// budget's jobs would not fit in its burst), so that what is left between
+// them is the cost of the claim-time check, which defers nothing. Both run the same jobs, bench_limited with its
 // budget key in the args; the unlimited runs declare no limit on it (their
 // claims run the plain statements). Both run a dispatcher.
 func (b *bench) looseScenario(ctx context.Context) error {

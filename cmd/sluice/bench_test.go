@@ -89,6 +89,19 @@ func TestScenarioDefaults(t *testing.T) {
 	require.Error(t, f.check(map[string]bool{}))
 }
 
+// The loose scenario measures the check when it defers nothing, so it
+// refuses jobs that a budget's burst cannot admit at once: 1000/1s with
+// burst 1000 then admits one a second.
+func TestLooseScenarioRefusesJobsBeyondTheBursts(t *testing.T) {
+	f := benchFlags{jobs: 100_000, workers: 1, concurrency: 1, keys: 1, scenario: "loose"}
+	require.NoError(t, f.check(map[string]bool{"jobs": true}))
+	f = benchFlags{jobs: 100_001, workers: 1, concurrency: 1, keys: 1, scenario: "loose"}
+	err := f.check(map[string]bool{"jobs": true})
+	require.ErrorContains(t, err, "up to 1001 a budget, more than its burst (1000)")
+	f = benchFlags{jobs: 400_000, workers: 1, concurrency: 1, keys: 400, scenario: "loose"}
+	require.NoError(t, f.check(map[string]bool{"jobs": true, "keys": true}))
+}
+
 func TestKindsConfigArgs(t *testing.T) {
 	require.Empty(t, kindsConfig{}.args())
 	require.Equal(t, []string{"--rate", "5/1s", "--burst", "2", "--flood-rate", "10/1s"},
