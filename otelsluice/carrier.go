@@ -4,6 +4,7 @@ import (
 	"context"
 	"slices"
 
+	"go.opentelemetry.io/otel/baggage"
 	"go.opentelemetry.io/otel/trace"
 )
 
@@ -25,26 +26,28 @@ func keysOf(m map[string]string) []string {
 }
 
 // producer returns the enqueue's span context that md carries, or an
-// invalid one. With the default propagator (W3C trace context) a plain
+// invalid one, and the baggage it carries, if any. With the default
+// propagator (W3C trace context, which carries no baggage) a plain
 // version-00 traceparent without tracestate, which is what every enqueue
 // of this package writes, is read directly; anything else goes through
 // the propagator.
-func (o *Integration) producer(md map[string]string) trace.SpanContext {
+func (o *Integration) producer(md map[string]string) (trace.SpanContext, baggage.Baggage) {
 	if len(md) == 0 {
-		return trace.SpanContext{}
+		return trace.SpanContext{}, baggage.Baggage{}
 	}
 	if o.defaultProp {
 		tp, ok := md[traceparentKey]
 		if !ok {
-			return trace.SpanContext{}
+			return trace.SpanContext{}, baggage.Baggage{}
 		}
 		if _, ok := md[tracestateKey]; !ok {
 			if sc, ok := parseTraceparent(tp); ok {
-				return sc
+				return sc, baggage.Baggage{}
 			}
 		}
 	}
-	return trace.SpanContextFromContext(o.prop.Extract(context.Background(), readCarrier(md)))
+	ctx := o.prop.Extract(context.Background(), readCarrier(md))
+	return trace.SpanContextFromContext(ctx), baggage.FromContext(ctx)
 }
 
 // The W3C trace context's metadata keys.

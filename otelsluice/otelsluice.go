@@ -87,8 +87,11 @@ type Config struct {
 	// Propagator writes an enqueue's trace context into each job's
 	// metadata and reads it back at the run. Defaults to
 	// propagation.TraceContext{} (the W3C traceparent and tracestate
-	// entries); a propagator that also carries baggage makes the metadata
-	// bigger, and metadata is capped at 8 KiB.
+	// entries). A propagator that also carries baggage
+	// (propagation.Baggage{} in a composite) puts the enqueue's baggage in
+	// the run's context, where baggage.FromContext finds it in the
+	// handler; it makes the metadata bigger, and metadata is capped at
+	// 8 KiB.
 	Propagator propagation.TextMapPropagator
 	// ChildOf makes a run's span a child of its enqueue's span, in the
 	// enqueue's trace. Defaults to false: the run's span starts a trace of

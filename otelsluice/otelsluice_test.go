@@ -202,14 +202,16 @@ func TestTheRunsSpanIsLinkedToTheEnqueueByDefault(t *testing.T) {
 
 // A trace state travels from the enqueue to every job of a batch as the
 // trace ids do, through a propagator other than the default (which also
-// writes baggage into the metadata).
+// writes baggage into the metadata), and the baggage is back in the run's
+// context.
 func TestTraceStateTravelsWithTheJobsThroughAnyPropagator(t *testing.T) {
 	prop := propagation.NewCompositeTextMapPropagator(propagation.TraceContext{}, propagation.Baggage{})
 	each(t, otelsluice.Config{Propagator: prop, ChildOf: true}, func(t *testing.T, e *env) {
 		seen := make(chan trace.SpanContext, 2)
-		bags := make(chan string, 2)
+		bags, tenants := make(chan string, 2), make(chan string, 2)
 		require.NoError(t, jobs.Register(e.reg, func(ctx context.Context, j *jobs.Job[email]) error {
 			bags <- j.Metadata["baggage"]
+			tenants <- baggage.FromContext(ctx).Member("tenant").Value()
 			seen <- trace.SpanContextFromContext(ctx)
 			return nil
 		}))
@@ -230,6 +232,7 @@ func TestTraceStateTravelsWithTheJobsThroughAnyPropagator(t *testing.T) {
 			require.Equal(t, remote.TraceID(), sc.TraceID())
 			require.Equal(t, "vendor=abc", sc.TraceState().String())
 			require.Equal(t, "tenant=acme", <-bags)
+			require.Equal(t, "acme", <-tenants, "the handler's context has the baggage")
 		}
 	})
 }

@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"go.opentelemetry.io/otel/attribute"
+	"go.opentelemetry.io/otel/baggage"
 	"go.opentelemetry.io/otel/codes"
 	semconv "go.opentelemetry.io/otel/semconv/v1.43.0"
 	"go.opentelemetry.io/otel/trace"
@@ -24,7 +25,8 @@ import (
 // logger (jobs.Logger) gains the trace_id and span_id. The span's status is
 // an error when the run failed; a snooze, an upstream's RetryAfter, a
 // cancellation and a release at shutdown are events. A job the worker
-// releases while it still runs gets its span ended there.
+// releases while it still runs gets its span ended there. Baggage the
+// propagator wrote at the enqueue is in the run's context.
 func (o *Integration) Middleware() jobs.Middleware {
 	return func(ctx context.Context, job jobs.JobInfo, next func(context.Context) error) (err error) {
 		s := o.seriesOf(job.Queue, job.Kind)
@@ -32,7 +34,11 @@ func (o *Integration) Middleware() jobs.Middleware {
 			o.latency.Record(ctx, max(job.ClaimedAt.Sub(job.EnqueuedAt), 0).Seconds(), s.latency...)
 		}
 		opts := consumer
-		if producer := o.producer(job.Metadata); producer.IsValid() {
+		producer, bag := o.producer(job.Metadata)
+		if bag.Len() > 0 {
+			ctx = baggage.ContextWithBaggage(ctx, bag)
+		}
+		if producer.IsValid() {
 			if o.cfg.ChildOf {
 				ctx = trace.ContextWithRemoteSpanContext(ctx, producer)
 			} else {
