@@ -68,6 +68,10 @@ const (
 	// CodeNoDispatcher: no dispatcher heartbeated recently, so scheduled
 	// jobs (retries, delayed and rate-limited ones) are not made ready.
 	CodeNoDispatcher = "W008"
+	// CodeSlowDrain: a limit's burst is so large that once it is spent a
+	// backlog drains at less than half of To per Per
+	// (ratelimit.Spec.DrainsSlowly); the bound holds.
+	CodeSlowDrain = "W009"
 )
 
 // LiveAfter is how recent a process's heartbeat must be for Check to
@@ -114,17 +118,13 @@ func Check(ctx context.Context, r *Registry, pub *store.Store) ([]Finding, error
 		queues = append(queues, q)
 		scopes[engine.QueueScope+"/"+q] = nil
 		for _, l := range ls {
-			if ok, why := l.Spec.DrainPrecise(); !ok {
-				add(CodeImpreciseDrain, SeverityWarning, "the limit on queue %s (%s): %s", q, l.Spec, why)
-			}
+			drainFindings(add, "the limit on queue "+q, l.Spec)
 		}
 	}
 	r.mu.RUnlock()
 	for _, sc := range sortedKeys(scopes) {
 		for _, kind := range sortedKeys(scopes[sc]) {
-			if ok, why := scopes[sc][kind].DrainPrecise(); !ok {
-				add(CodeImpreciseDrain, SeverityWarning, "the rate limit of %s on %s (%s): %s", kind, sc, scopes[sc][kind], why)
-			}
+			drainFindings(add, "the rate limit of "+kind+" on "+sc, scopes[sc][kind])
 		}
 	}
 
@@ -234,12 +234,20 @@ func Check(ctx context.Context, r *Registry, pub *store.Store) ([]Finding, error
 		if err != nil {
 			continue
 		}
-		spec := ratelimit.Spec{To: o.To, Per: o.Per, Burst: burst, Params: p}
-		if ok, why := spec.DrainPrecise(); !ok {
-			add(CodeImpreciseDrain, SeverityWarning, "the override of %s (%s): %s", o.Target, spec, why)
-		}
+		drainFindings(add, "the override of "+o.Target, ratelimit.Spec{To: o.To, Per: o.Per, Burst: burst, Params: p})
 	}
 	return out, nil
+}
+
+// drainFindings adds the warnings about how a backlog drains under spec,
+// the limit that what names.
+func drainFindings(add func(code string, sev Severity, format string, args ...any), what string, spec ratelimit.Spec) {
+	if ok, why := spec.DrainPrecise(); !ok {
+		add(CodeImpreciseDrain, SeverityWarning, "%s (%s): %s", what, spec, why)
+	}
+	if slow, why := spec.DrainsSlowly(); slow {
+		add(CodeSlowDrain, SeverityWarning, "%s (%s): %s", what, spec, why)
+	}
 }
 
 // fold drops case and the accents of Latin and Greek letters, as MySQL's

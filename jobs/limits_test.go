@@ -291,6 +291,37 @@ func TestCheckReportsEachFinding(t *testing.T) {
 	})
 }
 
+// A burst that takes most of To leaves a backlog to drain at To − Burst +
+// 1 per Per, far below To: "100 a minute, 100 at once" then admits one a
+// minute. Check warns where that is less than half of To, for declared
+// limits, queue limits and overrides alike.
+func TestCheckWarnsOfABurstThatSlowsTheDrain(t *testing.T) {
+	each(t, func(t *testing.T, h *harness) {
+		ctx := context.Background()
+		require.NoError(t, jobs.Register(h.reg, func(context.Context, *jobs.Job[charge]) error { return nil },
+			jobs.RateLimit(ratelimit.Limit[charge]{To: 100, Per: time.Minute, Burst: 100, Group: "all", Key: "global"}),
+			jobs.RateLimit(ratelimit.Limit[charge]{To: 10, Per: time.Minute, Burst: 6, Group: "half", Key: "global"}),
+			jobs.RateLimit(ratelimit.Limit[charge]{To: 10, Per: time.Minute, Burst: 7, Group: "most", Key: "global"})))
+		require.NoError(t, h.reg.LimitQueue("sms", ratelimit.QueueLimit{To: 4, Per: time.Minute, Burst: 4}))
+		require.NoError(t, h.store.SetOverride(ctx, engine.Override{Target: "half", To: 20, Per: time.Minute, Burst: 20}, t0))
+
+		findings, err := jobs.Check(ctx, h.reg, testdb.Public(h.store))
+		require.NoError(t, err)
+		var got []string
+		for _, f := range findings {
+			if f.Code == jobs.CodeSlowDrain {
+				got = append(got, f.String())
+			}
+		}
+		require.Equal(t, []string{
+			"W009 warning: the limit on queue sms (4/1m0s burst 4): its burst is 4 of 4, so once it is spent a backlog drains at 1 per 1m0s (To − Burst + 1); a smaller burst drains faster, and the bound is To in any window of Per either way",
+			"W009 warning: the rate limit of charge on all (100/1m0s burst 100): its burst is 100 of 100, so once it is spent a backlog drains at 1 per 1m0s (To − Burst + 1); a smaller burst drains faster, and the bound is To in any window of Per either way",
+			"W009 warning: the rate limit of charge on most (10/1m0s burst 7): its burst is 7 of 10, so once it is spent a backlog drains at 4 per 1m0s (To − Burst + 1); a smaller burst drains faster, and the bound is To in any window of Per either way",
+			"W009 warning: the override of half (20/1m0s burst 20): its burst is 20 of 20, so once it is spent a backlog drains at 1 per 1m0s (To − Burst + 1); a smaller burst drains faster, and the bound is To in any window of Per either way",
+		}, got, "10 a minute with a burst of 6 drains at 5, half of To: no warning")
+	})
+}
+
 func TestCheckReportsPendingMigrations(t *testing.T) {
 	for _, b := range backends(t) {
 		t.Run(b.Name, func(t *testing.T) {

@@ -311,3 +311,20 @@ func TestFitsRefusesOnlyCostsAboveTheBurst(t *testing.T) {
 	require.False(t, p.Fits(4))
 	require.True(t, params(t, 0, time.Second, 0).Fits(100), "a paused limit may be resumed with a larger burst")
 }
+
+// A limit drains slowly when its backlog, once the burst is spent, drains
+// at less than half of To per Per (To − Burst + 1): half is fine.
+func TestDrainsSlowlyWhenTheBurstTakesMostOfTo(t *testing.T) {
+	for _, c := range []struct {
+		to, burst int
+		slow      bool
+	}{
+		{1, 1, false}, {2, 2, false}, {3, 3, true}, {10, 6, false}, {10, 7, true}, {100, 10, false}, {100, 100, true}, {0, 1, false},
+	} {
+		p, burst, err := ratelimit.NewParams(c.to, time.Minute, c.burst)
+		require.NoError(t, err)
+		slow, why := ratelimit.Spec{To: c.to, Per: time.Minute, Burst: burst, Params: p}.DrainsSlowly()
+		require.Equal(t, c.slow, slow, "%d/1m burst %d: %s", c.to, c.burst, why)
+		require.Equal(t, c.slow, why != "")
+	}
+}

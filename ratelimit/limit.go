@@ -258,6 +258,18 @@ const (
 	MinPreciseIntervalBurst1 = 50 * time.Millisecond
 )
 
+// DrainsSlowly reports whether the burst takes so much of To that a
+// backlog, once the burst is spent, drains at less than half of To per
+// Per (it drains at To − Burst + 1), and says so. "100 a minute, 100 at
+// once" admits 100 at once and then one a minute.
+func (s Spec) DrainsSlowly() (bool, string) {
+	if s.Params.Paused || 2*(s.To-s.Burst+1) >= s.To {
+		return false, ""
+	}
+	return true, fmt.Sprintf("its burst is %d of %d, so once it is spent a backlog drains at %d per %s (To − Burst + 1); a smaller burst drains faster, and the bound is To in any window of Per either way",
+		s.Burst, s.To, s.To-s.Burst+1, s.Per)
+}
+
 // DrainPrecise reports whether a backlog under the limit drains at its
 // declared rate (within 2%, or 5% with a burst of 1), and if not, why.
 func (s Spec) DrainPrecise() (bool, string) {
