@@ -9,15 +9,18 @@ import (
 // looseScenario alternates burn-downs of --jobs unlimited jobs with
 // burn-downs of as many jobs under a loose limit (--rate, --burst over
 // --keys budgets; by default 1000/1s, burst 1000, 100 budgets, whose
-// bursts admit the 100,000 jobs at once: the flags are refused where a
-// budget's jobs would not fit in its burst), so that what is left between
-// them is the cost of the claim-time check, which defers nothing. Both run
+// bursts admit the 100,000 jobs at once: it says so where a budget's jobs
+// would not fit in its burst), so that what is left between them is the
+// cost of the claim-time check, which defers nothing. Both run
 // the same jobs, bench_limited with its budget key in the args; the
 // unlimited runs declare no limit on it (their claims run the plain
 // statements). Both run a dispatcher.
 func (b *bench) looseScenario(ctx context.Context) error {
 	b.say("bench: %d rounds of %d unlimited jobs, then %d under a limit of %s, burst %d, over %d budgets, on %s, %s, %s",
 		b.f.rounds, b.f.jobs, b.f.jobs, b.f.rate, b.f.burst, b.f.keys, b.store.Dialect().Name(), b.where(), b.dispatcherSays())
+	if note := b.f.beyondBursts(); note != "" {
+		b.say("%s", note)
+	}
 	var jps [2][]float64 // unlimited, limited
 	for r := 1; r <= b.f.rounds; r++ {
 		for i, limited := range []bool{false, true} {
