@@ -378,15 +378,8 @@ func (w *Worker) loop(ctx, jobsCtx context.Context, wake <-chan struct{}) {
 			failures = 0
 		}
 		var freed <-chan struct{}
-		if full && err == nil {
-			freed = w.freed // jobs are likely waiting: claim as soon as a slot frees
-		} else if wait, ok := w.slots.next(w.clock.Now()); ok && err == nil {
-			pause = min(pause, wait)
-		}
-		if w.yielded && err == nil {
-			// The last claim left jobs whose budget another claim held,
-			// which it has decided by now.
-			pause = min(pause, MinInterval)
+		if err == nil {
+			pause, freed = w.pause(full)
 		}
 		t := w.clock.NewTimer(pause)
 		polled := false
@@ -400,6 +393,26 @@ func (w *Worker) loop(ctx, jobsCtx context.Context, wake <-chan struct{}) {
 		t.Stop()
 		promote = w.limits != nil && (polled || w.slots.due(w.clock.Now()))
 	}
+}
+
+// pause says how long the loop waits after a claim round that succeeded,
+// and the channel that ends the wait early. With every slot taken it waits
+// for one to free (jobs are likely waiting), polling meanwhile; otherwise
+// it waits for the next poll, or the next slot its claims handed a
+// rate-limited job, or, when the last claim left jobs whose budget another
+// claim held, only MinInterval: that claim has decided them by then.
+func (w *Worker) pause(full bool) (time.Duration, <-chan struct{}) {
+	pause := w.cfg.PollInterval
+	if full {
+		return pause, w.freed
+	}
+	if wait, ok := w.slots.next(w.clock.Now()); ok {
+		pause = min(pause, wait)
+	}
+	if w.yielded {
+		pause = min(pause, MinInterval)
+	}
+	return pause, nil
 }
 
 // claimRound claims for the free slots, claiming again at once (up to
