@@ -33,7 +33,8 @@ type Config struct {
 	// Interval is how often the dispatcher looks for due jobs; while a
 	// full batch comes back it looks again at once. Defaults to 1s.
 	Interval time.Duration
-	// BatchSize is how many jobs one promotion moves. Defaults to 500.
+	// BatchSize is how many jobs one promotion moves, and how many parked
+	// jobs one tick hands slots to. Defaults to 500.
 	BatchSize int
 	// Horizon is how far ahead parked jobs get rate-limit slots. Defaults
 	// to 5 minutes, as the workers'.
@@ -156,7 +157,8 @@ type TickResult struct {
 	Promoted int
 	// Unparked counts parked jobs given a slot.
 	Unparked int
-	// Full is set when a promotion came back full: more may be due.
+	// Full is set when a promotion or the unparking came back full: more
+	// may be due.
 	Full bool
 	// Tasks counts the recurring and built-in tasks this tick ran.
 	Tasks int
@@ -172,9 +174,10 @@ func (d *Dispatcher) Tick(ctx context.Context) (TickResult, error) {
 		return TickResult{}, fmt.Errorf("dispatcher: %w", err)
 	}
 	res := TickResult{Promoted: n, Full: n == d.cfg.BatchSize}
-	if res.Unparked, err = d.store.Unpark(ctx, d.storeClock(), d.cfg.Horizon, 100); err != nil {
+	if res.Unparked, err = d.store.Unpark(ctx, d.storeClock(), d.cfg.Horizon, 100, d.cfg.BatchSize); err != nil {
 		return res, fmt.Errorf("dispatcher: %w", err)
 	}
+	res.Full = res.Full || res.Unparked == d.cfg.BatchSize
 	if res.Tasks, err = d.runTasks(ctx, now); err != nil {
 		return res, fmt.Errorf("dispatcher: %w", err)
 	}

@@ -2,6 +2,7 @@ package dispatcher_test
 
 import (
 	"context"
+	"fmt"
 	"io"
 	"log/slog"
 	"sync"
@@ -14,6 +15,7 @@ import (
 	"github.com/sluicequeue/sluice/dispatcher"
 	"github.com/sluicequeue/sluice/internal/engine"
 	"github.com/sluicequeue/sluice/internal/testdb"
+	"github.com/sluicequeue/sluice/ratelimit"
 )
 
 var t0 = time.Date(2026, 3, 1, 12, 0, 0, 0, time.UTC)
@@ -55,6 +57,65 @@ func TestTickPromotesInBatchesAndSaysWhenFull(t *testing.T) {
 			}
 		}
 		require.Equal(t, []int{500, 500, 200}, got)
+	})
+}
+
+// oneLimit declares one rate limit for every job's budget.
+type oneLimit struct{ spec ratelimit.Spec }
+
+func (l oneLimit) RateSpec(_, _ string) (ratelimit.Spec, bool) { return l.spec, true }
+func (oneLimit) QueueLimits(string) []engine.QueueLimit        { return nil }
+
+// A tick hands slots to at most BatchSize parked jobs, across budgets, and
+// says it is full when it did, so that Run ticks again at once.
+func TestTickUnparksInBatchesAndSaysWhenFull(t *testing.T) {
+	testdb.Each(t, func(t *testing.T, s *engine.Store) {
+		ctx := context.Background()
+		p, burst, err := ratelimit.NewParams(1, time.Second, 1)
+		require.NoError(t, err)
+		lim := oneLimit{ratelimit.Spec{Scope: "k", To: 1, Per: time.Second, Burst: burst, Params: p}}
+		var jobs []engine.NewJob
+		for i := range 60 {
+			jobs = append(jobs, engine.NewJob{Kind: "k", Queue: "default", Args: []byte(`{}`), MaxAttempts: 1,
+				RateKeys: []engine.RateKey{{Key: fmt.Sprintf("k/%d", i%3), Cost: 1}}})
+		}
+		_, err = s.Enqueue(ctx, nil, engine.At(t0), jobs)
+		require.NoError(t, err)
+		pid, err := s.RegisterProcess(ctx, engine.Process{Kind: "worker", Name: "w"}, engine.At(t0))
+		require.NoError(t, err)
+		// Each budget admits one job and gives the next 5 slots within a
+		// 5-second horizon; its other 14 jobs park.
+		res, err := s.Claim(ctx, engine.ClaimParams{ProcessID: pid, Queues: []string{"default"}, Max: 60,
+			Clock: engine.At(t0), Limits: lim, Horizon: 5 * time.Second})
+		require.NoError(t, err)
+		require.Len(t, res.Jobs, 3)
+		parked := 0
+		for _, d := range res.Deferred {
+			if d.Parked {
+				parked++
+			}
+		}
+		require.Equal(t, 42, parked)
+
+		// Five seconds on, the slotted jobs are due; promoted, they leave
+		// the ticks below only parked jobs to move. A 30-second horizon
+		// holds a slot for each of the 42 (from 6 s): 8 to a tick.
+		now := t0.Add(5 * time.Second)
+		n, _, err := s.Promote(ctx, engine.At(now), 100)
+		require.NoError(t, err)
+		require.Equal(t, 15, n)
+		d := newDispatcher(t, s, dispatcher.Config{Clock: clock.NewFake(now), Logger: quiet(), BatchSize: 8, Horizon: 30 * time.Second})
+		var got []int
+		for {
+			res, err := d.Tick(ctx)
+			require.NoError(t, err)
+			require.Zero(t, res.Promoted, "no slot is due yet")
+			got = append(got, res.Unparked)
+			if !res.Full {
+				break
+			}
+		}
+		require.Equal(t, []int{8, 8, 8, 8, 8, 2}, got)
 	})
 }
 

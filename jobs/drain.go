@@ -50,8 +50,14 @@ func (w *Worker) Drain(ctx context.Context) (DrainResult, error) {
 			}
 		}
 		if w.limits != nil {
-			if _, err := w.store.Unpark(ctx, now, w.cfg.Horizon, 1000); err != nil {
-				return out, fmt.Errorf("jobs: drain: %w", err)
+			for {
+				n, err := w.store.Unpark(ctx, now, w.cfg.Horizon, 1000, 1000)
+				if err != nil {
+					return out, fmt.Errorf("jobs: drain: %w", err)
+				}
+				if n < 1000 {
+					break
+				}
 			}
 			if err := w.limits.refresh(ctx, w.store); err != nil {
 				return out, fmt.Errorf("jobs: drain: %w", err)

@@ -254,6 +254,10 @@ func (s *Store) applyLimits(ctx context.Context, tx Tx, p ClaimParams, cands []*
 // maxUnparkPerClaim bounds the parked jobs one claim hands slots to.
 const maxUnparkPerClaim = 8
 
+// DefaultUnparkBatch is how many parked jobs one Unpark moves at most when
+// its caller does not say.
+const DefaultUnparkBatch = 1000
+
 // unparkLocked hands slots to parked jobs of the budgets a claim holds
 // locked, when their slots come within until, and records the slots in
 // res: the worker that drains a budget thus learns when to come back for
@@ -409,10 +413,19 @@ func slotFor(b *budget, p ratelimit.Params, earliest, now, until int64, cost int
 
 // Unpark hands slots within the horizon to parked jobs, in priority and id
 // order, for up to limit budgets whose next slot has come within it, and
-// returns how many jobs it scheduled. The dispatcher runs it every poll.
-func (s *Store) Unpark(ctx context.Context, c Clock, horizon time.Duration, limit int) (int, error) {
+// returns how many jobs it scheduled: at most most (DefaultUnparkBatch when
+// 0), so that one transaction never moves more than a batch of rows however
+// many budgets are due — a limit raised over a hundred backlogs would
+// otherwise unpark a thousand jobs of each at once, holding all hundred
+// budgets, which the claims wait for, until it commits. A call that returns
+// most may have left due jobs parked: callers call again. The dispatcher
+// runs it every poll.
+func (s *Store) Unpark(ctx context.Context, c Clock, horizon time.Duration, limit, most int) (int, error) {
 	if horizon <= 0 {
 		horizon = DefaultHorizon
+	}
+	if most <= 0 {
+		most = DefaultUnparkBatch
 	}
 	total := 0
 	err := s.inTx(ctx, func(tx Tx) error {
@@ -431,9 +444,12 @@ func (s *Store) Unpark(ctx context.Context, c Clock, horizon time.Duration, limi
 		budgets := make(map[string]*budget, len(rows))
 		var moves []SetRow
 		for _, r := range rows {
+			if len(moves) == most {
+				break // the rest are left to the next call, unchanged
+			}
 			b := loaded(r)
 			budgets[r.Name] = b
-			got, err := s.unparkBudget(ctx, tx, b, now, until, 1000)
+			got, err := s.unparkBudget(ctx, tx, b, now, until, most-len(moves))
 			if err != nil {
 				return err
 			}

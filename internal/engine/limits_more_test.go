@@ -126,7 +126,7 @@ func overlappingClaimers(t *testing.T, b testdb.Backend, n, plain, max int, hint
 				if _, _, err := cs.Promote(ctx, engine.At(time.Now()), 100); !assertNoErr(t, err) {
 					return
 				}
-				if _, err := cs.Unpark(ctx, engine.At(time.Now()), 0, 10); !assertNoErr(t, err) {
+				if _, err := cs.Unpark(ctx, engine.At(time.Now()), 0, 10, 0); !assertNoErr(t, err) {
 					return
 				}
 				res, err := cs.Claim(ctx, engine.ClaimParams{ProcessID: pid, Queues: []string{"default"}, Max: max,

@@ -454,7 +454,7 @@ func (w *walk) apply(o op) error {
 		_, _, err := w.s.Promote(w.ctx, w.clock(), 1+o.a%20)
 		return err
 	case opUnpark:
-		_, err := w.s.Unpark(w.ctx, w.clock(), 5*time.Second, 1+o.a%5)
+		_, err := w.s.Unpark(w.ctx, w.clock(), 5*time.Second, 1+o.a%5, 1+o.b%4)
 		return err
 	case opMaintain:
 		_, _, err := w.s.MaintainSemaphores(w.ctx, w.clock(), 10)

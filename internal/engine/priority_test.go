@@ -63,7 +63,7 @@ func (d *drainer) step(dt time.Duration) *engine.ClaimResult {
 		d.moves += n
 		d.by[4] += n
 	}
-	n, err := d.s.Unpark(ctx, engine.At(d.now), d.horizon, 100)
+	n, err := d.s.Unpark(ctx, engine.At(d.now), d.horizon, 100, 0)
 	require.NoError(d.t, err)
 	d.moves += n
 	d.by[5] += n

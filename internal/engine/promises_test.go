@@ -75,13 +75,13 @@ func TestAParkedJobLockedDuringUnparkIsUnparkedLater(t *testing.T) {
 		q, args := other.SQL().LockJob(got[3])
 		release, locked := holdLocked(t, other, q, args)
 		if locked {
-			n, err := s.Unpark(ctx, engine.At(at(time.Minute)), horizon, 100)
+			n, err := s.Unpark(ctx, engine.At(at(time.Minute)), horizon, 100, 0)
 			require.NoError(t, err)
 			require.Zero(t, n, "the only parked job is locked elsewhere")
 			require.Equal(t, 1, budgetNamed(t, s, "k/x").Parked, "the count still knows of it")
 		}
 		release()
-		n, err := s.Unpark(ctx, engine.At(at(time.Minute)), horizon, 100)
+		n, err := s.Unpark(ctx, engine.At(at(time.Minute)), horizon, 100, 0)
 		require.NoError(t, err)
 		require.Equal(t, 1, n)
 		j := state(t, s, got[3])
@@ -104,14 +104,14 @@ func TestAParkedCountThatRanAheadIsCorrected(t *testing.T) {
 		_, err := s.CancelJobs(ctx, engine.At(t0), got[2:3], "")
 		require.NoError(t, err)
 		require.Equal(t, 2, budgetNamed(t, s, "k/x").Parked, "a cancel does not lock the budget; the count runs ahead")
-		n, err := s.Unpark(ctx, engine.At(at(time.Minute)), time.Minute, 100)
+		n, err := s.Unpark(ctx, engine.At(at(time.Minute)), time.Minute, 100, 0)
 		require.NoError(t, err)
 		require.Equal(t, 1, n)
 		require.Equal(t, engine.StateScheduled, state(t, s, got[3]).State)
 		require.GreaterOrEqual(t, budgetNamed(t, s, "k/x").Parked, 0)
 		// The next round finds no parked job where the count says one is,
 		// counts again, and corrects it.
-		_, err = s.Unpark(ctx, engine.At(at(2*time.Minute)), time.Minute, 100)
+		_, err = s.Unpark(ctx, engine.At(at(2*time.Minute)), time.Minute, 100, 0)
 		require.NoError(t, err)
 		require.Zero(t, budgetNamed(t, s, "k/x").Parked)
 	})
@@ -134,7 +134,7 @@ func TestUnparkingSpacesSlotsByCost(t *testing.T) {
 		for _, d := range res.Deferred {
 			require.True(t, d.Parked, "the horizon is one second: every slot lies past it")
 		}
-		n, err := s.Unpark(ctx, engine.At(at(3*time.Minute)), 10*time.Minute, 100)
+		n, err := s.Unpark(ctx, engine.At(at(3*time.Minute)), 10*time.Minute, 100, 0)
 		require.NoError(t, err)
 		require.Equal(t, 3, n)
 		// The budget admits its next cost-3 job at 3 minutes (three
@@ -481,14 +481,14 @@ func TestAReturningJobSentToTheBackParksPastTheHorizon(t *testing.T) {
 		}
 		// At 4.5 s the horizon reaches 6.5 s: the first parked job gets the
 		// next free slot, 6 s; the second waits until the horizon passes 7 s.
-		n, err := s.Unpark(ctx, engine.At(at(4500*time.Millisecond)), 2*time.Second, 10)
+		n, err := s.Unpark(ctx, engine.At(at(4500*time.Millisecond)), 2*time.Second, 10, 0)
 		require.NoError(t, err)
 		require.Equal(t, 1, n)
 		first, err := s.GetJob(ctx, got[2])
 		require.NoError(t, err)
 		require.Equal(t, engine.StateScheduled, first.State)
 		require.Equal(t, at(6*time.Second), first.RunAt)
-		n, err = s.Unpark(ctx, engine.At(at(5500*time.Millisecond)), 2*time.Second, 10)
+		n, err = s.Unpark(ctx, engine.At(at(5500*time.Millisecond)), 2*time.Second, 10, 0)
 		require.NoError(t, err)
 		require.Equal(t, 1, n)
 		second, err := s.GetJob(ctx, got[3])

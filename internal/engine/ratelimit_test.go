@@ -165,10 +165,10 @@ func TestParkedJobsGetSlotsAsTheHorizonAdvances(t *testing.T) {
 		require.Equal(t, 5, scheduled, "slots at 1..5 minutes: within the horizon")
 		require.Equal(t, 14, parked)
 
-		n, err := s.Unpark(ctx, engine.At(t0), horizon, 100)
+		n, err := s.Unpark(ctx, engine.At(t0), horizon, 100, 0)
 		require.NoError(t, err)
 		require.Zero(t, n, "no slot within the horizon yet")
-		n, err = s.Unpark(ctx, engine.At(at(time.Minute)), horizon, 100)
+		n, err = s.Unpark(ctx, engine.At(at(time.Minute)), horizon, 100, 0)
 		require.NoError(t, err)
 		require.Equal(t, 1, n, "the horizon moved one slot")
 		j := state(t, s, jobIDs[6])
@@ -176,7 +176,7 @@ func TestParkedJobsGetSlotsAsTheHorizonAdvances(t *testing.T) {
 		require.Equal(t, at(6*time.Minute), j.RunAt)
 		// Slots that fell in the past (7 to 9 minutes) are not handed out:
 		// at 10 minutes the horizon holds 10 to 15.
-		n, err = s.Unpark(ctx, engine.At(at(10*time.Minute)), horizon, 100)
+		n, err = s.Unpark(ctx, engine.At(at(10*time.Minute)), horizon, 100, 0)
 		require.NoError(t, err)
 		require.Equal(t, 6, n)
 		require.Equal(t, at(10*time.Minute), state(t, s, jobIDs[7]).RunAt)
@@ -184,6 +184,70 @@ func TestParkedJobsGetSlotsAsTheHorizonAdvances(t *testing.T) {
 		require.NoError(t, err)
 		require.Equal(t, 7, bs[0].Parked)
 		require.Equal(t, 19, bs[0].Waiting)
+	})
+}
+
+// One Unpark moves at most the batch it is given, across every budget that
+// is due, and leaves each budget's parked count true to the jobs it left
+// parked; calls that follow hand out the rest, in the same slots one
+// unbounded call would have.
+func TestUnparkMovesAtMostABatchAcrossBudgets(t *testing.T) {
+	testdb.Each(t, func(t *testing.T, s *engine.Store) {
+		ctx := context.Background()
+		lim := limits{"k": spec(t, "k", 1, time.Minute, 1)}
+		const horizon = 5 * time.Minute
+		keys := []string{"k/a", "k/b", "k/c"}
+		var jobs []engine.NewJob
+		for range 10 {
+			for _, k := range keys {
+				jobs = append(jobs, limited("k", k))
+			}
+		}
+		enqueue(t, s, t0, jobs...)
+		pid := register(t, s, t0)
+		res := claimLimited(t, s, pid, t0, 30, lim, horizon)
+		require.Len(t, res.Jobs, 3, "one admitted per budget")
+		parked := map[string][]int64{}
+		for _, d := range res.Deferred {
+			if d.Parked {
+				parked[d.Key] = append(parked[d.Key], d.JobID)
+			}
+		}
+		for _, k := range keys {
+			require.Len(t, parked[k], 4, "%s: slots at 1 to 5 minutes, the rest parked", k)
+		}
+
+		// At 10 minutes the horizon holds 6 slots of each budget: room for
+		// all 12 parked jobs, handed out 5 at a time.
+		now := engine.At(at(10 * time.Minute))
+		var got []int
+		for {
+			n, err := s.Unpark(ctx, now, horizon, 100, 5)
+			require.NoError(t, err)
+			got = append(got, n)
+			if n < 5 {
+				break
+			}
+			bs, err := s.ListBudgets(ctx)
+			require.NoError(t, err)
+			for _, b := range bs {
+				left := 0
+				for _, id := range parked[b.Name] {
+					if state(t, s, id).State == engine.StateParked {
+						left++
+					}
+				}
+				require.Equal(t, left, b.Parked, "%s: the count follows the jobs", b.Name)
+			}
+		}
+		require.Equal(t, []int{5, 5, 2}, got)
+		for _, k := range keys {
+			for i, id := range parked[k] {
+				j := state(t, s, id)
+				require.Equal(t, engine.StateScheduled, j.State)
+				require.Equal(t, at(time.Duration(10+i)*time.Minute), j.RunAt, "%s: the slots an unbounded call hands out", k)
+			}
+		}
 	})
 }
 
@@ -232,7 +296,7 @@ func TestPausedLimitSendsOneProbeToTheHorizonAndParksTheRest(t *testing.T) {
 		require.Equal(t, at(horizon), res.Deferred[0].Until, "one probe waits at the horizon")
 		require.True(t, res.Deferred[1].Parked)
 		require.True(t, res.Deferred[2].Parked)
-		n, err := s.Unpark(ctx, engine.At(at(time.Minute)), horizon, 100)
+		n, err := s.Unpark(ctx, engine.At(at(time.Minute)), horizon, 100, 0)
 		require.NoError(t, err)
 		require.Zero(t, n, "while the probe is out, nothing else moves")
 
@@ -246,7 +310,7 @@ func TestPausedLimitSendsOneProbeToTheHorizonAndParksTheRest(t *testing.T) {
 		// The claim that locked the budget hands them their slots itself,
 		// and tells its worker when they come.
 		require.Equal(t, []time.Time{at(horizon + time.Second), at(horizon + 2*time.Second)}, res.Unparked)
-		n, err = s.Unpark(ctx, engine.At(at(horizon)), horizon, 100)
+		n, err = s.Unpark(ctx, engine.At(at(horizon)), horizon, 100, 0)
 		require.NoError(t, err)
 		require.Zero(t, n, "nothing is left for the dispatcher")
 		require.Equal(t, at(horizon+time.Second), state(t, s, jobIDs[1]).RunAt)
@@ -454,7 +518,7 @@ func TestStoreDecisionsEqualThePureCoreOnRandomTraces(t *testing.T) {
 				case 2: // the dispatcher
 					_, _, err := s.Promote(ctx, engine.At(now), 1000)
 					require.NoError(t, err)
-					_, err = s.Unpark(ctx, engine.At(now), horizon, 100)
+					_, err = s.Unpark(ctx, engine.At(now), horizon, 100, 0)
 					require.NoError(t, err)
 					m.promote(engine.Micros(now))
 					m.unpark(engine.Nanos(now))
@@ -494,7 +558,7 @@ func TestADeepBacklogMovesEachJobAFixedNumberOfTimes(t *testing.T) {
 		for admitted < backlog {
 			n, _, err := s.Promote(ctx, engine.At(now), 5000)
 			require.NoError(t, err)
-			u, err := s.Unpark(ctx, engine.At(now), horizon, 100)
+			u, err := s.Unpark(ctx, engine.At(now), horizon, 100, 0)
 			require.NoError(t, err)
 			moves += n + u
 			for {
