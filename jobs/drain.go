@@ -63,7 +63,7 @@ func (w *Worker) Drain(ctx context.Context) (DrainResult, error) {
 				return out, fmt.Errorf("jobs: drain: %w", err)
 			}
 		}
-		res, err := w.claim(ctx, w.cfg.Concurrency, 0, false)
+		res, err := w.claim(ctx, w.cfg.Concurrency, 0, nil, false)
 		if err != nil {
 			return out, fmt.Errorf("jobs: drain: %w", err)
 		}

@@ -339,6 +339,35 @@ func plainWorkerStatements(t *testing.T, s *engine.Store) []string {
 	return rec.Take()
 }
 
+// Once a sweep knows its flood's span, the workers take the queue's limited
+// jobs queued after the flood, and leave the flood and what is queued
+// among and just before its jobs to the sweep.
+func TestWorkersTakeTheLimitedJobsAroundASweptFlood(t *testing.T) {
+	each(t, func(t *testing.T, h *harness) {
+		ran := make(chan string, 10)
+		require.NoError(t, jobs.Register(h.reg, func(_ context.Context, j *jobs.Job[keyed]) error { ran <- j.Args.Key; return nil },
+			jobs.RateLimit(ratelimit.Limit[keyed]{To: 1, Per: time.Hour, Key: func(a keyed) any { return a.Key }})))
+		require.NoError(t, jobs.Register(h.reg, func(_ context.Context, j *jobs.Job[noop]) error { ran <- "free"; return nil }))
+		before := h.enqueue(keyed{Key: "before"})
+		f1, f2 := h.enqueue(keyed{Key: "flood"}), h.enqueue(keyed{Key: "flood"})
+		among := h.enqueue(keyed{Key: "among"})
+		f3 := h.enqueue(keyed{Key: "flood"})
+		h.enqueue(keyed{Key: "after"})
+		h.enqueue(noop{})
+		flood := engine.Overflow{Queue: jobs.DefaultQueue, Kind: "keyed", Key: "keyed/flood"}
+		require.True(t, h.store.StartSweep(flood))
+		h.store.SetSweepSpan(flood, engine.Span{First: engine.Place{ID: f1}, Last: engine.Place{ID: f3}, Kind: "keyed", RateKeys: "keyed/flood"})
+		defer h.store.EndSweep(flood)
+
+		stop := h.run(h.worker(jobs.WorkerConfig{Concurrency: 10, PollInterval: time.Hour}))
+		defer stop()
+		require.ElementsMatch(t, []string{"after", "free"}, receive(t, ran, 2), "the job after the flood is admitted")
+		for _, id := range []int64{before, f1, f2, among, f3} {
+			require.Equal(t, engine.StateReady, h.job(id).State, "left to the sweep, undecided")
+		}
+	})
+}
+
 // While a sweep of this process defers a queue's flood, every worker that
 // shares the store leaves the queue's rate-limited jobs to it and claims
 // the rest; once the sweep is over, the workers decide them again.

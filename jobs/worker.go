@@ -426,13 +426,12 @@ func (w *Worker) claimRound(ctx, jobsCtx context.Context, promote bool) (bool, e
 			return true, nil
 		}
 		window := min(w.window, free)
-		if w.store.Sweeping(w.cfg.Queues) {
-			// A sweep of this process is deferring a flood out of the
-			// limited jobs' index: leave them to it rather than skip over
-			// its locked rows, or move the budget's cursor under it.
-			window = -1
-		}
-		res, err := w.claim(ctx, free, window, promote || w.limits != nil && w.slots.due(w.clock.Now()))
+		// A sweep of this process deferring a flood out of the limited
+		// jobs' index is left to it: rather than skip over its locked rows
+		// or move the budget's cursor under it, claims take the limited
+		// jobs before and after the flood.
+		swept := w.store.Swept(w.cfg.Queues)
+		res, err := w.claim(ctx, free, window, swept, promote || w.limits != nil && w.slots.due(w.clock.Now()))
 		if err != nil {
 			return false, err
 		}
@@ -591,6 +590,13 @@ func (w *Worker) sweep(ctx context.Context, overflows []engine.Overflow) {
 		go func() {
 			defer w.sweeps.Done()
 			defer w.store.EndSweep(o)
+			switch span, ok, err := w.store.OverflowSpan(ctx, o); {
+			case err != nil:
+				// The claims leave all the queue's limited jobs to it.
+				w.log.Warn("sluice: read the span of the jobs behind a full budget", "budget", o.Key, "err", err)
+			case ok:
+				w.store.SetSweepSpan(o, span)
+			}
 			total := 0
 			// The first batches are small: a sweep that starts while the
 			// claims still meet the flood loses little when one of them
@@ -626,9 +632,10 @@ func (w *Worker) sweep(ctx context.Context, overflows []engine.Overflow) {
 }
 
 // claim takes up to max ready jobs (deciding up to window of them against
-// their limits, and first taking the due waiting jobs when promote is set)
-// and reports the claim to the hooks and the log.
-func (w *Worker) claim(ctx context.Context, max, window int, promote bool) (*engine.ClaimResult, error) {
+// their limits, none of those left to this process's sweeps, and first
+// taking the due waiting jobs when promote is set) and reports the claim
+// to the hooks and the log.
+func (w *Worker) claim(ctx context.Context, max, window int, swept map[string]*engine.Span, promote bool) (*engine.ClaimResult, error) {
 	began := time.Now()
 	hostBegan := w.clock.Now()
 	res, err := w.store.Claim(ctx, engine.ClaimParams{
@@ -644,6 +651,7 @@ func (w *Worker) claim(ctx context.Context, max, window int, promote bool) (*eng
 		DueLead:      w.slots.leadTime(),
 		BudgetHint:   w.budgetHint,
 		SnapshotHint: w.snapshotHint,
+		Swept:        swept,
 	})
 	if err != nil {
 		return nil, err

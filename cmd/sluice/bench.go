@@ -47,6 +47,7 @@ type benchFlags struct {
 	drainTimeout time.Duration
 	flood        int
 	floodRate    string
+	lightRate    string
 	rounds       int
 	otel         bool
 	otelSample   float64
@@ -74,6 +75,7 @@ func runBench(ctx context.Context, env *cli.Env, args []string) error {
 	fs.DurationVar(&f.drainTimeout, "drain-timeout", 0, "drain: give up on a limit's backlog after this long (0: 3 × --drain-for + 10s)")
 	fs.IntVar(&f.flood, "flood", 50000, "flood: rate-limited jobs enqueued ahead of the unlimited ones; fair: the heavy key's jobs")
 	fs.StringVar(&f.floodRate, "flood-rate", "10/1s", "flood: the flood's limit, N/PER with burst 1, on one budget")
+	fs.StringVar(&f.lightRate, "light-rate", "", "flood: rate-limit the light load's jobs too, N/PER with burst N, each on one of "+strconv.Itoa(lightBudgets)+" budgets of their own (\"\": unlimited)")
 	fs.IntVar(&f.rounds, "rounds", 0, "flood, loose and fair: rounds, each a pair of runs (0: 3 for flood and fair, 5 for loose)")
 	fs.BoolVar(&f.otel, "otel", false, "trace and measure every enqueue and run with otelsluice (spans batched and dropped at export); not with --procs")
 	fs.Float64Var(&f.otelSample, "otel-sample", 1, "with --otel: the fraction of traces sampled (a parent-based trace-id ratio sampler; 1 samples all)")
@@ -167,6 +169,11 @@ func (f *benchFlags) check(set map[string]bool) error {
 		}
 		if _, _, err := parseRate(f.floodRate); err != nil {
 			return err
+		}
+		if f.lightRate != "" {
+			if _, _, err := parseRate(f.lightRate); err != nil {
+				return cli.Usagef("--light-rate: %v", err)
+			}
 		}
 	case "fair":
 		if f.procs > 0 {

@@ -38,6 +38,7 @@ func runBenchWorker(ctx context.Context, env *cli.Env, args []string) error {
 	fs.StringVar(&kc.rate, "rate", "", "bench_limited's limit, N/PER")
 	fs.IntVar(&kc.burst, "burst", 1, "with --rate: the burst")
 	fs.StringVar(&kc.floodRate, "flood-rate", "", "bench_flood's limit, N/PER, burst 1")
+	fs.StringVar(&kc.lightRate, "light-rate", "", "bench_stamp's limit, N/PER, burst N, per budget")
 	fs.BoolVar(&kc.fair, "fair", false, "declare bench_fair with its fairness key")
 	if err := cli.Parse(fs, args); err != nil {
 		return err

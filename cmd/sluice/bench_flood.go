@@ -3,6 +3,7 @@ package main
 import (
 	"context"
 	"fmt"
+	"strings"
 	"time"
 
 	"github.com/sluicequeue/sluice/jobs"
@@ -80,7 +81,7 @@ func (b *bench) floodRun(ctx context.Context, flood bool) error {
 	if err := b.reset(ctx); err != nil {
 		return err
 	}
-	if err := b.configure(kindsConfig{floodRate: b.f.floodRate}, true); err != nil {
+	if err := b.configure(kindsConfig{floodRate: b.f.floodRate, lightRate: b.f.lightRate}, true); err != nil {
 		return err
 	}
 	if !flood {
@@ -92,6 +93,14 @@ func (b *bench) floodRun(ctx context.Context, flood bool) error {
 	}
 	b.say("enqueued the flood, %d jobs, in %s", b.f.flood, time.Since(began).Round(time.Millisecond))
 	return nil
+}
+
+// lightKind says what the light load's jobs are.
+func (b *bench) lightKind() string {
+	if b.f.lightRate == "" {
+		return "unlimited"
+	}
+	return fmt.Sprintf("rate-limited (%s, burst %s, %d budgets of their own)", b.f.lightRate, strings.SplitN(b.f.lightRate, "/", 2)[0], lightBudgets)
 }
 
 func withOrWithout(flood bool) string {
@@ -128,7 +137,7 @@ func (b *bench) floodBurn(ctx context.Context, round int, flood bool) (float64, 
 // with the flood enqueued and not yet touched, or without the flood.
 func (b *bench) floodLatency(ctx context.Context, round int, flood bool) (lightRun, error) {
 	b.say("")
-	b.say("round %d: latency of one unlimited job every %s for %s %s", round, lightEvery, lightJobs*lightEvery, withOrWithout(flood))
+	b.say("round %d: latency of one %s job every %s for %s %s", round, b.lightKind(), lightEvery, lightJobs*lightEvery, withOrWithout(flood))
 	if err := b.floodRun(ctx, flood); err != nil {
 		return lightRun{}, err
 	}

@@ -24,6 +24,10 @@ type benchLimited struct{ Key int }
 
 func (benchLimited) Kind() string { return "bench_limited" }
 
+// lightBudgets is how many budgets a rate-limited light load
+// (--light-rate) spreads its jobs over.
+const lightBudgets = 10
+
 // benchStamp carries its enqueue time, for latency.
 type benchStamp struct{ At int64 }
 
@@ -73,6 +77,9 @@ type kindsConfig struct {
 	// floodRate is bench_flood's limit, N/PER with burst 1 on one budget;
 	// "" leaves the kind undeclared.
 	floodRate string
+	// lightRate is bench_stamp's limit, N/PER with burst N on each of
+	// lightBudgets budgets; "" leaves it unlimited.
+	lightRate string
 	// fair declares bench_fair with its fairness key and weight; without
 	// it bench_fair is a plain kind.
 	fair bool
@@ -86,6 +93,9 @@ func (kc kindsConfig) args() []string {
 	}
 	if kc.floodRate != "" {
 		out = append(out, "--flood-rate", kc.floodRate)
+	}
+	if kc.lightRate != "" {
+		out = append(out, "--light-rate", kc.lightRate)
 	}
 	if kc.fair {
 		out = append(out, "--fair")
@@ -101,11 +111,23 @@ func registerKinds(reg *jobs.Registry, kc kindsConfig, t *tally) error {
 		t.ran[kNoop].Add(1)
 		return nil
 	}, q))
-	must(jobs.Register(reg, func(_ context.Context, j *jobs.Job[benchStamp]) error {
+	stamp := []jobs.RegisterOption{q}
+	if kc.lightRate != "" {
+		to, per, err := parseRate(kc.lightRate)
+		if err != nil {
+			return err
+		}
+		lim := ratelimit.Limit[benchStamp]{To: to, Per: per, Burst: to, Key: func(a benchStamp) any { return a.At % lightBudgets }}
+		stamp = append(stamp, jobs.RateLimit(lim))
+	}
+	err := jobs.Register(reg, func(_ context.Context, j *jobs.Job[benchStamp]) error {
 		t.addLatency(latSample{at: j.Args.At, d: time.Since(time.Unix(0, j.Args.At))})
 		t.ran[kStamp].Add(1)
 		return nil
-	}, q))
+	}, stamp...)
+	if err != nil {
+		return cli.Usagef("--light-rate: %v", err)
+	}
 	var fair []jobs.RegisterOption
 	if kc.fair {
 		fair = append(fair, jobs.Fair(func(a benchFair) any { return a.Key }), jobs.FairWeight(func(a benchFair) int { return max(a.W, 1) }))
@@ -126,7 +148,7 @@ func registerKinds(reg *jobs.Registry, kc kindsConfig, t *tally) error {
 		lim := ratelimit.Limit[benchLimited]{To: to, Per: per, Burst: kc.burst, Key: func(a benchLimited) any { return a.Key }}
 		limited = append(limited, jobs.RateLimit(lim))
 	}
-	err := jobs.Register(reg, func(_ context.Context, j *jobs.Job[benchLimited]) error {
+	err = jobs.Register(reg, func(_ context.Context, j *jobs.Job[benchLimited]) error {
 		if t.recordStarts {
 			t.addStart(j.Args.Key, time.Now())
 		}

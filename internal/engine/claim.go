@@ -104,6 +104,35 @@ type ClaimParams struct {
 	// (SQLite) it changes nothing. A worker sets it while its claims defer
 	// nothing: on budgets that defer, the snapshot costs a round trip.
 	SnapshotHint bool
+	// Swept are the queues in which a sweep of this process is moving a
+	// flood out of the way (DeferOverflow): of a queue whose span is nil
+	// the claim takes no rate-limited job, and of the others only those
+	// more urgent than the span or queued after it, and none like the
+	// flood's (sweeps.go), so that it neither meets the flood nor holds
+	// back the limited jobs queued after it.
+	Swept map[string]*Span
+}
+
+// Span is a run of a queue's ready rate-limited jobs in claim order, from
+// its first job to its last, both included: those of a flood (Kind and
+// RateKeys, as stored) that a sweep is moving. Jobs like the flood's that
+// come before or after it (jobs of the flood that came back for their
+// slots) are left to the sweep too: a claim that deferred them would move
+// the budget's slot cursor under it.
+type Span struct {
+	First, Last    Place
+	Kind, RateKeys string
+}
+
+// holds says whether j is one of the jobs a span leaves to its sweep.
+func (sp *Span) holds(j *Job) bool {
+	return j.Kind == sp.Kind && EncodeRateKeys(j.RateKeys) == sp.RateKeys
+}
+
+// Place is where a ready job stands in its queue's claim order.
+type Place struct {
+	Priority int
+	ID       int64
 }
 
 // ClaimResult is what a claim took and what it deferred.
@@ -321,7 +350,15 @@ func (s *Store) candidates(ctx context.Context, tx Tx, p ClaimParams, window int
 			stmts, into = append(stmts, query(s.q.LockReady(q, false, n))), append(into, &plain)
 		}
 		if n := window - len(limited); p.Limits != nil && n > 0 {
-			stmts, into = append(stmts, query(s.q.LockReady(q, true, n))), append(into, &limited)
+			span, swept := p.Swept[q]
+			switch {
+			case !swept:
+				stmts, into = append(stmts, query(s.q.LockReady(q, true, n))), append(into, &limited)
+			case span != nil:
+				for _, st := range s.aroundSpan(q, *span, n) {
+					stmts, into = append(stmts, st), append(into, &limited)
+				}
+			}
 		}
 		if n := fairMax - len(fair); p.Fair && n > 0 {
 			stmts, into = append(stmts, query(s.q.LockReadyFair(q, p.Limits != nil, n))), append(into, &fair)
@@ -329,8 +366,10 @@ func (s *Store) candidates(ctx context.Context, tx Tx, p ClaimParams, window int
 		// The hinted budgets, and then the clock, ride along with the
 		// first queue's candidates: not in a claim that takes no limited
 		// job, whose unlimited ones would wait for them in vain while a
-		// sweep or another claim holds them.
-		hinted := len(p.BudgetHint) > 0 && p.Limits != nil && res.hinted == nil && (window > 0 || len(due) > 0)
+		// sweep or another claim holds them, nor beside a sweep, where
+		// the hint is most likely the flood's budget, which the claims
+		// that admit its returning jobs at their slots need.
+		hinted := len(p.BudgetHint) > 0 && p.Limits != nil && res.hinted == nil && (window > 0 || len(due) > 0) && p.Swept == nil
 		if hinted {
 			res.hinted = map[string]*budget{}
 			read := s.q.LockBudgets
@@ -375,6 +414,12 @@ func (s *Store) candidates(ctx context.Context, tx Tx, p ClaimParams, window int
 		if err != nil {
 			return nil, err
 		}
+		if span := p.Swept[q]; span != nil {
+			// Around a span, its streams came in claim order and may bring
+			// more than the window, and jobs like the flood's.
+			limited = slices.DeleteFunc(limited, func(j *Job) bool { return j.Queue == q && span.holds(j) })
+		}
+		limited = limited[:min(len(limited), window)]
 		if len(plain) >= p.Max && (p.Limits == nil || len(limited) >= window) && (!p.Fair || len(fair) >= fairMax) {
 			break
 		}

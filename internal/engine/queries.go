@@ -18,6 +18,7 @@ type SQL struct {
 	recordMigration, forgetMigration                                           *sqlStatement
 
 	insertJobs, lockReadyPlain, lockReadyLimited, lockReadyLike, markRunning, completeJobs, deleteJobs *sqlStatement
+	lockReadyLimitedAt, lockReadyLimitedBefore, lockReadyLimitedAfter, firstReadyLike, lastReadyLike   *sqlStatement
 	lockDue, lockDueWaiting, markReady, notify, lockOrphans, lockFinished, deleteJobsByID              *sqlStatement
 	getJob, lockJob, listJobs                                                                          *sqlStatement
 	recordAttempts, loadAttempts, deleteAttempts                                                       *sqlStatement
@@ -122,7 +123,12 @@ func NewSQL(d Dialect) (*SQL, error) {
 		{&q.insertJobs, "InsertJobs", []string{"rows"}},
 		{&q.lockReadyPlain, "LockReadyPlain", []string{"queue", "limit"}},
 		{&q.lockReadyLimited, "LockReadyLimited", []string{"queue", "limit"}},
+		{&q.lockReadyLimitedAt, "LockReadyLimitedAt", []string{"queue", "priority", "after", "before", "limit"}},
+		{&q.lockReadyLimitedBefore, "LockReadyLimitedBefore", []string{"queue", "priority", "limit"}},
+		{&q.lockReadyLimitedAfter, "LockReadyLimitedAfter", []string{"queue", "priority", "limit"}},
 		{&q.lockReadyLike, "LockReadyLike", []string{"queue", "priority", "rate_keys", "kind", "limit"}},
+		{&q.firstReadyLike, "FirstReadyLike", []string{"queue", "rate_keys", "kind"}},
+		{&q.lastReadyLike, "LastReadyLike", []string{"queue", "rate_keys", "kind"}},
 		{&q.markRunning, "MarkRunning", []string{"process_id", "now", "ids"}},
 		{&q.completeJobs, "CompleteJobs", []string{"now", "ids", "process_id", "running"}},
 		{&q.deleteJobs, "DeleteJobs", []string{"ids", "process_id", "running"}},

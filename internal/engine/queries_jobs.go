@@ -45,6 +45,39 @@ func (q *SQL) LockReadyLike(queue, kind, rateKeys string, priority, limit int) (
 	return q.lockReadyLike.bind(queue, priority, rateKeys, kind, limit)
 }
 
+// LockReadyLimitedAt selects and locks, skipping locked rows, up to limit
+// ready rate-limited jobs of one queue at one priority whose ids lie
+// strictly between after and before, by id. Columns: JobColumns.
+func (q *SQL) LockReadyLimitedAt(queue string, priority int, after, before int64, limit int) (string, []any) {
+	return q.lockReadyLimitedAt.bind(queue, int32(priority), after, before, limit)
+}
+
+// LockReadyLimitedBefore selects and locks, skipping locked rows, up to
+// limit ready rate-limited jobs of one queue more urgent than priority (a
+// lower number), by priority then id. Columns: JobColumns.
+func (q *SQL) LockReadyLimitedBefore(queue string, priority, limit int) (string, []any) {
+	return q.lockReadyLimitedBefore.bind(queue, int32(priority), limit)
+}
+
+// LockReadyLimitedAfter selects and locks, skipping locked rows, up to
+// limit ready rate-limited jobs of one queue less urgent than priority, by
+// priority then id. Columns: JobColumns.
+func (q *SQL) LockReadyLimitedAfter(queue string, priority, limit int) (string, []any) {
+	return q.lockReadyLimitedAfter.bind(queue, int32(priority), limit)
+}
+
+// FirstReadyLike and LastReadyLike select the first and the last, by
+// priority then id, of the ready jobs LockReadyLike would take at any
+// priority. Columns: id, priority.
+func (q *SQL) FirstReadyLike(queue, kind, rateKeys string) (string, []any) {
+	return q.firstReadyLike.bind(queue, rateKeys, kind)
+}
+
+// LastReadyLike: see FirstReadyLike.
+func (q *SQL) LastReadyLike(queue, kind, rateKeys string) (string, []any) {
+	return q.lastReadyLike.bind(queue, rateKeys, kind)
+}
+
 // MarkRunning claims locked jobs for a process.
 func (q *SQL) MarkRunning(ids []int64, processID, now int64) (string, []any) {
 	return q.markRunning.bind(processID, now, ids)

@@ -17,7 +17,7 @@ func (Dialect) Capabilities() engine.Capabilities {
 // Replacements are the notifications (unless NoNotify) and the
 // advisory migration lock (unless NoAdvisoryLock).
 func (d Dialect) Replacements() string {
-	s := ""
+	s := placeRanges
 	if !d.NoNotify {
 		s += notifications
 	}
@@ -26,6 +26,14 @@ func (d Dialect) Replacements() string {
 	}
 	return s
 }
+
+// placeRanges bounds a job's place in its queue as one row comparison, an
+// index condition on (queue, priority, id) that no generic plan trades for
+// a walk of the primary key over every older job.
+const placeRanges = `
+-- fragment: AtPriorityBetween
+(j.priority, j.id) > (:priority, :after) AND (j.priority, j.id) < (:priority, :before)
+`
 
 // notifications wake listening workers for the queues that gained ready
 // jobs, delivered at commit: by enqueues in the same statement, and by

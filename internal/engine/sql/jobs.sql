@@ -23,6 +23,36 @@ WHERE {ReadyLimited}
   AND {QueueNotPaused}
 ORDER BY priority, id LIMIT :limit FOR UPDATE SKIP LOCKED;
 
+-- name: LockReadyLimitedAt
+-- The next ready jobs of an unpaused queue that carry rate-limit keys, of
+-- one priority and with ids strictly between two: with
+-- LockReadyLimitedBefore and LockReadyLimitedAfter, the limited jobs
+-- around the run of a flood that a sweep is moving (ClaimParams.Swept).
+SELECT {JobColumns} FROM sluice_jobs j
+WHERE {ReadyLimited}
+  AND {QueueNotPaused} AND {AtPriorityBetween}
+ORDER BY priority, id LIMIT :limit FOR UPDATE SKIP LOCKED;
+
+-- fragment: AtPriorityBetween
+-- Jobs of priority :priority with ids strictly between :after and :before.
+j.priority = :priority AND j.id > :after AND j.id < :before
+
+-- name: LockReadyLimitedBefore
+-- The next ready jobs of an unpaused queue that carry rate-limit keys and
+-- are more urgent than :priority.
+SELECT {JobColumns} FROM sluice_jobs j
+WHERE {ReadyLimited}
+  AND {QueueNotPaused} AND j.priority < :priority
+ORDER BY priority, id LIMIT :limit FOR UPDATE SKIP LOCKED;
+
+-- name: LockReadyLimitedAfter
+-- The next ready jobs of an unpaused queue that carry rate-limit keys and
+-- are less urgent than :priority.
+SELECT {JobColumns} FROM sluice_jobs j
+WHERE {ReadyLimited}
+  AND {QueueNotPaused} AND j.priority > :priority
+ORDER BY priority, id LIMIT :limit FOR UPDATE SKIP LOCKED;
+
 -- name: LockReadyFair
 -- The next ready fair jobs of an unpaused queue, lowest virtual start
 -- first; with limited FALSE, only those that carry no rate-limit key.
@@ -38,6 +68,20 @@ ORDER BY priority, fair_start, id LIMIT :limit FOR UPDATE SKIP LOCKED;
 SELECT id, priority FROM sluice_jobs j
 WHERE {ReadyLimited} AND j.priority >= :priority AND j.rate_keys = :rate_keys AND j.kind = :kind AND j.holds_slot = FALSE
 ORDER BY priority, id LIMIT :limit FOR UPDATE SKIP LOCKED;
+
+-- name: FirstReadyLike
+-- The first ready job, in claim order, of those LockReadyLike takes, at
+-- any priority. Columns: id, priority.
+SELECT id, priority FROM sluice_jobs j
+WHERE {ReadyLimited} AND j.rate_keys = :rate_keys AND j.kind = :kind
+ORDER BY priority, id LIMIT 1;
+
+-- name: LastReadyLike
+-- The last ready job, in claim order, of those LockReadyLike takes, at
+-- any priority. Columns: id, priority.
+SELECT id, priority FROM sluice_jobs j
+WHERE {ReadyLimited} AND j.rate_keys = :rate_keys AND j.kind = :kind
+ORDER BY priority DESC, id DESC LIMIT 1;
 
 -- name: MarkRunning
 UPDATE sluice_jobs SET state = 'running', attempt = attempt + 1, process_id = :process_id, attempted_at = :now, wait_key = NULL,
