@@ -266,8 +266,11 @@ type walk struct {
 	holders map[string]int // holders per concurrency key after the last step
 	// hint are the budgets the last claim locked: the next claim's
 	// BudgetHint, as a worker passes it, unless the op says not to.
-	hint  []string
-	stats struct{ faults, claims, admitted, deferred, parked, displaced, finishes int }
+	hint []string
+	// overflow is the last overflow a claim reported: a later claim may
+	// leave its span to a sweep, as a worker's claims do while it sweeps.
+	overflow *engine.Overflow
+	stats    struct{ faults, claims, swept, admitted, deferred, parked, displaced, finishes int }
 }
 
 type failure struct {
@@ -337,8 +340,8 @@ func runWalk(t testing.TB, b testdb.Backend, tr trace, report bool) *failure {
 	if !report {
 		return nil
 	}
-	w.t.Logf("%d steps: %d jobs, %d faults injected, %d claims (%d admitted, %d deferred, %d parked, %d displaced by more urgent jobs), %d finishes",
-		len(tr), len(w.created), w.stats.faults, w.stats.claims, w.stats.admitted, w.stats.deferred, w.stats.parked, w.stats.displaced, w.stats.finishes)
+	w.t.Logf("%d steps: %d jobs, %d faults injected, %d claims (%d beside a sweep; %d admitted, %d deferred, %d parked, %d displaced by more urgent jobs), %d finishes",
+		len(tr), len(w.created), w.stats.faults, w.stats.claims, w.stats.swept, w.stats.admitted, w.stats.deferred, w.stats.parked, w.stats.displaced, w.stats.finishes)
 	return nil
 }
 
@@ -408,16 +411,34 @@ func (w *walk) apply(o op) error {
 		if o.a%4 != 0 {
 			hint = w.hint
 		}
+		var swept map[string]*engine.Span
+		if o.a%5 == 1 && w.overflow != nil {
+			// A sweep of the last overflow is under way: its span once
+			// read, or not yet known.
+			swept = map[string]*engine.Span{modelQueue: nil}
+			if o.b%2 == 0 {
+				span, ok, err := w.s.OverflowSpan(w.ctx, *w.overflow)
+				if err != nil {
+					return err
+				}
+				if ok {
+					swept[modelQueue] = &span
+				}
+			}
+		}
 		res, err := w.s.Claim(w.ctx, engine.ClaimParams{
 			ProcessID: pid, Queues: []string{modelQueue}, Max: 1 + o.b%6, Candidates: o.b % 12,
 			Clock: w.clock(), Limits: w.lim, Horizon: 5 * time.Second, PromoteDue: o.b%3 != 0,
 			DueLead: time.Duration(o.a%3) * 100 * time.Millisecond, Fair: true,
-			BudgetHint: hint, SnapshotHint: o.a%2 == 0,
+			BudgetHint: hint, SnapshotHint: o.a%2 == 0, Swept: swept,
 		})
 		if err != nil {
 			return err
 		}
 		w.hint = res.Budgets
+		if len(res.Overflows) > 0 {
+			w.overflow = &res.Overflows[0]
+		}
 		for _, j := range res.Jobs {
 			w.running[pid][j.ID] = j
 			w.noteAdmission(j, res.DecidedAt)
@@ -430,6 +451,9 @@ func (w *walk) apply(o op) error {
 			}
 		}
 		w.stats.claims++
+		if swept != nil {
+			w.stats.swept++
+		}
 		w.stats.admitted += len(res.Jobs)
 		w.stats.deferred += len(res.Deferred)
 		w.stats.displaced += len(res.Displaced)
