@@ -28,8 +28,8 @@ type sweep struct {
 // StartSweep reports whether the caller is to sweep the overflow of o's
 // budget: false when a worker of this process sweeps it already. A caller
 // that gets true calls EndSweep when it is done. Until it records the
-// flood's span (SweepSpan), the workers leave all the queue's rate-limited
-// jobs to it.
+// flood's span (SetSweepSpan), the workers leave all the queue's
+// rate-limited jobs to it.
 func (s *Store) StartSweep(o Overflow) bool {
 	h := &s.sweeps
 	h.mu.Lock()
@@ -45,8 +45,8 @@ func (s *Store) StartSweep(o Overflow) bool {
 }
 
 // SetSweepSpan records the span of the flood a sweep that StartSweep allowed
-// is moving: the workers then take the queue's rate-limited jobs before
-// and after it.
+// is moving: the workers then take the queue's rate-limited jobs more
+// urgent than it or queued after it.
 func (s *Store) SetSweepSpan(o Overflow, sp Span) {
 	h := &s.sweeps
 	h.mu.Lock()
