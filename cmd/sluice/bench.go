@@ -149,6 +149,9 @@ func (f *benchFlags) check(set map[string]bool) error {
 	default:
 		return cli.Usagef("--scenario %q: want drain, flood, loose or fair", f.scenario)
 	}
+	if f.lightRate != "" && f.scenario != "flood" {
+		return cli.Usagef("--light-rate limits the flood scenario's light load: it needs --scenario flood")
+	}
 	switch f.scenario {
 	case "drain":
 		if f.deleteDone {

@@ -87,6 +87,13 @@ func TestScenarioDefaults(t *testing.T) {
 	require.Error(t, f.check(map[string]bool{}))
 	f = benchFlags{jobs: 1, workers: 1, concurrency: 1, keys: 1, scenario: "flood", latency: true}
 	require.Error(t, f.check(map[string]bool{}))
+
+	f = benchFlags{jobs: 1, workers: 1, concurrency: 1, keys: 1, scenario: "flood", floodRate: "10/1s", lightRate: "1000/1s"}
+	require.NoError(t, f.check(map[string]bool{}))
+	f.lightRate = "fast"
+	require.ErrorContains(t, f.check(map[string]bool{}), "--light-rate")
+	f = benchFlags{jobs: 1, workers: 1, concurrency: 1, keys: 1, scenario: "loose", lightRate: "1000/1s"}
+	require.ErrorContains(t, f.check(map[string]bool{}), "--light-rate limits the flood scenario's light load")
 }
 
 // The loose scenario measures the check when it defers nothing, so it
@@ -106,6 +113,6 @@ func TestLooseScenarioSaysWhenJobsGoBeyondTheBursts(t *testing.T) {
 
 func TestKindsConfigArgs(t *testing.T) {
 	require.Empty(t, kindsConfig{}.args())
-	require.Equal(t, []string{"--rate", "5/1s", "--burst", "2", "--flood-rate", "10/1s"},
-		kindsConfig{rate: "5/1s", burst: 2, floodRate: "10/1s"}.args())
+	require.Equal(t, []string{"--rate", "5/1s", "--burst", "2", "--flood-rate", "10/1s", "--light-rate", "100/1s"},
+		kindsConfig{rate: "5/1s", burst: 2, floodRate: "10/1s", lightRate: "100/1s"}.args())
 }
