@@ -52,12 +52,22 @@ func TestClaimsOnSnapshotsHoldOverlappingLimits(t *testing.T) {
 // unlimited jobs to take lock only the budgets no other claim holds and
 // leave the rest of their limited jobs ready (yield.go), while the others
 // wait for theirs. Neither bound is ever exceeded, every job runs once,
-// and claims do yield where claims lock rows.
+// and claims do yield where claims lock rows. Whether two claims meet on a
+// budget is the scheduler's call: a run yields 5–20 candidates, and now
+// and then none (1 of 22 runs on MySQL, and one CI run), so a run that
+// yielded none is repeated, up to three runs in all (each checks the
+// bounds again).
 func TestClaimsThatYieldHoldOverlappingLimits(t *testing.T) {
 	for _, b := range testdb.Backends(t) {
 		t.Run(b.Name, func(t *testing.T) {
-			_, yielded := overlappingClaimers(t, b, 300, 300, 5, true, [2]int{10, 15})
-			t.Logf("claims yielded %d candidates", yielded)
+			yielded, runs := 0, 3
+			if b.Name == "sqlite" {
+				runs = 1 // a transaction holds the only write lock: nothing to yield to
+			}
+			for run := 0; run < runs && yielded == 0; run++ {
+				_, yielded = overlappingClaimers(t, b, 300, 300, 5, true, [2]int{10, 15})
+				t.Logf("run %d: claims yielded %d candidates", run+1, yielded)
+			}
 			if b.Name != "sqlite" {
 				require.Positive(t, yielded, "claims left jobs of held budgets ready")
 			}
