@@ -3,6 +3,8 @@ package jobs
 import (
 	"context"
 	"fmt"
+
+	"github.com/sluicequeue/sluice/internal/engine"
 )
 
 // DrainResult counts what a Drain did.
@@ -51,11 +53,11 @@ func (w *Worker) Drain(ctx context.Context) (DrainResult, error) {
 		}
 		if w.limits != nil {
 			for {
-				n, err := w.store.Unpark(ctx, now, w.cfg.Horizon, 1000, 1000)
+				n, err := w.store.Unpark(ctx, now, w.cfg.Horizon, 1000, engine.DefaultUnparkBatch)
 				if err != nil {
 					return out, fmt.Errorf("jobs: drain: %w", err)
 				}
-				if n < 1000 {
+				if n < engine.DefaultUnparkBatch {
 					break
 				}
 			}

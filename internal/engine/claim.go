@@ -367,8 +367,8 @@ func (s *Store) candidates(ctx context.Context, tx Tx, p ClaimParams, window int
 		// first queue's candidates: not in a claim that takes no limited
 		// job, whose unlimited ones would wait for them in vain while a
 		// sweep or another claim holds them, nor beside a sweep, where
-		// the hint is most likely the flood's budget, which the claims
-		// that admit its returning jobs at their slots need.
+		// the hint is most likely the flood's budget. (Locking it there
+		// measured the same within noise: docs/benchmarks.md.)
 		hinted := len(p.BudgetHint) > 0 && p.Limits != nil && res.hinted == nil && (window > 0 || len(due) > 0) && p.Swept == nil
 		if hinted {
 			res.hinted = map[string]*budget{}
