@@ -106,10 +106,14 @@ func do(t *testing.T, ctx context.Context, steps ...chromedp.Action[chromedp.Voi
 	}
 }
 
+// text reads the element's text in one evaluation: the live refresh
+// replaces elements in place, so a node looked up by one call and read by
+// the next may be gone by then ("No node with given id found").
 func text(t *testing.T, ctx context.Context, sel string) string {
 	t.Helper()
-	s, err := chromedp.Run(ctx, chromedp.Text(chromedp.CSS(sel)))
-	require.NoError(t, err)
+	s, err := chromedp.Run(ctx, chromedp.Evaluate[string](`(function(){var e=document.querySelector(`+strconv.Quote(sel)+
+		`);if(!e){throw new Error("no element matches "+`+strconv.Quote(sel)+`);}return e.innerText;})()`))
+	require.NoError(t, err, "reading the text of %s", sel)
 	return s
 }
 
