@@ -2,13 +2,20 @@ package engine_test
 
 import (
 	"context"
+	"fmt"
+	"slices"
+	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
+	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
+	"github.com/sluicequeue/sluice/clock"
 	"github.com/sluicequeue/sluice/internal/engine"
 	"github.com/sluicequeue/sluice/internal/testdb"
+	"github.com/sluicequeue/sluice/ratelimit"
 )
 
 // While a sweep moves a flood, claims take the queue's limited jobs more
@@ -69,4 +76,209 @@ func TestClaimsTakeTheLimitedJobsAroundASweptFlood(t *testing.T) {
 		require.Equal(t, []int64{before, flood[0], among}, ids(res.Jobs), "once the sweep is over, claims meet the flood again")
 		require.Len(t, res.Deferred, 10)
 	})
+}
+
+// TestClaimsBesideAConcurrentSweepHoldTheBoundsAndLoseNothing runs the
+// sweep and the claims beside it at once, each on its own connection pool:
+// a flood on one tight budget, swept in batches as a worker sweeps it,
+// while three claimers, told its span, take the limited jobs of other
+// budgets more urgent than the flood, queued after it at its priority and
+// less urgent, and jobs like the flood's keep arriving after the span was
+// read. Claims beside the sweep never take or defer a job like the flood's;
+// they do take the others while it runs; no budget admits more than its
+// limit in any window, by the times the claims decided at; and once the
+// sweep is over every job runs, once.
+func TestClaimsBesideAConcurrentSweepHoldTheBoundsAndLoseNothing(t *testing.T) {
+	for _, b := range testdb.Backends(t) {
+		t.Run(b.Name, func(t *testing.T) { claimsBesideASweep(t, b) })
+	}
+}
+
+func claimsBesideASweep(t *testing.T, b testdb.Backend) {
+	ctx := context.Background()
+	const (
+		per      = 100 * time.Millisecond
+		floodTo  = 20 // burst 10: T = 100 ms / 11
+		lightTo  = 10
+		flooded  = 300
+		strays   = 30
+		lights   = 4 // budgets
+		perLight = 12
+		batch    = 25
+		horizon  = 400 * time.Millisecond
+	)
+	lim := limits{"f": spec(t, "f", floodTo, per, floodTo/2), "l": spec(t, "l", lightTo, per, lightTo/2)}
+	// The clock stands still while the flood is swept, so that its budget
+	// stays behind and every batch has work, and moves on once the sweep
+	// is over, for the rest to drain.
+	fc := clock.NewFake(t0)
+	clk := engine.HostTime(fc.Now)
+	var over atomic.Bool
+	open := testdb.Opener(t, b.URL(t))
+	s := open()
+	_, err := s.MigrateUp(ctx, 0)
+	require.NoError(t, err)
+	if b.Name == "sqlite" {
+		// One writer at a time whatever the pools: those of one store
+		// queue in Go, not in SQLite's busy handler (many times faster).
+		open = func() *engine.Store { return s }
+	}
+	light := func(i, prio int) engine.NewJob {
+		j := limited("light", fmt.Sprintf("l/%d", i%lights))
+		j.Priority = prio
+		return j
+	}
+	var flood []engine.NewJob
+	for range flooded {
+		flood = append(flood, limited("flood", "f/x"))
+	}
+	enqueue(t, s, fc.Now(), flood...)
+
+	// A claim meets the flood first, as a worker's would, and names the
+	// overflow the sweep then moves.
+	pid := register(t, s, fc.Now())
+	first, err := s.Claim(ctx, engine.ClaimParams{ProcessID: pid, Queues: []string{"default"}, Max: floodTo, Candidates: floodTo,
+		Clock: clk, Limits: lim, Horizon: horizon})
+	require.NoError(t, err)
+	require.Len(t, first.Overflows, 1, "the claim deferred the flood's jobs beyond its burst")
+	o := first.Overflows[0]
+	require.Equal(t, "f/x", o.Key)
+
+	var others []engine.NewJob
+	for i := range lights * perLight {
+		// A third more urgent than the flood, a third after it at its
+		// priority, a third less urgent: the three ranges a claim reads.
+		others = append(others, light(i, i%3-1))
+		if i%2 == 0 {
+			others = append(others, job("plain", "default", 0))
+		}
+	}
+	enqueue(t, s, fc.Now(), others...)
+	all := flooded + len(others) + strays
+
+	var (
+		mu       sync.Mutex
+		admitted = map[string][]time.Time{}
+		ran      = map[int64]int{}
+		beside   int // light jobs admitted by claims beside the sweep
+		moved    int // jobs the sweep deferred
+	)
+	record := func(res *engine.ClaimResult) {
+		for _, j := range res.Jobs {
+			ran[j.ID]++
+			for _, rk := range j.RateKeys {
+				admitted[rk.Key] = append(admitted[rk.Key], res.DecidedAt)
+			}
+		}
+	}
+	record(first)
+
+	// swept is what the claimers pass as ClaimParams.Swept: the queue with
+	// no span while the sweep reads it, then its span, then nothing.
+	var swept atomic.Pointer[map[string]*engine.Span]
+	swept.Store(&map[string]*engine.Span{"default": nil})
+	claimedBeside := make(chan struct{}, 3)
+	deadline := time.Now().Add(40 * time.Second)
+	var wg sync.WaitGroup
+	wg.Add(1)
+	go func() { // the sweep, as a worker runs it
+		defer wg.Done()
+		ss := open()
+		span, ok, err := ss.OverflowSpan(ctx, o)
+		if !assertNoErr(t, err) || !assert.True(t, ok, "the flood is ready") {
+			swept.Store(nil)
+			over.Store(true)
+			return
+		}
+		swept.Store(&map[string]*engine.Span{"default": &span})
+		// Jobs like the flood's that arrive once the span is read.
+		enqueue(t, ss, fc.Now(), slices.Repeat([]engine.NewJob{limited("flood", "f/x")}, strays)...)
+		for time.Now().Before(deadline) {
+			n, _, err := ss.DeferOverflow(ctx, clk, o, horizon, batch)
+			mu.Lock()
+			moved += n
+			mu.Unlock()
+			if !assertNoErr(t, err) || n < batch {
+				break
+			}
+			// The worker rests between batches; here, until three
+			// claims beside the sweep have run.
+			for range 3 {
+				select {
+				case <-claimedBeside:
+				case <-time.After(time.Until(deadline)):
+				}
+			}
+		}
+		swept.Store(nil)
+		over.Store(true)
+	}()
+	for range 3 {
+		cs := open()
+		cpid := register(t, cs, fc.Now())
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for time.Now().Before(deadline) {
+				mu.Lock()
+				done := len(ran) >= all
+				mu.Unlock()
+				if done {
+					return
+				}
+				if over.Load() {
+					fc.Advance(10 * time.Millisecond)
+				}
+				if _, _, err := cs.Promote(ctx, clk, 100); !assertNoErr(t, err) {
+					return
+				}
+				if _, err := cs.Unpark(ctx, clk, horizon, 10, 0); !assertNoErr(t, err) {
+					return
+				}
+				sw := swept.Load()
+				p := engine.ClaimParams{ProcessID: cpid, Queues: []string{"default"}, Max: 4, Candidates: 4,
+					Clock: clk, Limits: lim, Horizon: horizon}
+				if sw != nil {
+					p.Swept = *sw
+				}
+				res, err := cs.Claim(ctx, p)
+				if !assertNoErr(t, err) {
+					return
+				}
+				mu.Lock()
+				record(res)
+				mu.Unlock()
+				if sw == nil || (*sw)["default"] == nil {
+					continue
+				}
+				for _, j := range res.Jobs {
+					assert.NotEqual(t, "flood", j.Kind, "job %d like the flood's admitted beside its sweep", j.ID)
+					if j.Kind == "light" {
+						mu.Lock()
+						beside++
+						mu.Unlock()
+					}
+				}
+				for _, d := range res.Deferred {
+					assert.NotEqual(t, "flood", d.Kind, "job %d like the flood's deferred beside its sweep", d.JobID)
+				}
+				select {
+				case claimedBeside <- struct{}{}:
+				default:
+				}
+			}
+		}()
+	}
+	wg.Wait()
+	require.Len(t, ran, all, "every job ran")
+	for id, n := range ran {
+		require.Equal(t, 1, n, "job %d ran once", id)
+	}
+	t.Logf("the sweep moved %d jobs; claims beside it admitted %d light jobs", moved, beside)
+	require.GreaterOrEqual(t, moved, flooded-2*floodTo, "the sweep moved the flood")
+	require.Positive(t, beside, "claims took limited jobs of other budgets while the flood was swept")
+	require.LessOrEqual(t, ratelimit.BusiestWindow(admitted["f/x"], per), floodTo)
+	for i := range lights {
+		require.LessOrEqual(t, ratelimit.BusiestWindow(admitted[fmt.Sprintf("l/%d", i)], per), lightTo)
+	}
 }
