@@ -3,7 +3,6 @@ package main
 import (
 	"context"
 	"fmt"
-	"strings"
 	"time"
 
 	"github.com/sluicequeue/sluice/jobs"
@@ -100,7 +99,8 @@ func (b *bench) lightKind() string {
 	if b.f.lightRate == "" {
 		return "unlimited"
 	}
-	return fmt.Sprintf("rate-limited (%s, burst %s, %d budgets of their own)", b.f.lightRate, strings.SplitN(b.f.lightRate, "/", 2)[0], lightBudgets)
+	to, _, _ := parseRate(b.f.lightRate) // checked with the flags
+	return fmt.Sprintf("rate-limited (%s, burst %d, %d budgets of their own)", b.f.lightRate, to, lightBudgets)
 }
 
 func withOrWithout(flood bool) string {
