@@ -115,7 +115,7 @@ func queryBudgets(ctx context.Context, ex Executor, q string, args []any) ([]Bud
 // between) reads as the empty state, which admits exactly as the cleared
 // row did.
 func (s *Store) lockBudgets(ctx context.Context, tx Executor, keys []string, c Clock) (map[string]*budget, time.Time, error) {
-	out, at, err := s.lockBudgetRows(ctx, tx, keys, c, s.q.LockBudgets, s.q.InsertBudgets)
+	out, at, err := s.lockBudgetRows(ctx, tx, keys, c, s.q.LockBudgets, s.q.InsertBudgets, "")
 	if err != nil {
 		return nil, time.Time{}, fmt.Errorf("lock budgets: %w", err)
 	}
@@ -134,7 +134,7 @@ func (s *Store) lockBudgets(ctx context.Context, tx Executor, keys []string, c C
 // holds exactly the rows it would have held had it locked them all in
 // order. It reports errHintMissed when a row is held or does not exist.
 func (s *Store) lockFreeBudgets(ctx context.Context, tx Executor, keys []string, c Clock) (map[string]*budget, time.Time, error) {
-	out, at, err := s.lockBudgetRows(ctx, tx, keys, c, s.q.LockFreeBudgets, nil)
+	out, at, err := s.lockBudgetRows(ctx, tx, keys, c, s.q.LockFreeBudgets, nil, "")
 	switch {
 	case err != nil:
 		return nil, time.Time{}, fmt.Errorf("lock free budgets: %w", err)
@@ -146,15 +146,32 @@ func (s *Store) lockFreeBudgets(ctx context.Context, tx Executor, keys []string,
 
 // lockBudgetRows locks the budget rows of keys with lock, inserting the
 // missing ones with insert unless it is nil (lockByName), and reads the
-// time after the last lock. Rows still missing are left out.
-func (s *Store) lockBudgetRows(ctx context.Context, tx Executor, keys []string, c Clock, lock, insert func([]string) (string, []any)) (map[string]*budget, time.Time, error) {
+// time after the last lock. Rows still missing are left out. holding is
+// the greatest key of the budgets the transaction already holds ("" for
+// none): where rows are locked one by one, a missing row that sorts before
+// it, or before a row this call locked, is not inserted here but reported
+// as missingBudgets (see there).
+func (s *Store) lockBudgetRows(ctx context.Context, tx Executor, keys []string, c Clock, lock, insert func([]string) (string, []any), holding string) (map[string]*budget, time.Time, error) {
 	out := make(map[string]*budget, len(keys))
 	var after []Stmt
 	if s.readsDatabase(c) {
 		after = append(after, query(s.d.Now(), nil))
 	}
+	var inOrder func(missing []string) error
+	if insert != nil && s.d.Capabilities().RowLocks {
+		inOrder = func(missing []string) error {
+			held := holding
+			for k := range out {
+				held = max(held, k)
+			}
+			if missing[0] < held {
+				return missingBudgets(missing)
+			}
+			return nil
+		}
+	}
 	var dbNow int64
-	err := s.lockByName(ctx, tx, keys, lock, insert, after,
+	err := s.lockByName(ctx, tx, keys, lock, insert, inOrder, after,
 		func(k string) bool { return out[k] != nil },
 		func(rows Rows) error { return loadBudget(rows, out) },
 		func(rows Rows) error { return rows.Scan(&dbNow) })
@@ -171,10 +188,11 @@ func (s *Store) lockBudgetRows(ctx context.Context, tx Executor, keys []string, 
 // then the after statements, in one round trip where the database can.
 // For keys that found says are still missing, it runs insert(missing),
 // lock(missing) and the after statements again, so that after always runs
-// after the last lock; with a nil insert it leaves them missing. scan
-// reads each locked row; scanAfter each row of an after statement.
+// after the last lock; with a nil insert it leaves them missing, and when
+// inOrder (if not nil) refuses the insert it returns inOrder's error.
+// scan reads each locked row; scanAfter each row of an after statement.
 func (s *Store) lockByName(ctx context.Context, tx Executor, keys []string, lock, insert func([]string) (string, []any),
-	after []Stmt, found func(string) bool, scan, scanAfter func(Rows) error) error {
+	inOrder func(missing []string) error, after []Stmt, found func(string) bool, scan, scanAfter func(Rows) error) error {
 	read := func(first int) func(i int, rows Rows) error {
 		return func(i int, rows Rows) error {
 			each := scanAfter
@@ -200,6 +218,11 @@ func (s *Store) lockByName(ctx context.Context, tx Executor, keys []string, lock
 	}
 	if len(missing) == 0 || insert == nil {
 		return nil
+	}
+	if inOrder != nil {
+		if err := inOrder(missing); err != nil {
+			return err
+		}
 	}
 	stmts := append([]Stmt{stmt(insert(missing)), query(lock(missing))}, after...)
 	return pipeline(ctx, tx, stmts, read(1))
@@ -320,4 +343,28 @@ func (s *Store) ClearIdleBudgets(ctx context.Context, c Clock, batchSize int, pa
 			}
 		}
 	}
+}
+
+// missingBudgets are budget rows a transaction needs and may not create
+// itself, where rows are locked one by one: each sorts before a budget it
+// already holds. Inserting one could wait for another transaction that is
+// inserting it too and waits, in key order, for a budget this one holds: a
+// deadlock, which PostgreSQL breaks only after a second. inTx instead
+// creates them on their own, committed at once, holding nothing, and runs
+// the transaction again, which then finds them and locks every budget in
+// key order.
+type missingBudgets []string
+
+func (m missingBudgets) Error() string {
+	return fmt.Sprintf("budgets %s have no row yet", strings.Join(m, ", "))
+}
+
+// createBudgets creates the empty rows of budgets a transaction reported
+// missing, in a statement of their own.
+func (s *Store) createBudgets(ctx context.Context, m missingBudgets) error {
+	q, args := s.q.InsertBudgets(m)
+	if _, err := exec(ctx, s.db, q, args); err != nil {
+		return fmt.Errorf("create budgets: %w", err)
+	}
+	return nil
 }

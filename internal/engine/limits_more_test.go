@@ -232,3 +232,78 @@ func TestACostChargesSeveralTokens(t *testing.T) {
 		require.ErrorContains(t, err, "contains a tab")
 	})
 }
+
+// A claim that needs a budget row that does not exist yet and sorts before
+// a budget it has locked does not create it while it holds that budget:
+// another transaction creating the same row, which then locks that budget
+// in key order, would wait for the claim while the claim waited for it (a
+// deadlock PostgreSQL breaks only after a second). The claim creates the
+// row on its own, holding nothing, and claims again. Here the other
+// transaction creates k/a and locks k/c at the very moment the claim
+// creates k/a: it never waits, and the claim admits its job on both.
+func TestAClaimCreatesNoBudgetWhileItHoldsOneAfterIt(t *testing.T) {
+	testdb.EachPool(t, func(t *testing.T, s *engine.Store, open func() *engine.Store) {
+		ctx := context.Background()
+		lim := limits{"k": spec(t, "k", 10, time.Second, 10)}
+		pid := register(t, s, t0)
+		enqueue(t, s, t0, limited("k", "k/c"))
+		require.Len(t, claimLimited(t, s, pid, t0, 1, lim, 0).Jobs, 1) // k/c's row exists
+		both := limited("k", "k/a")
+		both.RateKeys = append(both.RateKeys, engine.RateKey{Key: "k/c", Cost: 1})
+		id := enqueue(t, s, t0, both)[0]
+
+		other := open()
+		insert, _ := s.SQL().InsertBudgets([]string{"k/a"})
+		rs, rec := testdb.Record(s)
+		var otherErr error
+		created := false
+		rec.Before = func(q string) {
+			if q != insert || created || !s.Dialect().Capabilities().RowLocks {
+				return // SQLite: the claim holds the only write lock
+			}
+			created = true
+			// Bounded, so that a claim holding k/c fails the test
+			// instead of hanging it.
+			wait, cancel := context.WithTimeout(ctx, 10*time.Second)
+			defer cancel()
+			otherErr = createAndLock(wait, other, "k/a", "k/c")
+		}
+		res, err := rs.Claim(ctx, engine.ClaimParams{ProcessID: pid, Queues: []string{"default"}, Max: 1,
+			Clock: engine.At(t0), Limits: lim})
+		require.NoError(t, err)
+		require.Equal(t, s.Dialect().Capabilities().RowLocks, created, "the claim created k/a where rows are locked one by one")
+		require.NoError(t, otherErr, "the other transaction waited for nothing the claim held")
+		require.Equal(t, []int64{id}, ids(res.Jobs))
+		require.Equal(t, at(time.Second).UnixNano(), budgetNamed(t, s, "k/a").TAT, "k/a charged once")
+		require.Equal(t, at(2*time.Second).UnixNano(), budgetNamed(t, s, "k/c").TAT, "k/c charged twice")
+	})
+}
+
+// createAndLock creates the budget row create and locks the budget row
+// lock in one transaction of s, as a claim creating a budget does.
+func createAndLock(ctx context.Context, s *engine.Store, create, lock string) error {
+	tx, err := s.DB().Begin(ctx)
+	if err != nil {
+		return err
+	}
+	err = func() error {
+		q, args := s.SQL().InsertBudgets([]string{create})
+		if _, err := tx.Exec(ctx, q, args...); err != nil {
+			return err
+		}
+		q, args = s.SQL().LockBudgets([]string{lock})
+		rows, err := tx.Query(ctx, q, args...)
+		if err != nil {
+			return err
+		}
+		for rows.Next() {
+		}
+		rows.Close()
+		return rows.Err()
+	}()
+	if err != nil {
+		_ = tx.Rollback(context.WithoutCancel(ctx))
+		return err
+	}
+	return tx.Commit(ctx)
+}

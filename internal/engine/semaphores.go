@@ -46,7 +46,7 @@ func (s *Store) lockSlots(ctx context.Context, ex Executor, keys []string, c Clo
 		after = append(after, query(s.d.Now(), nil))
 	}
 	var dbNow int64
-	err := s.lockByName(ctx, ex, keys, s.q.LockSemaphores, s.q.InsertSemaphores, after,
+	err := s.lockByName(ctx, ex, keys, s.q.LockSemaphores, s.q.InsertSemaphores, nil, after,
 		func(k string) bool { return sl.sems[k] != nil },
 		func(rows Rows) error {
 			r, err := scanSemaphore(rows)

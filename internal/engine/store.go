@@ -71,6 +71,14 @@ func (s *Store) inTx(ctx context.Context, fn func(tx Tx) error) error {
 	var err error
 	for attempt := 0; attempt < maxRetries; attempt++ {
 		err = s.tryTx(ctx, fn)
+		var missing missingBudgets
+		if errors.As(err, &missing) && ctx.Err() == nil {
+			if err = s.createBudgets(ctx, missing); err != nil {
+				break
+			}
+			err = missing // reported if no attempt is left
+			continue
+		}
 		if err == nil || !s.retryable(err) || ctx.Err() != nil {
 			break
 		}

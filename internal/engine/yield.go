@@ -96,8 +96,14 @@ func (s *Store) lockUnheldBudgets(ctx context.Context, tx Tx, keys []string, p C
 	if absent := lacking(rest, existing); len(absent) > 0 {
 		// A budget's first claims create its row. Another claim creating
 		// it at the same moment is waited for, briefly: it commits, or
-		// it holds the row, which is then left as held.
-		more, moreAt, err := s.lockBudgetRows(ctx, tx, absent, p.Clock, s.q.LockFreeBudgets, s.q.InsertBudgets)
+		// it holds the row, which is then left as held. A row that sorts
+		// before one this claim holds is created outside it instead
+		// (missingBudgets).
+		held := ""
+		for k := range budgets {
+			held = max(held, k)
+		}
+		more, moreAt, err := s.lockBudgetRows(ctx, tx, absent, p.Clock, s.q.LockFreeBudgets, s.q.InsertBudgets, held)
 		if err != nil {
 			return nil, time.Time{}, fmt.Errorf("create budgets: %w", err)
 		}
