@@ -63,7 +63,8 @@ func (s *Store) Close() error { return s.db.Close() }
 const maxRetries = 5
 
 // inTx runs fn in a transaction, committing if it returns nil. A deadlock
-// or serialization failure runs it again, up to maxRetries times, so fn
+// or serialization failure runs it again, up to maxRetries times, and so
+// does a report of missingBudgets once inTx has created them, so fn
 // must start from fresh inputs on every call: whatever it computed or
 // changed in a failed attempt is rolled back in the database and must not
 // survive in Go either. Public operations pass its error through wrap.
