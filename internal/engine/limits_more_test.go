@@ -240,8 +240,16 @@ func TestACostChargesSeveralTokens(t *testing.T) {
 // deadlock PostgreSQL breaks only after a second). The claim creates the
 // row on its own, holding nothing, and claims again. Here the other
 // transaction creates k/a and locks k/c at the very moment the claim
-// creates k/a: it never waits, and the claim admits its job on both.
+// creates k/a: it never waits, and the claim admits its job on both. The
+// same holds for a claim that also takes an unlimited job, which locks
+// only the budgets no one holds (yield.go).
 func TestAClaimCreatesNoBudgetWhileItHoldsOneAfterIt(t *testing.T) {
+	for _, unlimited := range []bool{false, true} {
+		t.Run(fmt.Sprintf("unlimited=%v", unlimited), func(t *testing.T) { claimCreatingABudget(t, unlimited) })
+	}
+}
+
+func claimCreatingABudget(t *testing.T, unlimited bool) {
 	testdb.EachPool(t, func(t *testing.T, s *engine.Store, open func() *engine.Store) {
 		ctx := context.Background()
 		lim := limits{"k": spec(t, "k", 10, time.Second, 10)}
@@ -251,6 +259,10 @@ func TestAClaimCreatesNoBudgetWhileItHoldsOneAfterIt(t *testing.T) {
 		both := limited("k", "k/a")
 		both.RateKeys = append(both.RateKeys, engine.RateKey{Key: "k/c", Cost: 1})
 		id := enqueue(t, s, t0, both)[0]
+		want := []int64{id}
+		if unlimited {
+			want = append(want, enqueue(t, s, t0, job("free", "default", 0))[0])
+		}
 
 		other := open()
 		insert, _ := s.SQL().InsertBudgets([]string{"k/a"})
@@ -268,12 +280,12 @@ func TestAClaimCreatesNoBudgetWhileItHoldsOneAfterIt(t *testing.T) {
 			defer cancel()
 			otherErr = createAndLock(wait, other, "k/a", "k/c")
 		}
-		res, err := rs.Claim(ctx, engine.ClaimParams{ProcessID: pid, Queues: []string{"default"}, Max: 1,
+		res, err := rs.Claim(ctx, engine.ClaimParams{ProcessID: pid, Queues: []string{"default"}, Max: 2,
 			Clock: engine.At(t0), Limits: lim})
 		require.NoError(t, err)
 		require.Equal(t, s.Dialect().Capabilities().RowLocks, created, "the claim created k/a where rows are locked one by one")
 		require.NoError(t, otherErr, "the other transaction waited for nothing the claim held")
-		require.Equal(t, []int64{id}, ids(res.Jobs))
+		require.ElementsMatch(t, want, ids(res.Jobs))
 		require.Equal(t, at(time.Second).UnixNano(), budgetNamed(t, s, "k/a").TAT, "k/a charged once")
 		require.Equal(t, at(2*time.Second).UnixNano(), budgetNamed(t, s, "k/c").TAT, "k/c charged twice")
 	})
