@@ -160,11 +160,7 @@ func (s *Store) lockBudgetRows(ctx context.Context, tx Executor, keys []string, 
 	var inOrder func(missing []string) error
 	if insert != nil && s.d.Capabilities().RowLocks {
 		inOrder = func(missing []string) error {
-			held := holding
-			for k := range out {
-				held = max(held, k)
-			}
-			if missing[0] < held {
+			if missing[0] < max(holding, lastKey(out)) {
 				return missingBudgets(missing)
 			}
 			return nil
@@ -357,6 +353,15 @@ type missingBudgets []string
 
 func (m missingBudgets) Error() string {
 	return fmt.Sprintf("budgets %s have no row yet", strings.Join(m, ", "))
+}
+
+// lastKey returns the greatest key of budgets, or "" when there is none.
+func lastKey(budgets map[string]*budget) string {
+	last := ""
+	for k := range budgets {
+		last = max(last, k)
+	}
+	return last
 }
 
 // createBudgets creates the empty rows of budgets a transaction reported

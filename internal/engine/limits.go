@@ -341,10 +341,7 @@ func (s *Store) lockClaimBudgets(ctx context.Context, tx Tx, keys []string, p Cl
 		at = p.Clock.Host()
 	}
 	budgets := res.hinted
-	last := ""
-	for k := range res.hinted {
-		last = max(last, k)
-	}
+	last := lastKey(res.hinted)
 	early := 0 // how many sort before a hinted one
 	if s.d.Capabilities().RowLocks {
 		early, _ = slices.BinarySearch(missing, last)

@@ -181,18 +181,23 @@ func claimsBesideASweep(t *testing.T, b testdb.Backend) {
 	deadline := time.Now().Add(40 * time.Second)
 	var wg sync.WaitGroup
 	wg.Add(1)
-	go func() { // the sweep, as a worker runs it
+	// The sweep, as a worker runs it, on a store opened here: a failure to
+	// open ends the test, which only the test's own goroutine may do.
+	ss := open()
+	go func() {
 		defer wg.Done()
-		ss := open()
 		span, ok, err := ss.OverflowSpan(ctx, o)
-		if !assertNoErr(t, err) || !assert.True(t, ok, "the flood is ready") {
+		if assertNoErr(t, err) && assert.True(t, ok, "the flood is ready") {
+			swept.Store(&map[string]*engine.Span{"default": &span})
+			// Jobs like the flood's that arrive once the span is read.
+			_, err = ss.Enqueue(ctx, nil, clk, slices.Repeat([]engine.NewJob{limited("flood", "f/x")}, strays))
+			ok = assertNoErr(t, err)
+		}
+		if !ok {
 			swept.Store(nil)
 			over.Store(true)
 			return
 		}
-		swept.Store(&map[string]*engine.Span{"default": &span})
-		// Jobs like the flood's that arrive once the span is read.
-		enqueue(t, ss, fc.Now(), slices.Repeat([]engine.NewJob{limited("flood", "f/x")}, strays)...)
 		for time.Now().Before(deadline) {
 			n, _, err := ss.DeferOverflow(ctx, clk, o, horizon, batch)
 			mu.Lock()

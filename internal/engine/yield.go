@@ -99,11 +99,7 @@ func (s *Store) lockUnheldBudgets(ctx context.Context, tx Tx, keys []string, p C
 		// it holds the row, which is then left as held. A row that sorts
 		// before one this claim holds is created outside it instead
 		// (missingBudgets).
-		held := ""
-		for k := range budgets {
-			held = max(held, k)
-		}
-		more, moreAt, err := s.lockBudgetRows(ctx, tx, absent, p.Clock, s.q.LockFreeBudgets, s.q.InsertBudgets, held)
+		more, moreAt, err := s.lockBudgetRows(ctx, tx, absent, p.Clock, s.q.LockFreeBudgets, s.q.InsertBudgets, lastKey(budgets))
 		if err != nil {
 			return nil, time.Time{}, fmt.Errorf("create budgets: %w", err)
 		}
