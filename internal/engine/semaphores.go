@@ -36,6 +36,14 @@ type slots struct {
 // with DatabaseTime, the database's clock, after the locks (in the same
 // round trip where the database can). A caller that already decided on a
 // time passes At(it).
+//
+// Where rows are locked one by one, the rows the keys lack are created
+// before any is locked, in key order (createThenLock): a transaction that
+// created k/a while it held k/c could wait for another that is creating
+// k/a too and waits, in key order, for k/c. An enqueue may run in the
+// caller's own transaction, which the store cannot run again, so the rows
+// are created inside the transaction, as budgets' cannot be
+// (missingBudgets), at the cost of one more statement in the round trip.
 func (s *Store) lockSlots(ctx context.Context, ex Executor, keys []string, c Clock) (*slots, error) {
 	keys = slices.Clone(keys)
 	slices.Sort(keys)
@@ -46,16 +54,21 @@ func (s *Store) lockSlots(ctx context.Context, ex Executor, keys []string, c Clo
 		after = append(after, query(s.d.Now(), nil))
 	}
 	var dbNow int64
-	err := s.lockByName(ctx, ex, keys, s.q.LockSemaphores, s.q.InsertSemaphores, nil, after,
-		func(k string) bool { return sl.sems[k] != nil },
-		func(rows Rows) error {
-			r, err := scanSemaphore(rows)
-			if err == nil {
-				sl.sems[r.Name] = &r
-			}
-			return err
-		},
-		func(rows Rows) error { return rows.Scan(&dbNow) })
+	scan := func(rows Rows) error {
+		r, err := scanSemaphore(rows)
+		if err == nil {
+			sl.sems[r.Name] = &r
+		}
+		return err
+	}
+	scanNow := func(rows Rows) error { return rows.Scan(&dbNow) }
+	var err error
+	if s.d.Capabilities().RowLocks {
+		err = s.createThenLock(ctx, ex, keys, after, scan, scanNow)
+	} else {
+		err = s.lockByName(ctx, ex, keys, s.q.LockSemaphores, s.q.InsertSemaphores, nil, after,
+			func(k string) bool { return sl.sems[k] != nil }, scan, scanNow)
+	}
 	if err != nil {
 		return nil, fmt.Errorf("lock semaphores: %w", err)
 	}
@@ -69,6 +82,28 @@ func (s *Store) lockSlots(ctx context.Context, ex Executor, keys []string, c Clo
 		sl.now = dbNow
 	}
 	return sl, nil
+}
+
+// createThenLock creates the semaphore rows keys (sorted) lack and then
+// locks them all, in key order, and runs the after statements, in one
+// round trip where the database can. Creating a row waits only for a
+// transaction creating the same row (which holds nothing after it in this
+// call's order: it creates its rows in key order too); on MySQL the insert
+// also locks the rows that exist, in the same order.
+func (s *Store) createThenLock(ctx context.Context, ex Executor, keys []string, after []Stmt, scan, scanAfter func(Rows) error) error {
+	stmts := append([]Stmt{stmt(s.q.InsertSemaphores(keys)), query(s.q.LockSemaphores(keys))}, after...)
+	return pipeline(ctx, ex, stmts, func(i int, rows Rows) error {
+		each := scanAfter
+		if i == 1 {
+			each = scan
+		}
+		for rows.Next() {
+			if err := each(rows); err != nil {
+				return err
+			}
+		}
+		return nil
+	})
 }
 
 func scanSemaphore(rows Rows, extra ...any) (SemaphoreRow, error) {

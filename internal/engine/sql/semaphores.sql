@@ -5,7 +5,10 @@
 SELECT {SemaphoreColumns} FROM sluice_semaphores WHERE name IN (:keys) ORDER BY name FOR UPDATE;
 
 -- name: InsertSemaphores
--- Unused semaphores for keys (sorted), ignoring those that exist.
+-- Unused semaphores for keys (sorted), ignoring those that exist, in key
+-- order: it waits only for a transaction creating the same row (on MySQL,
+-- whose spelling is ON DUPLICATE KEY UPDATE, it also locks the rows that
+-- exist, in the same order). LockSemaphores follows it (lockSlots).
 INSERT INTO sluice_semaphores (name) VALUES :rows(text) ON CONFLICT (name) DO NOTHING;
 
 -- name: SaveSemaphores
