@@ -111,7 +111,19 @@ type ClaimParams struct {
 	// flood's (sweeps.go), so that it neither meets the flood nor holds
 	// back the limited jobs queued after it.
 	Swept map[string]*Span
+
+	// slotHint are semaphores the claim locks before its budgets: those an
+	// earlier run of it could not lock without waiting when it gave the
+	// slots of the jobs it deferred back (heldSemaphores). waitSlots,
+	// after maxSlotRetries such runs, gives them back waiting instead.
+	slotHint  []string
+	waitSlots bool
 }
+
+// maxSlotRetries bounds how many times a claim runs again to lock, before
+// its budgets, the semaphores another transaction held when it gave slots
+// back.
+const maxSlotRetries = 3
 
 // Span is a run of a queue's ready rate-limited jobs in claim order, from
 // its first job to its last, both included: those of a flood (Kind and
@@ -230,8 +242,16 @@ func (s *Store) Claim(ctx context.Context, p ClaimParams) (*ClaimResult, error) 
 		})
 	}
 	err := claim()
-	if errors.Is(err, errHintMissed) {
-		p.BudgetHint = nil
+	for retries := 0; err != nil && retries <= maxSlotRetries; retries++ {
+		var held heldSemaphores
+		if errors.Is(err, errHintMissed) && p.BudgetHint != nil {
+			p.BudgetHint = nil
+		} else if errors.As(err, &held) && !p.waitSlots {
+			p.slotHint = sortedKeys(append(slices.Clone(p.slotHint), held...))
+			p.waitSlots = retries == maxSlotRetries-1
+		} else {
+			break
+		}
 		err = claim()
 	}
 	if err != nil {
@@ -259,9 +279,15 @@ func (s *Store) claim(ctx context.Context, tx Tx, p ClaimParams, res *ClaimResul
 		}
 	}
 	var due []*Job
-	if p.Limits != nil && p.PromoteDue {
+	switch {
+	case p.Limits != nil && p.PromoteDue:
+		// Its promotion locks the semaphores of slotHint too.
 		var err error
 		if due, err = s.promoteDue(ctx, tx, p, max(window, p.Max), res); err != nil {
+			return err
+		}
+	case len(p.slotHint) > 0:
+		if _, err := s.lockSlots(ctx, tx, p.slotHint, At(p.Clock.Host())); err != nil {
 			return err
 		}
 	}
@@ -290,7 +316,11 @@ func (s *Store) claim(ctx context.Context, tx Tx, p ClaimParams, res *ClaimResul
 		now = p.Clock.Host()
 	}
 	if len(gives) > 0 {
-		stmts, queues, err := s.giveBack(ctx, tx, At(now), gives)
+		lock := func(keys []string) (*slots, error) { return s.lockFreeSlots(ctx, tx, keys, now) }
+		if p.waitSlots {
+			lock = func(keys []string) (*slots, error) { return s.lockSlots(ctx, tx, keys, At(now)) }
+		}
+		stmts, queues, err := s.giveBackWith(ctx, gives, lock)
 		if err != nil {
 			return err
 		}
@@ -503,7 +533,7 @@ func (s *Store) promoteDue(ctx context.Context, tx Tx, p ClaimParams, limit int,
 		return nil, fmt.Errorf("lock due waiting jobs: %w", err)
 	}
 	res.Promoted, res.DueAt = len(due), by
-	pr, err := s.promote(ctx, tx, due, Micros(at), false)
+	pr, err := s.promote(ctx, tx, due, Micros(at), false, p.slotHint)
 	if err != nil {
 		return nil, fmt.Errorf("promote due waiting jobs: %w", err)
 	}

@@ -213,7 +213,7 @@ func (s *Store) join(ctx context.Context, ex Executor, now time.Time, rule coale
 	}
 	// A full job that waited becomes ready at once; a claim may send it
 	// back to wait on its rate limit.
-	if _, err := s.promote(ctx, ex, []DueRow{{ID: p.ID, Queue: p.Queue, Conc: p.Conc, HoldsSlot: p.HoldsSlot}}, nowUS, true); err != nil {
+	if _, err := s.promote(ctx, ex, []DueRow{{ID: p.ID, Queue: p.Queue, Conc: p.Conc, HoldsSlot: p.HoldsSlot}}, nowUS, true, nil); err != nil {
 		return "", fmt.Errorf("dispatch full job %d: %w", p.ID, err)
 	}
 	j, err := s.lockPendingByID(ctx, ex, p.ID)

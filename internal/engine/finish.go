@@ -82,6 +82,13 @@ func (s *Store) Finish(ctx context.Context, processID int64, c Clock, o Outcomes
 				writes = append(writes, stmt(s.q.RecordAttempts(failed, nowUS)))
 			}
 		}
+		// Semaphores before budgets, as every transaction that waits for
+		// both locks them (lockFreeSlots).
+		gives, queues, err := s.giveBack(ctx, tx, c, hs)
+		if err != nil {
+			return err
+		}
+		woke = queues
 		if len(o.Pushes) > 0 {
 			st, err := s.pushBudgets(ctx, tx, c, o.Pushes)
 			if err != nil {
@@ -89,11 +96,6 @@ func (s *Store) Finish(ctx context.Context, processID int64, c Clock, o Outcomes
 			}
 			writes = append(writes, st)
 		}
-		gives, queues, err := s.giveBack(ctx, tx, c, hs)
-		if err != nil {
-			return err
-		}
-		woke = queues
 		return pipelineCommit(ctx, tx, append(writes, gives...), nil)
 	})
 	if err != nil {

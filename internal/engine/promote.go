@@ -29,7 +29,7 @@ func (s *Store) Promote(ctx context.Context, c Clock, batch int) (int, []string,
 			return fmt.Errorf("lock due jobs: %w", err)
 		}
 		n = len(due)
-		pr, err := s.promote(ctx, tx, due, nowUS, true)
+		pr, err := s.promote(ctx, tx, due, nowUS, true, nil)
 		queues = pr.queues
 		return err
 	})
@@ -50,13 +50,15 @@ type promotion struct {
 // promote makes locked scheduled jobs ready, taking a concurrency slot for
 // each that needs one (blocking or discarding it when none is free), and
 // says what it did; it wakes the workers of the queues that gained ready
-// jobs when notify is set.
-func (s *Store) promote(ctx context.Context, ex Executor, due []DueRow, nowUS int64, notify bool) (promotion, error) {
-	if len(due) == 0 {
+// jobs when notify is set. It also locks the semaphores of also, with
+// those it needs, in key order (ClaimParams.slotHint).
+func (s *Store) promote(ctx context.Context, ex Executor, due []DueRow, nowUS int64, notify bool, also []string) (promotion, error) {
+	if len(due) == 0 && len(also) == 0 {
 		return promotion{}, nil
 	}
 	var ready, slotted []int64
-	var keys, queues []string
+	keys := slices.Clone(also)
+	var queues []string
 	for _, d := range due {
 		if d.Conc != nil && !d.HoldsSlot {
 			keys = append(keys, d.Conc.Key)

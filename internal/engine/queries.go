@@ -34,9 +34,9 @@ type SQL struct {
 	lockParked, lockSlotted, countParked, lockIdleBudgets, deleteBudgets                                            *sqlStatement
 	listBudgets                                                                                                     string
 
-	lockSemaphores, insertSemaphores, saveSemaphores, lockBlocked, markSlots, releaseHolders *sqlStatement
-	lockSlotHolders, lockExpiredSemaphores, blockedKeys                                      *sqlStatement
-	listSemaphores                                                                           string
+	lockSemaphores, lockFreeSemaphores, insertSemaphores, saveSemaphores, lockBlocked, markSlots, releaseHolders *sqlStatement
+	lockSlotHolders, expiredSemaphores, blockedKeys                                                              *sqlStatement
+	listSemaphores                                                                                               string
 
 	insertCoalescing, lockPending, updateCoalesced, insertCall, loadCalls, deleteCalls *sqlStatement
 
@@ -171,13 +171,14 @@ func NewSQL(d Dialect) (*SQL, error) {
 		{&q.deleteBudgets, "DeleteBudgets", []string{"names"}},
 
 		{&q.lockSemaphores, "LockSemaphores", []string{"keys"}},
+		{&q.lockFreeSemaphores, "LockFreeSemaphores", []string{"keys"}},
 		{&q.insertSemaphores, "InsertSemaphores", []string{"rows"}},
 		{&q.saveSemaphores, "SaveSemaphores", []string{"rows"}},
 		{&q.lockBlocked, "LockBlocked", []string{"key", "limit"}},
 		{&q.markSlots, "MarkSlots", []string{"holds", "ids"}},
 		{&q.releaseHolders, "ReleaseHolders", []string{"keys"}},
 		{&q.lockSlotHolders, "LockSlotHolders", []string{"ids", "process_id", "holding", "running"}},
-		{&q.lockExpiredSemaphores, "LockExpiredSemaphores", []string{"now", "limit"}},
+		{&q.expiredSemaphores, "ExpiredSemaphores", []string{"now", "limit"}},
 		{&q.blockedKeys, "BlockedKeys", []string{"limit"}},
 
 		{&q.insertCoalescing, "InsertCoalescing", []string{"kind", "queue", "priority", "state", "args", "max_attempts", "created_at", "run_at",

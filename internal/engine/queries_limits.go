@@ -85,6 +85,13 @@ func (q *SQL) ListBudgets() string { return q.listBudgets }
 // SemaphoreColumns.
 func (q *SQL) LockSemaphores(keys []string) (string, []any) { return q.lockSemaphores.bind(keys) }
 
+// LockFreeSemaphores selects and locks, in key order, the semaphores of
+// keys that no other transaction holds, skipping the others. Columns:
+// SemaphoreColumns.
+func (q *SQL) LockFreeSemaphores(keys []string) (string, []any) {
+	return q.lockFreeSemaphores.bind(keys)
+}
+
 // InsertSemaphores inserts unused semaphore rows for keys, ignoring those
 // that exist.
 func (q *SQL) InsertSemaphores(keys []string) (string, []any) {
@@ -124,11 +131,10 @@ func (q *SQL) LockSlotHolders(ids []int64, processID int64) (string, []any) {
 	return q.lockSlotHolders.bind(ids, processID, true, string(StateRunning))
 }
 
-// LockExpiredSemaphores selects and locks, skipping locked rows,
-// semaphores with taken slots that expired before now. Columns:
-// SemaphoreColumns.
-func (q *SQL) LockExpiredSemaphores(now int64, limit int) (string, []any) {
-	return q.lockExpiredSemaphores.bind(now, limit)
+// ExpiredSemaphores selects, without locking them, the keys of
+// semaphores with taken slots that expired before now. Columns: name.
+func (q *SQL) ExpiredSemaphores(now int64, limit int) (string, []any) {
+	return q.expiredSemaphores.bind(now, limit)
 }
 
 // BlockedKeys selects keys with blocked jobs whose semaphore has a free

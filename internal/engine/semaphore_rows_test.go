@@ -159,3 +159,314 @@ func TestEnqueuesOfNewKeysInCallersTransactionsNeverDeadlock(t *testing.T) {
 		require.Equal(t, writers*rounds*perRound, total, "every job took its slot once")
 	})
 }
+
+// slottedLimited is a rate-limited job on budget key that also takes a
+// slot of the concurrency key conc.
+func slottedLimited(key, conc string) engine.NewJob {
+	j := limited("k", key)
+	j.Conc = &engine.Conc{Key: conc, To: 5, Duration: 3 * time.Minute}
+	return j
+}
+
+// A claim that promotes a due job locks its semaphore (s/c), and then
+// gives back the slot of a job it defers (s/a), which sorts before it.
+// A caller's own transaction holds s/a (an EnqueueTx of a job on s/a) and
+// enqueues a job on s/c meanwhile. The claim must not wait for s/a while it
+// holds s/c: the two would deadlock, and the database may fail the
+// caller's transaction, which sluice cannot run again. The claim runs
+// again instead, locking s/a with s/c first, and the caller's transaction
+// commits.
+func TestAClaimGivingASlotBackNeverDeadlocksWithAnEnqueue(t *testing.T) {
+	testdb.EachPool(t, func(t *testing.T, s *engine.Store, open func() *engine.Store) {
+		if !s.Dialect().Capabilities().RowLocks {
+			return // SQLite: one writer at a time, nothing to interleave
+		}
+		ctx := context.Background()
+		lim := limits{"r": spec(t, "r", 1, time.Second, 1), "q": spec(t, "q", 1, time.Minute, 1)}
+		// A (r/1) and B (q/2) spend their budgets at t0; J1 (r/1, slot on
+		// s/c) is deferred to t0+1s and gives its slot back.
+		got := enqueue(t, s, t0, limited("k", "r/1"), limited("k", "q/2"), slottedLimited("r/1", "s/c"))
+		pid := register(t, s, t0)
+		res := claimLimited(t, s, pid, t0, 5, lim, 0)
+		require.Len(t, res.Jobs, 2)
+		require.Equal(t, []int64{got[2]}, deferredIDs(res))
+		// J2 (q/2, slot on s/a) holds a slot; q/2 is spent for a minute.
+		j2 := enqueue(t, s, t0, slottedLimited("q/2", "s/a"))[0]
+		require.True(t, state(t, s, j2).HoldsSlot)
+
+		other := open()
+		tx, err := other.DB().Begin(ctx)
+		require.NoError(t, err)
+		_, err = other.Enqueue(ctx, tx, engine.At(at(time.Second)), []engine.NewJob{slotted("s/a", 5)})
+		require.NoError(t, err, "the caller's transaction holds s/a")
+
+		rs, rec := testdb.Record(s)
+		var wg sync.WaitGroup
+		var enqErr error
+		armed := true
+		rec.Before = func(q string) {
+			if !armed || !strings.HasPrefix(q, "INSERT INTO sluice_semaphores (name,") {
+				return
+			}
+			// The claim's promotion holds s/c and is about to save it: the
+			// caller's transaction now wants s/c too.
+			armed = false
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				_, enqErr = other.Enqueue(ctx, tx, engine.At(at(time.Second)), []engine.NewJob{slotted("s/c", 5)})
+				if enqErr != nil {
+					_ = tx.Rollback(ctx)
+					return
+				}
+				enqErr = tx.Commit(ctx)
+			}()
+		}
+		res, err = rs.Claim(ctx, engine.ClaimParams{ProcessID: pid, Queues: []string{"default"}, Max: 5,
+			Clock: engine.At(at(time.Second)), Limits: lim, PromoteDue: true})
+		wg.Wait()
+		require.NoError(t, err)
+		require.NoError(t, enqErr, "the caller's transaction never gets a deadlock back")
+		tries := 0
+		for _, q := range rec.Take() {
+			if strings.Contains(q, "sluice_semaphores") && strings.Contains(q, "SKIP LOCKED") {
+				tries++
+			}
+		}
+		require.Equal(t, 2, tries, "the claim tried s/a without waiting, then ran again with it")
+		require.Contains(t, ids(res.Jobs), got[2], "J1 admitted at its slot")
+		require.NotContains(t, ids(res.Jobs), j2)
+		require.Equal(t, []int64{j2}, deferredIDs(res), "J2 deferred, its slot given back")
+		require.Equal(t, 1, semaphore(t, s, "s/a").Held, "the caller's job")
+		require.Equal(t, 2, semaphore(t, s, "s/c").Held, "J1 and the caller's job")
+	})
+}
+
+// Semaphores are locked before budgets, waiting; after its budgets, a
+// claim gives slots back without waiting, or runs again. Claim A promotes a
+// due job and holds its semaphore (s/c) while it waits for the budget r/1;
+// claim B holds r/1 and defers a job holding a slot on s/c. Were B to wait
+// for s/c, the two would deadlock, and the database would fail one after
+// its deadlock timeout (a second on PostgreSQL). B runs again instead,
+// locking s/c first, after A.
+func TestClaimsNeverDeadlockOnASemaphoreAndABudget(t *testing.T) {
+	testdb.EachPool(t, func(t *testing.T, s *engine.Store, open func() *engine.Store) {
+		if !s.Dialect().Capabilities().RowLocks {
+			return // SQLite: one writer at a time, nothing to interleave
+		}
+		ctx := context.Background()
+		lim := limits{"r": spec(t, "r", 1, time.Second, 1)}
+		// X spends r/1 at t0; J1 (slot on s/c) is deferred to t0+1s and
+		// gives its slot back; J3 then holds a slot on s/c.
+		got := enqueue(t, s, t0, limited("k", "r/1"), slottedLimited("r/1", "s/c"))
+		pid := register(t, s, t0)
+		res := claimLimited(t, s, pid, t0, 5, lim, 0)
+		require.Equal(t, []int64{got[1]}, deferredIDs(res))
+		j3 := enqueue(t, s, t0, slottedLimited("r/1", "s/c"))[0]
+		require.True(t, state(t, s, j3).HoldsSlot)
+
+		ra, recA := testdb.Record(open())
+		holds := make(chan struct{})
+		recA.Before = func(q string) {
+			if strings.HasPrefix(q, "INSERT INTO sluice_semaphores (name,") {
+				select {
+				case <-holds:
+				default:
+					close(holds) // A's promotion holds s/c
+				}
+			}
+		}
+		rb, recB := testdb.Record(s)
+		var wg sync.WaitGroup
+		var resA *engine.ClaimResult
+		var errA error
+		armed := true
+		recB.Before = func(q string) {
+			if !armed || !strings.Contains(q, "sluice_semaphores") {
+				return
+			}
+			// B holds r/1 and is about to give J3's slot on s/c back.
+			armed = false
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				resA, errA = ra.Claim(ctx, engine.ClaimParams{ProcessID: pid, Queues: []string{"default"}, Max: 5,
+					Clock: engine.At(at(time.Second)), Limits: lim, PromoteDue: true})
+			}()
+			select {
+			case <-holds:
+			case <-time.After(10 * time.Second):
+				t.Error("claim A never locked s/c")
+			}
+		}
+		resB, err := rb.Claim(ctx, engine.ClaimParams{ProcessID: pid, Queues: []string{"default"}, Max: 5,
+			Clock: engine.At(at(500 * time.Millisecond)), Limits: lim})
+		wg.Wait()
+		require.NoError(t, err)
+		require.NoError(t, errA)
+		runsA := 0
+		for _, q := range recA.Take() {
+			if strings.HasPrefix(q, "INSERT INTO sluice_semaphores (name)") {
+				runsA++
+			}
+		}
+		require.Equal(t, 1, runsA, "claim A ran once: no deadlock failed it")
+		require.Equal(t, []int64{got[1]}, ids(resA.Jobs), "A admits J1 at its slot")
+		require.Empty(t, resB.Jobs)
+		require.Equal(t, []int64{j3}, append(deferredIDs(resA), deferredIDs(resB)...),
+			"J3 deferred once (by A, which found it free when B ran again), its slot given back")
+		require.False(t, state(t, s, j3).HoldsSlot)
+		require.Equal(t, 1, semaphore(t, s, "s/c").Held, "J1's")
+	})
+}
+
+// Recording outcomes locks semaphores before budgets too: a finish that
+// gives a slot back on s/c and holds the budget r/1 back after a 429 does
+// not hold r/1 while it waits for s/c, which a claim promoting a job on s/c
+// holds while it waits for r/1.
+func TestAFinishNeverDeadlocksWithAClaim(t *testing.T) {
+	testdb.EachPool(t, func(t *testing.T, s *engine.Store, open func() *engine.Store) {
+		if !s.Dialect().Capabilities().RowLocks {
+			return // SQLite: one writer at a time, nothing to interleave
+		}
+		ctx := context.Background()
+		lim := limits{"r": spec(t, "r", 1, time.Second, 1)}
+		// X spends r/1 at t0; J1 (slot on s/c) is deferred to t0+1s and
+		// gives its slot back; J3 runs, holding a slot on s/c.
+		got := enqueue(t, s, t0, limited("k", "r/1"), slottedLimited("r/1", "s/c"))
+		pid := register(t, s, t0)
+		res := claimLimited(t, s, pid, t0, 5, lim, 0)
+		require.Equal(t, []int64{got[1]}, deferredIDs(res))
+		j3 := enqueue(t, s, t0, slotted("s/c", 5))[0]
+		require.Equal(t, []int64{j3}, ids(claimLimited(t, s, pid, t0, 5, lim, 0).Jobs))
+
+		ra, recA := testdb.Record(open())
+		holds := make(chan struct{})
+		recA.Before = func(q string) {
+			if strings.HasPrefix(q, "INSERT INTO sluice_semaphores (name,") {
+				select {
+				case <-holds:
+				default:
+					close(holds) // A's promotion holds s/c
+				}
+			}
+		}
+		rf, recF := testdb.Record(s)
+		var wg sync.WaitGroup
+		var resA *engine.ClaimResult
+		var errA error
+		armed := true
+		recF.Before = func(q string) {
+			if !armed || !strings.Contains(q, "sluice_semaphores") {
+				return
+			}
+			// The finish is about to give J3's slot on s/c back.
+			armed = false
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				resA, errA = ra.Claim(ctx, engine.ClaimParams{ProcessID: pid, Queues: []string{"default"}, Max: 5,
+					Clock: engine.At(at(time.Second)), Limits: lim, PromoteDue: true})
+			}()
+			select {
+			case <-holds:
+			case <-time.After(10 * time.Second):
+				t.Error("claim A never locked s/c")
+			}
+		}
+		err := rf.Finish(ctx, pid, engine.At(at(time.Second)), engine.Outcomes{Completed: []int64{j3}, SlotHolders: []int64{j3},
+			Pushes: []engine.BudgetPush{{Key: "r/1", Wait: time.Minute, Params: lim["r"].Params}}})
+		wg.Wait()
+		require.NoError(t, err)
+		require.NoError(t, errA)
+		runsA := 0
+		for _, q := range recA.Take() {
+			if strings.HasPrefix(q, "INSERT INTO sluice_semaphores (name)") {
+				runsA++
+			}
+		}
+		require.Equal(t, 1, runsA, "claim A ran once: no deadlock failed it")
+		require.Equal(t, []int64{got[1]}, ids(resA.Jobs), "A admits J1 at its slot, before the push")
+		require.Equal(t, engine.StateCompleted, state(t, s, j3).State)
+		require.Equal(t, 1, semaphore(t, s, "s/c").Held, "J1's")
+	})
+}
+
+// The dispatcher's upkeep of semaphores locks the keys it frees and the
+// keys it unblocks together, in key order: it used to lock the expired
+// ones first (s/z) and then wait for the others (s/a), so a caller's
+// transaction holding s/a and enqueueing on s/z deadlocked with it. An
+// expired key that some transaction touched meanwhile is no longer freed.
+func TestSemaphoreUpkeepNeverDeadlocksWithAnEnqueue(t *testing.T) {
+	testdb.EachPool(t, func(t *testing.T, s *engine.Store, open func() *engine.Store) {
+		if !s.Dialect().Capabilities().RowLocks {
+			return // SQLite: one writer at a time, nothing to interleave
+		}
+		ctx := context.Background()
+		enqueue(t, s, t0, slotted("s/z", 5)) // its slot expires at t0+3m
+		onA := enqueue(t, s, t0, slotted("s/a", 1), slotted("s/a", 1))
+		require.Equal(t, engine.StateBlocked, state(t, s, onA[1]).State)
+		// s/a has a free slot and a blocked job, as after a race the
+		// upkeep is there to mend.
+		for _, q := range []string{"UPDATE sluice_semaphores SET held = 0 WHERE name = 's/a'",
+			fmt.Sprintf("UPDATE sluice_jobs SET holds_slot = FALSE WHERE id = %d", onA[0])} {
+			_, err := s.DB().Exec(ctx, q)
+			require.NoError(t, err)
+		}
+		later := at(4 * time.Minute)
+
+		other := open()
+		tx, err := other.DB().Begin(ctx)
+		require.NoError(t, err)
+		_, err = other.Enqueue(ctx, tx, engine.At(later), []engine.NewJob{slotted("s/a", 1)})
+		require.NoError(t, err, "the caller's transaction holds s/a")
+
+		rs, rec := testdb.Record(s)
+		var wg sync.WaitGroup
+		var enqErr error
+		seen := 0
+		rec.Before = func(q string) {
+			if !strings.Contains(q, "sluice_semaphores") {
+				return
+			}
+			if seen++; seen != 3 {
+				return
+			}
+			// The upkeep read the expired and the blocked keys, and is
+			// about to lock them: the caller's transaction wants s/z.
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				_, enqErr = other.Enqueue(ctx, tx, engine.At(later), []engine.NewJob{slotted("s/z", 5)})
+				if enqErr != nil {
+					_ = tx.Rollback(ctx)
+					return
+				}
+				enqErr = tx.Commit(ctx)
+			}()
+		}
+		freed, unblocked, err := rs.MaintainSemaphores(ctx, engine.At(later), 10)
+		wg.Wait()
+		require.NoError(t, err)
+		require.NoError(t, enqErr, "the caller's transaction never gets a deadlock back")
+		runs := 0
+		for _, q := range rec.Take() {
+			if strings.Contains(q, "expires_at <") {
+				runs++
+			}
+		}
+		require.Equal(t, 1, runs, "the upkeep ran once: no deadlock failed it")
+		require.Zero(t, freed, "s/z was touched by the enqueue: its slots are not lost")
+		require.Zero(t, unblocked, "the enqueue took s/a's free slot")
+		require.Equal(t, 2, semaphore(t, s, "s/z").Held)
+		require.Equal(t, 1, semaphore(t, s, "s/a").Held)
+	})
+}
+
+func deferredIDs(res *engine.ClaimResult) []int64 {
+	var out []int64
+	for _, d := range res.Deferred {
+		out = append(out, d.JobID)
+	}
+	return out
+}

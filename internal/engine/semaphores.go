@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"slices"
 	"strings"
+	"time"
 
 	"github.com/sluicequeue/sluice/concurrency"
 )
@@ -45,10 +46,8 @@ type slots struct {
 // are created inside the transaction, as budgets' cannot be
 // (missingBudgets), at the cost of one more statement in the round trip.
 func (s *Store) lockSlots(ctx context.Context, ex Executor, keys []string, c Clock) (*slots, error) {
-	keys = slices.Clone(keys)
-	slices.Sort(keys)
-	keys = slices.Compact(keys)
-	sl := &slots{ex: ex, q: s.q, sems: map[string]*SemaphoreRow{}, dirty: map[string]bool{}}
+	keys = sortedKeys(keys)
+	sl := s.newSlots(ex)
 	var after []Stmt
 	if s.readsDatabase(c) {
 		after = append(after, query(s.d.Now(), nil))
@@ -82,6 +81,71 @@ func (s *Store) lockSlots(ctx context.Context, ex Executor, keys []string, c Clo
 		sl.now = dbNow
 	}
 	return sl, nil
+}
+
+// newSlots returns an empty view of semaphores locked through ex.
+func (s *Store) newSlots(ex Executor) *slots {
+	return &slots{ex: ex, q: s.q, sems: map[string]*SemaphoreRow{}, dirty: map[string]bool{}}
+}
+
+// sortedKeys returns keys sorted, without repeats.
+func sortedKeys(keys []string) []string {
+	keys = slices.Clone(keys)
+	slices.Sort(keys)
+	return slices.Compact(keys)
+}
+
+// lockFreeSlots locks the semaphores of keys as lockSlots does, stamping
+// their activity at at, but waits for none: it reports heldSemaphores
+// naming the keys another transaction holds (or that have no row). A claim
+// gives slots back this way, after it has locked its budgets: semaphores
+// are locked before budgets everywhere else, so waiting for one here could
+// deadlock with a transaction that holds it and waits for a budget, or
+// with one holding a key that sorts before one the claim's promotion
+// locked. Where a transaction holds the only write lock it is lockSlots.
+func (s *Store) lockFreeSlots(ctx context.Context, ex Executor, keys []string, at time.Time) (*slots, error) {
+	if !s.d.Capabilities().RowLocks {
+		return s.lockSlots(ctx, ex, keys, At(at))
+	}
+	keys = sortedKeys(keys)
+	sl := s.newSlots(ex)
+	q, args := s.q.LockFreeSemaphores(keys)
+	rows, err := ex.Query(ctx, q, args...)
+	if err != nil {
+		return nil, fmt.Errorf("lock free semaphores: %w", err)
+	}
+	for rows.Next() {
+		r, err := scanSemaphore(rows)
+		if err != nil {
+			rows.Close()
+			return nil, err
+		}
+		sl.sems[r.Name] = &r
+	}
+	rows.Close()
+	if err := rows.Err(); err != nil {
+		return nil, fmt.Errorf("lock free semaphores: %w", err)
+	}
+	var held heldSemaphores
+	for _, k := range keys {
+		if sl.sems[k] == nil {
+			held = append(held, k)
+		}
+	}
+	if len(held) > 0 {
+		return nil, held
+	}
+	sl.now = Micros(at)
+	return sl, nil
+}
+
+// heldSemaphores are semaphores a claim needed after locking its budgets
+// and could not lock without waiting. The claim runs again, locking them
+// first (ClaimParams.slotHint).
+type heldSemaphores []string
+
+func (h heldSemaphores) Error() string {
+	return fmt.Sprintf("semaphores %s are held by another transaction", strings.Join(h, ", "))
 }
 
 // createThenLock creates the semaphore rows keys (sorted) lack and then
@@ -275,6 +339,11 @@ func (s *Store) lockHolders(ctx context.Context, ex Executor, ids []int64, proce
 // their holds_slot, and returns the statements that finish the job and the
 // queues whose blocked jobs became ready. c stamps the slots' activity.
 func (s *Store) giveBack(ctx context.Context, ex Executor, c Clock, hs holders) ([]Stmt, []string, error) {
+	return s.giveBackWith(ctx, hs, func(keys []string) (*slots, error) { return s.lockSlots(ctx, ex, keys, c) })
+}
+
+// giveBackWith is giveBack with the semaphores locked by lock.
+func (s *Store) giveBackWith(ctx context.Context, hs holders, lock func(keys []string) (*slots, error)) ([]Stmt, []string, error) {
 	if len(hs) == 0 {
 		return nil, nil, nil
 	}
@@ -290,7 +359,7 @@ func (s *Store) giveBack(ctx context.Context, ex Executor, c Clock, hs holders) 
 	}
 	slices.Sort(keys)
 	slices.Sort(ids)
-	sl, err := s.lockSlots(ctx, ex, keys, c)
+	sl, err := lock(keys)
 	if err != nil {
 		return nil, nil, err
 	}
@@ -315,23 +384,10 @@ func (s *Store) MaintainSemaphores(ctx context.Context, c Clock, limit int) (fre
 		if err != nil {
 			return err
 		}
-		q, args := s.q.LockExpiredSemaphores(Micros(at), limit)
-		rows, err := tx.Query(ctx, q, args...)
+		q, args := s.q.ExpiredSemaphores(Micros(at), limit)
+		expired, err := queryStrings(ctx, tx, q, args)
 		if err != nil {
-			return fmt.Errorf("lock expired semaphores: %w", err)
-		}
-		var expired []string
-		for rows.Next() {
-			r, err := scanSemaphore(rows)
-			if err != nil {
-				rows.Close()
-				return err
-			}
-			expired = append(expired, r.Name)
-		}
-		rows.Close()
-		if err := rows.Err(); err != nil {
-			return err
+			return fmt.Errorf("find expired semaphores: %w", err)
 		}
 		q, args = s.q.BlockedKeys(limit)
 		keys, err := queryStrings(ctx, tx, q, args)
@@ -342,10 +398,16 @@ func (s *Store) MaintainSemaphores(ctx context.Context, c Clock, limit int) (fre
 		if len(keys) == 0 {
 			return nil
 		}
+		// All in key order, as every transaction locks semaphores: the
+		// expired ones were read unlocked, and are checked again.
 		sl, err := s.lockSlots(ctx, tx, keys, At(at))
 		if err != nil {
 			return err
 		}
+		expired = slices.DeleteFunc(expired, func(k string) bool {
+			r := sl.sems[k]
+			return r.Held == 0 || r.ExpiresAt >= Micros(at)
+		})
 		for _, k := range expired {
 			sl.expire(k)
 		}

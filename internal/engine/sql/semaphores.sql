@@ -4,6 +4,11 @@
 -- name: LockSemaphores
 SELECT {SemaphoreColumns} FROM sluice_semaphores WHERE name IN (:keys) ORDER BY name FOR UPDATE;
 
+-- name: LockFreeSemaphores
+-- The semaphores of keys that no other transaction holds, locked without
+-- waiting for the others (giveBack inside a claim, after its budgets).
+SELECT {SemaphoreColumns} FROM sluice_semaphores WHERE name IN (:keys) ORDER BY name FOR UPDATE SKIP LOCKED;
+
 -- name: InsertSemaphores
 -- Unused semaphores for keys (sorted), ignoring those that exist, in key
 -- order: it waits only for a transaction creating the same row (on MySQL,
@@ -36,9 +41,11 @@ UPDATE sluice_jobs SET holds_slot = FALSE WHERE conc_key IN (:keys) AND holds_sl
 SELECT id, conc_key FROM sluice_jobs WHERE id IN (:ids) AND holds_slot = :holding
   AND (:process_id::bigint = 0 OR (state = :running AND process_id = :process_id)) ORDER BY id FOR UPDATE;
 
--- name: LockExpiredSemaphores
-SELECT {SemaphoreColumns} FROM sluice_semaphores WHERE held > 0 AND expires_at < :now
-ORDER BY expires_at LIMIT :limit FOR UPDATE SKIP LOCKED;
+-- name: ExpiredSemaphores
+-- Keys with taken slots that expired before :now, unlocked: the caller
+-- locks them in key order with the others it needs, and checks again.
+SELECT name FROM sluice_semaphores WHERE held > 0 AND expires_at < :now
+ORDER BY expires_at LIMIT :limit;
 
 -- name: BlockedKeys
 -- Keys with blocked jobs whose semaphore has a free slot or no row.
