@@ -294,16 +294,22 @@ func claimCreatingABudget(t *testing.T, unlimited bool) {
 // createAndLock creates the budget row create and locks the budget row
 // lock in one transaction of s, as a claim creating a budget does.
 func createAndLock(ctx context.Context, s *engine.Store, create, lock string) error {
+	return createAndLockRows(ctx, s, s.SQL().InsertBudgets, s.SQL().LockBudgets, create, lock)
+}
+
+// createAndLockRows creates the row create with insert and locks the row
+// lock with lockRows in one transaction of s.
+func createAndLockRows(ctx context.Context, s *engine.Store, insert, lockRows func([]string) (string, []any), create, lock string) error {
 	tx, err := s.DB().Begin(ctx)
 	if err != nil {
 		return err
 	}
 	err = func() error {
-		q, args := s.SQL().InsertBudgets([]string{create})
+		q, args := insert([]string{create})
 		if _, err := tx.Exec(ctx, q, args...); err != nil {
 			return err
 		}
-		q, args = s.SQL().LockBudgets([]string{lock})
+		q, args = lockRows([]string{lock})
 		rows, err := tx.Query(ctx, q, args...)
 		if err != nil {
 			return err

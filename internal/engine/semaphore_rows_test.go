@@ -47,7 +47,7 @@ func enqueueCreatingASemaphore(t *testing.T, callersTx bool) {
 			// instead of hanging it.
 			wait, cancel := context.WithTimeout(ctx, 10*time.Second)
 			defer cancel()
-			otherErr = createAndLockSemaphore(wait, other, "k/a", "k/c")
+			otherErr = createAndLockRows(wait, other, other.SQL().InsertSemaphores, other.SQL().LockSemaphores, "k/a", "k/c")
 		}
 		var ex engine.Executor
 		var tx engine.Tx
@@ -70,36 +70,6 @@ func enqueueCreatingASemaphore(t *testing.T, callersTx bool) {
 		require.Equal(t, 2, semaphore(t, s, "k/c").Held)
 		require.Equal(t, 1, semaphore(t, s, "k/a").Held)
 	})
-}
-
-// createAndLockSemaphore creates the semaphore row create and locks the
-// row lock in one transaction of s, as a transaction creating a key's row
-// used to.
-func createAndLockSemaphore(ctx context.Context, s *engine.Store, create, lock string) error {
-	tx, err := s.DB().Begin(ctx)
-	if err != nil {
-		return err
-	}
-	err = func() error {
-		q, args := s.SQL().InsertSemaphores([]string{create})
-		if _, err := tx.Exec(ctx, q, args...); err != nil {
-			return err
-		}
-		q, args = s.SQL().LockSemaphores([]string{lock})
-		rows, err := tx.Query(ctx, q, args...)
-		if err != nil {
-			return err
-		}
-		for rows.Next() {
-		}
-		rows.Close()
-		return rows.Err()
-	}()
-	if err != nil {
-		_ = tx.Rollback(context.WithoutCancel(ctx))
-		return err
-	}
-	return tx.Commit(ctx)
 }
 
 // Enqueues in callers' own transactions, which the store cannot run again,
@@ -254,64 +224,17 @@ func TestClaimsNeverDeadlockOnASemaphoreAndABudget(t *testing.T) {
 		if !s.Dialect().Capabilities().RowLocks {
 			return // SQLite: one writer at a time, nothing to interleave
 		}
-		ctx := context.Background()
-		lim := limits{"r": spec(t, "r", 1, time.Second, 1)}
-		// X spends r/1 at t0; J1 (slot on s/c) is deferred to t0+1s and
-		// gives its slot back; J3 then holds a slot on s/c.
-		got := enqueue(t, s, t0, limited("k", "r/1"), slottedLimited("r/1", "s/c"))
-		pid := register(t, s, t0)
-		res := claimLimited(t, s, pid, t0, 5, lim, 0)
-		require.Equal(t, []int64{got[1]}, deferredIDs(res))
-		j3 := enqueue(t, s, t0, slottedLimited("r/1", "s/c"))[0]
+		a := setUpClaimA(t, s, open)
+		j3 := enqueue(t, s, t0, slottedLimited("r/1", "s/c"))[0] // holds a slot on s/c
 		require.True(t, state(t, s, j3).HoldsSlot)
 
-		ra, recA := testdb.Record(open())
-		holds := make(chan struct{})
-		recA.Before = func(q string) {
-			if strings.HasPrefix(q, "INSERT INTO sluice_semaphores (name,") {
-				select {
-				case <-holds:
-				default:
-					close(holds) // A's promotion holds s/c
-				}
-			}
-		}
+		// B holds r/1 when it is about to give J3's slot on s/c back.
 		rb, recB := testdb.Record(s)
-		var wg sync.WaitGroup
-		var resA *engine.ClaimResult
-		var errA error
-		armed := true
-		recB.Before = func(q string) {
-			if !armed || !strings.Contains(q, "sluice_semaphores") {
-				return
-			}
-			// B holds r/1 and is about to give J3's slot on s/c back.
-			armed = false
-			wg.Add(1)
-			go func() {
-				defer wg.Done()
-				resA, errA = ra.Claim(ctx, engine.ClaimParams{ProcessID: pid, Queues: []string{"default"}, Max: 5,
-					Clock: engine.At(at(time.Second)), Limits: lim, PromoteDue: true})
-			}()
-			select {
-			case <-holds:
-			case <-time.After(10 * time.Second):
-				t.Error("claim A never locked s/c")
-			}
-		}
-		resB, err := rb.Claim(ctx, engine.ClaimParams{ProcessID: pid, Queues: []string{"default"}, Max: 5,
-			Clock: engine.At(at(500 * time.Millisecond)), Limits: lim})
-		wg.Wait()
+		recB.Before = a.startBefore(t, "sluice_semaphores")
+		resB, err := rb.Claim(context.Background(), engine.ClaimParams{ProcessID: a.pid, Queues: []string{"default"}, Max: 5,
+			Clock: engine.At(at(500 * time.Millisecond)), Limits: a.lim})
 		require.NoError(t, err)
-		require.NoError(t, errA)
-		runsA := 0
-		for _, q := range recA.Take() {
-			if strings.HasPrefix(q, "INSERT INTO sluice_semaphores (name)") {
-				runsA++
-			}
-		}
-		require.Equal(t, 1, runsA, "claim A ran once: no deadlock failed it")
-		require.Equal(t, []int64{got[1]}, ids(resA.Jobs), "A admits J1 at its slot")
+		resA := a.wait(t)
 		require.Empty(t, resB.Jobs)
 		require.Equal(t, []int64{j3}, append(deferredIDs(resA), deferredIDs(resB)...),
 			"J3 deferred once (by A, which found it free when B ran again), its slot given back")
@@ -329,67 +252,96 @@ func TestAFinishNeverDeadlocksWithAClaim(t *testing.T) {
 		if !s.Dialect().Capabilities().RowLocks {
 			return // SQLite: one writer at a time, nothing to interleave
 		}
-		ctx := context.Background()
-		lim := limits{"r": spec(t, "r", 1, time.Second, 1)}
-		// X spends r/1 at t0; J1 (slot on s/c) is deferred to t0+1s and
-		// gives its slot back; J3 runs, holding a slot on s/c.
-		got := enqueue(t, s, t0, limited("k", "r/1"), slottedLimited("r/1", "s/c"))
-		pid := register(t, s, t0)
-		res := claimLimited(t, s, pid, t0, 5, lim, 0)
-		require.Equal(t, []int64{got[1]}, deferredIDs(res))
+		a := setUpClaimA(t, s, open)
 		j3 := enqueue(t, s, t0, slotted("s/c", 5))[0]
-		require.Equal(t, []int64{j3}, ids(claimLimited(t, s, pid, t0, 5, lim, 0).Jobs))
+		require.Equal(t, []int64{j3}, ids(claimLimited(t, s, a.pid, t0, 5, a.lim, 0).Jobs), "J3 runs, holding a slot on s/c")
 
-		ra, recA := testdb.Record(open())
-		holds := make(chan struct{})
-		recA.Before = func(q string) {
-			if strings.HasPrefix(q, "INSERT INTO sluice_semaphores (name,") {
-				select {
-				case <-holds:
-				default:
-					close(holds) // A's promotion holds s/c
-				}
-			}
-		}
+		// The finish is about to give J3's slot on s/c back.
 		rf, recF := testdb.Record(s)
-		var wg sync.WaitGroup
-		var resA *engine.ClaimResult
-		var errA error
-		armed := true
-		recF.Before = func(q string) {
-			if !armed || !strings.Contains(q, "sluice_semaphores") {
-				return
-			}
-			// The finish is about to give J3's slot on s/c back.
-			armed = false
-			wg.Add(1)
-			go func() {
-				defer wg.Done()
-				resA, errA = ra.Claim(ctx, engine.ClaimParams{ProcessID: pid, Queues: []string{"default"}, Max: 5,
-					Clock: engine.At(at(time.Second)), Limits: lim, PromoteDue: true})
-			}()
-			select {
-			case <-holds:
-			case <-time.After(10 * time.Second):
-				t.Error("claim A never locked s/c")
-			}
-		}
-		err := rf.Finish(ctx, pid, engine.At(at(time.Second)), engine.Outcomes{Completed: []int64{j3}, SlotHolders: []int64{j3},
-			Pushes: []engine.BudgetPush{{Key: "r/1", Wait: time.Minute, Params: lim["r"].Params}}})
-		wg.Wait()
+		recF.Before = a.startBefore(t, "sluice_semaphores")
+		err := rf.Finish(context.Background(), a.pid, engine.At(at(time.Second)), engine.Outcomes{Completed: []int64{j3}, SlotHolders: []int64{j3},
+			Pushes: []engine.BudgetPush{{Key: "r/1", Wait: time.Minute, Params: a.lim["r"].Params}}})
 		require.NoError(t, err)
-		require.NoError(t, errA)
-		runsA := 0
-		for _, q := range recA.Take() {
-			if strings.HasPrefix(q, "INSERT INTO sluice_semaphores (name)") {
-				runsA++
-			}
-		}
-		require.Equal(t, 1, runsA, "claim A ran once: no deadlock failed it")
-		require.Equal(t, []int64{got[1]}, ids(resA.Jobs), "A admits J1 at its slot, before the push")
+		resA := a.wait(t)
+		require.Empty(t, resA.Deferred, "A ran before the push")
 		require.Equal(t, engine.StateCompleted, state(t, s, j3).State)
 		require.Equal(t, 1, semaphore(t, s, "s/c").Held, "J1's")
 	})
+}
+
+// claimA is the claim the two tests above interleave with, on a pool of
+// its own: at t0+1s it promotes J1, a job on the budget r/1 that waits for
+// a slot on s/c, locks s/c, and then locks r/1.
+type claimA struct {
+	s     *engine.Store
+	rec   *testdb.Recorder
+	pid   int64
+	j1    int64
+	lim   limits
+	holds chan struct{}
+	wg    sync.WaitGroup
+	res   *engine.ClaimResult
+	err   error
+}
+
+// setUpClaimA enqueues X and J1 on r/1 (1 a second, burst 1), J1 with a
+// slot on s/c, and claims at t0: X spends r/1, and J1 is deferred to t0+1s
+// and gives its slot back.
+func setUpClaimA(t *testing.T, s *engine.Store, open func() *engine.Store) *claimA {
+	a := &claimA{lim: limits{"r": spec(t, "r", 1, time.Second, 1)}, holds: make(chan struct{})}
+	got := enqueue(t, s, t0, limited("k", "r/1"), slottedLimited("r/1", "s/c"))
+	a.pid, a.j1 = register(t, s, t0), got[1]
+	require.Equal(t, []int64{a.j1}, deferredIDs(claimLimited(t, s, a.pid, t0, 5, a.lim, 0)))
+	a.s, a.rec = testdb.Record(open())
+	a.rec.Before = func(q string) {
+		if strings.HasPrefix(q, "INSERT INTO sluice_semaphores (name,") {
+			select {
+			case <-a.holds:
+			default:
+				close(a.holds) // its promotion holds s/c and saves it
+			}
+		}
+	}
+	return a
+}
+
+// startBefore returns a Recorder.Before that, before the first statement
+// on table, runs claim A in a goroutine and returns once it holds s/c.
+func (a *claimA) startBefore(t *testing.T, table string) func(q string) {
+	armed := true
+	return func(q string) {
+		if !armed || !strings.Contains(q, table) {
+			return
+		}
+		armed = false
+		a.wg.Add(1)
+		go func() {
+			defer a.wg.Done()
+			a.res, a.err = a.s.Claim(context.Background(), engine.ClaimParams{ProcessID: a.pid, Queues: []string{"default"}, Max: 5,
+				Clock: engine.At(at(time.Second)), Limits: a.lim, PromoteDue: true})
+		}()
+		select {
+		case <-a.holds:
+		case <-time.After(10 * time.Second):
+			t.Error("claim A never locked s/c")
+		}
+	}
+}
+
+// wait waits for claim A, checks that it ran once (no deadlock failed it)
+// and admitted J1 at its slot, and returns its result.
+func (a *claimA) wait(t *testing.T) *engine.ClaimResult {
+	a.wg.Wait()
+	require.NoError(t, a.err)
+	runs := 0
+	for _, q := range a.rec.Take() {
+		if strings.HasPrefix(q, "INSERT INTO sluice_semaphores (name)") {
+			runs++
+		}
+	}
+	require.Equal(t, 1, runs, "claim A ran once: no deadlock failed it")
+	require.Equal(t, []int64{a.j1}, ids(a.res.Jobs), "A admits J1 at its slot")
+	return a.res
 }
 
 // The dispatcher's upkeep of semaphores locks the keys it frees and the
