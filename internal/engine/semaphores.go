@@ -150,10 +150,11 @@ func (h heldSemaphores) Error() string {
 
 // createThenLock creates the semaphore rows keys (sorted) lack and then
 // locks them all, in key order, and runs the after statements, in one
-// round trip where the database can. Creating a row waits only for a
-// transaction creating the same row (which holds nothing after it in this
-// call's order: it creates its rows in key order too); on MySQL the insert
-// also locks the rows that exist, in the same order.
+// round trip where the database can. The insert waits only for a
+// transaction that created or changed one of these rows and has not
+// committed: one that took it in key order too, so it holds none of the
+// rows this call created before it (on PostgreSQL an existing row is
+// otherwise left alone; on MySQL the insert locks it, in the same order).
 func (s *Store) createThenLock(ctx context.Context, ex Executor, keys []string, after []Stmt, scan, scanAfter func(Rows) error) error {
 	stmts := append([]Stmt{stmt(s.q.InsertSemaphores(keys)), query(s.q.LockSemaphores(keys))}, after...)
 	return pipeline(ctx, ex, stmts, func(i int, rows Rows) error {

@@ -11,9 +11,10 @@ SELECT {SemaphoreColumns} FROM sluice_semaphores WHERE name IN (:keys) ORDER BY 
 
 -- name: InsertSemaphores
 -- Unused semaphores for keys (sorted), ignoring those that exist, in key
--- order: it waits only for a transaction creating the same row (on MySQL,
--- whose spelling is ON DUPLICATE KEY UPDATE, it also locks the rows that
--- exist, in the same order). LockSemaphores follows it (lockSlots).
+-- order: it waits only for a transaction that created or changed one of
+-- them and has not committed (on MySQL, whose spelling is ON DUPLICATE KEY
+-- UPDATE, it also locks the rows that exist, in the same order).
+-- LockSemaphores follows it (lockSlots).
 INSERT INTO sluice_semaphores (name) VALUES :rows(text) ON CONFLICT (name) DO NOTHING;
 
 -- name: SaveSemaphores
