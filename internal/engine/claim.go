@@ -115,7 +115,10 @@ type ClaimParams struct {
 	// slotHint are semaphores the claim locks before its budgets: those an
 	// earlier run of it could not lock without waiting when it gave the
 	// slots of the jobs it deferred back (heldSemaphores). waitSlots,
-	// after maxSlotRetries such runs, gives them back waiting instead.
+	// after maxSlotRetries such runs, gives them back waiting instead, as
+	// every claim did before: should a run after those defer a slot
+	// holder of yet another key held elsewhere, that wait is out of order,
+	// and the database may break a deadlock.
 	slotHint  []string
 	waitSlots bool
 }
@@ -242,13 +245,14 @@ func (s *Store) Claim(ctx context.Context, p ClaimParams) (*ClaimResult, error) 
 		})
 	}
 	err := claim()
-	for retries := 0; err != nil && retries <= maxSlotRetries; retries++ {
+	for heldRuns := 0; err != nil; {
 		var held heldSemaphores
 		if errors.Is(err, errHintMissed) && p.BudgetHint != nil {
 			p.BudgetHint = nil
 		} else if errors.As(err, &held) && !p.waitSlots {
+			heldRuns++
 			p.slotHint = sortedKeys(append(slices.Clone(p.slotHint), held...))
-			p.waitSlots = retries == maxSlotRetries-1
+			p.waitSlots = heldRuns == maxSlotRetries
 		} else {
 			break
 		}

@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"math/rand/v2"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -235,6 +236,17 @@ func TestClaimsNeverDeadlockOnASemaphoreAndABudget(t *testing.T) {
 			Clock: engine.At(at(500 * time.Millisecond)), Limits: a.lim})
 		require.NoError(t, err)
 		resA := a.wait(t)
+		// B tried s/c without waiting, and then ran again locking it
+		// before r/1 (rather than being the one a deadlock failed).
+		stmts := recB.Take()
+		tried := slices.IndexFunc(stmts, func(q string) bool { return isSemaphoreLock(q) && strings.Contains(q, "SKIP LOCKED") })
+		require.NotEqual(t, -1, tried, "B gave J3's slot back without waiting")
+		rerun := stmts[tried+1:]
+		sem := slices.IndexFunc(rerun, isSemaphoreLock)
+		require.NotEqual(t, -1, sem, "B's second run locks s/c first")
+		if budget := slices.IndexFunc(rerun, isBudgetLock); budget != -1 {
+			require.Less(t, sem, budget, "B's second run locks s/c before r/1")
+		}
 		require.Empty(t, resB.Jobs)
 		require.Equal(t, []int64{j3}, append(deferredIDs(resA), deferredIDs(resB)...),
 			"J3 deferred once (by A, which found it free when B ran again), its slot given back")
@@ -263,6 +275,11 @@ func TestAFinishNeverDeadlocksWithAClaim(t *testing.T) {
 			Pushes: []engine.BudgetPush{{Key: "r/1", Wait: time.Minute, Params: a.lim["r"].Params}}})
 		require.NoError(t, err)
 		resA := a.wait(t)
+		stmts := recF.Take()
+		sem, budget := slices.IndexFunc(stmts, isSemaphoreLock), slices.IndexFunc(stmts, isBudgetLock)
+		require.NotEqual(t, -1, budget)
+		require.Less(t, sem, budget, "the finish locks s/c before r/1, and ran once")
+		require.Equal(t, -1, slices.IndexFunc(stmts[budget+1:], isBudgetLock), "the finish ran once")
 		require.Empty(t, resA.Deferred, "A ran before the push")
 		require.Equal(t, engine.StateCompleted, state(t, s, j3).State)
 		require.Equal(t, 1, semaphore(t, s, "s/c").Held, "J1's")
@@ -413,6 +430,16 @@ func TestSemaphoreUpkeepNeverDeadlocksWithAnEnqueue(t *testing.T) {
 		require.Equal(t, 2, semaphore(t, s, "s/z").Held)
 		require.Equal(t, 1, semaphore(t, s, "s/a").Held)
 	})
+}
+
+// isSemaphoreLock and isBudgetLock say whether a statement locks
+// semaphores or budgets by name.
+func isSemaphoreLock(q string) bool {
+	return strings.Contains(q, "FROM sluice_semaphores WHERE name ") && strings.Contains(q, "FOR UPDATE")
+}
+
+func isBudgetLock(q string) bool {
+	return strings.Contains(q, "FROM sluice_budgets WHERE name ") && strings.Contains(q, "FOR UPDATE")
 }
 
 func deferredIDs(res *engine.ClaimResult) []int64 {

@@ -25,6 +25,8 @@ func (Dialect) Capabilities() engine.Capabilities {
 func (Dialect) Replacements() string { return replacements }
 
 const replacements = `
+-- fragment: Bytewise
+
 -- fragment: ReadyPlainJob
 j.ready_plain IS NOT NULL
 

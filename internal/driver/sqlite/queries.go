@@ -16,11 +16,12 @@ func (Dialect) Capabilities() engine.Capabilities {
 }
 
 // Replacements take no migration lock: BEGIN IMMEDIATE already serializes
-// migrators.
+// migrators; keys sort bytewise already (BINARY).
 func (Dialect) Replacements() string {
 	return `
 -- name: LockMigrations
 -- name: UnlockMigrations
+-- fragment: Bytewise
 `
 }
 

@@ -1,12 +1,20 @@
 -- Rate-limit budgets and the jobs parked on them.
 
+-- fragment: Bytewise
+-- Keys are locked in byte order, the order sluice sorts them in Go to decide
+-- which sort after the ones a transaction holds, whatever the database's
+-- default collation: PostgreSQL's may be linguistic (en_US.UTF-8 sorts
+-- "k_a" before "k/b" and "acme" before "Acme"). MySQL's key columns are
+-- utf8mb4_bin and SQLite's BINARY, which need nothing here.
+COLLATE "C"
+
 -- name: LockBudgets
-SELECT {BudgetColumns} FROM sluice_budgets WHERE name IN (:keys) ORDER BY name FOR UPDATE;
+SELECT {BudgetColumns} FROM sluice_budgets WHERE name IN (:keys) ORDER BY name {Bytewise} FOR UPDATE;
 
 -- name: LockFreeBudgets
 -- The budget rows of keys that no other transaction holds, locked without
 -- waiting for the others.
-SELECT {BudgetColumns} FROM sluice_budgets WHERE name IN (:keys) ORDER BY name FOR UPDATE SKIP LOCKED;
+SELECT {BudgetColumns} FROM sluice_budgets WHERE name IN (:keys) ORDER BY name {Bytewise} FOR UPDATE SKIP LOCKED;
 
 -- name: ReadBudgets
 -- The budget rows of keys as last committed, without locking them.

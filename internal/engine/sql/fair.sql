@@ -7,7 +7,7 @@ INSERT INTO sluice_fair_keys (queue, fair_key) VALUES :rows(text, text) ON CONFL
 
 -- name: LockFairKeys
 -- A queue's keys, locked in key order. Columns: fair_key, finish.
-SELECT fair_key, finish FROM sluice_fair_keys WHERE queue = :queue AND fair_key IN (:keys) ORDER BY fair_key FOR UPDATE;
+SELECT fair_key, finish FROM sluice_fair_keys WHERE queue = :queue AND fair_key IN (:keys) ORDER BY fair_key {Bytewise} FOR UPDATE;
 
 -- name: FairVirtualTime
 -- A queue's virtual time: the start of the fair job it claims next or,

@@ -2,12 +2,12 @@
 -- their slots.
 
 -- name: LockSemaphores
-SELECT {SemaphoreColumns} FROM sluice_semaphores WHERE name IN (:keys) ORDER BY name FOR UPDATE;
+SELECT {SemaphoreColumns} FROM sluice_semaphores WHERE name IN (:keys) ORDER BY name {Bytewise} FOR UPDATE;
 
 -- name: LockFreeSemaphores
 -- The semaphores of keys that no other transaction holds, locked without
 -- waiting for the others (giveBack inside a claim, after its budgets).
-SELECT {SemaphoreColumns} FROM sluice_semaphores WHERE name IN (:keys) ORDER BY name FOR UPDATE SKIP LOCKED;
+SELECT {SemaphoreColumns} FROM sluice_semaphores WHERE name IN (:keys) ORDER BY name {Bytewise} FOR UPDATE SKIP LOCKED;
 
 -- name: InsertSemaphores
 -- Unused semaphores for keys (sorted), ignoring those that exist, in key

@@ -1,1 +1,0 @@
--- Nothing to undo: see the up migration.

@@ -1,4 +1,0 @@
--- Keys already compare and sort bytewise here (utf8mb4_bin on MySQL,
--- BINARY on SQLite), as sluice sorts the keys a transaction locks. On
--- PostgreSQL this migration makes them do so whatever the database's
--- default collation.
