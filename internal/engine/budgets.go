@@ -189,21 +189,7 @@ func (s *Store) lockBudgetRows(ctx context.Context, tx Executor, keys []string, 
 // scan reads each locked row; scanAfter each row of an after statement.
 func (s *Store) lockByName(ctx context.Context, tx Executor, keys []string, lock, insert func([]string) (string, []any),
 	inOrder func(missing []string) error, after []Stmt, found func(string) bool, scan, scanAfter func(Rows) error) error {
-	read := func(first int) func(i int, rows Rows) error {
-		return func(i int, rows Rows) error {
-			each := scanAfter
-			if i == first {
-				each = scan
-			}
-			for rows.Next() {
-				if err := each(rows); err != nil {
-					return err
-				}
-			}
-			return nil
-		}
-	}
-	if err := pipeline(ctx, tx, append([]Stmt{query(lock(keys))}, after...), read(0)); err != nil {
+	if err := pipeline(ctx, tx, append([]Stmt{query(lock(keys))}, after...), readLocked(0, scan, scanAfter)); err != nil {
 		return err
 	}
 	var missing []string
@@ -221,7 +207,24 @@ func (s *Store) lockByName(ctx context.Context, tx Executor, keys []string, lock
 		}
 	}
 	stmts := append([]Stmt{stmt(insert(missing)), query(lock(missing))}, after...)
-	return pipeline(ctx, tx, stmts, read(1))
+	return pipeline(ctx, tx, stmts, readLocked(1, scan, scanAfter))
+}
+
+// readLocked reads a pipeline's rows: those of statement first with scan,
+// those of the statements after it (the clock) with scanAfter.
+func readLocked(first int, scan, scanAfter func(Rows) error) func(i int, rows Rows) error {
+	return func(i int, rows Rows) error {
+		each := scanAfter
+		if i == first {
+			each = scan
+		}
+		for rows.Next() {
+			if err := each(rows); err != nil {
+				return err
+			}
+		}
+		return nil
+	}
 }
 
 // saveBudgets returns the statement that writes the changed budgets back,

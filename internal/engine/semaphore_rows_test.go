@@ -109,11 +109,7 @@ func TestEnqueuesOfNewKeysInCallersTransactionsNeverDeadlock(t *testing.T) {
 					if !assert.NoError(t, err) {
 						return
 					}
-					if _, err := st.Enqueue(ctx, tx, engine.At(t0), batch); !assert.NoError(t, err, "writer %d round %d", w, round) {
-						_ = tx.Rollback(ctx)
-						return
-					}
-					if !assert.NoError(t, tx.Commit(ctx)) {
+					if !assert.NoError(t, enqueueAndCommit(ctx, st, tx, t0, batch...), "writer %d round %d", w, round) {
 						return
 					}
 				}
@@ -185,12 +181,7 @@ func TestAClaimGivingASlotBackNeverDeadlocksWithAnEnqueue(t *testing.T) {
 			wg.Add(1)
 			go func() {
 				defer wg.Done()
-				_, enqErr = other.Enqueue(ctx, tx, engine.At(at(time.Second)), []engine.NewJob{slotted("s/c", 5)})
-				if enqErr != nil {
-					_ = tx.Rollback(ctx)
-					return
-				}
-				enqErr = tx.Commit(ctx)
+				enqErr = enqueueAndCommit(ctx, other, tx, at(time.Second), slotted("s/c", 5))
 			}()
 		}
 		res, err = rs.Claim(ctx, engine.ClaimParams{ProcessID: pid, Queues: []string{"default"}, Max: 5,
@@ -406,12 +397,7 @@ func TestSemaphoreUpkeepNeverDeadlocksWithAnEnqueue(t *testing.T) {
 			wg.Add(1)
 			go func() {
 				defer wg.Done()
-				_, enqErr = other.Enqueue(ctx, tx, engine.At(later), []engine.NewJob{slotted("s/z", 5)})
-				if enqErr != nil {
-					_ = tx.Rollback(ctx)
-					return
-				}
-				enqErr = tx.Commit(ctx)
+				enqErr = enqueueAndCommit(ctx, other, tx, later, slotted("s/z", 5))
 			}()
 		}
 		freed, unblocked, err := rs.MaintainSemaphores(ctx, engine.At(later), 10)
@@ -430,6 +416,16 @@ func TestSemaphoreUpkeepNeverDeadlocksWithAnEnqueue(t *testing.T) {
 		require.Equal(t, 2, semaphore(t, s, "s/z").Held)
 		require.Equal(t, 1, semaphore(t, s, "s/a").Held)
 	})
+}
+
+// enqueueAndCommit enqueues jobs in the caller's transaction tx and
+// commits it, or rolls it back and returns the enqueue's error.
+func enqueueAndCommit(ctx context.Context, s *engine.Store, tx engine.Tx, now time.Time, jobs ...engine.NewJob) error {
+	if _, err := s.Enqueue(ctx, tx, engine.At(now), jobs); err != nil {
+		_ = tx.Rollback(ctx)
+		return err
+	}
+	return tx.Commit(ctx)
 }
 
 // isSemaphoreLock and isBudgetLock say whether a statement locks

@@ -53,20 +53,12 @@ func (s *Store) lockSlots(ctx context.Context, ex Executor, keys []string, c Clo
 		after = append(after, query(s.d.Now(), nil))
 	}
 	var dbNow int64
-	scan := func(rows Rows) error {
-		r, err := scanSemaphore(rows)
-		if err == nil {
-			sl.sems[r.Name] = &r
-		}
-		return err
-	}
 	scanNow := func(rows Rows) error { return rows.Scan(&dbNow) }
 	var err error
 	if s.d.Capabilities().RowLocks {
-		err = s.createThenLock(ctx, ex, keys, after, scan, scanNow)
+		err = s.createThenLock(ctx, ex, keys, after, sl.load, scanNow)
 	} else {
-		err = s.lockByName(ctx, ex, keys, s.q.LockSemaphores, s.q.InsertSemaphores, nil, after,
-			func(k string) bool { return sl.sems[k] != nil }, scan, scanNow)
+		err = s.lockByName(ctx, ex, keys, s.q.LockSemaphores, s.q.InsertSemaphores, nil, after, sl.has, sl.load, scanNow)
 	}
 	if err != nil {
 		return nil, fmt.Errorf("lock semaphores: %w", err)
@@ -87,6 +79,18 @@ func (s *Store) lockSlots(ctx context.Context, ex Executor, keys []string, c Clo
 func (s *Store) newSlots(ex Executor) *slots {
 	return &slots{ex: ex, q: s.q, sems: map[string]*SemaphoreRow{}, dirty: map[string]bool{}}
 }
+
+// load reads one locked semaphore row into the view.
+func (sl *slots) load(rows Rows) error {
+	r, err := scanSemaphore(rows)
+	if err == nil {
+		sl.sems[r.Name] = &r
+	}
+	return err
+}
+
+// has says whether the view holds key's row.
+func (sl *slots) has(key string) bool { return sl.sems[key] != nil }
 
 // sortedKeys returns keys sorted, without repeats.
 func sortedKeys(keys []string) []string {
@@ -109,26 +113,12 @@ func (s *Store) lockFreeSlots(ctx context.Context, ex Executor, keys []string, a
 	}
 	keys = sortedKeys(keys)
 	sl := s.newSlots(ex)
-	q, args := s.q.LockFreeSemaphores(keys)
-	rows, err := ex.Query(ctx, q, args...)
-	if err != nil {
-		return nil, fmt.Errorf("lock free semaphores: %w", err)
-	}
-	for rows.Next() {
-		r, err := scanSemaphore(rows)
-		if err != nil {
-			rows.Close()
-			return nil, err
-		}
-		sl.sems[r.Name] = &r
-	}
-	rows.Close()
-	if err := rows.Err(); err != nil {
+	if err := s.lockByName(ctx, ex, keys, s.q.LockFreeSemaphores, nil, nil, nil, sl.has, sl.load, nil); err != nil {
 		return nil, fmt.Errorf("lock free semaphores: %w", err)
 	}
 	var held heldSemaphores
 	for _, k := range keys {
-		if sl.sems[k] == nil {
+		if !sl.has(k) {
 			held = append(held, k)
 		}
 	}
@@ -157,18 +147,7 @@ func (h heldSemaphores) Error() string {
 // otherwise left alone; on MySQL the insert locks it, in the same order).
 func (s *Store) createThenLock(ctx context.Context, ex Executor, keys []string, after []Stmt, scan, scanAfter func(Rows) error) error {
 	stmts := append([]Stmt{stmt(s.q.InsertSemaphores(keys)), query(s.q.LockSemaphores(keys))}, after...)
-	return pipeline(ctx, ex, stmts, func(i int, rows Rows) error {
-		each := scanAfter
-		if i == 1 {
-			each = scan
-		}
-		for rows.Next() {
-			if err := each(rows); err != nil {
-				return err
-			}
-		}
-		return nil
-	})
+	return pipeline(ctx, ex, stmts, readLocked(1, scan, scanAfter))
 }
 
 func scanSemaphore(rows Rows, extra ...any) (SemaphoreRow, error) {
