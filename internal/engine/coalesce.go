@@ -3,7 +3,6 @@ package engine
 import (
 	"cmp"
 	"context"
-	"errors"
 	"fmt"
 	"slices"
 	"time"
@@ -19,7 +18,8 @@ const maxCoalesceRounds = 5
 // or are fair, in one transaction (the caller's, or one of the store's).
 // Locks are taken in one order everywhere: the fairness keys (by queue and
 // key), the pending jobs calls join (by key), then the semaphores (by
-// key). It changes rows (states, slots, coalesce
+// key), all of them at once: those of the jobs ready on arrival and of the
+// full jobs their calls dispatch. It changes rows (states, slots, coalesce
 // keys): a transaction that is retried passes fresh copies.
 func (s *Store) enqueueTx(ctx context.Context, ex Executor, c Clock, jobs []NewJob, rows []InsertRow) ([]Enqueued, error) {
 	weights := make([]int, len(jobs))
@@ -33,6 +33,8 @@ func (s *Store) enqueueTx(ctx context.Context, ex Executor, c Clock, jobs []NewJ
 	nowUS := Micros(now)
 	out := make([]Enqueued, len(rows))
 	created := map[int]bool{}
+	var dispatched []DueRow
+	var dispatchedAt []int
 	var order []int
 	for i, j := range jobs {
 		if j.Coalesce != nil {
@@ -41,27 +43,44 @@ func (s *Store) enqueueTx(ctx context.Context, ex Executor, c Clock, jobs []NewJ
 	}
 	slices.SortStableFunc(order, func(a, b int) int { return cmp.Compare(jobs[a].Coalesce.Key, jobs[b].Coalesce.Key) })
 	for _, i := range order {
-		e, isNew, err := s.coalesceOne(ctx, ex, now, jobs[i], &rows[i])
+		co, err := s.coalesceOne(ctx, ex, now, jobs[i], &rows[i])
 		if err != nil {
 			return nil, err
 		}
-		out[i], created[i] = e, isNew
+		out[i], created[i] = co.Enqueued, co.created
+		if co.dispatch != nil {
+			dispatched, dispatchedAt = append(dispatched, *co.dispatch), append(dispatchedAt, i)
+		}
 	}
 
-	// Slots for the jobs that are ready on arrival: plain ones before they
-	// are inserted, coalescing ones just created.
-	var keys []string
+	// Slots for the full jobs calls dispatched, and for the jobs that are
+	// ready on arrival: plain ones before they are inserted, coalescing
+	// ones just created.
+	keys := slotKeys(dispatched)
 	for i, r := range rows {
 		if r.ConcKey != "" && r.State == StateReady && (jobs[i].Coalesce == nil || created[i]) {
 			keys = append(keys, r.ConcKey)
 		}
 	}
 	var writes []Stmt
+	var sl *slots
 	if len(keys) > 0 {
-		sl, err := s.lockSlots(ctx, ex, keys, c)
-		if err != nil {
+		var err error
+		if sl, err = s.lockSlots(ctx, ex, keys, c); err != nil {
 			return nil, err
 		}
+	}
+	if len(dispatched) > 0 {
+		// A full job that waited becomes ready at once; a claim may send
+		// it back to wait on its rate limit.
+		pr, w := s.promoteLocked(dispatched, sl, nowUS)
+		for k, i := range dispatchedAt {
+			out[i].State = pr.states[k]
+		}
+		writes = append(writes, w...)
+		writes = append(writes, s.notifyWrites(pr.queues)...)
+	}
+	if sl != nil {
 		var took []int64
 		var missed []SetRow
 		for i := range rows {
@@ -117,9 +136,18 @@ func (s *Store) enqueueTx(ctx context.Context, ex Executor, c Clock, jobs []NewJ
 	return out, nil
 }
 
+// coalesced is what a coalescing call did: the job it joined or created,
+// whether it created it, and, when the call filled a waiting job that
+// dispatches once full, that job to promote.
+type coalesced struct {
+	Enqueued
+	created  bool
+	dispatch *DueRow
+}
+
 // coalesceOne joins the call to the pending job of its key, or creates
 // that job, and reports which.
-func (s *Store) coalesceOne(ctx context.Context, ex Executor, now time.Time, j NewJob, row *InsertRow) (Enqueued, bool, error) {
+func (s *Store) coalesceOne(ctx context.Context, ex Executor, now time.Time, j NewJob, row *InsertRow) (coalesced, error) {
 	nowUS := Micros(now)
 	rule := j.Coalesce.Rule
 	row.CoalesceKey, row.FirstCallAt = j.Coalesce.Key, nowUS
@@ -131,19 +159,23 @@ func (s *Store) coalesceOne(ctx context.Context, ex Executor, now time.Time, j N
 	for round := 0; round < maxCoalesceRounds; round++ {
 		p, err := s.lockPending(ctx, ex, j.Coalesce.Key)
 		if err != nil {
-			return Enqueued{}, false, err
+			return coalesced{}, err
 		}
 		if p != nil {
-			state, err := s.join(ctx, ex, now, rule, p, row)
-			return Enqueued{ID: p.ID, Joined: true, State: state}, false, err
+			state, dispatch, err := s.join(ctx, ex, now, rule, p, row)
+			co := coalesced{Enqueued: Enqueued{ID: p.ID, Joined: true, State: state}}
+			if dispatch {
+				co.dispatch = &DueRow{ID: p.ID, Queue: p.Queue, Conc: p.Conc, HoldsSlot: p.HoldsSlot}
+			}
+			return co, err
 		}
 		id, ok, err := s.insertCoalescing(ctx, ex, *row)
 		if err != nil || ok {
-			return Enqueued{ID: id, State: row.State}, ok, err
+			return coalesced{Enqueued: Enqueued{ID: id, State: row.State}, created: ok}, err
 		}
 		// Another enqueue created the pending job since we looked: join it.
 	}
-	return Enqueued{}, false, fmt.Errorf("coalesce %s: the pending job kept changing under this call; try again", j.Coalesce.Key)
+	return coalesced{}, fmt.Errorf("coalesce %s: the pending job kept changing under this call; try again", j.Coalesce.Key)
 }
 
 // lockPending locks the pending job that holds key, or returns nil.
@@ -175,8 +207,11 @@ func (s *Store) insertCoalescing(ctx context.Context, ex Executor, row InsertRow
 	return res.LastInsertID, true, nil
 }
 
-// join applies one call to the pending job p and returns its state after.
-func (s *Store) join(ctx context.Context, ex Executor, now time.Time, rule coalesce.Spec, p *PendingRow, row *InsertRow) (State, error) {
+// join applies one call to the pending job p and returns its state after,
+// and whether the call filled it and it is to be dispatched: made ready at
+// once, which enqueueTx does with the semaphores it locks (the state is
+// then scheduled, due now).
+func (s *Store) join(ctx context.Context, ex Executor, now time.Time, rule coalesce.Spec, p *PendingRow, row *InsertRow) (State, bool, error) {
 	nowUS := Micros(now)
 	u := CoalesceUpdate{ID: p.ID, Calls: p.Calls, State: p.State}
 	var writes []Stmt
@@ -206,34 +241,9 @@ func (s *Store) join(ctx context.Context, ex Executor, now time.Time, rule coale
 	}
 	writes = append(writes, stmt(s.q.UpdateCoalesced(u)))
 	if err := pipeline(ctx, ex, writes, nil); err != nil {
-		return "", fmt.Errorf("join pending job %d: %w", p.ID, err)
+		return "", false, fmt.Errorf("join pending job %d: %w", p.ID, err)
 	}
-	if !dispatch {
-		return u.State, nil
-	}
-	// A full job that waited becomes ready at once; a claim may send it
-	// back to wait on its rate limit.
-	if _, err := s.promote(ctx, ex, []DueRow{{ID: p.ID, Queue: p.Queue, Conc: p.Conc, HoldsSlot: p.HoldsSlot}}, nowUS, true, nil); err != nil {
-		return "", fmt.Errorf("dispatch full job %d: %w", p.ID, err)
-	}
-	j, err := s.lockPendingByID(ctx, ex, p.ID)
-	if err != nil {
-		return "", err
-	}
-	return j, nil
-}
-
-// lockPendingByID reads a job's state in the transaction.
-func (s *Store) lockPendingByID(ctx context.Context, ex Executor, id int64) (State, error) {
-	q, args := s.q.LockJob(id)
-	js, err := s.queryJobInfos(ctx, ex, q, args)
-	if err != nil {
-		return "", err
-	}
-	if len(js) == 0 {
-		return "", errors.New("the job vanished")
-	}
-	return js[0].State, nil
+	return u.State, dispatch, nil
 }
 
 // loadCalls attaches their collected calls to the jobs that have more than

@@ -41,10 +41,12 @@ func (s *Store) Promote(ctx context.Context, c Clock, batch int) (int, []string,
 }
 
 // promotion is what a promote did: the queues that gained ready jobs, the
-// jobs made ready, and those of them that took a concurrency slot.
+// jobs made ready, those of them that took a concurrency slot, and each
+// promoted job's state after it, in the order they were given.
 type promotion struct {
 	queues         []string
 	ready, slotted []int64
+	states         []State
 }
 
 // promote makes locked scheduled jobs ready, taking a concurrency slot for
@@ -56,56 +58,82 @@ func (s *Store) promote(ctx context.Context, ex Executor, due []DueRow, nowUS in
 	if len(due) == 0 && len(also) == 0 {
 		return promotion{}, nil
 	}
-	var ready, slotted []int64
-	keys := slices.Clone(also)
-	var queues []string
-	for _, d := range due {
-		if d.Conc != nil && !d.HoldsSlot {
-			keys = append(keys, d.Conc.Key)
-		}
-	}
 	var sl *slots
-	if len(keys) > 0 {
+	if keys := append(slices.Clone(also), slotKeys(due)...); len(keys) > 0 {
 		var err error
 		if sl, err = s.lockSlots(ctx, ex, keys, At(FromMicros(nowUS))); err != nil {
 			return promotion{}, err
 		}
 	}
+	pr, writes := s.promoteLocked(due, sl, nowUS)
+	if sl != nil {
+		writes = append(writes, sl.writes()...)
+	}
+	if notify {
+		writes = append(writes, s.notifyWrites(pr.queues)...)
+	}
+	return pr, pipeline(ctx, ex, writes, nil)
+}
+
+// notifyWrites is the statement that wakes the workers of queues, when
+// there are any and the database can.
+func (s *Store) notifyWrites(queues []string) []Stmt {
+	if q, args := s.q.Notify(queues); q != "" && len(queues) > 0 {
+		return []Stmt{stmt(q, args)}
+	}
+	return nil
+}
+
+// slotKeys lists the semaphores that promoting due locks: those of the
+// jobs that need a slot and do not hold one.
+func slotKeys(due []DueRow) []string {
+	var keys []string
+	for _, d := range due {
+		if d.Conc != nil && !d.HoldsSlot {
+			keys = append(keys, d.Conc.Key)
+		}
+	}
+	return keys
+}
+
+// promoteLocked decides the promotion of due on the semaphores sl holds
+// (nil when none of them needs a slot) and returns it with the statements
+// that write it, except sl's own. promotion.states has each due job's
+// state after it.
+func (s *Store) promoteLocked(due []DueRow, sl *slots, nowUS int64) (promotion, []Stmt) {
+	var pr promotion
 	var others []SetRow
 	for _, d := range due {
 		switch {
 		case d.Conc == nil || d.HoldsSlot:
 		case sl.take(d.Conc):
-			slotted = append(slotted, d.ID)
+			pr.slotted = append(pr.slotted, d.ID)
 		case d.Conc.Discard:
 			others = append(others, SetRow{ID: d.ID, State: StateCancelled, Error: DiscardedError + " for " + d.Conc.Key, FinishedAt: nowUS})
+			pr.states = append(pr.states, StateCancelled)
 			continue
 		default:
 			others = append(others, SetRow{ID: d.ID, State: StateBlocked})
+			pr.states = append(pr.states, StateBlocked)
 			continue
 		}
-		ready = append(ready, d.ID)
-		if !slices.Contains(queues, d.Queue) {
-			queues = append(queues, d.Queue)
+		pr.ready = append(pr.ready, d.ID)
+		pr.states = append(pr.states, StateReady)
+		if !slices.Contains(pr.queues, d.Queue) {
+			pr.queues = append(pr.queues, d.Queue)
 		}
 	}
 	var writes []Stmt
-	if len(ready) > 0 {
-		writes = append(writes, stmt(s.q.MarkReady(ready)))
+	if len(pr.ready) > 0 {
+		writes = append(writes, stmt(s.q.MarkReady(pr.ready)))
 	}
-	if len(slotted) > 0 {
-		writes = append(writes, stmt(s.q.MarkSlots(slotted, true)))
+	if len(pr.slotted) > 0 {
+		writes = append(writes, stmt(s.q.MarkSlots(pr.slotted, true)))
 	}
 	if len(others) > 0 {
 		writes = append(writes, stmt(s.q.SetJobs(StateScheduled, 0, nowUS, others)))
 	}
-	if sl != nil {
-		writes = append(writes, sl.writes()...)
-	}
-	if q, args := s.q.Notify(queues); notify && q != "" && len(queues) > 0 {
-		writes = append(writes, stmt(q, args))
-	}
-	return promotion{queues: queues, ready: ready, slotted: slotted}, pipeline(ctx, ex, writes, nil)
+	return pr, writes
 }
 
 // scanDue reads LockDue's rows.

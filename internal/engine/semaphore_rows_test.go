@@ -13,6 +13,7 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
+	"github.com/sluicequeue/sluice/coalesce"
 	"github.com/sluicequeue/sluice/internal/engine"
 	"github.com/sluicequeue/sluice/internal/testdb"
 )
@@ -33,7 +34,6 @@ func TestAnEnqueueCreatesNoSemaphoreWhileItHoldsOneAfterIt(t *testing.T) {
 
 func enqueueCreatingASemaphore(t *testing.T, callersTx bool) {
 	testdb.EachPool(t, func(t *testing.T, s *engine.Store, open func() *engine.Store) {
-		ctx := context.Background()
 		enqueue(t, s, t0, slotted("k/c", 5)) // k/c's row exists
 		other := open()
 		rs, rec := testdb.Record(s)
@@ -44,25 +44,9 @@ func enqueueCreatingASemaphore(t *testing.T, callersTx bool) {
 				return // SQLite: the enqueue holds the only write lock
 			}
 			created = true
-			// Bounded, so that an enqueue holding k/c fails the test
-			// instead of hanging it.
-			wait, cancel := context.WithTimeout(ctx, 10*time.Second)
-			defer cancel()
-			otherErr = createAndLockRows(wait, other, other.SQL().InsertSemaphores, other.SQL().LockSemaphores, "k/a", "k/c")
+			otherErr = createAndLockSemaphores(other, "k/a", "k/c")
 		}
-		var ex engine.Executor
-		var tx engine.Tx
-		if callersTx {
-			var err error
-			tx, err = rs.DB().Begin(ctx)
-			require.NoError(t, err)
-			ex = tx
-		}
-		got, err := rs.Enqueue(ctx, ex, engine.At(t0), []engine.NewJob{slotted("k/c", 5), slotted("k/a", 5)})
-		require.NoError(t, err)
-		if tx != nil {
-			require.NoError(t, tx.Commit(ctx))
-		}
+		got := enqueueIn(t, rs, callersTx, t0, slotted("k/c", 5), slotted("k/a", 5))
 		require.Equal(t, s.Dialect().Capabilities().RowLocks, created, "the enqueue created k/a where rows are locked one by one")
 		require.NoError(t, otherErr, "the other transaction waited for nothing the enqueue held")
 		for _, e := range got {
@@ -428,6 +412,36 @@ func enqueueAndCommit(ctx context.Context, s *engine.Store, tx engine.Tx, now ti
 	return tx.Commit(ctx)
 }
 
+// createAndLockSemaphores creates the semaphore row create and locks the
+// row lock in one transaction of s, giving up after 10 s: a test whose
+// other transaction would wait for it forever fails instead of hanging.
+func createAndLockSemaphores(s *engine.Store, create, lock string) error {
+	wait, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	return createAndLockRows(wait, s, s.SQL().InsertSemaphores, s.SQL().LockSemaphores, create, lock)
+}
+
+// enqueueIn enqueues jobs at now in a caller's transaction that it then
+// commits, or in the store's own, and returns what the enqueue reported.
+func enqueueIn(t *testing.T, s *engine.Store, callersTx bool, now time.Time, jobs ...engine.NewJob) []engine.Enqueued {
+	t.Helper()
+	ctx := context.Background()
+	var ex engine.Executor
+	var tx engine.Tx
+	if callersTx {
+		var err error
+		tx, err = s.DB().Begin(ctx)
+		require.NoError(t, err)
+		ex = tx
+	}
+	got, err := s.Enqueue(ctx, ex, engine.At(now), jobs)
+	require.NoError(t, err)
+	if tx != nil {
+		require.NoError(t, tx.Commit(ctx))
+	}
+	return got
+}
+
 // isSemaphoreLock and isBudgetLock say whether a statement locks
 // semaphores or budgets by name.
 func isSemaphoreLock(q string) bool {
@@ -444,4 +458,94 @@ func deferredIDs(res *engine.ClaimResult) []int64 {
 		out = append(out, d.JobID)
 	}
 	return out
+}
+
+// A call that fills a waiting coalesced job that dispatches once full makes
+// it ready in the enqueue's transaction, taking a slot on its semaphore
+// (s/b). The enqueue locks that semaphore with those of the jobs ready on
+// arrival (s/a), all at once in key order: it used to lock s/b as it
+// joined the call, then s/a, so a transaction that took s/a and then
+// wanted s/b deadlocked with it. The job's state is reported as the
+// promotion left it: ready with a slot, or blocked when none is free.
+func TestAnEnqueueLocksADispatchedJobsSemaphoreWithTheOthers(t *testing.T) {
+	for _, c := range []struct {
+		name      string
+		callersTx bool
+		full      bool
+	}{{"store", false, false}, {"callers_transaction", true, false}, {"no_free_slot", false, true}} {
+		t.Run(c.name, func(t *testing.T) {
+			testdb.EachPool(t, func(t *testing.T, s *engine.Store, open func() *engine.Store) {
+				enqueueDispatchingAFullJob(t, s, open, c.callersTx, c.full)
+			})
+		})
+	}
+}
+
+func enqueueDispatchingAFullJob(t *testing.T, s *engine.Store, open func() *engine.Store, callersTx, full bool) {
+	rowLocks := s.Dialect().Capabilities().RowLocks
+	// s/b's row exists (a transaction that has not committed its creation
+	// locks nothing on PostgreSQL), and one job holds a slot; with full,
+	// its only slot.
+	to := 5
+	if full {
+		to = 1
+	}
+	enqueue(t, s, t0, slotted("s/b", to))
+	collect := func() engine.NewJob {
+		j := slotted("s/b", to)
+		j.Coalesce = &engine.Coalesce{Key: "co/x", Rule: coalesce.Spec{Scope: "co", OnConflict: coalesce.Collect,
+			MaxCalls: 2, Dispatch: true, Debounce: time.Minute}}
+		return j
+	}
+	pending := enqueue(t, s, t0, collect())[0]
+	require.Equal(t, engine.StateScheduled, state(t, s, pending).State, "the first call waits out its debounce")
+
+	other := open()
+	rs, rec := testdb.Record(s)
+	var otherErr error
+	locked, fired := false, false
+	rec.Before = func(q string) {
+		if !rowLocks {
+			return // SQLite: the enqueue holds the only write lock
+		}
+		if isSemaphoreLock(q) {
+			locked = true
+		}
+		if !locked || fired || !strings.HasPrefix(q, "INSERT INTO sluice_semaphores (name)") {
+			return
+		}
+		// The enqueue holds a semaphore and creates another: the other
+		// transaction takes s/a, then wants s/b.
+		fired = true
+		otherErr = createAndLockSemaphores(other, "s/a", "s/b")
+	}
+	got := enqueueIn(t, rs, callersTx, at(time.Second), collect(), slotted("s/a", 5))
+	if rowLocks {
+		locks := 0
+		for _, q := range rec.Take() {
+			if isSemaphoreLock(q) {
+				locks++
+			}
+		}
+		require.Equal(t, 1, locks, "the enqueue locked its semaphores in one statement")
+	}
+	require.False(t, fired, "the enqueue never created a semaphore while it held one")
+	require.NoError(t, otherErr)
+
+	require.Equal(t, pending, got[0].ID, "the second call joined the pending job")
+	require.Equal(t, engine.StateReady, got[1].State)
+	require.True(t, state(t, s, got[1].ID).HoldsSlot)
+	dispatched := state(t, s, pending)
+	if full {
+		require.Equal(t, engine.StateBlocked, got[0].State, "no slot free on s/b")
+		require.Equal(t, engine.StateBlocked, dispatched.State)
+		require.False(t, dispatched.HoldsSlot)
+		require.Equal(t, 1, semaphore(t, s, "s/b").Held, "the job that held it")
+	} else {
+		require.Equal(t, engine.StateReady, got[0].State, "the full job is dispatched")
+		require.Equal(t, engine.StateReady, dispatched.State)
+		require.True(t, dispatched.HoldsSlot)
+		require.Equal(t, 2, semaphore(t, s, "s/b").Held)
+	}
+	require.Equal(t, 1, semaphore(t, s, "s/a").Held)
 }
