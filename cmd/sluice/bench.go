@@ -234,6 +234,9 @@ type bench struct {
 	// otel is the integration --otel wires in; nil without it.
 	otel      *otelsluice.Integration
 	closeOtel func()
+	// noPurgeWait is set once InnoDB's purge could not be awaited (its
+	// counter unreadable, or a busy server): later resets do not wait.
+	noPurgeWait bool
 
 	// Set by configure, for one run.
 	kc       kindsConfig
@@ -378,7 +381,7 @@ func (b *bench) reset(ctx context.Context) error {
 	if err := b.topUpFinished(ctx); err != nil {
 		return err
 	}
-	if b.store.Dialect().Name() == "mysql" {
+	if b.store.Dialect().Name() == "mysql" && !b.noPurgeWait {
 		return b.awaitPurge(ctx)
 	}
 	return nil
@@ -424,6 +427,7 @@ func (b *bench) awaitPurge(ctx context.Context) error {
 		if err != nil {
 			// Reading INNODB_METRICS takes the PROCESS privilege.
 			b.say("not waiting for InnoDB's purge: %v", err)
+			b.noPurgeWait = true
 			return nil
 		}
 		waited := time.Since(start)
@@ -434,7 +438,8 @@ func (b *bench) awaitPurge(ctx context.Context) error {
 			return nil
 		}
 		if waited > time.Minute {
-			b.say("InnoDB still has %d undo records to purge after %s; starting anyway", left, waited.Round(time.Second))
+			b.say("InnoDB still has %d undo logs to purge after %s (is the server busy?); starting anyway, and not waiting again", left, waited.Round(time.Second))
+			b.noPurgeWait = true
 			return nil
 		}
 		select {
