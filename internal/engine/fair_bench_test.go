@@ -21,10 +21,7 @@ func BenchmarkClaimFairVsPlain(b *testing.B) {
 		b.Run(be.Name, func(b *testing.B) {
 			s := be.Open(b)
 			ctx := context.Background()
-			pid, err := s.RegisterProcess(ctx, engine.Process{Kind: "worker", Name: "bench"}, engine.At(t0))
-			if err != nil {
-				b.Fatal(err)
-			}
+			pid := register(b, s, t0)
 			for _, fair := range []bool{false, true} {
 				b.Run(fmt.Sprintf("fair=%v", fair), func(b *testing.B) {
 					for range b.N {

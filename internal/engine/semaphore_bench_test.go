@@ -10,8 +10,9 @@ import (
 )
 
 // BenchmarkConcurrencySlots enqueues a job that takes a slot of one of 100
-// concurrency keys whose rows exist, claims it and finishes it, giving the
-// slot back, one job at a time on each database: two semaphore locks per
+// concurrency keys (whose rows the first hundred jobs create), claims it
+// and finishes it, giving the slot back, one job at a time on each
+// database: two semaphore locks per
 // job (the enqueue's and the finish's), each one round trip on
 // PostgreSQL and two on MySQL, with everything a job costs around them.
 // Run with -count to interleave:
@@ -22,10 +23,7 @@ func BenchmarkConcurrencySlots(b *testing.B) {
 		b.Run(be.Name, func(b *testing.B) {
 			s := be.Open(b)
 			ctx := context.Background()
-			pid, err := s.RegisterProcess(ctx, engine.Process{Kind: "worker", Name: "bench"}, engine.At(t0))
-			if err != nil {
-				b.Fatal(err)
-			}
+			pid := register(b, s, t0)
 			b.ResetTimer()
 			for i := range b.N {
 				if _, err := s.Enqueue(ctx, nil, engine.At(t0), []engine.NewJob{slotted(fmt.Sprintf("acct/%d", i%100), 10)}); err != nil {
