@@ -376,10 +376,16 @@ func (s *Store) candidates(ctx context.Context, tx Tx, p ClaimParams, window int
 	if p.Limits != nil {
 		fairMax += window
 	}
-	for _, q := range p.Queues {
+	for qi, q := range p.Queues {
 		// Both streams of a queue in one round trip where the database can.
 		var stmts []Stmt
 		var into []*[]*Job
+		lead := 0 // statements before the streams, which return no rows
+		if g := s.q.GenericPlans(); qi == 0 && p.Swept != nil && g != "" {
+			// Around a sweep each queue takes up to three statements more,
+			// which the database would plan again at every claim.
+			stmts, lead = append(stmts, stmt(g, nil)), 1
+		}
 		if n := p.Max - len(plain); n > 0 {
 			stmts, into = append(stmts, query(s.q.LockReady(q, false, n))), append(into, &plain)
 		}
@@ -423,6 +429,7 @@ func (s *Store) candidates(ctx context.Context, tx Tx, p ClaimParams, window int
 			}
 		}
 		err := pipeline(ctx, tx, stmts, func(i int, rows Rows) error {
+			i -= lead
 			for rows.Next() {
 				switch {
 				case i < len(into):

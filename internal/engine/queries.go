@@ -14,8 +14,8 @@ type SQL struct {
 	// states are the rendered stateJobs.
 	states map[State]string
 
-	createMigrationsTable, lockMigrations, unlockMigrations, appliedMigrations string
-	recordMigration, forgetMigration                                           *sqlStatement
+	createMigrationsTable, lockMigrations, unlockMigrations, appliedMigrations, genericPlans string
+	recordMigration, forgetMigration                                                         *sqlStatement
 
 	insertJobs, lockReadyPlain, lockReadyLimited, lockReadyLike, markRunning, completeJobs, deleteJobs *sqlStatement
 	lockReadyLimitedAt, lockReadyLimitedBefore, lockReadyLimitedAfter, firstReadyLike, lastReadyLike   *sqlStatement
@@ -50,8 +50,9 @@ type SQL struct {
 // optional are the statements a database may lack (have no default, or
 // replace with an empty one): without Notify and WakeOnInsert workers in
 // other processes poll; without LockMigrations and UnlockMigrations
-// migrators rely on their transactions alone.
-var optional = map[string]bool{"Notify": true, "WakeOnInsert": true, "LockMigrations": true, "UnlockMigrations": true}
+// migrators rely on their transactions alone; without GenericPlans a
+// claim around a sweep plans its statements as the database chooses.
+var optional = map[string]bool{"Notify": true, "WakeOnInsert": true, "LockMigrations": true, "UnlockMigrations": true, "GenericPlans": true}
 
 // wakes are the inserts that wake listeners for the jobs they make ready,
 // where the database has WakeOnInsert.
@@ -94,7 +95,7 @@ func NewSQL(d Dialect) (*SQL, error) {
 		name string
 	}{
 		{&q.createMigrationsTable, "CreateMigrationsTable"}, {&q.lockMigrations, "LockMigrations"},
-		{&q.unlockMigrations, "UnlockMigrations"}, {&q.appliedMigrations, "AppliedMigrations"},
+		{&q.unlockMigrations, "UnlockMigrations"}, {&q.appliedMigrations, "AppliedMigrations"}, {&q.genericPlans, "GenericPlans"},
 		{&q.jobsByState, "JobsByState"}, {&q.unfinishedByState, "UnfinishedByState"}, {&q.oldestWaiting, "OldestWaiting"},
 		{&q.listProcesses, "ListProcesses"}, {&q.listQueues, "ListQueues"}, {&q.listOverrides, "ListOverrides"},
 		{&q.listBudgets, "ListBudgets"}, {&q.listSemaphores, "ListSemaphores"}, {&q.lastTicks, "LastTicks"},
@@ -225,6 +226,11 @@ func (q *SQL) LockMigrations() string { return q.lockMigrations }
 
 // UnlockMigrations releases what LockMigrations took, before the commit.
 func (q *SQL) UnlockMigrations() string { return q.unlockMigrations }
+
+// GenericPlans makes the rest of a transaction run its prepared statements
+// on generic plans, planned once instead of at every run; empty where the
+// database has no such switch (only PostgreSQL has one).
+func (q *SQL) GenericPlans() string { return q.genericPlans }
 
 // AppliedMigrations lists the applied versions.
 func (q *SQL) AppliedMigrations() string { return q.appliedMigrations }

@@ -78,6 +78,58 @@ func TestClaimsTakeTheLimitedJobsAroundASweptFlood(t *testing.T) {
 	})
 }
 
+// A claim that goes around a flood a sweep is moving runs on generic plans
+// where the database has the switch (PostgreSQL): it sends it first, for
+// its transaction alone, so that the connection goes back to its pool as
+// it came; a claim with no sweep beside it sends nothing more, and takes
+// the same jobs either way.
+func TestAClaimAroundASweepRunsOnGenericPlansForItsTransactionAlone(t *testing.T) {
+	testdb.Each(t, func(t *testing.T, s *engine.Store) {
+		ctx := context.Background()
+		rs, rec := testdb.Record(s)
+		lim := limits{"k": spec(t, "k", 1, time.Hour, 1)}
+		id := enqueue(t, s, t0, limited("k", "k/flood"), limited("k", "k/flood"), limited("k", "k/other"), job("free", "default", 0))
+		o := engine.Overflow{Queue: "default", Kind: "k", RateKeys: engine.EncodeRateKeys([]engine.RateKey{{Key: "k/flood", Cost: 1}}), Key: "k/flood"}
+		span, ok, err := s.OverflowSpan(ctx, o)
+		require.NoError(t, err)
+		require.True(t, ok)
+		pid := register(t, s, t0)
+		generic := s.SQL().GenericPlans()
+		if s.Dialect().Name() == "postgres" {
+			require.Contains(t, generic, "SET LOCAL plan_cache_mode")
+		} else {
+			require.Empty(t, generic, "only PostgreSQL has the switch")
+		}
+
+		rec.Take()
+		res, err := rs.Claim(ctx, engine.ClaimParams{ProcessID: pid, Queues: []string{"default"}, Max: 10,
+			Clock: engine.At(t0), Limits: lim, Horizon: time.Hour, Swept: map[string]*engine.Span{"default": &span}})
+		require.NoError(t, err)
+		require.ElementsMatch(t, []int64{id[2], id[3]}, ids(res.Jobs), "the other budget's job and the free one; the flood is the sweep's")
+		sent := rec.Take()
+		if generic != "" {
+			require.Equal(t, 0, slices.Index(sent, generic), "the claim's first statement: %q", sent)
+			rows, err := s.DB().Query(ctx, "SELECT current_setting('plan_cache_mode')")
+			require.NoError(t, err)
+			var mode string
+			require.True(t, rows.Next())
+			require.NoError(t, rows.Scan(&mode))
+			rows.Close()
+			require.Equal(t, "auto", mode, "the connection went back to its pool as it came")
+		}
+		require.NotContains(t, sent, "", "no empty statement where the database has no switch")
+
+		enqueue(t, s, t0, job("free", "default", 0))
+		res, err = rs.Claim(ctx, engine.ClaimParams{ProcessID: pid, Queues: []string{"default"}, Max: 10,
+			Clock: engine.At(t0), Limits: lim, Horizon: time.Hour})
+		require.NoError(t, err)
+		require.Len(t, res.Jobs, 2, "the free job and the flood's first, once no sweep runs")
+		if generic != "" {
+			require.NotContains(t, rec.Take(), generic, "a claim with no sweep beside it sends nothing more")
+		}
+	})
+}
+
 // TestClaimsBesideAConcurrentSweepHoldTheBoundsAndLoseNothing runs the
 // sweep and the claims beside it at once, each on its own connection pool:
 // a flood on one tight budget, swept in batches as a worker sweeps it,

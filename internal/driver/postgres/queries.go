@@ -14,10 +14,10 @@ func (Dialect) Capabilities() engine.Capabilities {
 	return engine.Capabilities{Arrays: true, Booleans: true, Returning: true, RowLocks: true, MaxInsertBatch: 5000}
 }
 
-// Replacements are the notifications (unless NoNotify) and the
-// advisory migration lock (unless NoAdvisoryLock).
+// Replacements are the notifications (unless NoNotify), the advisory
+// migration lock (unless NoAdvisoryLock) and the switch to generic plans.
 func (d Dialect) Replacements() string {
-	s := placeRanges
+	s := placeRanges + genericPlans
 	if !d.NoNotify {
 		s += notifications
 	}
@@ -26,6 +26,19 @@ func (d Dialect) Replacements() string {
 	}
 	return s
 }
+
+// genericPlans is sent first by a claim that goes around a flood a sweep is
+// moving (engine.Span): it runs three statements around the flood, on top
+// of the plain stream's, and PostgreSQL plans each anew at every claim
+// (custom plans, which it prefers for them), which cost the unlimited jobs
+// claimed meanwhile about a millisecond each (docs/benchmarks.md, "The
+// flood's planning"). Every statement of sluice's catalog names its
+// partial index's state in its text, or takes the primary key where it
+// lists ids, so a generic plan serves each as well.
+const genericPlans = `
+-- name: GenericPlans
+SET LOCAL plan_cache_mode = force_generic_plan;
+`
 
 // placeRanges bounds a job's place in its queue as one row comparison, an
 // index condition on (queue, priority, id) that no generic plan trades for
