@@ -30,11 +30,13 @@ func (d Dialect) Replacements() string {
 // genericPlans is sent first by a claim that goes around a flood a sweep is
 // moving (engine.Span): it runs three statements around the flood, on top
 // of the plain stream's, and PostgreSQL plans each anew at every claim
-// (custom plans, which it prefers for them), which cost the unlimited jobs
-// claimed meanwhile about a millisecond each (docs/benchmarks.md, "The
-// flood's planning"). Every statement of sluice's catalog names its
-// partial index's state in its text, or takes the primary key where it
-// lists ids, so a generic plan serves each as well.
+// (its plan cache keeps custom plans for them), which cost the unlimited
+// jobs claimed meanwhile about a millisecond at the median
+// (docs/benchmarks.md, "The flood's planning"). A claim's statements name
+// the state of the partial index they read in their text, or list the ids
+// they take by primary key (sql/README.md), which a generic plan uses as a
+// custom one does; the flood benchmark's burn-down beside a sweep kept its
+// pace with it.
 const genericPlans = `
 -- name: GenericPlans
 SET LOCAL plan_cache_mode = force_generic_plan;
