@@ -131,7 +131,7 @@ func (s *Store) enqueueTx(ctx context.Context, ex Executor, c Clock, jobs []NewJ
 		}
 	}
 	if err := pipeline(ctx, ex, writes, nil); err != nil {
-		return nil, fmt.Errorf("save semaphores: %w", err)
+		return nil, fmt.Errorf("save semaphores and dispatched jobs: %w", err)
 	}
 	return out, nil
 }

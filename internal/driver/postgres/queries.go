@@ -27,10 +27,11 @@ func (d Dialect) Replacements() string {
 	return s
 }
 
-// genericPlans is sent first by a claim that goes around a flood a sweep is
-// moving (engine.Span): it runs three statements around the flood, on top
-// of the plain stream's, and PostgreSQL plans each anew at every claim
-// (its plan cache keeps custom plans for them), which cost the unlimited
+// genericPlans is sent, ahead of the statements that read its candidates,
+// by a claim that goes around a flood a sweep is moving (engine.Span): it
+// runs three statements around the flood, on top of the plain stream's,
+// and PostgreSQL plans each anew at every claim (its plan cache keeps
+// custom plans for them), which cost the unlimited
 // jobs claimed meanwhile about a millisecond at the median
 // (docs/benchmarks.md, "The flood's planning"). A claim's statements name
 // the state of the partial index they read in their text, or list the ids
