@@ -469,3 +469,39 @@ func TestArgsOverTheServersPacketAreRefusedOnMySQL(t *testing.T) {
 		})
 	}
 }
+
+// panicky's args decoder panics on a value it does not expect.
+type panicky struct{ V string }
+
+func (panicky) Kind() string { return "panicky" }
+
+func (p *panicky) UnmarshalJSON(b []byte) error {
+	if string(b) == `"boom"` {
+		panic("decoder bug")
+	}
+	p.V = string(b)
+	return nil
+}
+
+func (p panicky) MarshalJSON() ([]byte, error) { return []byte(fmt.Sprintf("%q", p.V)), nil }
+
+// guarantees.md, "Nothing lost": a panic in the kind's own code that
+// decodes its args (an UnmarshalJSON) fails the attempt, as a handler's
+// does; it once ran outside the recover and took the process down.
+func TestAPanicDecodingArgsFailsTheAttempt(t *testing.T) {
+	each(t, func(t *testing.T, h *harness) {
+		require.NoError(t, jobs.Register(h.reg, func(context.Context, *jobs.Job[panicky]) error { return nil }))
+		id := h.enqueue(panicky{V: "boom"})
+		var recovered any
+		var res jobs.DrainResult
+		func() {
+			defer func() { recovered = recover() }()
+			var err error
+			res, err = h.worker(jobs.WorkerConfig{}).Drain(context.Background())
+			require.NoError(t, err)
+		}()
+		require.Nil(t, recovered, "the decoder's panic unwound the worker")
+		require.Equal(t, 1, res.Retried)
+		require.Contains(t, h.job(id).LastError, "decoder bug")
+	})
+}

@@ -123,11 +123,7 @@ func (w *Worker) run(ctx context.Context, j *engine.Job, rs *runState) (result, 
 // call runs the handler inside its middleware, turning a panic in either
 // into an error with its stack.
 func call(ctx context.Context, k *kind, j *engine.Job, md map[string]string, args any, more []any, mw []Middleware, info JobInfo) (err error) {
-	defer func() {
-		if r := recover(); r != nil {
-			err = fmt.Errorf("panic: %v\n%s", r, debug.Stack())
-		}
-	}()
+	defer recoverInto(&err)
 	if len(mw) == 0 {
 		return k.work(ctx, j, md, args, more)
 	}
@@ -144,7 +140,7 @@ func (w *Worker) outcome(ctx context.Context, j *engine.Job, err error) result {
 	case OutcomeCancelled:
 		return result{id: j.ID, t: engine.Transition{ID: j.ID, State: engine.StateCancelled, Error: errorText(cancelled.err), Finished: true}}
 	case OutcomeSnoozed:
-		return result{id: j.ID, t: engine.Transition{ID: j.ID, State: engine.StateScheduled, RunAt: w.clock.Now().Add(snoozed.d), AttemptDelta: -1}}
+		return result{id: j.ID, t: engine.Transition{ID: j.ID, State: engine.StateScheduled, Wait: snoozed.d, AttemptDelta: -1}}
 	case OutcomeThrottled:
 		return w.waitUpstream(j, retryAfter)
 	default:
@@ -158,7 +154,7 @@ func (w *Worker) outcome(ctx context.Context, j *engine.Job, err error) result {
 func (w *Worker) waitUpstream(j *engine.Job, e *retryAfterError) result {
 	now := w.clock.Now()
 	wait := min(e.wait(now), w.cfg.MaxRetryAfter)
-	t := engine.Transition{ID: j.ID, State: engine.StateScheduled, RunAt: now.Add(wait), AttemptDelta: -1, Error: errorText(e)}
+	t := engine.Transition{ID: j.ID, State: engine.StateScheduled, Wait: wait, AttemptDelta: -1, Error: errorText(e)}
 	var pushes []engine.BudgetPush
 	if w.limits != nil {
 		for _, rk := range j.RateKeys {
@@ -186,8 +182,7 @@ func (w *Worker) failure(j *engine.Job, err error) result {
 	if k := w.reg.lookup(j.Kind); k != nil && k.cfg.backoff != nil {
 		delay = k.cfg.backoff(j.Attempt)
 	}
-	at := w.clock.Now().Add(delay)
-	return result{id: j.ID, t: engine.Transition{ID: j.ID, State: engine.StateScheduled, RunAt: at, Error: errorText(err)}}
+	return result{id: j.ID, t: engine.Transition{ID: j.ID, State: engine.StateScheduled, Wait: delay, Error: errorText(err)}}
 }
 
 // errorText is the text kept with a job for err: valid UTF-8 without NUL
@@ -280,6 +275,7 @@ func (w *Worker) complete(done chan<- struct{}) {
 			}
 		}
 		w.flush(batch)
+		w.recorded(batch)
 	}
 }
 
@@ -410,4 +406,14 @@ func outcomes(rs []result) engine.Outcomes {
 		}
 	}
 	return o
+}
+
+// recoverInto turns a panic of the caller's (a handler's, or a kind's own
+// code decoding its args) into *err, with the stack, so that it fails the
+// attempt instead of the process. Deferred directly: recover works only
+// there.
+func recoverInto(err *error) {
+	if r := recover(); r != nil {
+		*err = fmt.Errorf("panic: %v\n%s", r, debug.Stack())
+	}
 }

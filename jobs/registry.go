@@ -178,10 +178,11 @@ func register[T Args](r *Registry, h Handler[T], calls CallsHandler[T], opts []R
 		argsType: reflect.TypeOf(zero),
 		cfg:      cfg,
 		byScope:  map[string]ratelimit.Spec{},
-		decode: func(b []byte) (any, error) {
-			var v T
-			err := json.Unmarshal(b, &v)
-			return v, err
+		decode: func(b []byte) (v any, err error) {
+			defer recoverInto(&err) // an UnmarshalJSON of the kind's own
+			var t T
+			err = json.Unmarshal(b, &t)
+			return t, err
 		},
 	}
 	for i, decl := range cfg.rateLimits {

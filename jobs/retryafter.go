@@ -2,6 +2,7 @@ package jobs
 
 import (
 	"fmt"
+	"math"
 	"net/http"
 	"strconv"
 	"strings"
@@ -69,6 +70,12 @@ func parseRetryAfter(value string) (time.Duration, time.Time, bool) {
 	if secs, err := strconv.ParseInt(value, 10, 64); err == nil {
 		if secs < 0 {
 			return 0, time.Time{}, false
+		}
+		if secs > int64(math.MaxInt64/time.Second) {
+			// More seconds than a Duration holds: the longest wait,
+			// which MaxRetryAfter then caps, rather than a product
+			// that wraps round to a short or negative one.
+			return time.Duration(math.MaxInt64), time.Time{}, true
 		}
 		return time.Duration(secs) * time.Second, time.Time{}, true
 	}

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"log/slog"
 	"os"
+	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -135,9 +136,15 @@ type Worker struct {
 	pid      atomic.Int64
 	stopping atomic.Bool
 
-	mu      sync.Mutex
-	running map[int64]*runningJob
-	jobs    sync.WaitGroup
+	mu sync.Mutex
+	// running holds every run in progress, one entry per run: a job whose
+	// lost run (its process presumed dead) still goes on when this worker,
+	// registered again, claims it anew has two.
+	running map[*runningJob]struct{}
+	// unrecorded counts, per job, the runs that finished and whose results
+	// are not written yet: with running, every job this worker holds.
+	unrecorded map[int64]int
+	jobs       sync.WaitGroup
 	// sending counts the finished jobs whose result is on its way to
 	// results: shutdown waits for them before closing it.
 	sending sync.WaitGroup
@@ -266,7 +273,7 @@ func NewWorker(pub *store.Store, reg *Registry, cfg WorkerConfig) (*Worker, erro
 		clock:   clock.OrSystem(cfg.Clock),
 		log:     log,
 		hooks:   cfg.Hooks,
-		running: map[int64]*runningJob{},
+		running: map[*runningJob]struct{}{}, unrecorded: map[int64]int{},
 		freed:   make(chan struct{}, 1),
 		results: make(chan result, cfg.Concurrency),
 	}
@@ -368,6 +375,7 @@ func (w *Worker) loop(ctx, jobsCtx context.Context, wake <-chan struct{}) {
 		full, err := w.claimRound(ctx, jobsCtx, promote)
 		pause := w.cfg.PollInterval
 		if err != nil {
+			w.releaseStrays(ctx)
 			if ctx.Err() != nil {
 				return
 			}
@@ -392,6 +400,44 @@ func (w *Worker) loop(ctx, jobsCtx context.Context, wake <-chan struct{}) {
 		}
 		t.Stop()
 		promote = w.limits != nil && (polled || w.slots.due(w.clock.Now()))
+	}
+}
+
+// releaseStrays releases the jobs a failed claim may have marked running
+// for this process after all (its commit landed, its reply was lost):
+// every job running for it that it neither runs nor has a result for.
+// Without it they would stay running, unrun, for as long as the process
+// lives, and be counted as lost runs once it stops.
+func (w *Worker) releaseStrays(ctx context.Context) {
+	w.mu.Lock()
+	known := make([]int64, 0, len(w.running)+len(w.unrecorded))
+	for rj := range w.running {
+		known = append(known, rj.job.ID)
+	}
+	for id := range w.unrecorded {
+		known = append(known, id)
+	}
+	w.mu.Unlock()
+	bg, cancel := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Second)
+	defer cancel()
+	ids, err := w.store.ReleaseStrays(bg, w.pid.Load(), w.storeClock(), known)
+	if err != nil {
+		w.log.Debug("sluice: look for jobs a failed claim left running", "err", err)
+		return
+	}
+	if len(ids) > 0 {
+		w.log.Warn("sluice: released jobs a failed claim had marked running after all", "jobs", ids)
+	}
+}
+
+// recorded forgets the results of batch, now written (or given up on).
+func (w *Worker) recorded(batch []result) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	for _, r := range batch {
+		if w.unrecorded[r.id]--; w.unrecorded[r.id] <= 0 {
+			delete(w.unrecorded, r.id)
+		}
 	}
 }
 
@@ -715,7 +761,7 @@ func (w *Worker) start(ctx context.Context, j *engine.Job) {
 	rs := &rj.run
 	pid := w.pid.Load()
 	w.mu.Lock()
-	w.running[j.ID] = rj
+	w.running[rj] = struct{}{}
 	w.mu.Unlock()
 	w.jobs.Add(1)
 	go func() {
@@ -732,10 +778,11 @@ func (w *Worker) start(ctx context.Context, j *engine.Job) {
 		res := w.execute(ctx, j, rs)
 		res.pid = pid
 		w.mu.Lock()
-		delete(w.running, j.ID)
+		delete(w.running, rj)
 		released := rj.released
 		if !released {
 			w.sending.Add(1)
+			w.unrecorded[j.ID]++
 		}
 		w.mu.Unlock()
 		if !released {
@@ -780,12 +827,14 @@ func (w *Worker) shutdown(stopJobs context.CancelCauseFunc) {
 	w.mu.Lock()
 	var ids []int64
 	var runs []*runState
-	for id, rj := range w.running {
+	for rj := range w.running {
 		rj.released = true
-		ids = append(ids, id)
+		ids = append(ids, rj.job.ID)
 		runs = append(runs, &rj.run)
 	}
 	w.mu.Unlock()
+	slices.Sort(ids)
+	ids = slices.Compact(ids) // a job's lost run and its new one
 	for _, rs := range runs {
 		rs.release()
 	}

@@ -194,8 +194,8 @@ func (s *Store) queryJobInfosExtra(ctx context.Context, ex Executor, q string, a
 	return out, rows.Err()
 }
 
-// RetryJobs makes failed, cancelled, scheduled, parked or blocked jobs
-// ready now, with their attempts reset. A job with a concurrency limit
+// RetryJobs makes failed, cancelled, scheduled or parked jobs ready now,
+// and resets the attempts of those (and of ready ones). A job with a concurrency limit
 // takes a slot (unless it holds one), or is blocked. Running and completed
 // jobs are refused. It returns the jobs it moved.
 func (s *Store) RetryJobs(ctx context.Context, c Clock, ids []int64) ([]int64, error) {

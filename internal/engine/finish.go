@@ -77,7 +77,11 @@ func (s *Store) Finish(ctx context.Context, processID int64, c Clock, o Outcomes
 			}
 		}
 		if len(o.Others) > 0 {
-			writes = append(writes, stmt(s.q.SetJobs(StateRunning, processID, nowUS, setRows(o.Others, nowUS))))
+			others, err := s.resolveWaits(ctx, tx, c, o.Others)
+			if err != nil {
+				return err
+			}
+			writes = append(writes, stmt(s.q.SetJobs(StateRunning, processID, nowUS, setRows(others, nowUS))))
 			if failed := failedRuns(o.Others); len(failed) > 0 {
 				writes = append(writes, stmt(s.q.RecordAttempts(failed, nowUS)))
 			}
@@ -142,22 +146,56 @@ func (s *Store) pushBudgets(ctx context.Context, tx Tx, c Clock, pushes []Budget
 // giving back the attempt their claim counted. A worker shutting down
 // calls it for the jobs still running when its timeout ran out.
 func (s *Store) Release(ctx context.Context, processID int64, c Clock, ids []int64) error {
-	now := c.Host()
-	ts := make([]Transition, len(ids))
-	for i, id := range ids {
-		ts[i] = Transition{ID: id, State: StateReady, RunAt: now, AttemptDelta: -1}
-	}
-	err := s.inTx(ctx, func(tx Tx) error {
-		if err := s.transition(ctx, tx, StateRunning, processID, Micros(now), ts); err != nil {
-			return err
-		}
-		return s.notify(ctx, tx, []string{"*"})
-	})
+	err := s.inTx(ctx, func(tx Tx) error { return s.release(ctx, tx, processID, c, ids) })
 	if err != nil {
 		return s.wrap(fmt.Errorf("release jobs: %w", err))
 	}
 	s.Wake("*")
 	return nil
+}
+
+// ReleaseStrays releases back to ready, with their attempts given back as
+// Release does, the jobs running for the process that are not in known:
+// those a claim marked running although its caller saw it fail (its
+// commit's reply lost to a dropped connection or a cancelled context),
+// which the process would otherwise hold without running for as long as
+// it lives. known holds every job the process runs or has results for not
+// yet recorded. It returns the jobs it released.
+func (s *Store) ReleaseStrays(ctx context.Context, processID int64, c Clock, known []int64) ([]int64, error) {
+	var strays []int64
+	err := s.inTx(ctx, func(tx Tx) error {
+		q, args := s.q.LockRunningOf(processID, 1000)
+		ids, err := queryInt64s(ctx, tx, q, args)
+		if err != nil {
+			return fmt.Errorf("find running jobs: %w", err)
+		}
+		strays = slices.DeleteFunc(ids, func(id int64) bool { return slices.Contains(known, id) })
+		if len(strays) == 0 {
+			return nil
+		}
+		return s.release(ctx, tx, processID, c, strays)
+	})
+	if err != nil {
+		return nil, s.wrap(fmt.Errorf("release stray jobs: %w", err))
+	}
+	if len(strays) > 0 {
+		s.Wake("*")
+	}
+	return strays, nil
+}
+
+// release makes the jobs running for the process ready again, their
+// attempt given back, and wakes every queue's listeners.
+func (s *Store) release(ctx context.Context, tx Tx, processID int64, c Clock, ids []int64) error {
+	now := c.Host()
+	ts := make([]Transition, len(ids))
+	for i, id := range ids {
+		ts[i] = Transition{ID: id, State: StateReady, RunAt: now, AttemptDelta: -1}
+	}
+	if err := s.transition(ctx, tx, StateRunning, processID, Micros(now), ts); err != nil {
+		return err
+	}
+	return s.notify(ctx, tx, []string{"*"})
 }
 
 // transition applies transitions to jobs in state from.
@@ -173,6 +211,27 @@ func (s *Store) transition(ctx context.Context, tx Executor, from State, process
 }
 
 // setRows turns transitions into SetJobs rows.
+// resolveWaits gives the scheduled transitions that carry a Wait instead
+// of a RunAt their run time: Wait after c's time, read in tx (one round
+// trip on the database's clock, only when some transition waits).
+func (s *Store) resolveWaits(ctx context.Context, tx Tx, c Clock, ts []Transition) ([]Transition, error) {
+	waits := func(t Transition) bool { return t.State == StateScheduled && t.RunAt.IsZero() }
+	if !slices.ContainsFunc(ts, waits) {
+		return ts, nil
+	}
+	at, err := s.now(ctx, tx, c)
+	if err != nil {
+		return nil, err
+	}
+	out := slices.Clone(ts)
+	for i, t := range out {
+		if waits(t) {
+			out[i].RunAt = at.Add(t.Wait)
+		}
+	}
+	return out, nil
+}
+
 func setRows(ts []Transition, now int64) []SetRow {
 	rows := make([]SetRow, len(ts))
 	for i, t := range ts {

@@ -243,8 +243,14 @@ type JobInfo struct {
 type Transition struct {
 	ID    int64
 	State State
-	// RunAt is the new run time for scheduled jobs; zero keeps it.
+	// RunAt is the new run time for scheduled jobs; zero keeps it, except
+	// for a scheduled transition, whose run time is then Wait after the
+	// time Finish reads in its transaction (the database's clock when it
+	// decides on it): a snooze, a backoff or an upstream's wait lasts as
+	// long as asked however far the worker's clock is off.
 	RunAt time.Time
+	// Wait is how long a scheduled transition with no RunAt waits.
+	Wait time.Duration
 	// WaitKey names the rate-limit budget a deferred job waits on.
 	WaitKey string
 	// Error is recorded as the job's last error; empty keeps the old one.

@@ -17,12 +17,12 @@ type SQL struct {
 	createMigrationsTable, lockMigrations, unlockMigrations, appliedMigrations, genericPlans string
 	recordMigration, forgetMigration                                                         *sqlStatement
 
-	insertJobs, lockReadyPlain, lockReadyLimited, lockReadyLike, markRunning, completeJobs, deleteJobs *sqlStatement
-	lockReadyLimitedAt, lockReadyLimitedBefore, lockReadyLimitedAfter, firstReadyLike, lastReadyLike   *sqlStatement
-	lockDue, lockDueWaiting, markReady, notify, lockOrphans, lockFinished, deleteJobsByID              *sqlStatement
-	getJob, lockJob, listJobs                                                                          *sqlStatement
-	recordAttempts, loadAttempts, deleteAttempts                                                       *sqlStatement
-	jobsByState, unfinishedByState, oldestWaiting                                                      string
+	insertJobs, lockReadyPlain, lockReadyLimited, lockReadyLike, markRunning, completeJobs, deleteJobs   *sqlStatement
+	lockReadyLimitedAt, lockReadyLimitedBefore, lockReadyLimitedAfter, firstReadyLike, lastReadyLike     *sqlStatement
+	lockDue, lockDueWaiting, markReady, notify, lockOrphans, lockRunningOf, lockFinished, deleteJobsByID *sqlStatement
+	getJob, lockJob, listJobs                                                                            *sqlStatement
+	recordAttempts, loadAttempts, deleteAttempts                                                         *sqlStatement
+	jobsByState, unfinishedByState, oldestWaiting                                                        string
 
 	insertProcess, heartbeat, deleteProcess, lockDeadProcesses, deleteProcesses *sqlStatement
 	listProcesses                                                               string
@@ -138,6 +138,7 @@ func NewSQL(d Dialect) (*SQL, error) {
 		{&q.markReady, "MarkReady", []string{"ids", "scheduled"}},
 		{&q.notify, "Notify", []string{"queues"}},
 		{&q.lockOrphans, "LockOrphans", []string{"process_ids", "limit"}},
+		{&q.lockRunningOf, "LockRunningOf", []string{"process_id", "limit"}},
 		{&q.lockFinished, "LockFinished", []string{"before", "limit"}},
 		{&q.deleteJobsByID, "DeleteJobsByID", []string{"ids"}},
 		{&q.recordAttempts, "RecordAttempts", []string{"now", "ids"}},

@@ -142,6 +142,12 @@ func (q *SQL) LockOrphans(processIDs []int64, limit int) (string, []any) {
 	return q.lockOrphans.bind(processIDs, limit)
 }
 
+// LockRunningOf selects and locks up to limit of the jobs running for one
+// process, skipping locked rows. Columns: id.
+func (q *SQL) LockRunningOf(processID int64, limit int) (string, []any) {
+	return q.lockRunningOf.bind(processID, limit)
+}
+
 // LockFinished selects, skipping locked rows, up to limit completed or
 // cancelled jobs that finished before the given time. Columns: id, calls.
 func (q *SQL) LockFinished(before int64, limit int) (string, []any) {

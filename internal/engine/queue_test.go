@@ -277,6 +277,30 @@ func TestReleaseGivesTheAttemptBack(t *testing.T) {
 	})
 }
 
+// A claim whose commit landed while its caller saw an error leaves jobs
+// running for a live process that never runs them: ReleaseStrays gives
+// those back, and only those — not the jobs the process runs or has
+// results for (known), nor another process's.
+func TestReleaseStraysReleasesOnlyTheProcessesUnknownJobs(t *testing.T) {
+	testdb.Each(t, func(t *testing.T, s *engine.Store) {
+		ctx := context.Background()
+		got := enqueue(t, s, t0, job("a", "default", 0), job("a", "default", 0), job("a", "default", 0), job("a", "default", 0))
+		pid, other := register(t, s, t0), register(t, s, t0)
+		require.Len(t, claim(t, s, pid, t0, 3).Jobs, 3)
+		require.Len(t, claim(t, s, other, t0, 1).Jobs, 1)
+		strays, err := s.ReleaseStrays(ctx, pid, engine.At(at(time.Second)), []int64{got[0], got[2]})
+		require.NoError(t, err)
+		require.Equal(t, []int64{got[1]}, strays)
+		for i, want := range []engine.State{engine.StateRunning, engine.StateReady, engine.StateRunning, engine.StateRunning} {
+			require.Equal(t, want, state(t, s, got[i]).State, "job %d", i)
+		}
+		require.Equal(t, 0, state(t, s, got[1]).Attempt, "the attempt its claim counted is given back")
+		strays, err = s.ReleaseStrays(ctx, pid, engine.At(at(time.Second)), []int64{got[0], got[2]})
+		require.NoError(t, err)
+		require.Empty(t, strays)
+	})
+}
+
 func TestDeadProcessJobsAreReleased(t *testing.T) {
 	testdb.Each(t, func(t *testing.T, s *engine.Store) {
 		ctx := context.Background()

@@ -120,6 +120,11 @@ WHERE {RunningJob}
   AND ({RunningProcess} IN (:process_ids) OR NOT EXISTS (SELECT 1 FROM sluice_processes p WHERE p.id = {RunningProcess}))
 ORDER BY {RunningProcess}, id LIMIT :limit FOR UPDATE SKIP LOCKED;
 
+-- name: LockRunningOf
+-- The jobs running for one process.
+SELECT id FROM sluice_jobs j WHERE {RunningJob} AND {RunningProcess} = :process_id
+ORDER BY id LIMIT :limit FOR UPDATE SKIP LOCKED;
+
 -- name: LockFinished
 SELECT id, calls FROM sluice_jobs j WHERE {DoneJob} AND {DoneAt} < :before
 LIMIT :limit FOR UPDATE SKIP LOCKED;
