@@ -428,13 +428,28 @@ func Parse(fs *flag.FlagSet, args []string) error {
 	return fs.Parse(append([]string{"--"}, positional...))
 }
 
-// open parses a command's args and opens the migrated store its
-// --database-url names; the caller closes it.
-func (e *Env) open(ctx context.Context, fs *flag.FlagSet, url *string, args []string) (*engine.Store, error) {
+// open parses a command's args, refusing more than positional arguments
+// besides its flags, and opens the migrated store its --database-url
+// names; the caller closes it.
+func (e *Env) open(ctx context.Context, fs *flag.FlagSet, url *string, args []string, positional int) (*engine.Store, error) {
 	if err := Parse(fs, args); err != nil {
 		return nil, err
 	}
+	if err := noMoreArgs(fs, positional); err != nil {
+		return nil, err
+	}
 	return e.openEngine(ctx, url, true)
+}
+
+// noMoreArgs refuses more than n positional arguments, naming them.
+func noMoreArgs(fs *flag.FlagSet, n int) error {
+	if fs.NArg() <= n {
+		return nil
+	}
+	if n == 0 {
+		return Usagef("%s takes no arguments, got %q", fs.Name(), strings.Join(fs.Args(), " "))
+	}
+	return Usagef("%s takes %d argument(s), got %q", fs.Name(), n, strings.Join(fs.Args(), " "))
 }
 
 // openEngine is Open for the commands that read and change the database

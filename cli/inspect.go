@@ -32,7 +32,7 @@ func table(e *Env, header string, rows [][]string) error {
 func runStats(ctx context.Context, env *Env, args []string) error {
 	fs, url := env.FlagSet("stats", "stats [--json] [flags]")
 	asJSON := fs.Bool("json", false, "print JSON for scripts")
-	s, err := env.open(ctx, fs, url, args)
+	s, err := env.open(ctx, fs, url, args, 0)
 	if err != nil {
 		return err
 	}
@@ -145,6 +145,9 @@ func runJobs(ctx context.Context, env *Env, args []string) error {
 	asJSON := fs.Bool("json", false, "print JSON for scripts")
 	if err := Parse(fs, args); err != nil {
 		return err
+	}
+	if err := noMoreArgs(fs, 0); err != nil {
+		return err // "sluice jobs failed" means --state failed
 	}
 	f := engine.JobFilter{Kind: *kind, Queue: *queue, Limit: *limit}
 	if *state != "" {
@@ -310,7 +313,11 @@ func runQueues(ctx context.Context, env *Env, args []string) error {
 	}
 	fs, url := env.FlagSet("queues "+verb, "queues [list|pause QUEUE|resume QUEUE] [flags]")
 	asJSON := fs.Bool("json", false, "print JSON for scripts")
-	s, err := env.open(ctx, fs, url, args)
+	names := 0
+	if verb == "pause" || verb == "resume" {
+		names = 1
+	}
+	s, err := env.open(ctx, fs, url, args, names)
 	if err != nil {
 		return err
 	}
@@ -361,13 +368,19 @@ func runBudgets(ctx context.Context, env *Env, args []string) error {
 	asJSON := fs.Bool("json", false, "print JSON for scripts")
 	batch := fs.Int("batch-size", 500, "with clear-idle: rows deleted per batch")
 	pause := fs.Duration("pause", 0, "with clear-idle: pause between batches")
-	s, err := env.open(ctx, fs, url, args)
+	s, err := env.open(ctx, fs, url, args, 0)
 	if err != nil {
 		return err
 	}
 	defer s.Close()
 	switch verb {
 	case "clear-idle":
+		if *batch < 1 {
+			return Usagef("--batch-size is %d; it must be at least 1", *batch)
+		}
+		if *pause < 0 {
+			return Usagef("--pause is %s; it must not be negative", *pause)
+		}
 		n, err := s.ClearIdleBudgets(ctx, engine.DatabaseTime(time.Now), *batch, *pause)
 		if err != nil {
 			return err
@@ -410,7 +423,7 @@ func runBudgets(ctx context.Context, env *Env, args []string) error {
 func runSemaphores(ctx context.Context, env *Env, args []string) error {
 	fs, url := env.FlagSet("semaphores", "semaphores [--json] [flags]")
 	asJSON := fs.Bool("json", false, "print JSON for scripts")
-	s, err := env.open(ctx, fs, url, args)
+	s, err := env.open(ctx, fs, url, args, 0)
 	if err != nil {
 		return err
 	}

@@ -63,7 +63,7 @@ type Rule[T any] struct {
 	// OnConflict is Discard (the default), Replace or Collect.
 	OnConflict OnConflict
 	// MaxCalls, with Collect, is how many calls one job holds; the next
-	// call starts a new pending job. 0 means no limit.
+	// call starts a new pending job. 0 means no limit; 1 is refused.
 	MaxCalls int
 	// OnFull, with MaxCalls, is Wait (the default) or Dispatch.
 	OnFull OnFull
@@ -118,6 +118,8 @@ func Compile[T any](kind string, r Rule[T]) (*Compiled[T], error) {
 		return nil, fmt.Errorf("%w: OnConflict is %d; use coalesce.Discard, Replace or Collect", ErrInvalid, r.OnConflict)
 	case r.MaxCalls < 0:
 		return nil, fmt.Errorf("%w: MaxCalls is %d; it must not be negative", ErrInvalid, r.MaxCalls)
+	case r.MaxCalls == 1:
+		return nil, fmt.Errorf("%w: MaxCalls is 1: a job would hold only the call that creates it, so no call would coalesce; allow 2 or more, or leave Coalesce off", ErrInvalid)
 	case r.MaxCalls > 0 && r.OnConflict != Collect:
 		return nil, fmt.Errorf("%w: MaxCalls needs OnConflict: Collect (a %s job holds one call)", ErrInvalid, r.OnConflict)
 	case r.OnFull != Wait && r.OnFull != Dispatch:

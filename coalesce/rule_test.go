@@ -36,6 +36,7 @@ func TestCompileRefusesBadCombinations(t *testing.T) {
 	}{
 		{coalesce.Rule[push]{Key: "k", MaxCalls: 5}, "MaxCalls needs OnConflict: Collect"},
 		{coalesce.Rule[push]{Key: "k", OnConflict: coalesce.Collect, MaxCalls: -1}, "MaxCalls is -1"},
+		{coalesce.Rule[push]{Key: "k", OnConflict: coalesce.Collect, MaxCalls: 1}, "MaxCalls is 1"},
 		{coalesce.Rule[push]{Key: "k", OnConflict: coalesce.Collect, OnFull: coalesce.Dispatch}, "OnFull: Dispatch needs MaxCalls"},
 		{coalesce.Rule[push]{Key: "k", MaxDelay: time.Minute}, "MaxDelay needs Debounce"},
 		{coalesce.Rule[push]{Key: "k", Debounce: time.Minute, MaxDelay: time.Second}, "MaxDelay (1s) is shorter than Debounce (1m0s)"},

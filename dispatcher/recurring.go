@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"sort"
+	"strings"
 	"time"
 
 	"github.com/robfig/cron/v3"
@@ -56,6 +57,10 @@ type Maintenance struct {
 	FreeExpiredSlots MaintenanceTask
 }
 
+// builtinPrefix begins the built-in tasks' keys, which no task of the
+// app's may take.
+const builtinPrefix = "sluice."
+
 // Names of the built-in tasks.
 const (
 	TaskClearIdleBudgets  = "sluice.clear_idle_budgets"
@@ -73,7 +78,23 @@ func ParseSchedule(spec string) (cron.Schedule, error) {
 	if spec == "" {
 		return nil, errors.New("the schedule is empty")
 	}
-	return parser.Parse(spec)
+	sched, err := parser.Parse(spec)
+	if every, ok := sched.(cron.ConstantDelaySchedule); ok && err == nil {
+		return alignedEvery(every.Delay), nil
+	}
+	return sched, err
+}
+
+// alignedEvery is "@every D" ticking at the multiples of D from a fixed
+// origin (Go's zero time: on the hour for a divisor of an hour), rather
+// than D after each dispatcher's start: every dispatcher, however late it
+// started or restarted, reaches the same ticks, so each runs once.
+type alignedEvery time.Duration
+
+// Next returns the first multiple of the interval after t.
+func (e alignedEvery) Next(t time.Time) time.Time {
+	d := time.Duration(e)
+	return t.Truncate(d).Add(d)
 }
 
 // task is a compiled recurring task.
@@ -100,6 +121,8 @@ func (d *Dispatcher) compileTasks(cfg Config) error {
 			return fmt.Errorf("dispatcher: recurring task %s is declared twice", t.Key)
 		case t.Args == nil:
 			return fmt.Errorf("dispatcher: recurring task %s has no Args", t.Key)
+		case strings.HasPrefix(t.Key, builtinPrefix):
+			return fmt.Errorf("dispatcher: recurring task %s: keys starting %q are the built-in tasks'; set Config.Maintenance to change those", t.Key, builtinPrefix)
 		case cfg.Client == nil:
 			return fmt.Errorf("dispatcher: recurring task %s needs Config.Client to enqueue its jobs", t.Key)
 		}
@@ -109,6 +132,13 @@ func (d *Dispatcher) compileTasks(cfg Config) error {
 			return fmt.Errorf("dispatcher: recurring task %s: schedule %q: %w", t.Key, t.Schedule, err)
 		}
 		item := jobs.Item{Args: t.Args, Options: t.Options}
+		// LoadConfigToList's stand-in for an unknown kind is only listed,
+		// never run: every other task must be one an enqueue takes.
+		if _, listed := t.Args.(unregistered); !listed {
+			if err := cfg.Client.Check(item); err != nil {
+				return fmt.Errorf("dispatcher: recurring task %s: %w", t.Key, err)
+			}
+		}
 		d.tasks = append(d.tasks, &task{key: t.Key, spec: t.Schedule, schedule: sched, item: &item, once: true})
 	}
 	m := cfg.Maintenance

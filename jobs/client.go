@@ -91,6 +91,15 @@ func NewClient(s *store.Store, reg *Registry, cfg ClientConfig) *Client {
 // Store returns the client's store.
 func (c *Client) Store() *store.Store { return c.pub }
 
+// Check reports what an enqueue of it would refuse before writing (an
+// unknown kind, args of another type, a bad option), without writing: for
+// callers that declare jobs ahead of enqueuing them, such as a
+// dispatcher's recurring tasks.
+func (c *Client) Check(it Item) error {
+	_, err := c.newJob(it, c.clock.Now())
+	return err
+}
+
 // Enqueued is what became of one enqueued job: its id (a new job's, or the
 // pending job's it joined), whether it joined one, and its state.
 type Enqueued = engine.Enqueued

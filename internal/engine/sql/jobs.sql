@@ -104,9 +104,11 @@ ORDER BY {DueAt}, id LIMIT :limit FOR UPDATE SKIP LOCKED;
 
 -- name: LockDueWaiting
 -- The due jobs of the queues that wait on a rate limit (a deferral or an
--- upstream 429), soonest first.
+-- upstream 429), soonest first; a paused queue's are left to the
+-- dispatcher, which makes them ready where claims skip them.
 SELECT {JobColumns}, conc_limit, conc_duration, conc_discard FROM sluice_jobs j
 WHERE {ScheduledJob} AND {DueAt} <= :now AND j.wait_key IS NOT NULL AND j.queue IN (:queues)
+  AND NOT EXISTS (SELECT 1 FROM sluice_queues q WHERE q.name = j.queue AND q.paused = TRUE)
 ORDER BY {DueAt}, id LIMIT :limit FOR UPDATE SKIP LOCKED;
 
 -- name: MarkReady
