@@ -420,7 +420,7 @@ func (w *Worker) releaseStrays(ctx context.Context) {
 	w.mu.Unlock()
 	bg, cancel := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Second)
 	defer cancel()
-	ids, err := w.store.ReleaseStrays(bg, w.pid.Load(), w.storeClock(), known)
+	ids, err := w.store.ReleaseStrays(bg, w.pid.Load(), w.storeClock(), known, w.cfg.Concurrency)
 	if err != nil {
 		w.log.Debug("sluice: look for jobs a failed claim left running", "err", err)
 		return

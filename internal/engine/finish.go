@@ -160,16 +160,21 @@ func (s *Store) Release(ctx context.Context, processID int64, c Clock, ids []int
 // commit's reply lost to a dropped connection or a cancelled context),
 // which the process would otherwise hold without running for as long as
 // it lives. known holds every job the process runs or has results for not
-// yet recorded. It returns the jobs it released.
-func (s *Store) ReleaseStrays(ctx context.Context, processID int64, c Clock, known []int64) ([]int64, error) {
+// yet recorded; most is the most strays there can be (the most jobs one
+// claim takes). It returns the jobs it released.
+func (s *Store) ReleaseStrays(ctx context.Context, processID int64, c Clock, known []int64, most int) ([]int64, error) {
 	var strays []int64
 	err := s.inTx(ctx, func(tx Tx) error {
-		q, args := s.q.LockRunningOf(processID, 1000)
+		q, args := s.q.LockRunningOf(processID, len(known)+max(most, 1))
 		ids, err := queryInt64s(ctx, tx, q, args)
 		if err != nil {
 			return fmt.Errorf("find running jobs: %w", err)
 		}
-		strays = slices.DeleteFunc(ids, func(id int64) bool { return slices.Contains(known, id) })
+		isKnown := make(map[int64]bool, len(known))
+		for _, id := range known {
+			isKnown[id] = true
+		}
+		strays = slices.DeleteFunc(ids, func(id int64) bool { return isKnown[id] })
 		if len(strays) == 0 {
 			return nil
 		}

@@ -288,14 +288,14 @@ func TestReleaseStraysReleasesOnlyTheProcessesUnknownJobs(t *testing.T) {
 		pid, other := register(t, s, t0), register(t, s, t0)
 		require.Len(t, claim(t, s, pid, t0, 3).Jobs, 3)
 		require.Len(t, claim(t, s, other, t0, 1).Jobs, 1)
-		strays, err := s.ReleaseStrays(ctx, pid, engine.At(at(time.Second)), []int64{got[0], got[2]})
+		strays, err := s.ReleaseStrays(ctx, pid, engine.At(at(time.Second)), []int64{got[0], got[2]}, 1)
 		require.NoError(t, err)
 		require.Equal(t, []int64{got[1]}, strays)
 		for i, want := range []engine.State{engine.StateRunning, engine.StateReady, engine.StateRunning, engine.StateRunning} {
 			require.Equal(t, want, state(t, s, got[i]).State, "job %d", i)
 		}
 		require.Equal(t, 0, state(t, s, got[1]).Attempt, "the attempt its claim counted is given back")
-		strays, err = s.ReleaseStrays(ctx, pid, engine.At(at(time.Second)), []int64{got[0], got[2]})
+		strays, err = s.ReleaseStrays(ctx, pid, engine.At(at(time.Second)), []int64{got[0], got[2]}, 1)
 		require.NoError(t, err)
 		require.Empty(t, strays)
 	})
