@@ -2,7 +2,9 @@ package jobs
 
 import (
 	"context"
+	"fmt"
 	"log/slog"
+	"runtime/debug"
 	"time"
 
 	"github.com/sluicequeue/sluice/internal/engine"
@@ -10,7 +12,8 @@ import (
 )
 
 // Hooks are called as a worker works, for metrics and logs. Each may be
-// nil. They run on the worker's goroutines and should return quickly.
+// nil. They run on the worker's goroutines and should return quickly; one
+// that panics is logged with its stack, and the worker carries on.
 type Hooks struct {
 	// OnClaim is called after every claim.
 	OnClaim func(ClaimEvent)
@@ -27,6 +30,31 @@ func (h Hooks) Join(o Hooks) Hooks {
 		OnClaim:  join(h.OnClaim, o.OnClaim),
 		OnDefer:  join(h.OnDefer, o.OnDefer),
 		OnFinish: join(h.OnFinish, o.OnFinish),
+	}
+}
+
+// guarded returns h with each callback recovering its own panic: a bug in
+// a metrics hook must not take the worker's goroutine, and so the process
+// and the job whose event it was handed, down with it.
+func (h Hooks) guarded(log *slog.Logger) Hooks {
+	return Hooks{
+		OnClaim:  guard(h.OnClaim, "OnClaim", log),
+		OnDefer:  guard(h.OnDefer, "OnDefer", log),
+		OnFinish: guard(h.OnFinish, "OnFinish", log),
+	}
+}
+
+func guard[E any](f func(E), name string, log *slog.Logger) func(E) {
+	if f == nil {
+		return nil
+	}
+	return func(e E) {
+		defer func() {
+			if r := recover(); r != nil {
+				log.Error("sluice: a worker hook panicked; the worker carries on", "hook", name, "panic", fmt.Sprint(r), "stack", string(debug.Stack()))
+			}
+		}()
+		f(e)
 	}
 }
 

@@ -402,3 +402,30 @@ func TestWorkersLeaveAQueuesLimitedJobsToItsSweep(t *testing.T) {
 		require.Equal(t, 2, waiting)
 	})
 }
+
+// A hook that panics is logged and the worker carries on: the jobs whose
+// events it was handed complete, and the deferrals stand. A panic in
+// OnFinish once took the process down with the job's result.
+func TestAPanickingHookIsLoggedAndTheWorkerCarriesOn(t *testing.T) {
+	each(t, func(t *testing.T, h *harness) {
+		require.NoError(t, jobs.Register(h.reg, func(context.Context, *jobs.Job[keyed]) error { return nil },
+			jobs.RateLimit(ratelimit.Limit[keyed]{To: 1, Per: time.Minute, Key: func(a keyed) any { return a.Key }})))
+		first, second := h.enqueue(keyed{Key: "a"}), h.enqueue(keyed{Key: "a"})
+		var log bytes.Buffer
+		res := h.drain(jobs.WorkerConfig{
+			Hooks: jobs.Hooks{
+				OnClaim:  func(jobs.ClaimEvent) { panic("claim hook bug") },
+				OnDefer:  func(jobs.DeferEvent) { panic("defer hook bug") },
+				OnFinish: func(jobs.FinishEvent) { panic("finish hook bug") },
+			},
+			Logger: slog.New(slog.NewTextHandler(&log, nil)),
+		})
+		require.Equal(t, 1, res.Completed)
+		require.Equal(t, engine.StateCompleted, h.job(first).State)
+		require.Equal(t, engine.StateScheduled, h.job(second).State, "deferred by the limit")
+		for _, hook := range []string{"OnClaim", "OnDefer", "OnFinish"} {
+			require.Contains(t, log.String(), `msg="sluice: a worker hook panicked; the worker carries on" hook=`+hook)
+		}
+		require.Contains(t, log.String(), "finish hook bug")
+	})
+}

@@ -272,7 +272,7 @@ func NewWorker(pub *store.Store, reg *Registry, cfg WorkerConfig) (*Worker, erro
 		reg:     reg,
 		clock:   clock.OrSystem(cfg.Clock),
 		log:     log,
-		hooks:   cfg.Hooks,
+		hooks:   cfg.Hooks.guarded(log),
 		running: map[*runningJob]struct{}{}, unrecorded: map[int64]int{},
 		freed:   make(chan struct{}, 1),
 		results: make(chan result, cfg.Concurrency),
