@@ -190,7 +190,8 @@ func (s *Store) ReleaseStrays(ctx context.Context, processID int64, c Clock, kno
 }
 
 // release makes the jobs running for the process ready again, their
-// attempt given back, and wakes every queue's listeners.
+// attempt given back, and notifies every queue's listeners (the caller
+// wakes this process's after the commit).
 func (s *Store) release(ctx context.Context, tx Tx, processID int64, c Clock, ids []int64) error {
 	now := c.Host()
 	ts := make([]Transition, len(ids))
@@ -215,7 +216,6 @@ func (s *Store) transition(ctx context.Context, tx Executor, from State, process
 	return nil
 }
 
-// setRows turns transitions into SetJobs rows.
 // resolveWaits gives the scheduled transitions that carry a Wait instead
 // of a RunAt their run time: Wait after c's time, read in tx (one round
 // trip on the database's clock, only when some transition waits).
@@ -237,6 +237,7 @@ func (s *Store) resolveWaits(ctx context.Context, tx Tx, c Clock, ts []Transitio
 	return out, nil
 }
 
+// setRows turns transitions into SetJobs rows.
 func setRows(ts []Transition, now int64) []SetRow {
 	rows := make([]SetRow, len(ts))
 	for i, t := range ts {
