@@ -429,14 +429,20 @@ func Parse(fs *flag.FlagSet, args []string) error {
 }
 
 // open parses a command's args, refusing more than positional arguments
-// besides its flags, and opens the migrated store its --database-url
-// names; the caller closes it.
-func (e *Env) open(ctx context.Context, fs *flag.FlagSet, url *string, args []string, positional int) (*engine.Store, error) {
+// besides its flags and whatever a check refuses (before it connects),
+// and opens the migrated store its --database-url names; the caller closes
+// it.
+func (e *Env) open(ctx context.Context, fs *flag.FlagSet, url *string, args []string, positional int, checks ...func() error) (*engine.Store, error) {
 	if err := Parse(fs, args); err != nil {
 		return nil, err
 	}
 	if err := noMoreArgs(fs, positional); err != nil {
 		return nil, err
+	}
+	for _, check := range checks {
+		if err := check(); err != nil {
+			return nil, err
+		}
 	}
 	return e.openEngine(ctx, url, true)
 }

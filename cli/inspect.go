@@ -368,19 +368,21 @@ func runBudgets(ctx context.Context, env *Env, args []string) error {
 	asJSON := fs.Bool("json", false, "print JSON for scripts")
 	batch := fs.Int("batch-size", 500, "with clear-idle: rows deleted per batch")
 	pause := fs.Duration("pause", 0, "with clear-idle: pause between batches")
-	s, err := env.open(ctx, fs, url, args, 0)
+	s, err := env.open(ctx, fs, url, args, 0, func() error {
+		switch {
+		case *batch < 1:
+			return Usagef("--batch-size is %d; it must be at least 1", *batch)
+		case *pause < 0:
+			return Usagef("--pause is %s; it must not be negative", *pause)
+		}
+		return nil
+	})
 	if err != nil {
 		return err
 	}
 	defer s.Close()
 	switch verb {
 	case "clear-idle":
-		if *batch < 1 {
-			return Usagef("--batch-size is %d; it must be at least 1", *batch)
-		}
-		if *pause < 0 {
-			return Usagef("--pause is %s; it must not be negative", *pause)
-		}
 		n, err := s.ClearIdleBudgets(ctx, engine.DatabaseTime(time.Now), *batch, *pause)
 		if err != nil {
 			return err

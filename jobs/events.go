@@ -2,9 +2,7 @@ package jobs
 
 import (
 	"context"
-	"fmt"
 	"log/slog"
-	"runtime/debug"
 	"time"
 
 	"github.com/sluicequeue/sluice/internal/engine"
@@ -49,12 +47,14 @@ func guard[E any](f func(E), name string, log *slog.Logger) func(E) {
 		return nil
 	}
 	return func(e E) {
-		defer func() {
-			if r := recover(); r != nil {
-				log.Error("sluice: a worker hook panicked; the worker carries on", "hook", name, "panic", fmt.Sprint(r), "stack", string(debug.Stack()))
-			}
+		var err error
+		func() {
+			defer recoverInto(&err)
+			f(e)
 		}()
-		f(e)
+		if err != nil {
+			log.Error("sluice: a worker hook panicked; the worker carries on", "hook", name, "err", err)
+		}
 	}
 }
 

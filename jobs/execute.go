@@ -408,9 +408,9 @@ func outcomes(rs []result) engine.Outcomes {
 	return o
 }
 
-// recoverInto turns a panic of the caller's (a handler's, or a kind's own
-// code decoding its args) into *err, with the stack, so that it fails the
-// attempt instead of the process. Deferred directly: recover works only
+// recoverInto turns a panic of the caller's (a handler's, a kind's own
+// code decoding its args, a hook's) into *err, with the stack, so that it
+// fails the attempt, or is logged, instead of taking the process down. Deferred directly: recover works only
 // there.
 func recoverInto(err *error) {
 	if r := recover(); r != nil {

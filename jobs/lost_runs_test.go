@@ -30,7 +30,8 @@ func TestAJobClaimedAgainWhileItsLostRunGoesOnIsReleasedAtShutdown(t *testing.T)
 		ctx := context.Background()
 		started := make(chan lostRunStart, 10)
 		unblock := map[int]chan struct{}{1: make(chan struct{}), 2: make(chan struct{})}
-		never := make(chan struct{}) // the second run of job 1 ignores its context and never returns
+		never := make(chan struct{}) // the second run of job 1 ignores its context until the test ends
+		t.Cleanup(func() { close(never) })
 		require.NoError(t, jobs.Register(h.reg, func(ctx context.Context, j *jobs.Job[waitJob]) error {
 			started <- lostRunStart{j.Args.N, j.Attempt}
 			switch {

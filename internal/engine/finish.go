@@ -76,16 +76,6 @@ func (s *Store) Finish(ctx context.Context, processID int64, c Clock, o Outcomes
 				writes = append(writes, stmt(s.q.CompleteJobs(o.Completed, processID, nowUS)))
 			}
 		}
-		if len(o.Others) > 0 {
-			others, err := s.resolveWaits(ctx, tx, c, o.Others)
-			if err != nil {
-				return err
-			}
-			writes = append(writes, stmt(s.q.SetJobs(StateRunning, processID, nowUS, setRows(others, nowUS))))
-			if failed := failedRuns(o.Others); len(failed) > 0 {
-				writes = append(writes, stmt(s.q.RecordAttempts(failed, nowUS)))
-			}
-		}
 		// Semaphores before budgets, as every transaction that waits for
 		// both locks them (lockFreeSlots).
 		gives, queues, err := s.giveBack(ctx, tx, c, hs)
@@ -93,12 +83,23 @@ func (s *Store) Finish(ctx context.Context, processID int64, c Clock, o Outcomes
 			return err
 		}
 		woke = queues
+		var pushedAt time.Time // c's time, when the pushes read it
 		if len(o.Pushes) > 0 {
-			st, err := s.pushBudgets(ctx, tx, c, o.Pushes)
+			st, at, err := s.pushBudgets(ctx, tx, c, o.Pushes)
 			if err != nil {
 				return err
 			}
-			writes = append(writes, st)
+			writes, pushedAt = append(writes, st), at
+		}
+		if len(o.Others) > 0 {
+			others, err := s.resolveWaits(ctx, tx, c, o.Others, pushedAt)
+			if err != nil {
+				return err
+			}
+			writes = append(writes, stmt(s.q.SetJobs(StateRunning, processID, nowUS, setRows(others, nowUS))))
+			if failed := failedRuns(o.Others); len(failed) > 0 {
+				writes = append(writes, stmt(s.q.RecordAttempts(failed, nowUS)))
+			}
 		}
 		return pipelineCommit(ctx, tx, append(writes, gives...), nil)
 	})
@@ -112,8 +113,9 @@ func (s *Store) Finish(ctx context.Context, processID int64, c Clock, o Outcomes
 // pushBudgets locks the pushed budgets (in key order), reads c's time
 // after the locks, and moves each budget so that nothing is admitted
 // before now + Wait: its TAT to that time plus the tolerance, and its slot
-// cursor to that time. It returns the statement that saves them.
-func (s *Store) pushBudgets(ctx context.Context, tx Tx, c Clock, pushes []BudgetPush) (Stmt, error) {
+// cursor to that time. It returns the statement that saves them, and the
+// time it read.
+func (s *Store) pushBudgets(ctx context.Context, tx Tx, c Clock, pushes []BudgetPush) (Stmt, time.Time, error) {
 	byKey := map[string]BudgetPush{}
 	keys := make([]string, 0, len(pushes))
 	for _, p := range pushes {
@@ -127,7 +129,7 @@ func (s *Store) pushBudgets(ctx context.Context, tx Tx, c Clock, pushes []Budget
 	slices.Sort(keys)
 	budgets, at, err := s.lockBudgets(ctx, tx, keys, c)
 	if err != nil {
-		return Stmt{}, err
+		return Stmt{}, time.Time{}, err
 	}
 	now := Nanos(at)
 	for _, k := range keys {
@@ -139,7 +141,7 @@ func (s *Store) pushBudgets(ctx context.Context, tx Tx, c Clock, pushes []Budget
 		b.dirty = true
 	}
 	st, _ := s.saveBudgets(budgets, Micros(at))
-	return st, nil
+	return st, at, nil
 }
 
 // Release puts jobs the process claimed but did not finish back to ready,
@@ -163,16 +165,16 @@ func (s *Store) Release(ctx context.Context, processID int64, c Clock, ids []int
 // yet recorded; most is the most strays there can be (the most jobs one
 // claim takes). It returns the jobs it released.
 func (s *Store) ReleaseStrays(ctx context.Context, processID int64, c Clock, known []int64, most int) ([]int64, error) {
+	isKnown := make(map[int64]bool, len(known))
+	for _, id := range known {
+		isKnown[id] = true
+	}
 	var strays []int64
 	err := s.inTx(ctx, func(tx Tx) error {
 		q, args := s.q.LockRunningOf(processID, len(known)+max(most, 1))
 		ids, err := queryInt64s(ctx, tx, q, args)
 		if err != nil {
 			return fmt.Errorf("find running jobs: %w", err)
-		}
-		isKnown := make(map[int64]bool, len(known))
-		for _, id := range known {
-			isKnown[id] = true
 		}
 		strays = slices.DeleteFunc(ids, func(id int64) bool { return isKnown[id] })
 		if len(strays) == 0 {
@@ -217,16 +219,19 @@ func (s *Store) transition(ctx context.Context, tx Executor, from State, process
 }
 
 // resolveWaits gives the scheduled transitions that carry a Wait instead
-// of a RunAt their run time: Wait after c's time, read in tx (one round
-// trip on the database's clock, only when some transition waits).
-func (s *Store) resolveWaits(ctx context.Context, tx Tx, c Clock, ts []Transition) ([]Transition, error) {
+// of a RunAt their run time: Wait after at, c's time in tx, which it reads
+// when at is zero (one round trip on the database's clock, only when some
+// transition waits and no push has read it).
+func (s *Store) resolveWaits(ctx context.Context, tx Tx, c Clock, ts []Transition, at time.Time) ([]Transition, error) {
 	waits := func(t Transition) bool { return t.State == StateScheduled && t.RunAt.IsZero() }
 	if !slices.ContainsFunc(ts, waits) {
 		return ts, nil
 	}
-	at, err := s.now(ctx, tx, c)
-	if err != nil {
-		return nil, err
+	if at.IsZero() {
+		var err error
+		if at, err = s.now(ctx, tx, c); err != nil {
+			return nil, err
+		}
 	}
 	out := slices.Clone(ts)
 	for i, t := range out {
