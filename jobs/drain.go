@@ -65,7 +65,8 @@ func (w *Worker) Drain(ctx context.Context) (DrainResult, error) {
 				return out, fmt.Errorf("jobs: drain: %w", err)
 			}
 		}
-		res, err := w.claim(ctx, w.cfg.Concurrency, 0, nil, false)
+		pid := w.pid.Load()
+		res, err := w.claim(ctx, pid, w.cfg.Concurrency, 0, nil, false)
 		if err != nil {
 			return out, fmt.Errorf("jobs: drain: %w", err)
 		}
@@ -79,7 +80,7 @@ func (w *Worker) Drain(ctx context.Context) (DrainResult, error) {
 		batch := make([]result, 0, len(res.Jobs))
 		for _, j := range res.Jobs {
 			r := w.execute(ctx, j, &runState{base: w.log, job: j})
-			r.pid = w.pid.Load()
+			r.pid = pid
 			batch = append(batch, r)
 			switch outcomeOf(r) {
 			case OutcomeCompleted:

@@ -84,6 +84,71 @@ func TestAJobClaimedAgainWhileItsLostRunGoesOnIsReleasedAtShutdown(t *testing.T)
 	})
 }
 
+// guarantees.md, "A worker that pauses": a worker presumed dead that comes
+// back may claim before its heartbeat tells it it was reaped. Those jobs
+// are its own: another process's reaper used to release them at once (they
+// were running for a process whose row was gone), so they ran twice, and
+// its shutdown released jobs under its new process id only, leaving those
+// claimed under the old one running until the reaper found them.
+func TestJobsAWorkerClaimsBeforeLearningItWasReapedRunOnce(t *testing.T) {
+	each(t, func(t *testing.T, h *harness) {
+		ctx := context.Background()
+		started := make(chan lostRunStart, 10)
+		unblock := make(chan struct{})
+		never := make(chan struct{}) // job 2 ignores its context until the test ends
+		t.Cleanup(func() { close(never) })
+		require.NoError(t, jobs.Register(h.reg, func(ctx context.Context, j *jobs.Job[waitJob]) error {
+			started <- lostRunStart{j.Args.N, j.Attempt}
+			if j.Args.N == 1 {
+				<-unblock
+			} else {
+				<-never
+			}
+			return nil
+		}))
+		w := h.worker(jobs.WorkerConfig{Concurrency: 2, PollInterval: time.Hour, JobTimeout: -1})
+		stop := h.run(w)
+		<-h.clock.WaitForTimerAt(t0.Add(jobs.DefaultHeartbeatInterval))
+		first := w.ProcessID()
+
+		// Another process, with a short DeadAfter of its own, finds the
+		// worker dead; the worker does not know yet and claims two jobs.
+		n, err := h.store.ReapDeadProcesses(ctx, engine.At(t0.Add(time.Second)), 500*time.Millisecond)
+		require.NoError(t, err)
+		require.Zero(t, n)
+		a, b := h.enqueue(waitJob{N: 1}), h.enqueue(waitJob{N: 2})
+		require.ElementsMatch(t, []lostRunStart{{1, 1}, {2, 1}}, receive(t, started, 2))
+		require.Equal(t, first, w.ProcessID(), "its heartbeat has not told it yet")
+
+		// A reaper with the default DeadAfter leaves its jobs alone: they
+		// have not run that long.
+		n, err = h.store.ReapDeadProcesses(ctx, engine.At(t0.Add(time.Minute)), jobs.DefaultDeadAfter)
+		require.NoError(t, err)
+		require.Zero(t, n, "jobs a live worker runs are not lost")
+		close(unblock)
+
+		// Its heartbeat finds it reaped; it registers again.
+		h.clock.Advance(jobs.DefaultHeartbeatInterval)
+		<-h.clock.WaitForTimerAt(t0.Add(2 * jobs.DefaultHeartbeatInterval))
+		require.NotEqual(t, first, w.ProcessID(), "registered again")
+
+		// At shutdown job 2, still running under the old id, is released.
+		now := h.clock.Now()
+		go func() {
+			<-h.clock.WaitForTimerAt(now.Add(jobs.DefaultShutdownTimeout))
+			h.clock.Advance(jobs.DefaultShutdownTimeout)
+			<-h.clock.WaitForTimerAt(now.Add(jobs.DefaultShutdownTimeout + time.Second))
+			h.clock.Advance(time.Second)
+		}()
+		stop()
+		j := h.job(b)
+		require.Equal(t, engine.StateReady, j.State, "job 2 is released (it is %s for process %d)", j.State, j.ProcessID)
+		require.Equal(t, 0, j.Attempt, "its attempt is given back")
+		require.Equal(t, engine.StateCompleted, h.job(a).State, "job 1's result counts: the claim was its worker's")
+		require.Len(t, started, 0, "no job ran twice")
+	})
+}
+
 // lostReplyDB commits a claim's transaction and then reports an error, as
 // when the connection drops (or the caller's context ends) after the
 // server committed but before its reply arrived. after runs between the

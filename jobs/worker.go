@@ -183,7 +183,10 @@ type Worker struct {
 }
 
 type runningJob struct {
-	job      *engine.Job
+	job *engine.Job
+	// pid is the process id the job was claimed under: its result and its
+	// release at shutdown count only for it.
+	pid      int64
 	run      runState
 	released bool
 }
@@ -477,7 +480,8 @@ func (w *Worker) claimRound(ctx, jobsCtx context.Context, promote bool) (bool, e
 		// or move the budget's cursor under it, claims take the limited
 		// jobs before and after the flood.
 		swept := w.store.Swept(w.cfg.Queues)
-		res, err := w.claim(ctx, free, window, swept, promote || w.limits != nil && w.slots.due(w.clock.Now()))
+		pid := w.pid.Load()
+		res, err := w.claim(ctx, pid, free, window, swept, promote || w.limits != nil && w.slots.due(w.clock.Now()))
 		if err != nil {
 			return false, err
 		}
@@ -485,7 +489,7 @@ func (w *Worker) claimRound(ctx, jobsCtx context.Context, promote bool) (bool, e
 		w.yielded = res.Yielded > 0
 		w.sweep(ctx, w.overflowing(res))
 		for _, j := range res.Jobs {
-			w.start(jobsCtx, j)
+			w.start(jobsCtx, j, pid)
 		}
 		if len(res.Jobs) == free {
 			return true, nil
@@ -681,11 +685,11 @@ func (w *Worker) sweep(ctx context.Context, overflows []engine.Overflow) {
 // their limits, none of those left to this process's sweeps, and first
 // taking the due waiting jobs when promote is set) and reports the claim
 // to the hooks and the log.
-func (w *Worker) claim(ctx context.Context, max, window int, swept map[string]*engine.Span, promote bool) (*engine.ClaimResult, error) {
+func (w *Worker) claim(ctx context.Context, pid int64, max, window int, swept map[string]*engine.Span, promote bool) (*engine.ClaimResult, error) {
 	began := time.Now()
 	hostBegan := w.clock.Now()
 	res, err := w.store.Claim(ctx, engine.ClaimParams{
-		ProcessID:    w.pid.Load(),
+		ProcessID:    pid,
 		Queues:       w.cfg.Queues,
 		Max:          max,
 		Candidates:   window,
@@ -755,11 +759,10 @@ func (w *Worker) free() int {
 	return w.cfg.Concurrency - len(w.running)
 }
 
-// start runs a claimed job in its own goroutine.
-func (w *Worker) start(ctx context.Context, j *engine.Job) {
-	rj := &runningJob{job: j, run: runState{base: w.log, job: j}}
+// start runs a job claimed under pid in its own goroutine.
+func (w *Worker) start(ctx context.Context, j *engine.Job, pid int64) {
+	rj := &runningJob{job: j, pid: pid, run: runState{base: w.log, job: j}}
 	rs := &rj.run
-	pid := w.pid.Load()
 	w.mu.Lock()
 	w.running[rj] = struct{}{}
 	w.mu.Unlock()
@@ -825,29 +828,31 @@ func (w *Worker) shutdown(stopJobs context.CancelCauseFunc) {
 	}
 	grace.Stop()
 	w.mu.Lock()
-	var ids []int64
+	// By the process id each was claimed under: a worker registered again
+	// after being presumed dead may still run jobs claimed under its old
+	// one. (A job's lost run and its new one are two runs of one id.)
+	byPID := map[int64][]int64{}
 	var runs []*runState
 	for rj := range w.running {
 		rj.released = true
-		ids = append(ids, rj.job.ID)
+		byPID[rj.pid] = append(byPID[rj.pid], rj.job.ID)
 		runs = append(runs, &rj.run)
 	}
 	w.mu.Unlock()
-	slices.Sort(ids)
-	ids = slices.Compact(ids) // a job's lost run and its new one
 	for _, rs := range runs {
 		rs.release()
 	}
-	if len(ids) == 0 {
-		return
-	}
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
-	if err := w.store.Release(ctx, w.pid.Load(), w.storeClock(), ids); err != nil {
-		w.log.Error("sluice: release unfinished jobs; they come back when this process is presumed dead", "err", err, "jobs", ids)
-		return
+	for pid, ids := range byPID {
+		slices.Sort(ids)
+		ids = slices.Compact(ids)
+		if err := w.store.Release(ctx, pid, w.storeClock(), ids); err != nil {
+			w.log.Error("sluice: release unfinished jobs; they come back when this process is presumed dead", "err", err, "jobs", ids)
+			continue
+		}
+		w.log.Warn("sluice: released jobs still running at shutdown", "jobs", ids)
 	}
-	w.log.Warn("sluice: released jobs still running at shutdown", "jobs", ids)
 }
 
 // heartbeat stamps the process row and reaps dead processes every

@@ -75,8 +75,10 @@ func (s *Store) DeregisterProcess(ctx context.Context, id int64) error {
 // ReapDeadProcesses finds processes whose heartbeat is older than
 // threshold, releases the jobs they were running back to ready (the lost
 // run counts as an attempt; a job with none left fails), and removes them.
-// Running jobs whose process row is gone are released the same way. It
-// returns how many jobs it released or failed.
+// Running jobs whose process row is gone are released the same way once
+// they were claimed more than threshold ago: a reaped process that comes
+// back may claim before it learns it was reaped, and runs what it claimed.
+// It returns how many jobs it released or failed.
 func (s *Store) ReapDeadProcesses(ctx context.Context, c Clock, threshold time.Duration) (int, error) {
 	released := 0
 	var queues, woke []string
@@ -92,7 +94,7 @@ func (s *Store) ReapDeadProcesses(ctx context.Context, c Clock, threshold time.D
 		if err != nil {
 			return fmt.Errorf("find dead processes: %w", err)
 		}
-		q, args = s.q.LockOrphans(dead, 1000)
+		q, args = s.q.LockOrphans(dead, Micros(now.Add(-threshold)), 1000)
 		rows, err := tx.Query(ctx, q, args...)
 		if err != nil {
 			return fmt.Errorf("find lost jobs: %w", err)

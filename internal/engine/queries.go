@@ -137,7 +137,7 @@ func NewSQL(d Dialect) (*SQL, error) {
 		{&q.lockDueWaiting, "LockDueWaiting", []string{"now", "queues", "limit"}},
 		{&q.markReady, "MarkReady", []string{"ids", "scheduled"}},
 		{&q.notify, "Notify", []string{"queues"}},
-		{&q.lockOrphans, "LockOrphans", []string{"process_ids", "limit"}},
+		{&q.lockOrphans, "LockOrphans", []string{"process_ids", "lost_before", "limit"}},
 		{&q.lockRunningOf, "LockRunningOf", []string{"process_id", "limit"}},
 		{&q.lockFinished, "LockFinished", []string{"before", "limit"}},
 		{&q.deleteJobsByID, "DeleteJobsByID", []string{"ids"}},

@@ -132,14 +132,14 @@ func (q *SQL) Notify(queues []string) (string, []any) {
 // not, workers in other processes poll.
 func (q *SQL) Notifies() bool { return q.notify != nil }
 
-// LockOrphans selects and locks running jobs whose process is gone or
-// listed (the list may be empty). Columns: id, queue, attempt,
-// max_attempts, conc_key, holds_slot.
-func (q *SQL) LockOrphans(processIDs []int64, limit int) (string, []any) {
+// LockOrphans selects and locks running jobs whose process is listed (the
+// list may be empty), or gone and claimed before lostBefore (µs).
+// Columns: id, queue, attempt, max_attempts, conc_key, holds_slot.
+func (q *SQL) LockOrphans(processIDs []int64, lostBefore int64, limit int) (string, []any) {
 	if processIDs == nil {
 		processIDs = []int64{}
 	}
-	return q.lockOrphans.bind(processIDs, limit)
+	return q.lockOrphans.bind(processIDs, lostBefore, limit)
 }
 
 // LockRunningOf selects and locks up to limit of the jobs running for one

@@ -339,6 +339,43 @@ func TestDeadProcessJobsAreReleased(t *testing.T) {
 	})
 }
 
+// guarantees.md, "A worker that pauses": a process presumed dead that comes
+// back may claim before its next heartbeat tells it it was reaped. Those
+// jobs are its own to run: another process's reaper used to release them at
+// once (running for a process whose row is gone), so they ran twice. They
+// are released only once they have been running DeadAfter without a
+// registered process, as a dead process's jobs are.
+func TestJobsClaimedByAReapedProcessBeforeItLearnsRunOnce(t *testing.T) {
+	testdb.Each(t, func(t *testing.T, s *engine.Store) {
+		ctx := context.Background()
+		got := enqueue(t, s, t0, job("a", "default", 0), job("a", "default", 0))
+		paused, live := register(t, s, t0), register(t, s, t0)
+		reap := func(now time.Time) int {
+			_, err := s.Heartbeat(ctx, live, engine.At(now))
+			require.NoError(t, err)
+			n, err := s.ReapDeadProcesses(ctx, engine.At(now), 5*time.Minute)
+			require.NoError(t, err)
+			return n
+		}
+		require.Zero(t, reap(at(6*time.Minute)), "the paused process ran nothing")
+
+		// It comes back and claims both jobs before its heartbeat.
+		require.Len(t, claim(t, s, paused, at(6*time.Minute), 2).Jobs, 2)
+		require.Zero(t, reap(at(6*time.Minute+time.Second)), "jobs its process runs are not lost")
+		require.Equal(t, engine.StateRunning, state(t, s, got[0]).State)
+		require.NoError(t, s.Finish(ctx, paused, engine.At(at(7*time.Minute)), engine.Outcomes{Completed: []int64{got[0]}}))
+		require.Equal(t, engine.StateCompleted, state(t, s, got[0]).State, "its result counts: the claim is its own")
+
+		// The other job's run never returns: once it has been running
+		// DeadAfter with no process registered, it is lost.
+		require.Zero(t, reap(at(11*time.Minute)))
+		require.Equal(t, 1, reap(at(11*time.Minute+time.Second)))
+		j := state(t, s, got[1])
+		require.Equal(t, engine.StateReady, j.State)
+		require.Equal(t, engine.LostError, j.LastError)
+	})
+}
+
 func TestPendingMigrations(t *testing.T) {
 	for _, b := range testdb.Backends(t) {
 		t.Run(b.Name, func(t *testing.T) {

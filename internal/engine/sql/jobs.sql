@@ -116,10 +116,13 @@ ORDER BY {DueAt}, id LIMIT :limit FOR UPDATE SKIP LOCKED;
 UPDATE sluice_jobs SET state = 'ready' WHERE id IN (:ids) AND state = :scheduled;
 
 -- name: LockOrphans
--- Running jobs whose process is listed or gone.
+-- Running jobs whose process is listed, or gone and claimed before
+-- :lost_before: a process presumed dead that came back may claim before
+-- its heartbeat tells it, and runs those jobs.
 SELECT id, queue, attempt, max_attempts, conc_key, holds_slot FROM sluice_jobs j
 WHERE {RunningJob}
-  AND ({RunningProcess} IN (:process_ids) OR NOT EXISTS (SELECT 1 FROM sluice_processes p WHERE p.id = {RunningProcess}))
+  AND ({RunningProcess} IN (:process_ids)
+    OR (j.attempted_at < :lost_before AND NOT EXISTS (SELECT 1 FROM sluice_processes p WHERE p.id = {RunningProcess})))
 ORDER BY {RunningProcess}, id LIMIT :limit FOR UPDATE SKIP LOCKED;
 
 -- name: LockRunningOf
