@@ -69,6 +69,8 @@ func runMigrate(ctx context.Context, env *Env, args []string) error {
 	}
 	n := 0
 	switch {
+	case verb == "up" && *to < 0:
+		return Usagef("--to must be a migration's version (0 for the newest), got %d", *to)
 	case verb == "down":
 		var err error
 		if n, err = downCount(fs, *steps); err != nil {
@@ -99,6 +101,13 @@ func runMigrate(ctx context.Context, env *Env, args []string) error {
 	defer s.Close()
 	switch verb {
 	case "up":
+		ms, err := s.Migrations()
+		if err != nil {
+			return err
+		}
+		if err := engine.CheckTarget(ms, *to); err != nil {
+			return Usagef("--to %d: %v", *to, err)
+		}
 		done, err := s.MigrateUp(ctx, *to)
 		for _, m := range done {
 			fmt.Fprintf(env.Stdout, "applied %03d_%s\n", m.Version, m.Name)

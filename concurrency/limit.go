@@ -14,6 +14,7 @@ import (
 	"errors"
 	"fmt"
 	"math"
+	"strings"
 	"time"
 
 	"github.com/sluicequeue/sluice/internal/keys"
@@ -115,6 +116,11 @@ func Compile[T any](kind string, l Limit[T]) (*Rule[T], error) {
 	}
 	if err := keys.Check(scopeName(l.Group), scope); err != nil {
 		return nil, fmt.Errorf("%w: %w", ErrInvalid, err)
+	}
+	if strings.Contains(scope, "/") {
+		// The stored key is scope/key: Group "acct/1" with key "" and
+		// Group "acct" with key "1" would share one semaphore.
+		return nil, fmt.Errorf("%w: %s %s contains \"/\", which ends the scope in a slot's key; name a Group without it", ErrInvalid, scopeName(l.Group), keys.Preview(scope))
 	}
 	return &Rule[T]{Spec: Spec{Scope: scope, To: to, Duration: d, Discard: l.OnConflict == Discard}, key: key}, nil
 }

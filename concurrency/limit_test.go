@@ -33,6 +33,8 @@ func TestCompileDefaultsAndKeys(t *testing.T) {
 	require.Nil(t, r, "a nil Key turns the limit off")
 }
 
+// TestCompileRefusesInvalid: bad declarations are refused at registration,
+// naming what is wrong.
 func TestCompileRefusesInvalid(t *testing.T) {
 	for _, c := range []struct {
 		l    concurrency.Limit[args]
@@ -42,6 +44,9 @@ func TestCompileRefusesInvalid(t *testing.T) {
 		{concurrency.Limit[args]{Key: "k", Duration: time.Millisecond}, "Duration is 1ms"},
 		{concurrency.Limit[args]{Key: "k", OnConflict: 7}, "OnConflict is 7"},
 		{concurrency.Limit[args]{Key: 3.5}, "unsupported declaration"},
+		// The stored key is scope/key: Group "acct/1" with key "" and
+		// Group "acct" with key "1" shared one semaphore.
+		{concurrency.Limit[args]{Key: "", Group: "acct/1"}, `Group "acct/1" contains "/"`},
 	} {
 		_, err := concurrency.Compile("sync", c.l)
 		require.ErrorIs(t, err, concurrency.ErrInvalid)

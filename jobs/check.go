@@ -224,6 +224,9 @@ func Check(ctx context.Context, r *Registry, pub *store.Store) ([]Finding, error
 		if _, ok := scopes[o.Target]; ok {
 			continue
 		}
+		if o.Target == engine.QueueScope && len(queues) > 0 {
+			continue // every queue limit's budget falls back to it
+		}
 		if _, ok := scopes[ratelimit.ScopeOf(o.Target)]; ok && !strings.HasPrefix(o.Target, engine.QueueScope) {
 			continue
 		}

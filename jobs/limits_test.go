@@ -3,6 +3,7 @@ package jobs_test
 import (
 	"context"
 	"github.com/sluicequeue/sluice/internal/testdb"
+	"math"
 	"net/http"
 	"strings"
 	"testing"
@@ -158,6 +159,13 @@ func TestRetryAfterIsCappedAndParsed(t *testing.T) {
 	require.False(t, ok)
 	_, ok = jobs.ParseRetryAfter("-5", now)
 	require.False(t, ok)
+	// delay-seconds is digits only; more of them than an int64 holds is
+	// the longest wait (which MaxRetryAfter caps), not the fallback's.
+	_, ok = jobs.ParseRetryAfter("+5", now)
+	require.False(t, ok, "a sign is no delay-seconds")
+	d, ok = jobs.ParseRetryAfter("99999999999999999999", now)
+	require.True(t, ok)
+	require.Equal(t, time.Duration(math.MaxInt64), d)
 
 	each(t, func(t *testing.T, h *harness) {
 		require.NoError(t, jobs.Register(h.reg, func(context.Context, *jobs.Job[sms]) error {

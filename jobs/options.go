@@ -71,7 +71,7 @@ func (q queueOption) check() error {
 	if q == "" {
 		return errors.New("Queue: the name is empty")
 	}
-	return engine.CheckKey("Queue", string(q))
+	return engine.CheckQueue("Queue", string(q))
 }
 func (q queueOption) applyRegister(c *kindConfig) error { c.queue = string(q); return q.check() }
 func (q queueOption) applyEnqueue(c *enqueueConfig) error {

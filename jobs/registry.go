@@ -83,7 +83,7 @@ func NewRegistry() *Registry {
 // it, whatever its kind, draws on the queue's one budget ("@queue/NAME"),
 // combined with its kind's own limits. A queue takes one limit.
 func (r *Registry) LimitQueue(queue string, l ratelimit.QueueLimit) error {
-	if err := engine.CheckKey("queue", queue); err != nil {
+	if err := engine.CheckQueue("queue", queue); err != nil {
 		return fmt.Errorf("jobs: limit queue: %w", err)
 	}
 	if err := engine.CheckKey("queue budget key", engine.QueueScope+"/"+queue); err != nil {

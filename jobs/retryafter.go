@@ -67,11 +67,11 @@ func parseRetryAfter(value string) (time.Duration, time.Time, bool) {
 	if value == "" {
 		return 0, time.Time{}, false
 	}
-	if secs, err := strconv.ParseInt(value, 10, 64); err == nil {
-		if secs < 0 {
-			return 0, time.Time{}, false
-		}
-		if secs > int64(math.MaxInt64/time.Second) {
+	if strings.Trim(value, "0123456789") == "" {
+		// delay-seconds: digits only (RFC 9110), so no sign; too many for
+		// an int64 is as long as a wait can be.
+		secs, err := strconv.ParseInt(value, 10, 64)
+		if err != nil || secs > int64(math.MaxInt64/time.Second) {
 			// More seconds than a Duration holds: the longest wait,
 			// which MaxRetryAfter then caps, rather than a product
 			// that wraps round to a short or negative one.

@@ -15,7 +15,6 @@ import (
 	"github.com/sluicequeue/sluice/clock"
 	"github.com/sluicequeue/sluice/internal/engine"
 	"github.com/sluicequeue/sluice/internal/heartbeat"
-	"github.com/sluicequeue/sluice/internal/keys"
 	"github.com/sluicequeue/sluice/store"
 )
 
@@ -208,7 +207,7 @@ func NewWorker(pub *store.Store, reg *Registry, cfg WorkerConfig) (*Worker, erro
 		if q == "" {
 			return nil, errors.New("jobs: NewWorker: a queue name is empty")
 		}
-		if err := keys.Check("queue name", q); err != nil {
+		if err := engine.CheckQueue("queue name", q); err != nil {
 			return nil, fmt.Errorf("jobs: NewWorker: %w", err)
 		}
 	}

@@ -23,7 +23,7 @@ func (s *Store) ResumeQueue(ctx context.Context, queue string, now time.Time) er
 }
 
 func (s *Store) setPaused(ctx context.Context, queue string, paused bool, now time.Time) error {
-	if err := CheckKey("queue", queue); err != nil {
+	if err := CheckQueue("queue", queue); err != nil {
 		return err // a name no job's queue can have (on MySQL "mail " would be "mail")
 	}
 	q, args := s.q.SetQueuePaused(queue, paused, Micros(now))

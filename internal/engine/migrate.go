@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"io/fs"
 	"regexp"
+	"slices"
 	"sort"
 	"strconv"
 	"strings"
@@ -169,10 +170,14 @@ func (s *Store) checkSchema(ctx context.Context, ex Executor) error {
 
 // MigrateUp applies every pending migration up to and including target
 // (0: all of them), each in its own transaction, and returns those it
-// applied.
+// applied. A target that is no migration's version is refused before
+// anything is applied.
 func (s *Store) MigrateUp(ctx context.Context, target int) ([]Migration, error) {
 	ms, err := s.Migrations()
 	if err != nil {
+		return nil, err
+	}
+	if err := CheckTarget(ms, target); err != nil {
 		return nil, err
 	}
 	if err := s.createMigrationsTable(ctx); err != nil {
@@ -192,6 +197,18 @@ func (s *Store) MigrateUp(ctx context.Context, target int) ([]Migration, error) 
 		}
 	}
 	return done, nil
+}
+
+// CheckTarget refuses a migration target that is neither 0 (the newest)
+// nor the version of one of ms.
+func CheckTarget(ms []Migration, target int) error {
+	if target == 0 || slices.ContainsFunc(ms, func(m Migration) bool { return m.Version == target }) {
+		return nil
+	}
+	if len(ms) == 0 {
+		return fmt.Errorf("migrate up: no migration has version %d (there are none)", target)
+	}
+	return fmt.Errorf("migrate up: no migration has version %d: give 0 for the newest, or one of %d to %d", target, ms[0].Version, ms[len(ms)-1].Version)
 }
 
 // MigrateDown reverts the newest steps applied migrations and returns

@@ -44,6 +44,11 @@ func (s *Store) SetOverride(ctx context.Context, o Override, now time.Time) erro
 	if err != nil {
 		return fmt.Errorf("limit override %s: %w", o.Target, err)
 	}
+	if o.Per%time.Microsecond != 0 {
+		// It is stored in microseconds: cut, it would be a looser limit
+		// than the one just checked.
+		return fmt.Errorf("limit override %s: %w: Per is %s; an override's Per is a whole number of microseconds", o.Target, ratelimit.ErrInvalid, o.Per)
+	}
 	q, args := s.q.SaveOverride(OverrideRow{Target: o.Target, To: o.To, PerUS: o.Per.Microseconds(), Burst: burst, UpdatedAt: Micros(now)})
 	if _, err := exec(ctx, s.db, q, args); err != nil {
 		return s.wrap(fmt.Errorf("limit override %s: %w", o.Target, err))

@@ -60,7 +60,17 @@ func (s *Store) Heartbeat(ctx context.Context, id int64, c Clock) (bool, error) 
 	if err != nil {
 		return false, s.wrap(fmt.Errorf("heartbeat: %w", err))
 	}
-	return res.RowsAffected > 0, nil
+	if res.RowsAffected > 0 {
+		return true, nil
+	}
+	// MySQL counts the rows an update changed, not those it found: a beat
+	// at the instant of the last (a coarse or fake clock) changes none.
+	q, args = s.q.ProcessExists(id)
+	n, err := queryInt64s(ctx, s.db, q, args)
+	if err != nil {
+		return false, s.wrap(fmt.Errorf("heartbeat: %w", err))
+	}
+	return len(n) == 1 && n[0] > 0, nil
 }
 
 // DeregisterProcess removes a process that stopped cleanly.

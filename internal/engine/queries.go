@@ -24,8 +24,8 @@ type SQL struct {
 	recordAttempts, loadAttempts, deleteAttempts                                                         *sqlStatement
 	jobsByState, unfinishedByState, oldestWaiting                                                        string
 
-	insertProcess, heartbeat, deleteProcess, lockDeadProcesses, deleteProcesses *sqlStatement
-	listProcesses                                                               string
+	insertProcess, heartbeat, processExists, deleteProcess, lockDeadProcesses, deleteProcesses *sqlStatement
+	listProcesses                                                                              string
 
 	setQueuePaused, saveOverride, deleteOverride *sqlStatement
 	listQueues, listOverrides                    string
@@ -150,6 +150,7 @@ func NewSQL(d Dialect) (*SQL, error) {
 
 		{&q.insertProcess, "InsertProcess", []string{"kind", "name", "hostname", "pid", "queues", "started_at", "heartbeat_at"}},
 		{&q.heartbeat, "Heartbeat", []string{"now", "id"}},
+		{&q.processExists, "ProcessExists", []string{"id"}},
 		{&q.deleteProcess, "DeleteProcess", []string{"id"}},
 		{&q.lockDeadProcesses, "LockDeadProcesses", []string{"before", "limit"}},
 		{&q.deleteProcesses, "DeleteProcesses", []string{"ids"}},

@@ -12,6 +12,9 @@ func (q *SQL) InsertProcess(p ProcessRow) (string, []any) {
 // Heartbeat stamps a process's heartbeat.
 func (q *SQL) Heartbeat(id, now int64) (string, []any) { return q.heartbeat.bind(now, id) }
 
+// ProcessExists counts (0 or 1) the process's row.
+func (q *SQL) ProcessExists(id int64) (string, []any) { return q.processExists.bind(id) }
+
 // DeleteProcess removes a process.
 func (q *SQL) DeleteProcess(id int64) (string, []any) { return q.deleteProcess.bind(id) }
 

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"math"
+	"strings"
 	"time"
 	"unicode/utf8"
 
@@ -46,6 +47,19 @@ func CheckKey(what, key string) error {
 	return err
 }
 
+// CheckQueue refuses a queue name that is not a valid key (CheckKey) or
+// that holds a comma: a list of queues (a worker's --queues, and the
+// queues a worker registers with) is written with commas between them.
+func CheckQueue(what, name string) error {
+	if err := CheckKey(what, name); err != nil {
+		return err
+	}
+	if strings.Contains(name, ",") {
+		return fmt.Errorf("%s %q holds a comma, which separates the queues of a list (--queues); name it without one", what, name)
+	}
+	return nil
+}
+
 // tooLong adds ErrKeyTooLong to a keys error without changing its text.
 type tooLong struct{ error }
 
@@ -57,7 +71,7 @@ func (s *Store) validate(j NewJob) error {
 	if err := CheckKey("kind", j.Kind); err != nil {
 		return err
 	}
-	if err := CheckKey("queue", j.Queue); err != nil {
+	if err := CheckQueue("queue", j.Queue); err != nil {
 		return err
 	}
 	switch {

@@ -7,6 +7,11 @@ VALUES (:kind, :name, :hostname, :pid, :queues, :started_at, :heartbeat_at) RETU
 -- name: Heartbeat
 UPDATE sluice_processes SET heartbeat_at = :now WHERE id = :id;
 
+-- name: ProcessExists
+-- 1 when the process is registered: a heartbeat that changed no row may
+-- have written the time already there (MySQL counts changed rows).
+SELECT count(*) FROM sluice_processes WHERE id = :id;
+
 -- name: DeleteProcess
 DELETE FROM sluice_processes WHERE id = :id;
 
