@@ -2,6 +2,7 @@ package jobs
 
 import (
 	"context"
+	"errors"
 	"log/slog"
 	"time"
 
@@ -22,7 +23,11 @@ type Hooks struct {
 	OnFinish func(FinishEvent)
 }
 
-// Join returns hooks that call h's and then o's.
+// Join returns hooks that call h's and then o's. Each is called even when
+// the other panics: a joined hook that panicked panics on once both have
+// run, with every panic and its stack, so that a worker logs them all (a
+// bug in an application's hook does not cost the metrics of the hooks
+// joined to it, as otelsluice's InstrumentWorker does).
 func (h Hooks) Join(o Hooks) Hooks {
 	return Hooks{
 		OnClaim:  join(h.OnClaim, o.OnClaim),
@@ -47,17 +52,21 @@ func guard[E any](f func(E), name string, log *slog.Logger) func(E) {
 		return nil
 	}
 	return func(e E) {
-		var err error
-		func() {
-			defer recoverInto(&err)
-			f(e)
-		}()
-		if err != nil {
+		if err := try(f, e); err != nil {
 			log.Error("sluice: a worker hook panicked; the worker carries on", "hook", name, "err", err)
 		}
 	}
 }
 
+// try calls f(e), and returns its panic, with the stack, as an error.
+func try[E any](f func(E), e E) (err error) {
+	defer recoverInto(&err)
+	f(e)
+	return nil
+}
+
+// join calls a and then b, each even when the other panics; it then
+// panics on with what they panicked with (see hookPanic).
 func join[E any](a, b func(E)) func(E) {
 	switch {
 	case a == nil:
@@ -65,8 +74,20 @@ func join[E any](a, b func(E)) func(E) {
 	case b == nil:
 		return a
 	}
-	return func(e E) { a(e); b(e) }
+	return func(e E) {
+		if err := errors.Join(try(a, e), try(b, e)); err != nil {
+			panic(hookPanic{err})
+		}
+	}
 }
+
+// hookPanic is what a joined hook panics with: the panics of its sides,
+// each already with its stack, which recoverInto takes as they are.
+type hookPanic struct{ err error }
+
+func (p hookPanic) Error() string { return p.err.Error() }
+
+func (p hookPanic) Unwrap() error { return p.err }
 
 // ClaimEvent describes one claim.
 type ClaimEvent struct {

@@ -70,35 +70,9 @@ func (w *Worker) execute(ctx context.Context, j *engine.Job, rs *runState) resul
 
 func (w *Worker) run(ctx context.Context, j *engine.Job, rs *runState) (result, error) {
 	k := w.reg.lookup(j.Kind)
-	if k == nil || k.work == nil {
-		if _, seen := w.unknown.LoadOrStore(j.Kind, true); !seen {
-			w.log.Error("sluice: no handler for a claimed job's kind; it is retried with backoff until a worker that has one claims it",
-				"kind", j.Kind, "job_id", j.ID)
-		}
-		err := fmt.Errorf("%w: no handler for kind %q in worker %q", ErrUnknownKind, j.Kind, w.cfg.Name)
-		return w.failure(j, err), err
-	}
-	args, err := k.decode(j.Args)
-	if err != nil {
-		err = fmt.Errorf("decode args of %s: %w", j.Kind, err)
-		return w.failure(j, err), err
-	}
-	md, err := engine.DecodeMetadata(j.Metadata)
-	if err != nil {
-		err = fmt.Errorf("decode metadata of %s: %w", j.Kind, err)
-		return w.failure(j, err), err
-	}
-	var more []any
-	for i, body := range j.CallArgs[min(1, len(j.CallArgs)):] {
-		c, err := k.decode(body)
-		if err != nil {
-			err = fmt.Errorf("decode call %d of %s: %w", i+2, j.Kind, err)
-			return w.failure(j, err), err
-		}
-		more = append(more, c)
-	}
+	args, md, more, bad := w.decode(j, k)
 	timeout := w.cfg.JobTimeout
-	if k.cfg.timeout != 0 {
+	if k != nil && k.cfg.timeout != 0 {
 		timeout = k.cfg.timeout
 	}
 	jctx, cancel := context.WithCancelCause(ctx)
@@ -113,18 +87,55 @@ func (w *Worker) run(ctx context.Context, j *engine.Job, rs *runState) (result, 
 		info = w.jobInfo(j, md)
 	}
 	rs.Context = jctx
-	err = call(rs, k, j, md, args, more, mw, info)
+	err := call(rs, k, j, md, args, more, mw, info, bad)
 	if err != nil && errors.Is(context.Cause(jctx), ErrJobTimeout) {
 		err = fmt.Errorf("%w after %s: %w", ErrJobTimeout, timeout, err)
 	}
 	return w.outcome(ctx, j, err), err
 }
 
+// decode reads what the handler of a claimed job is given: its args, its
+// metadata and its collected calls. bad is why the job cannot run: its kind
+// has no handler here, or something does not decode. The attempt then
+// fails with bad, still inside the middleware (see call), so that every
+// attempt is seen by it.
+func (w *Worker) decode(j *engine.Job, k *kind) (args any, md map[string]string, more []any, bad error) {
+	if k == nil || k.work == nil {
+		if _, seen := w.unknown.LoadOrStore(j.Kind, true); !seen {
+			w.log.Error("sluice: no handler for a claimed job's kind; it is retried with backoff until a worker that has one claims it",
+				"kind", j.Kind, "job_id", j.ID)
+		}
+		return nil, nil, nil, fmt.Errorf("%w: no handler for kind %q in worker %q", ErrUnknownKind, j.Kind, w.cfg.Name)
+	}
+	md, err := engine.DecodeMetadata(j.Metadata)
+	if err != nil {
+		return nil, nil, nil, fmt.Errorf("decode metadata of %s: %w", j.Kind, err)
+	}
+	args, err = k.decode(j.Args)
+	if err != nil {
+		return nil, md, nil, fmt.Errorf("decode args of %s: %w", j.Kind, err)
+	}
+	for i, body := range j.CallArgs[min(1, len(j.CallArgs)):] {
+		c, err := k.decode(body)
+		if err != nil {
+			return nil, md, nil, fmt.Errorf("decode call %d of %s: %w", i+2, j.Kind, err)
+		}
+		more = append(more, c)
+	}
+	return args, md, more, nil
+}
+
 // call runs the handler inside its middleware, turning a panic in either
-// into an error with its stack.
-func call(ctx context.Context, k *kind, j *engine.Job, md map[string]string, args any, more []any, mw []Middleware, info JobInfo) (err error) {
+// into an error with its stack. With bad set, the job cannot run (see
+// decode): the middleware wraps a handler that returns bad.
+func call(ctx context.Context, k *kind, j *engine.Job, md map[string]string, args any, more []any, mw []Middleware, info JobInfo, bad error) (err error) {
 	defer recoverInto(&err)
-	if len(mw) == 0 {
+	switch {
+	case bad != nil && len(mw) == 0:
+		return bad
+	case bad != nil:
+		return chain(ctx, mw, info, func(context.Context) error { return bad })
+	case len(mw) == 0:
 		return k.work(ctx, j, md, args, more)
 	}
 	return chain(ctx, mw, info, func(ctx context.Context) error { return k.work(ctx, j, md, args, more) })
@@ -410,10 +421,16 @@ func outcomes(rs []result) engine.Outcomes {
 
 // recoverInto turns a panic of the caller's (a handler's, a kind's own
 // code decoding its args, a hook's) into *err, with the stack, so that it
-// fails the attempt, or is logged, instead of taking the process down. Deferred directly: recover works only
+// fails the attempt, or is logged, instead of taking the process down. A
+// joined hook's panic (hookPanic) carries its sides' panics with their
+// stacks, and is taken as it is. Deferred directly: recover works only
 // there.
 func recoverInto(err *error) {
 	if r := recover(); r != nil {
+		if p, ok := r.(hookPanic); ok {
+			*err = p.err
+			return
+		}
 		*err = fmt.Errorf("panic: %v\n%s", r, debug.Stack())
 	}
 }

@@ -35,8 +35,11 @@ type runState struct {
 
 // Logger returns the logger of the run whose context ctx is (or derives
 // from): the worker's Logger with the job's job_id, kind, queue and
-// attempt, and whatever middleware added with WithLogger (the trace ids,
-// with tracing on). Outside a run it returns slog.Default().
+// attempt, and the attributes middleware added (AddLogAttrs: the trace
+// ids, with tracing on), or the logger middleware set for the rest of the
+// run with WithLogger. A logger set with WithLogger on the context the
+// worker itself was given is not the run's. Outside a run it returns the
+// logger of WithLogger, or slog.Default().
 func Logger(ctx context.Context) *slog.Logger {
 	if l, ok := ctx.Value(loggerKey{}).(*slog.Logger); ok {
 		return l
@@ -61,10 +64,16 @@ func WithLogger(ctx context.Context, l *slog.Logger) context.Context {
 }
 
 // Value returns the run's state for runKey, and asks the parent context
-// for anything else.
+// for anything else but loggerKey: a logger set with WithLogger on the
+// context a worker was given (to Run or Drain) is not the run's, which
+// has the job's attributes; one set inside the run (by middleware) is
+// found before the run's state.
 func (rs *runState) Value(key any) any {
-	if key == (runKey{}) {
+	switch key {
+	case runKey{}:
 		return rs
+	case loggerKey{}:
+		return nil
 	}
 	return rs.Context.Value(key)
 }

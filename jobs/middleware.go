@@ -16,6 +16,9 @@ import (
 // a middleware that returns Snooze snoozes the job). It runs inside the
 // job's timeout and panic recovery: a panic in middleware fails the
 // attempt as a panicking handler does. Not calling next skips the
+// handler. It wraps every attempt: for a job that cannot run (its kind
+// has no handler in this worker, or its metadata, args or calls do not
+// decode) next returns the error the attempt fails with, and calls no
 // handler.
 //
 // Middleware declared for the worker (WorkerConfig.Middleware) runs
@@ -149,10 +152,11 @@ func (w *Worker) jobInfo(j *engine.Job, md map[string]string) JobInfo {
 }
 
 // middlewareFor returns the middleware a run of kind k goes through: the
-// worker's, then the kind's.
+// worker's, then the kind's (none for a kind k the registry does not have,
+// nil).
 func (w *Worker) middlewareFor(k *kind) []Middleware {
 	switch {
-	case len(k.cfg.middleware) == 0:
+	case k == nil || len(k.cfg.middleware) == 0:
 		return w.cfg.Middleware
 	case len(w.cfg.Middleware) == 0:
 		return k.cfg.middleware

@@ -29,5 +29,5 @@ func Perform[T Args](ctx context.Context, r *Registry, args T) error {
 	}
 	j := &engine.Job{Kind: k.name, Queue: k.cfg.queue, Priority: k.cfg.priority, Args: body,
 		Attempt: 1, MaxAttempts: k.cfg.maxAttempts, CreatedAt: time.Now()}
-	return call(ctx, k, j, nil, decoded, nil, nil, JobInfo{})
+	return call(ctx, k, j, nil, decoded, nil, nil, JobInfo{}, nil)
 }

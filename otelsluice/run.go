@@ -68,8 +68,7 @@ func (o *Integration) Middleware() jobs.Middleware {
 			p := recover()
 			if r.ended.CompareAndSwap(false, true) {
 				if p != nil {
-					span.SetAttributes(OutcomeKey.String("panicked"))
-					span.SetStatus(codes.Error, fmt.Sprintf("panic: %v", p))
+					panicked(span, p)
 				} else {
 					o.finish(ctx, span, job, err)
 				}
@@ -134,6 +133,24 @@ func (o *Integration) finish(ctx context.Context, span trace.Span, job jobs.JobI
 		span.SetAttributes(semconv.ErrorTypeKey.String(fmt.Sprintf("%T", err)))
 		span.SetStatus(codes.Error, v.Reason)
 	}
+}
+
+// panicked records a run whose handler (or middleware inside this one)
+// panicked with p as a failed attempt: outcome "panicked", status Error,
+// an exception event with the stack (recorded while the panic unwinds, so
+// it shows where it happened) and error.type: p's Go type when p is an
+// error, else "panic".
+func panicked(span trace.Span, p any) {
+	var err error
+	errType := "panic"
+	if e, ok := p.(error); ok {
+		err, errType = fmt.Errorf("panic: %w", e), fmt.Sprintf("%T", e)
+	} else {
+		err = fmt.Errorf("panic: %v", p)
+	}
+	span.SetAttributes(OutcomeKey.String("panicked"), semconv.ErrorTypeKey.String(errType))
+	span.RecordError(err, trace.WithStackTrace(true))
+	span.SetStatus(codes.Error, err.Error())
 }
 
 // setRunAttrs sets a run span's attributes: its series' (the queue's and

@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/sluicequeue/sluice/internal/engine"
+	"github.com/sluicequeue/sluice/internal/keys"
 	"github.com/sluicequeue/sluice/jobs"
 )
 
@@ -110,6 +111,10 @@ func (s *server) budgetDetail(w http.ResponseWriter, r *http.Request) {
 	key := r.URL.Query().Get("key")
 	if key == "" {
 		s.back(w, r, "budgets", "name a budget to see it", true)
+		return
+	}
+	if err := keys.Check("budget key", key); err != nil {
+		s.fail(w, r, err) // a 400: no budget has such a key
 		return
 	}
 	rows, admitted, capped, err := s.budgets(r, key)

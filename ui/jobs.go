@@ -3,16 +3,15 @@ package ui
 import (
 	"bytes"
 	"encoding/json"
-	"errors"
 	"fmt"
 	"html/template"
 	"net/http"
 	"net/url"
 	"strconv"
 	"strings"
-	"unicode/utf8"
 
 	"github.com/sluicequeue/sluice/internal/engine"
+	"github.com/sluicequeue/sluice/internal/keys"
 	"github.com/sluicequeue/sluice/jobs"
 )
 
@@ -32,7 +31,8 @@ type jobListData struct {
 }
 
 // parseFilter reads a job filter from a query or form; a bad value gives
-// an error that names it.
+// an error that names it. A kind, queue or budget key that no job could
+// have (see keys.Check) is a bad value.
 func parseFilter(v url.Values) (engine.JobPage, error) {
 	f := engine.JobPage{Kind: v.Get("kind"), Queue: v.Get("queue"), WaitKey: v.Get("budget")}
 	if st := v.Get("state"); st != "" {
@@ -49,9 +49,14 @@ func parseFilter(v url.Values) (engine.JobPage, error) {
 		}
 		f.Before = id
 	}
-	for _, s := range []string{f.Kind, f.Queue, f.WaitKey} {
-		if !utf8.ValidString(s) {
-			return f, errors.New("a filter is not valid UTF-8")
+	for _, c := range []struct{ name, v string }{{"kind", f.Kind}, {"queue", f.Queue}, {"budget", f.WaitKey}} {
+		// A value no job can hold (a NUL, which PostgreSQL refuses in
+		// text; bytes that are not UTF-8; more than a key holds) is bad
+		// input, by the rule every stored name and key follows.
+		if c.v != "" {
+			if err := keys.Check(c.name, c.v); err != nil {
+				return f, err
+			}
 		}
 	}
 	return f, nil

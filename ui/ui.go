@@ -30,6 +30,7 @@ import (
 
 	"github.com/sluicequeue/sluice/dispatcher"
 	"github.com/sluicequeue/sluice/internal/engine"
+	"github.com/sluicequeue/sluice/internal/keys"
 	"github.com/sluicequeue/sluice/jobs"
 	"github.com/sluicequeue/sluice/store"
 )
@@ -130,7 +131,9 @@ func secureHeaders(h http.Handler) http.Handler {
 // base is the relative path from the page requested back to the
 // dashboard's root, so that links work under any mount path.
 func base(r *http.Request) string {
-	n := strings.Count(strings.TrimPrefix(r.URL.Path, "/"), "/")
+	// The escaped path: an escaped slash (%2F) is part of a segment, as
+	// the browser resolving the links sees it.
+	n := strings.Count(strings.TrimPrefix(r.URL.EscapedPath(), "/"), "/")
 	if n == 0 {
 		return "./"
 	}
@@ -170,13 +173,17 @@ func (s *server) render(w http.ResponseWriter, r *http.Request, name, title stri
 	_, _ = w.Write([]byte(strings.ToValidUTF8(buf.String(), "\uFFFD")))
 }
 
-// fail answers with an error page. A job that does not exist is a 404;
-// anything else a 500 whose text is the error's, escaped.
+// fail answers with an error page. A job that does not exist is a 404, a
+// name or key that none could be (keys.ErrInvalid) a 400; anything else a
+// 500 whose text is the error's, escaped.
 func (s *server) fail(w http.ResponseWriter, r *http.Request, err error) {
 	code := http.StatusInternalServerError
-	if errors.Is(err, engine.ErrNotFound) {
+	switch {
+	case errors.Is(err, engine.ErrNotFound):
 		code = http.StatusNotFound
-	} else {
+	case errors.Is(err, keys.ErrInvalid):
+		code = http.StatusBadRequest
+	default:
 		s.opts.Logger.ErrorContext(r.Context(), "dashboard", "path", r.URL.Path, "err", err)
 	}
 	w.Header().Set("Content-Type", "text/html; charset=utf-8")
