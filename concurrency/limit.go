@@ -5,9 +5,11 @@
 // A job takes a slot when it becomes ready (at enqueue, or when the
 // dispatcher promotes it). With no slot free it is blocked — kept, not
 // claimable — until a slot is given back, or, with OnConflict: Discard, it
-// is discarded at once. A job gives its slot back when it finishes
-// (completed, failed for good, cancelled) or while it waits on a rate limit;
-// a retry keeps its slot while it waits.
+// is discarded at once (only as it becomes ready for the first time: a job
+// that comes back, from an upstream 429 or a deferral, is blocked). A job
+// gives its slot back when it finishes (completed, failed for good,
+// cancelled) or while it waits on a rate limit; a retry keeps its slot
+// while it waits.
 package concurrency
 
 import (
@@ -20,7 +22,8 @@ import (
 	"github.com/sluicequeue/sluice/internal/keys"
 )
 
-// DefaultDuration is how long a slot is held before it is presumed lost.
+// DefaultDuration is how long a key's slots go without activity before
+// those its running jobs hold are presumed lost.
 const DefaultDuration = 3 * time.Minute
 
 // OnConflict says what happens to a job that finds no slot free.
@@ -29,7 +32,9 @@ type OnConflict int
 const (
 	// Block keeps the job, not claimable, until a slot frees. The default.
 	Block OnConflict = iota
-	// Discard finishes the job at once as cancelled, with the reason.
+	// Discard finishes the job at once as cancelled, with the reason,
+	// when it becomes ready for the first time; a job that comes back
+	// (from an upstream 429 or a deferral) is blocked instead.
 	Discard
 )
 
@@ -53,9 +58,10 @@ type Limit[T any] struct {
 	// Group shares the slots between every kind that names it; the stored
 	// key is "Group/key". Without it the slots belong to the kind.
 	Group string
-	// Duration is how long a key's slots are held without any activity
-	// before they are presumed lost (their holder's process died) and
-	// freed. Defaults to DefaultDuration (3 minutes).
+	// Duration is how long a key's slots go without any activity before
+	// those its running jobs hold are presumed lost (their process died)
+	// and freed; a ready or scheduled job keeps its slot. Defaults to
+	// DefaultDuration (3 minutes).
 	Duration time.Duration
 	// OnConflict is Block (the default) or Discard.
 	OnConflict OnConflict

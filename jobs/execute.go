@@ -50,8 +50,9 @@ func (r result) final() bool {
 // givesSlotBack reports whether a job that held a concurrency slot gives
 // it back: when it ends, and when an upstream refused it (a 429), which
 // makes it wait on its rate limits as a rate-limit deferral does — and a
-// job waiting on a rate holds no concurrency slot. A retry or a snooze
-// keeps its slot while it waits.
+// job waiting on a rate holds no concurrency slot. It takes one again when
+// it comes back, or is blocked (never discarded, whatever its limit's
+// OnConflict). A retry or a snooze keeps its slot while it waits.
 func (r result) givesSlotBack() bool { return r.final() || r.throttled }
 
 // execute runs one claimed job and decides what becomes of it.

@@ -528,12 +528,13 @@ func (s *Store) promoteDue(ctx context.Context, tx Tx, p ClaimParams, limit int,
 		var limit int
 		var duration int64
 		var discard bool
-		j, err := scanJob(rows, &limit, &duration, &discard)
+		var attempted nullInt64
+		j, err := scanJob(rows, &limit, &duration, &discard, &attempted)
 		if err != nil {
 			rows.Close()
 			return nil, err
 		}
-		d := DueRow{ID: j.ID, Queue: j.Queue, HoldsSlot: j.HoldsSlot}
+		d := DueRow{ID: j.ID, Queue: j.Queue, HoldsSlot: j.HoldsSlot, CameBack: attempted.Valid || j.Deferrals > 0}
 		if j.ConcKey != "" {
 			d.Conc = &Conc{Key: j.ConcKey, To: limit, Duration: time.Duration(duration) * time.Microsecond, Discard: discard}
 		}

@@ -165,7 +165,8 @@ func (s *Store) coalesceOne(ctx context.Context, ex Executor, now time.Time, j N
 			state, dispatch, err := s.join(ctx, ex, now, rule, p, row)
 			co := coalesced{Enqueued: Enqueued{ID: p.ID, Joined: true, State: state}}
 			if dispatch {
-				co.dispatch = &DueRow{ID: p.ID, Queue: p.Queue, Conc: p.Conc, HoldsSlot: p.HoldsSlot}
+				co.dispatch = &DueRow{ID: p.ID, Queue: p.Queue, Conc: p.Conc, HoldsSlot: p.HoldsSlot,
+					CameBack: !p.AttemptedAt.IsZero() || p.Deferrals > 0}
 			}
 			return co, err
 		}

@@ -117,6 +117,11 @@ type DueRow struct {
 	Queue     string
 	Conc      *Conc
 	HoldsSlot bool
+	// CameBack is set when the job was ready before — it ran, or a claim
+	// deferred it — and gave its slot back, or lost it, since: with no
+	// slot free it is blocked, never discarded (Discard applies to a job
+	// becoming ready for the first time).
+	CameBack bool
 }
 
 // ProcessColumns are a process row's columns, in ProcessRow's scan order.

@@ -76,9 +76,17 @@ func (s *Store) Finish(ctx context.Context, processID int64, c Clock, o Outcomes
 				writes = append(writes, stmt(s.q.CompleteJobs(o.Completed, processID, nowUS)))
 			}
 		}
+		// A job released to run again (a worker shutting down) that lost
+		// its slot while it ran takes a free one or is blocked.
+		var back []slotless
+		if readied := readiedIDs(o.Others); len(readied) > 0 {
+			if back, err = s.lockSlotless(ctx, tx, readied, processID); err != nil {
+				return err
+			}
+		}
 		// Semaphores before budgets, as every transaction that waits for
 		// both locks them (lockFreeSlots).
-		gives, queues, err := s.giveBack(ctx, tx, c, hs)
+		gives, blocked, queues, err := s.settle(ctx, tx, c, hs, back)
 		if err != nil {
 			return err
 		}
@@ -92,7 +100,7 @@ func (s *Store) Finish(ctx context.Context, processID int64, c Clock, o Outcomes
 			writes, pushedAt = append(writes, st), at
 		}
 		if len(o.Others) > 0 {
-			others, err := s.resolveWaits(ctx, tx, c, o.Others, pushedAt)
+			others, err := s.resolveWaits(ctx, tx, c, block(o.Others, blocked), pushedAt)
 			if err != nil {
 				return err
 			}
@@ -145,8 +153,10 @@ func (s *Store) pushBudgets(ctx context.Context, tx Tx, c Clock, pushes []Budget
 }
 
 // Release puts jobs the process claimed but did not finish back to ready,
-// giving back the attempt their claim counted. A worker shutting down
-// calls it for the jobs still running when its timeout ran out.
+// giving back the attempt their claim counted. A job that keeps its
+// concurrency slot; one that lost it while it ran (its key expired) takes
+// a free one, or is blocked. A worker shutting down calls it for the jobs
+// still running when its timeout ran out.
 func (s *Store) Release(ctx context.Context, processID int64, c Clock, ids []int64) error {
 	err := s.inTx(ctx, func(tx Tx) error { return s.release(ctx, tx, processID, c, ids) })
 	if err != nil {
@@ -192,18 +202,55 @@ func (s *Store) ReleaseStrays(ctx context.Context, processID int64, c Clock, kno
 }
 
 // release makes the jobs running for the process ready again, their
-// attempt given back, and notifies every queue's listeners (the caller
-// wakes this process's after the commit).
+// attempt given back — blocked instead, those that lost their concurrency
+// slot while they ran and find none free — and notifies every queue's
+// listeners (the caller wakes this process's after the commit).
 func (s *Store) release(ctx context.Context, tx Tx, processID int64, c Clock, ids []int64) error {
+	back, err := s.lockSlotless(ctx, tx, ids, processID)
+	if err != nil {
+		return err
+	}
+	stmts, blocked, _, err := s.settle(ctx, tx, c, nil, back)
+	if err != nil {
+		return err
+	}
 	now := c.Host()
 	ts := make([]Transition, len(ids))
 	for i, id := range ids {
 		ts[i] = Transition{ID: id, State: StateReady, RunAt: now, AttemptDelta: -1}
 	}
-	if err := s.transition(ctx, tx, StateRunning, processID, Micros(now), ts); err != nil {
+	if err := s.transition(ctx, tx, StateRunning, processID, Micros(now), block(ts, blocked)); err != nil {
+		return err
+	}
+	if err := pipeline(ctx, tx, stmts, nil); err != nil {
 		return err
 	}
 	return s.notify(ctx, tx, []string{"*"})
+}
+
+// readiedIDs are the jobs that ts make ready again.
+func readiedIDs(ts []Transition) []int64 {
+	var ids []int64
+	for _, t := range ts {
+		if t.State == StateReady {
+			ids = append(ids, t.ID)
+		}
+	}
+	return ids
+}
+
+// block returns ts with the jobs of blocked moved to blocked instead.
+func block(ts []Transition, blocked map[int64]bool) []Transition {
+	if len(blocked) == 0 {
+		return ts
+	}
+	out := slices.Clone(ts)
+	for i := range out {
+		if blocked[out[i].ID] {
+			out[i].State = StateBlocked
+		}
+	}
+	return out
 }
 
 // transition applies transitions to jobs in state from.

@@ -684,6 +684,8 @@ func (w *walk) check() string {
 			return fmt.Sprintf("job %d holds a slot but has no concurrency key", r.id)
 		case r.holdsSlot && !slices.Contains([]engine.State{engine.StateReady, engine.StateScheduled, engine.StateRunning}, r.state):
 			return fmt.Sprintf("job %d holds a slot while %s", r.id, r.state)
+		case r.state == engine.StateReady && r.concKey != "" && !r.holdsSlot:
+			return fmt.Sprintf("job %d is ready without a slot of its key %s: claimed, it would run beside the key's holders", r.id, r.concKey)
 		case r.state == engine.StateBlocked && r.concKey == "":
 			return fmt.Sprintf("job %d is blocked without a concurrency key", r.id)
 		case r.state == engine.StateParked && r.waitKey == "":

@@ -36,6 +36,7 @@ func TestListedJobsAreFoundByTheirKey(t *testing.T) {
 			"MarkReady":       func() (string, []any) { return q.MarkReady(ids) },
 			"DeleteJobsByID":  func() (string, []any) { return q.DeleteJobsByID(ids) },
 			"LockSlotHolders": func() (string, []any) { return q.LockSlotHolders(ids, 1) },
+			"LockSlotless":    func() (string, []any) { return q.LockSlotless(ids, 1) },
 			"SetJobs": func() (string, []any) {
 				rows := make([]engine.SetRow, len(ids))
 				for i, id := range ids {

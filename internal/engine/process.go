@@ -85,6 +85,8 @@ func (s *Store) DeregisterProcess(ctx context.Context, id int64) error {
 // ReapDeadProcesses finds processes whose heartbeat is older than
 // threshold, releases the jobs they were running back to ready (the lost
 // run counts as an attempt; a job with none left fails), and removes them.
+// A released job keeps its concurrency slot; one that lost it when its key
+// expired takes a free one, or is blocked.
 // Running jobs whose process row is gone are released the same way once
 // they were claimed more than threshold ago: a reaped process that comes
 // back may claim before it learns it was reaped, and runs what it claimed.
@@ -110,31 +112,52 @@ func (s *Store) ReapDeadProcesses(ctx context.Context, c Clock, threshold time.D
 			return fmt.Errorf("find lost jobs: %w", err)
 		}
 		var ts []Transition
-		gives := holders{} // a job that fails for good gives its slot back; one released keeps it
+		var inQueue []string
+		// A job that fails for good gives its slot back; one released
+		// keeps it, and one whose key expired while it ran, so that it
+		// holds none, takes a free one or is blocked (settle).
+		gives := holders{}
+		var back []slotless
 		for rows.Next() {
 			var id int64
 			var queue string
-			var attempt, maxAttempts int
+			var attempt, maxAttempts, concLimit int
 			var concKey nullString
 			var holdsSlot bool
-			if err := rows.Scan(&id, &queue, &attempt, &maxAttempts, &concKey, &holdsSlot); err != nil {
+			var concDuration int64
+			if err := rows.Scan(&id, &queue, &attempt, &maxAttempts, &concKey, &holdsSlot, &concLimit, &concDuration); err != nil {
 				rows.Close()
 				return err
 			}
 			t := Transition{ID: id, State: StateReady, RunAt: now, Error: LostError}
-			if attempt >= maxAttempts {
+			switch {
+			case attempt >= maxAttempts:
 				t = Transition{ID: id, State: StateFailed, Error: LostError, Finished: true}
 				if holdsSlot {
 					gives[id] = concKey.String
 				}
-			} else if !slices.Contains(queues, queue) {
-				queues = append(queues, queue)
+			case concKey.Valid && !holdsSlot:
+				c := &Conc{Key: concKey.String, To: concLimit, Duration: time.Duration(concDuration) * time.Microsecond}
+				back = append(back, slotless{id: id, queue: queue, conc: c})
 			}
-			ts = append(ts, t)
+			ts, inQueue = append(ts, t), append(inQueue, queue)
 		}
 		rows.Close()
 		if err := rows.Err(); err != nil {
 			return err
+		}
+		stmts, blocked, handed, err := s.settle(ctx, tx, At(now), gives, back)
+		if err != nil {
+			return err
+		}
+		woke = handed
+		for i := range ts {
+			if blocked[ts[i].ID] {
+				ts[i].State = StateBlocked
+			}
+			if ts[i].State == StateReady && !slices.Contains(queues, inQueue[i]) {
+				queues = append(queues, inQueue[i])
+			}
 		}
 		if err := s.transition(ctx, tx, StateRunning, 0, nowUS, ts); err != nil {
 			return err
@@ -143,11 +166,6 @@ func (s *Store) ReapDeadProcesses(ctx context.Context, c Clock, threshold time.D
 		if err := s.notify(ctx, tx, queues); err != nil {
 			return err
 		}
-		stmts, handed, err := s.giveBack(ctx, tx, At(now), gives)
-		if err != nil {
-			return err
-		}
-		woke = handed
 		if err := pipeline(ctx, tx, stmts, nil); err != nil {
 			return err
 		}

@@ -11,8 +11,9 @@ import (
 // returns how many it moved and the queues that gained ready jobs. A job
 // with a concurrency limit takes a slot as it becomes ready, unless it
 // kept its slot while it waited (a retry); with none free it is blocked,
-// or discarded when its limit says so. Several dispatchers may run it at
-// once; each job is promoted once.
+// or discarded when its limit says so and it was never ready before (one
+// that comes back, from a 429 or a deferral, is blocked). Several
+// dispatchers may run it at once; each job is promoted once.
 func (s *Store) Promote(ctx context.Context, c Clock, batch int) (int, []string, error) {
 	var n int
 	var queues []string
@@ -108,7 +109,7 @@ func (s *Store) promoteLocked(due []DueRow, sl *slots, nowUS int64) (promotion, 
 		case d.Conc == nil || d.HoldsSlot:
 		case sl.take(d.Conc):
 			pr.slotted = append(pr.slotted, d.ID)
-		case d.Conc.Discard:
+		case d.Conc.Discard && !d.CameBack:
 			others = append(others, SetRow{ID: d.ID, State: StateCancelled, Error: DiscardedError + " for " + d.Conc.Key, FinishedAt: nowUS})
 			pr.states = append(pr.states, StateCancelled)
 			continue
@@ -150,9 +151,12 @@ func scanDue(ctx context.Context, ex Executor, q string, args []any) ([]DueRow, 
 		var limit int
 		var duration int64
 		var discard bool
-		if err := rows.Scan(&d.ID, &d.Queue, &key, &limit, &duration, &discard, &d.HoldsSlot); err != nil {
+		var attempted nullInt64
+		var deferrals int
+		if err := rows.Scan(&d.ID, &d.Queue, &key, &limit, &duration, &discard, &d.HoldsSlot, &attempted, &deferrals); err != nil {
 			return nil, err
 		}
+		d.CameBack = attempted.Valid || deferrals > 0
 		if key.Valid {
 			d.Conc = &Conc{Key: key.String, To: limit, Duration: time.Duration(duration) * time.Microsecond, Discard: discard}
 		}

@@ -34,9 +34,9 @@ type SQL struct {
 	lockParked, lockSlotted, countParked, lockIdleBudgets, deleteBudgets                                            *sqlStatement
 	listBudgets                                                                                                     string
 
-	lockSemaphores, lockFreeSemaphores, insertSemaphores, saveSemaphores, lockBlocked, markSlots, releaseHolders *sqlStatement
-	lockSlotHolders, expiredSemaphores, blockedKeys                                                              *sqlStatement
-	listSemaphores                                                                                               string
+	lockSemaphores, lockFreeSemaphores, insertSemaphores, saveSemaphores, lockBlocked, markSlots, lockRunningHolders *sqlStatement
+	lockSlotHolders, lockSlotless, expiredSemaphores, blockedKeys                                                    *sqlStatement
+	listSemaphores                                                                                                   string
 
 	insertCoalescing, lockPending, updateCoalesced, insertCall, loadCalls, deleteCalls *sqlStatement
 
@@ -179,7 +179,8 @@ func NewSQL(d Dialect) (*SQL, error) {
 		{&q.saveSemaphores, "SaveSemaphores", []string{"rows"}},
 		{&q.lockBlocked, "LockBlocked", []string{"key", "limit"}},
 		{&q.markSlots, "MarkSlots", []string{"holds", "ids"}},
-		{&q.releaseHolders, "ReleaseHolders", []string{"keys"}},
+		{&q.lockRunningHolders, "LockRunningHolders", []string{"keys"}},
+		{&q.lockSlotless, "LockSlotless", []string{"ids", "holding", "running", "process_id"}},
 		{&q.lockSlotHolders, "LockSlotHolders", []string{"ids", "process_id", "holding", "running"}},
 		{&q.expiredSemaphores, "ExpiredSemaphores", []string{"now", "limit"}},
 		{&q.blockedKeys, "BlockedKeys", []string{"limit"}},

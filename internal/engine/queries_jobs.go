@@ -103,13 +103,13 @@ func (q *SQL) SetJobs(from State, processID, now int64, rows []SetRow) (string, 
 
 // LockDue selects and locks up to limit scheduled jobs due at now.
 // Columns: id, queue, conc_key, conc_limit, conc_duration, conc_discard,
-// holds_slot.
+// holds_slot, attempted_at, deferrals.
 func (q *SQL) LockDue(now int64, limit int) (string, []any) { return q.lockDue.bind(now, limit) }
 
 // LockDueWaiting selects and locks, skipping locked rows, up to limit
 // scheduled jobs of the queues that wait on a rate limit and are due at
 // now, soonest first. Columns: JobColumns, conc_limit, conc_duration,
-// conc_discard.
+// conc_discard, attempted_at.
 func (q *SQL) LockDueWaiting(queues []string, now int64, limit int) (string, []any) {
 	return q.lockDueWaiting.bind(now, queues, limit)
 }
@@ -134,7 +134,8 @@ func (q *SQL) Notifies() bool { return q.notify != nil }
 
 // LockOrphans selects and locks running jobs whose process is listed (the
 // list may be empty), or gone and claimed before lostBefore (µs).
-// Columns: id, queue, attempt, max_attempts, conc_key, holds_slot.
+// Columns: id, queue, attempt, max_attempts, conc_key, holds_slot,
+// conc_limit, conc_duration.
 func (q *SQL) LockOrphans(processIDs []int64, lostBefore int64, limit int) (string, []any) {
 	if processIDs == nil {
 		processIDs = []int64{}

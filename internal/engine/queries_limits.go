@@ -121,8 +121,18 @@ func (q *SQL) MarkSlots(ids []int64, holds bool) (string, []any) {
 	return q.markSlots.bind(holds, ids)
 }
 
-// ReleaseHolders clears the slot of every job of the keys that holds one.
-func (q *SQL) ReleaseHolders(keys []string) (string, []any) { return q.releaseHolders.bind(keys) }
+// LockRunningHolders selects and locks, skipping locked rows, the running
+// jobs of keys that hold a slot. Columns: id, conc_key.
+func (q *SQL) LockRunningHolders(keys []string) (string, []any) {
+	return q.lockRunningHolders.bind(keys)
+}
+
+// LockSlotless selects and locks, of the listed jobs running for
+// processID, those that hold no slot (with a concurrency key or without).
+// Columns: id, queue, conc_key, conc_limit, conc_duration.
+func (q *SQL) LockSlotless(ids []int64, processID int64) (string, []any) {
+	return q.lockSlotless.bind(ids, false, string(StateRunning), processID)
+}
 
 // LockSlotHolders selects and locks, of the listed jobs, those that hold
 // a slot (and, when processID is not 0, run for that process). Columns:

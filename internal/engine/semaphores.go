@@ -18,14 +18,13 @@ const DiscardedError = "discarded: no concurrency slot free"
 // becoming ready, gives slots back and then hands whatever is free to the
 // first blocked jobs of the key.
 type slots struct {
-	ex       Executor
-	q        *SQL
-	now      int64
-	sems     map[string]*SemaphoreRow
-	dirty    map[string]bool
-	handed   []int64  // blocked jobs given a slot: ready now
-	queues   []string // their queues, to wake
-	released []string // expired keys whose holders lose their slots
+	ex     Executor
+	q      *SQL
+	now    int64
+	sems   map[string]*SemaphoreRow
+	dirty  map[string]bool
+	handed []int64  // blocked jobs given a slot: ready now
+	queues []string // their queues, to wake
 	// unheld counts gives of slots the row did not count as held, which
 	// the holds_slot flags are there to prevent; a model test asserts it
 	// stays 0.
@@ -205,12 +204,21 @@ func (sl *slots) give(ctx context.Context, key string, n int) error {
 	return sl.fill(ctx, key)
 }
 
-// expire frees every slot of key: its holders are presumed lost, and lose
-// their slots in the same transaction, so that one finishing later gives
-// nothing back.
-func (sl *slots) expire(key string) {
-	sl.apply(key, func(s *concurrency.Semaphore) { s.Expire() })
-	sl.released = append(sl.released, key)
+// expire frees the n slots of key that its running holders held: they are
+// presumed lost, and lose their slots in the same transaction, so that one
+// finishing later gives nothing back. Its other holders, ready or
+// scheduled, are not lost and keep theirs. It stamps the key's activity,
+// so that a key whose holders all wait is looked at again only after
+// another Duration.
+func (sl *slots) expire(key string, n int) {
+	sl.apply(key, func(s *concurrency.Semaphore) {
+		for range n {
+			if !s.Give() {
+				sl.unheld++
+			}
+		}
+	})
+	sl.touch(key)
 }
 
 // fill hands a key's free slots to its first blocked jobs.
@@ -257,14 +265,10 @@ func (sl *slots) lockBlocked(ctx context.Context, key string, n int) ([]int64, e
 	return ids, rows.Err()
 }
 
-// writes returns the statements that clear the slots of expired keys'
-// holders, save the changed semaphores and make the jobs handed a slot
-// ready.
+// writes returns the statements that save the changed semaphores and
+// make the jobs handed a slot ready.
 func (sl *slots) writes() []Stmt {
 	var out []Stmt
-	if len(sl.released) > 0 {
-		out = append(out, stmt(sl.q.ReleaseHolders(sl.released)))
-	}
 	var rows []SemaphoreRow
 	for k := range sl.dirty {
 		r := *sl.sems[k]
@@ -294,14 +298,23 @@ type holders map[int64]string
 // lockHolders locks, of ids, the jobs that hold a slot (and run for
 // processID when it is not 0).
 func (s *Store) lockHolders(ctx context.Context, ex Executor, ids []int64, processID int64) (holders, error) {
-	out := holders{}
 	if len(ids) == 0 {
-		return out, nil
+		return holders{}, nil
 	}
 	q, args := s.q.LockSlotHolders(ids, processID)
-	rows, err := ex.Query(ctx, q, args...)
+	hs, err := queryHolders(ctx, ex, q, args)
 	if err != nil {
 		return nil, fmt.Errorf("lock slot holders: %w", err)
+	}
+	return hs, nil
+}
+
+// queryHolders reads rows of id and conc_key.
+func queryHolders(ctx context.Context, ex Executor, q string, args []any) (holders, error) {
+	out := holders{}
+	rows, err := ex.Query(ctx, q, args...)
+	if err != nil {
+		return nil, err
 	}
 	defer rows.Close()
 	for rows.Next() {
@@ -319,7 +332,8 @@ func (s *Store) lockHolders(ctx context.Context, ex Executor, ids []int64, proce
 // their holds_slot, and returns the statements that finish the job and the
 // queues whose blocked jobs became ready. c stamps the slots' activity.
 func (s *Store) giveBack(ctx context.Context, ex Executor, c Clock, hs holders) ([]Stmt, []string, error) {
-	return s.giveBackWith(ctx, hs, func(keys []string) (*slots, error) { return s.lockSlots(ctx, ex, keys, c) })
+	stmts, _, queues, err := s.settle(ctx, ex, c, hs, nil)
+	return stmts, queues, err
 }
 
 // giveBackWith is giveBack with the semaphores locked by lock.
@@ -327,35 +341,135 @@ func (s *Store) giveBackWith(ctx context.Context, hs holders, lock func(keys []s
 	if len(hs) == 0 {
 		return nil, nil, nil
 	}
+	sl, err := lock(keysOf(hs, nil))
+	if err != nil {
+		return nil, nil, err
+	}
+	gives, err := sl.giveAll(ctx, hs)
+	if err != nil {
+		return nil, nil, err
+	}
+	return append(gives, sl.writes()...), sl.queues, nil
+}
+
+// keysOf returns the keys of hs and back, sorted, without repeats.
+func keysOf(hs holders, back []slotless) []string {
+	keys := make([]string, 0, len(hs)+len(back))
+	for _, k := range hs {
+		keys = append(keys, k)
+	}
+	for _, b := range back {
+		keys = append(keys, b.conc.Key)
+	}
+	return sortedKeys(keys)
+}
+
+// giveAll gives back the slots of hs, key by key, and returns the
+// statement that clears their holds_slot.
+func (sl *slots) giveAll(ctx context.Context, hs holders) ([]Stmt, error) {
+	if len(hs) == 0 {
+		return nil, nil
+	}
 	count := map[string]int{}
 	ids := make([]int64, 0, len(hs))
 	for id, key := range hs {
 		count[key]++
 		ids = append(ids, id)
 	}
-	keys := make([]string, 0, len(count))
-	for k := range count {
-		keys = append(keys, k)
-	}
-	slices.Sort(keys)
 	slices.Sort(ids)
-	sl, err := lock(keys)
-	if err != nil {
-		return nil, nil, err
-	}
-	for _, k := range keys {
+	for _, k := range keysOf(hs, nil) {
 		if err := sl.give(ctx, k, count[k]); err != nil {
-			return nil, nil, err
+			return nil, err
 		}
 	}
-	return append([]Stmt{stmt(s.q.MarkSlots(ids, false))}, sl.writes()...), sl.queues, nil
+	return []Stmt{stmt(sl.q.MarkSlots(ids, false))}, nil
 }
 
-// MaintainSemaphores frees the slots of keys that saw no activity for
-// their Duration (their holders are presumed lost) and hands free slots to
-// blocked jobs wherever a key has both, up to limit keys each. It returns
-// how many keys it freed and how many blocked jobs became ready. The
-// dispatcher runs it every tick.
+// slotless is a running job with a concurrency key that holds none of its
+// slots: its key expired while it ran (Lost slots in
+// docs/concurrency.md), and the slot may have gone to another job.
+type slotless struct {
+	id    int64
+	queue string
+	conc  *Conc
+}
+
+// lockSlotless locks, of ids running for processID, the jobs that have a
+// concurrency key and hold no slot.
+func (s *Store) lockSlotless(ctx context.Context, ex Executor, ids []int64, processID int64) ([]slotless, error) {
+	if len(ids) == 0 {
+		return nil, nil
+	}
+	q, args := s.q.LockSlotless(ids, processID)
+	rows, err := ex.Query(ctx, q, args...)
+	if err != nil {
+		return nil, fmt.Errorf("lock jobs without a slot: %w", err)
+	}
+	defer rows.Close()
+	var out []slotless
+	for rows.Next() {
+		var b slotless
+		var key nullString
+		var limit int
+		var duration int64
+		if err := rows.Scan(&b.id, &b.queue, &key, &limit, &duration); err != nil {
+			return nil, err
+		}
+		if key.Valid {
+			b.conc = &Conc{Key: key.String, To: limit, Duration: time.Duration(duration) * time.Microsecond}
+			out = append(out, b)
+		}
+	}
+	return out, rows.Err()
+}
+
+// settle gives back the slots of the holders hs (as giveBack does) and
+// then gives each job of back — running, and about to be made ready again
+// by a release or a recovery, without the slot its key needs — a free slot
+// of its key, or, with none free, blocks it, as a promotion does: a job
+// that runs again never runs beside the jobs its key's slots went to. It
+// is never discarded: it was ready before. It locks all their semaphores
+// at once, in key order, stamping their activity with c, and returns the
+// statements that write the slots, the jobs of back it blocked, and the
+// queues whose blocked jobs became ready.
+func (s *Store) settle(ctx context.Context, ex Executor, c Clock, hs holders, back []slotless) ([]Stmt, map[int64]bool, []string, error) {
+	if len(hs) == 0 && len(back) == 0 {
+		return nil, nil, nil, nil
+	}
+	sl, err := s.lockSlots(ctx, ex, keysOf(hs, back), c)
+	if err != nil {
+		return nil, nil, nil, err
+	}
+	// The slots given back go to the jobs blocked already, first; the
+	// jobs coming back take what is left.
+	writes, err := sl.giveAll(ctx, hs)
+	if err != nil {
+		return nil, nil, nil, err
+	}
+	var took []int64
+	var blocked map[int64]bool
+	for _, b := range back {
+		if sl.take(b.conc) {
+			took = append(took, b.id)
+			continue
+		}
+		if blocked == nil {
+			blocked = map[int64]bool{}
+		}
+		blocked[b.id] = true
+	}
+	if len(took) > 0 {
+		writes = append(writes, stmt(s.q.MarkSlots(took, true)))
+	}
+	return append(writes, sl.writes()...), blocked, sl.queues, nil
+}
+
+// MaintainSemaphores frees the slots that running jobs hold of keys that
+// saw no activity for their Duration (those holders are presumed lost; a
+// ready or scheduled holder is not, and keeps its slot) and hands free
+// slots to blocked jobs wherever a key has both, up to limit keys each. It
+// returns how many keys it freed slots of and how many blocked jobs became
+// ready. The dispatcher runs it every tick.
 func (s *Store) MaintainSemaphores(ctx context.Context, c Clock, limit int) (freed, unblocked int, err error) {
 	var queues []string
 	err = s.inTx(ctx, func(tx Tx) error {
@@ -388,16 +502,37 @@ func (s *Store) MaintainSemaphores(ctx context.Context, c Clock, limit int) (fre
 			r := sl.sems[k]
 			return r.Held == 0 || r.ExpiresAt >= Micros(at)
 		})
-		for _, k := range expired {
-			sl.expire(k)
+		var writes []Stmt
+		if len(expired) > 0 {
+			q, args := s.q.LockRunningHolders(expired)
+			lost, err := queryHolders(ctx, tx, q, args)
+			if err != nil {
+				return fmt.Errorf("lock running slot holders: %w", err)
+			}
+			count := map[string]int{}
+			ids := make([]int64, 0, len(lost))
+			for id, k := range lost {
+				count[k]++
+				ids = append(ids, id)
+			}
+			for _, k := range expired {
+				sl.expire(k, count[k])
+				if count[k] > 0 {
+					freed++
+				}
+			}
+			if len(ids) > 0 {
+				slices.Sort(ids)
+				writes = append(writes, stmt(s.q.MarkSlots(ids, false)))
+			}
 		}
 		for k := range sl.sems {
 			if err := sl.fill(ctx, k); err != nil {
 				return err
 			}
 		}
-		freed, unblocked, queues = len(expired), len(sl.handed), sl.queues
-		return pipeline(ctx, tx, sl.writes(), nil)
+		unblocked, queues = len(sl.handed), sl.queues
+		return pipeline(ctx, tx, append(writes, sl.writes()...), nil)
 	})
 	if err != nil {
 		return 0, 0, s.wrap(fmt.Errorf("maintain semaphores: %w", err))

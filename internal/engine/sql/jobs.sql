@@ -98,7 +98,7 @@ WHERE id IN (:ids) AND state = :running AND process_id = :process_id;
 DELETE FROM sluice_jobs WHERE id IN (:ids) AND state = :running AND process_id = :process_id;
 
 -- name: LockDue
-SELECT id, queue, conc_key, conc_limit, conc_duration, conc_discard, holds_slot FROM sluice_jobs j
+SELECT id, queue, conc_key, conc_limit, conc_duration, conc_discard, holds_slot, attempted_at, deferrals FROM sluice_jobs j
 WHERE {ScheduledJob} AND {DueAt} <= :now
 ORDER BY {DueAt}, id LIMIT :limit FOR UPDATE SKIP LOCKED;
 
@@ -106,7 +106,7 @@ ORDER BY {DueAt}, id LIMIT :limit FOR UPDATE SKIP LOCKED;
 -- The due jobs of the queues that wait on a rate limit (a deferral or an
 -- upstream 429), soonest first; a paused queue's are left to the
 -- dispatcher, which makes them ready where claims skip them.
-SELECT {JobColumns}, conc_limit, conc_duration, conc_discard FROM sluice_jobs j
+SELECT {JobColumns}, conc_limit, conc_duration, conc_discard, attempted_at FROM sluice_jobs j
 WHERE {ScheduledJob} AND {DueAt} <= :now AND j.wait_key IS NOT NULL AND j.queue IN (:queues)
   AND NOT EXISTS (SELECT 1 FROM sluice_queues q WHERE q.name = j.queue AND q.paused = TRUE)
 ORDER BY {DueAt}, id LIMIT :limit FOR UPDATE SKIP LOCKED;
@@ -119,7 +119,7 @@ UPDATE sluice_jobs SET state = 'ready' WHERE id IN (:ids) AND state = :scheduled
 -- Running jobs whose process is listed, or gone and claimed before
 -- :lost_before: a process presumed dead that came back may claim before
 -- its heartbeat tells it, and runs those jobs.
-SELECT id, queue, attempt, max_attempts, conc_key, holds_slot FROM sluice_jobs j
+SELECT id, queue, attempt, max_attempts, conc_key, holds_slot, conc_limit, conc_duration FROM sluice_jobs j
 WHERE {RunningJob}
   AND ({RunningProcess} IN (:process_ids)
     OR (j.attempted_at < :lost_before AND NOT EXISTS (SELECT 1 FROM sluice_processes p WHERE p.id = {RunningProcess})))

@@ -31,9 +31,23 @@ ORDER BY priority, id LIMIT :limit FOR UPDATE SKIP LOCKED;
 -- name: MarkSlots
 UPDATE sluice_jobs SET holds_slot = :holds WHERE id IN (:ids);
 
--- name: ReleaseHolders
--- The keys expired: their holders are presumed lost.
-UPDATE sluice_jobs SET holds_slot = FALSE WHERE conc_key IN (:keys) AND holds_slot = TRUE;
+-- name: LockRunningHolders
+-- The running jobs of expired keys that hold a slot: they are presumed
+-- lost, and lose it (a ready or scheduled holder is not lost, and keeps
+-- its). Those another transaction holds (a finish or a release, which
+-- lock jobs before semaphores) are skipped, and keep their slots.
+SELECT id, conc_key FROM sluice_jobs j WHERE j.conc_key IN (:keys) AND j.holds_slot = TRUE AND {RunningJob}
+ORDER BY id FOR UPDATE SKIP LOCKED;
+
+-- name: LockSlotless
+-- Of the listed jobs running for :process_id, those that hold no slot,
+-- about to be made ready again: the caller keeps those with a concurrency
+-- key (their key expired while they ran). :holding is FALSE and :running
+-- is 'running', as in CompleteJobs; the key is not tested here, which
+-- would lead MySQL to the index of keys instead of the listed ids.
+SELECT id, queue, conc_key, conc_limit, conc_duration FROM sluice_jobs
+WHERE id IN (:ids) AND holds_slot = :holding AND state = :running AND process_id = :process_id
+ORDER BY id FOR UPDATE;
 
 -- name: LockSlotHolders
 -- Of the listed jobs, those that hold a slot (and, when :process_id is not
