@@ -768,6 +768,21 @@ func (w *Worker) start(ctx context.Context, j *engine.Job, pid int64) {
 	w.jobs.Add(1)
 	go func() {
 		defer w.jobs.Done()
+		var res result
+		returned := false
+		defer func() {
+			if !returned {
+				if r := recover(); r != nil {
+					panic(r) // the worker's own bug: handlers' panics are recovered
+				}
+				// The handler called runtime.Goexit (a test's t.FailNow):
+				// its goroutine ends, but its attempt fails and its slot
+				// here is freed, as for an error.
+				res = w.failure(j, errGoexit)
+				res.holdsSlot, res.withCalls, res.job = j.HoldsSlot, j.Calls > 1, j
+			}
+			w.ran(rj, res)
+		}()
 		if j.Hold > 0 {
 			// Admitted as of its slot, a moment ahead: it runs no sooner.
 			t := w.clock.NewTimer(j.Hold)
@@ -777,25 +792,34 @@ func (w *Worker) start(ctx context.Context, j *engine.Job, pid int64) {
 			}
 			t.Stop()
 		}
-		res := w.execute(ctx, j, rs)
-		res.pid = pid
-		w.mu.Lock()
-		delete(w.running, rj)
-		released := rj.released
-		if !released {
-			w.sending.Add(1)
-			w.unrecorded[j.ID]++
-		}
-		w.mu.Unlock()
-		if !released {
-			w.results <- res
-			w.sending.Done()
-		}
-		select {
-		case w.freed <- struct{}{}:
-		default:
-		}
+		res = w.execute(ctx, j, rs)
+		returned = true
 	}()
+}
+
+// errGoexit fails the attempt of a handler that called runtime.Goexit.
+var errGoexit = errors.New("the handler called runtime.Goexit (t.FailNow?) instead of returning")
+
+// ran hands a run's result to the recorder, unless its job was released,
+// and frees its slot.
+func (w *Worker) ran(rj *runningJob, res result) {
+	res.pid = rj.pid
+	w.mu.Lock()
+	delete(w.running, rj)
+	released := rj.released
+	if !released {
+		w.sending.Add(1)
+		w.unrecorded[rj.job.ID]++
+	}
+	w.mu.Unlock()
+	if !released {
+		w.results <- res
+		w.sending.Done()
+	}
+	select {
+	case w.freed <- struct{}{}:
+	default:
+	}
 }
 
 // shutdownGrace is how long cancelled jobs get to return before those still
