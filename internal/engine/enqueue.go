@@ -153,14 +153,22 @@ const rowBytes = 128
 // most MaxInsertBatch rows and maxBatchBytes (or MaxArgsBytes, when the
 // database's is smaller) of text, and at least one row.
 func (s *Store) batchEnd(rows []InsertRow, start int) int {
+	return s.batchEndBy(len(rows), start, func(i int) int {
+		r := &rows[i]
+		return len(r.Args) + len(r.Kind) + len(r.Queue) + len(r.RateKeys) + len(r.ConcKey) + len(r.LastError) + len(r.CoalesceKey) + len(r.Metadata) + len(r.FairKey)
+	})
+}
+
+// batchEndBy returns where the batch of n rows that begins at start ends,
+// by the bounds of batchEnd, given the bytes of text row i carries.
+func (s *Store) batchEndBy(n, start int, text func(i int) int) int {
 	limit := maxBatchBytes
 	if m := MaxArgsBytes(s); m > 0 {
 		limit = min(limit, m)
 	}
 	end, size := start, 0
-	for end < len(rows) && end-start < s.q.c.MaxInsertBatch {
-		r := &rows[end]
-		size += len(r.Args) + len(r.Kind) + len(r.Queue) + len(r.RateKeys) + len(r.ConcKey) + len(r.LastError) + len(r.CoalesceKey) + len(r.Metadata) + len(r.FairKey) + rowBytes
+	for end < n && end-start < s.q.c.MaxInsertBatch {
+		size += text(end) + rowBytes
 		if end > start && size > limit {
 			break
 		}

@@ -1,6 +1,7 @@
 package engine
 
 import (
+	"cmp"
 	"context"
 	"fmt"
 	"math"
@@ -9,7 +10,7 @@ import (
 
 // FairScale is a job's cost in virtual time at weight 1: a job of weight w
 // advances its key's virtual finish by FairScale/w. Weights 1 to
-// MaxFairWeight keep every step at least 1, and a queue's virtual time
+// MaxFairWeight keep every step at least 1, and a level's virtual time
 // reaches the int64 limit only after 2^43 (8.8 trillion) jobs of weight 1.
 const FairScale = 1 << 20
 
@@ -41,49 +42,66 @@ func checkFair(j NewJob) error {
 	return nil
 }
 
+// fairLevel is a queue's priority level: fair order applies among its jobs,
+// each level with a virtual time and key finishes of its own.
+type fairLevel struct {
+	queue    string
+	priority int
+}
+
 // tagFair gives each fair row its virtual start time, in ex's transaction:
-// per queue, it locks the rows of the batch's keys (in key order, queues
-// in name order), reads the queue's virtual time, and starts each key's
-// jobs, in the order given, at max(virtual time, the key's last finish),
-// one step of FairScale/weight apart; then it saves each key's new finish.
-// Concurrent enqueues of one key wait for each other on its row.
+// per priority level of each queue (queues in name order, then levels in
+// priority order), it locks the rows of the batch's keys (in key order),
+// reads the level's virtual time, and starts each key's jobs, in the order
+// given, at max(virtual time, the key's last finish at that level), one
+// step of FairScale/weight apart; then it saves each key's new finish.
+// Concurrent enqueues of one key and level wait for each other on its row.
+// The keys' statements are split as job inserts are (fairKeysEnd), in key
+// order, so a batch of any number of keys fits a statement's parameters.
 func (s *Store) tagFair(ctx context.Context, ex Executor, rows []InsertRow, weights []int) error {
-	byQueue := map[string]map[string][]int{}
+	byLevel := map[fairLevel]map[string][]int{}
 	for i := range rows {
 		r := &rows[i]
 		if r.FairKey == "" {
 			continue
 		}
-		if byQueue[r.Queue] == nil {
-			byQueue[r.Queue] = map[string][]int{}
+		l := fairLevel{r.Queue, r.Priority}
+		if byLevel[l] == nil {
+			byLevel[l] = map[string][]int{}
 		}
-		byQueue[r.Queue][r.FairKey] = append(byQueue[r.Queue][r.FairKey], i)
+		byLevel[l][r.FairKey] = append(byLevel[l][r.FairKey], i)
 	}
-	if len(byQueue) == 0 {
+	if len(byLevel) == 0 {
 		return nil
 	}
-	queues := make([]string, 0, len(byQueue))
-	for q := range byQueue {
-		queues = append(queues, q)
+	levels := make([]fairLevel, 0, len(byLevel))
+	for l := range byLevel {
+		levels = append(levels, l)
 	}
-	slices.Sort(queues)
+	slices.SortFunc(levels, func(a, b fairLevel) int {
+		return cmp.Or(cmp.Compare(a.queue, b.queue), cmp.Compare(a.priority, b.priority))
+	})
 	var writes []Stmt
-	for _, queue := range queues {
-		groups := byQueue[queue]
+	for _, l := range levels {
+		groups := byLevel[l]
 		keys := make([]string, 0, len(groups))
 		for k := range groups {
 			keys = append(keys, k)
 		}
 		slices.Sort(keys)
+		var inserts, locks []Stmt
+		for start := 0; start < len(keys); {
+			end := s.fairKeysEnd(keys, start)
+			inserts = append(inserts, stmt(s.q.InsertFairKeys(l.queue, l.priority, keys[start:end])))
+			locks = append(locks, query(s.q.LockFairKeys(l.queue, l.priority, keys[start:end])))
+			start = end
+		}
 		last := make(map[string]int64, len(keys))
 		var vt int64
-		err := pipeline(ctx, ex, []Stmt{
-			stmt(s.q.InsertFairKeys(queue, keys)),
-			query(s.q.LockFairKeys(queue, keys)),
-			query(s.q.FairVirtualTime(queue)),
-		}, func(i int, rs Rows) error {
+		stmts := append(append(inserts, locks...), query(s.q.FairVirtualTime(l.queue, l.priority)))
+		err := pipeline(ctx, ex, stmts, func(i int, rs Rows) error {
 			for rs.Next() {
-				if i == 1 {
+				if i < len(stmts)-1 {
 					var k string
 					var f int64
 					if err := rs.Scan(&k, &f); err != nil {
@@ -97,7 +115,7 @@ func (s *Store) tagFair(ctx context.Context, ex Executor, rows []InsertRow, weig
 			return nil
 		})
 		if err != nil {
-			return fmt.Errorf("fairness keys of queue %s: %w", queue, err)
+			return fmt.Errorf("fairness keys of queue %s, priority %d: %w", l.queue, l.priority, err)
 		}
 		finish := make([]int64, len(keys))
 		for n, k := range keys {
@@ -105,14 +123,18 @@ func (s *Store) tagFair(ctx context.Context, ex Executor, rows []InsertRow, weig
 			for _, i := range groups[k] {
 				step := fairStep(weights[i])
 				if f > math.MaxInt64-step {
-					return fmt.Errorf("fairness key %q of queue %s: its virtual time would overflow", k, queue)
+					return fmt.Errorf("fairness key %q of queue %s: its virtual time would overflow", k, l.queue)
 				}
 				rows[i].FairStart = f
 				f += step
 			}
 			finish[n] = f
 		}
-		writes = append(writes, stmt(s.q.SaveFairKeys(queue, keys, finish)))
+		for start := 0; start < len(keys); {
+			end := s.fairKeysEnd(keys, start)
+			writes = append(writes, stmt(s.q.SaveFairKeys(l.queue, l.priority, keys[start:end], finish[start:end])))
+			start = end
+		}
 	}
 	if err := pipeline(ctx, ex, writes, nil); err != nil {
 		return fmt.Errorf("save fairness keys: %w", err)
@@ -120,26 +142,48 @@ func (s *Store) tagFair(ctx context.Context, ex Executor, rows []InsertRow, weig
 	return nil
 }
 
-// PruneFairKeys deletes the fairness keys whose last finish is behind
-// their queue's virtual time: such a key's next job starts at the virtual
-// time whether its row is there or not, so this changes no start time
-// (while the virtual time does not go back, which only a retried job with
-// an old start can make it do, by less than its queue's backlog). It
-// returns how many it deleted.
+// fairKeysEnd returns where the statement of fairness keys that begins at
+// keys[start] ends, by the bounds of a job insert (batchEnd): at most
+// MaxInsertBatch keys, whose rows bind fewer parameters than a batch of
+// jobs, and at least one.
+func (s *Store) fairKeysEnd(keys []string, start int) int {
+	return s.batchEndBy(len(keys), start, func(i int) int { return len(keys[i]) })
+}
+
+// PruneFairKeys deletes the fairness keys whose last finish is behind the
+// virtual time of their queue's priority level: such a key's next job of
+// that priority starts at the virtual time whether its row is there or
+// not, so this changes no start time (while the virtual time does not go
+// back, which only a retried job with an old start can make it do, by less
+// than its level's backlog). It returns how many it deleted.
 func (s *Store) PruneFairKeys(ctx context.Context) (int, error) {
-	queues, err := queryColumn[string](ctx, s.db, s.q.FairQueues(), nil)
+	var levels []fairLevel
+	rows, err := s.db.Query(ctx, s.q.FairLevels())
+	if err == nil {
+		for rows.Next() {
+			var l fairLevel
+			if err = rows.Scan(&l.queue, &l.priority); err != nil {
+				break
+			}
+			levels = append(levels, l)
+		}
+		if err == nil {
+			err = rows.Err()
+		}
+		rows.Close()
+	}
 	if err != nil {
 		return 0, s.wrap(fmt.Errorf("prune fairness keys: %w", err))
 	}
 	deleted := 0
-	for _, queue := range queues {
+	for _, l := range levels {
 		err := s.inTx(ctx, func(tx Tx) error {
-			q, args := s.q.FairVirtualTime(queue)
+			q, args := s.q.FairVirtualTime(l.queue, l.priority)
 			vts, err := queryInt64s(ctx, tx, q, args)
 			if err != nil || len(vts) == 0 {
 				return err
 			}
-			q, args = s.q.DeleteFairKeys(queue, vts[0])
+			q, args = s.q.DeleteFairKeys(l.queue, l.priority, vts[0])
 			res, err := exec(ctx, tx, q, args)
 			if err != nil {
 				return err
@@ -148,7 +192,7 @@ func (s *Store) PruneFairKeys(ctx context.Context) (int, error) {
 			return nil
 		})
 		if err != nil {
-			return deleted, s.wrap(fmt.Errorf("prune fairness keys of queue %s: %w", queue, err))
+			return deleted, s.wrap(fmt.Errorf("prune fairness keys of queue %s, priority %d: %w", l.queue, l.priority, err))
 		}
 	}
 	return deleted, nil

@@ -35,8 +35,8 @@ func TestKeysAreLockedInTheOrderSluiceSortsThem(t *testing.T) {
 				require.NoError(t, err)
 			}
 		}
-		fair := func(f func(string, []string) (string, []any)) func([]string) (string, []any) {
-			return func(keys []string) (string, []any) { return f("default", keys) }
+		fair := func(f func(string, int, []string) (string, []any)) func([]string) (string, []any) {
+			return func(keys []string) (string, []any) { return f("default", 0, keys) }
 		}
 		columns := func(list string) int { return strings.Count(list, ",") + 1 }
 		for _, table := range []struct {

@@ -237,3 +237,30 @@ func TestTheJobsAroundASweptFloodAreReadAsIndexRanges(t *testing.T) {
 		}
 	})
 }
+
+// The virtual time of a fair priority level, which every fair enqueue
+// reads, is one read of the index of ready fair jobs bounded by queue and
+// priority: its first entry, whatever the backlog of the level or of the
+// levels more urgent than it.
+func TestTheFairVirtualTimeIsReadAtTheHeadOfItsLevel(t *testing.T) {
+	testdb.Each(t, func(t *testing.T, s *engine.Store) {
+		many := make([]engine.NewJob, 2000)
+		for i := range many {
+			many[i] = fairJob(fmt.Sprintf("k%02d", i%20), 1)
+			many[i].Priority = i % 2
+		}
+		enqueue(t, s, t0, many...)
+		stmts := map[string]func() (string, []any){
+			"FairVirtualTime": func() (string, []any) { return s.SQL().FairVirtualTime("default", 1) },
+		}
+		name := s.Dialect().Name()
+		for stmt, via := range plansOf(t, s, stmts) {
+			require.Len(t, via, 1, "%s: one read of sluice_jobs", stmt)
+			require.Contains(t, via[0], "sluice_jobs_ready_fair", "%s: %s", name, stmt)
+			if name != "mysql" { // MySQL's JSON plan names the index and its access only
+				require.Contains(t, via[0], "priority", "%s: %s bounds the priority", name, stmt)
+			}
+			t.Logf("%s: %s", name, via[0])
+		}
+	})
+}

@@ -43,7 +43,7 @@ type SQL struct {
 	insertTick, setTickJob, deleteTicks *sqlStatement
 
 	lockReadyFair, insertFairKeys, lockFairKeys, fairVirtualTime, saveFairKeys, deleteFairKeys *sqlStatement
-	fairQueues                                                                                 string
+	fairLevels                                                                                 string
 	lastTicks                                                                                  string
 }
 
@@ -99,7 +99,7 @@ func NewSQL(d Dialect) (*SQL, error) {
 		{&q.jobsByState, "JobsByState"}, {&q.unfinishedByState, "UnfinishedByState"}, {&q.oldestWaiting, "OldestWaiting"},
 		{&q.listProcesses, "ListProcesses"}, {&q.listQueues, "ListQueues"}, {&q.listOverrides, "ListOverrides"},
 		{&q.listBudgets, "ListBudgets"}, {&q.listSemaphores, "ListSemaphores"}, {&q.lastTicks, "LastTicks"},
-		{&q.fairQueues, "FairQueues"},
+		{&q.fairLevels, "FairLevels"},
 	}
 	for _, t := range texts {
 		if *t.dst, err = render(t.name); err != nil {
@@ -200,10 +200,10 @@ func NewSQL(d Dialect) (*SQL, error) {
 
 		{&q.lockReadyFair, "LockReadyFair", []string{"queue", "limited", "limit"}},
 		{&q.insertFairKeys, "InsertFairKeys", []string{"rows"}},
-		{&q.lockFairKeys, "LockFairKeys", []string{"queue", "keys"}},
-		{&q.fairVirtualTime, "FairVirtualTime", []string{"queue"}},
+		{&q.lockFairKeys, "LockFairKeys", []string{"queue", "priority", "keys"}},
+		{&q.fairVirtualTime, "FairVirtualTime", []string{"queue", "priority"}},
 		{&q.saveFairKeys, "SaveFairKeys", []string{"rows"}},
-		{&q.deleteFairKeys, "DeleteFairKeys", []string{"queue", "before"}},
+		{&q.deleteFairKeys, "DeleteFairKeys", []string{"queue", "priority", "before"}},
 	}
 	for _, s := range stmts {
 		text, err := render(s.name)

@@ -8,39 +8,44 @@ func (q *SQL) LockReadyFair(queue string, limited bool, limit int) (string, []an
 	return q.lockReadyFair.bind(queue, limited, limit)
 }
 
-// InsertFairKeys inserts rows for a queue's fairness keys (sorted),
-// ignoring those that exist.
-func (q *SQL) InsertFairKeys(queue string, keys []string) (string, []any) {
-	queues := make([]string, len(keys))
+// InsertFairKeys inserts rows for the fairness keys (sorted) of a
+// queue's priority level, ignoring those that exist.
+func (q *SQL) InsertFairKeys(queue string, priority int, keys []string) (string, []any) {
+	queues, prios := make([]string, len(keys)), make([]int32, len(keys))
 	for i := range queues {
-		queues[i] = queue
+		queues[i], prios[i] = queue, int32(priority)
 	}
-	return q.insertFairKeys.bind(columns{queues, keys})
+	return q.insertFairKeys.bind(columns{queues, prios, keys})
 }
 
-// LockFairKeys locks a queue's fairness keys, in key order. Columns:
-// fair_key, finish.
-func (q *SQL) LockFairKeys(queue string, keys []string) (string, []any) {
-	return q.lockFairKeys.bind(queue, keys)
+// LockFairKeys locks the fairness keys of a queue's priority level, in key
+// order. Columns: fair_key, finish.
+func (q *SQL) LockFairKeys(queue string, priority int, keys []string) (string, []any) {
+	return q.lockFairKeys.bind(queue, int32(priority), keys)
 }
 
-// FairVirtualTime reads a queue's virtual time. Columns: one bigint.
-func (q *SQL) FairVirtualTime(queue string) (string, []any) { return q.fairVirtualTime.bind(queue) }
+// FairVirtualTime reads the virtual time of a queue's priority level.
+// Columns: one bigint.
+func (q *SQL) FairVirtualTime(queue string, priority int) (string, []any) {
+	return q.fairVirtualTime.bind(queue, int32(priority))
+}
 
-// SaveFairKeys writes the last finish of a queue's keys.
-func (q *SQL) SaveFairKeys(queue string, keys []string, finish []int64) (string, []any) {
-	queues := make([]string, len(keys))
+// SaveFairKeys writes the last finish of the keys of a queue's priority
+// level.
+func (q *SQL) SaveFairKeys(queue string, priority int, keys []string, finish []int64) (string, []any) {
+	queues, prios := make([]string, len(keys)), make([]int32, len(keys))
 	for i := range queues {
-		queues[i] = queue
+		queues[i], prios[i] = queue, int32(priority)
 	}
-	return q.saveFairKeys.bind(columns{queues, keys, finish})
+	return q.saveFairKeys.bind(columns{queues, prios, keys, finish})
 }
 
-// FairQueues lists the queues that have fairness keys. Columns: queue.
-func (q *SQL) FairQueues() string { return q.fairQueues }
+// FairLevels lists the priority levels of each queue that have fairness
+// keys. Columns: queue, priority.
+func (q *SQL) FairLevels() string { return q.fairLevels }
 
-// DeleteFairKeys deletes a queue's keys whose last finish is before
-// before.
-func (q *SQL) DeleteFairKeys(queue string, before int64) (string, []any) {
-	return q.deleteFairKeys.bind(queue, before)
+// DeleteFairKeys deletes the keys of a queue's priority level whose last
+// finish is before before.
+func (q *SQL) DeleteFairKeys(queue string, priority int, before int64) (string, []any) {
+	return q.deleteFairKeys.bind(queue, int32(priority), before)
 }
