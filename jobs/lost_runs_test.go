@@ -71,14 +71,7 @@ func TestAJobClaimedAgainWhileItsLostRunGoesOnIsReleasedAtShutdown(t *testing.T)
 
 		// Shutdown: job 1's second run is still running and ignores its
 		// context, so it must be released back to ready.
-		now := h.clock.Now()
-		go func() {
-			<-h.clock.WaitForTimerAt(now.Add(jobs.DefaultShutdownTimeout))
-			h.clock.Advance(jobs.DefaultShutdownTimeout)
-			<-h.clock.WaitForTimerAt(now.Add(jobs.DefaultShutdownTimeout + time.Second))
-			h.clock.Advance(time.Second)
-		}()
-		stop()
+		stopPastItsTimeout(h, stop)
 		j := h.job(a)
 		require.Equal(t, engine.StateReady, j.State, "job 1, still running at shutdown, is released (it is %s for process %d)", j.State, j.ProcessID)
 	})
@@ -133,20 +126,27 @@ func TestJobsAWorkerClaimsBeforeLearningItWasReapedRunOnce(t *testing.T) {
 		require.NotEqual(t, first, w.ProcessID(), "registered again")
 
 		// At shutdown job 2, still running under the old id, is released.
-		now := h.clock.Now()
-		go func() {
-			<-h.clock.WaitForTimerAt(now.Add(jobs.DefaultShutdownTimeout))
-			h.clock.Advance(jobs.DefaultShutdownTimeout)
-			<-h.clock.WaitForTimerAt(now.Add(jobs.DefaultShutdownTimeout + time.Second))
-			h.clock.Advance(time.Second)
-		}()
-		stop()
+		stopPastItsTimeout(h, stop)
 		j := h.job(b)
 		require.Equal(t, engine.StateReady, j.State, "job 2 is released (it is %s for process %d)", j.State, j.ProcessID)
 		require.Equal(t, 0, j.Attempt, "its attempt is given back")
 		require.Equal(t, engine.StateCompleted, h.job(a).State, "job 1's result counts: the claim was its worker's")
 		require.Len(t, started, 0, "no job ran twice")
 	})
+}
+
+// stopPastItsTimeout stops a worker whose jobs ignore their context: it
+// moves the fake clock through the shutdown timeout and the grace second
+// after it, so the jobs still running are released.
+func stopPastItsTimeout(h *harness, stop func()) {
+	now := h.clock.Now()
+	go func() {
+		<-h.clock.WaitForTimerAt(now.Add(jobs.DefaultShutdownTimeout))
+		h.clock.Advance(jobs.DefaultShutdownTimeout)
+		<-h.clock.WaitForTimerAt(now.Add(jobs.DefaultShutdownTimeout + time.Second))
+		h.clock.Advance(time.Second)
+	}()
+	stop()
 }
 
 // lostReplyDB commits a claim's transaction and then reports an error, as

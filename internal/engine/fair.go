@@ -56,7 +56,7 @@ type fairLevel struct {
 // given, at max(virtual time, the key's last finish at that level), one
 // step of FairScale/weight apart; then it saves each key's new finish.
 // Concurrent enqueues of one key and level wait for each other on its row.
-// The keys' statements are split as job inserts are (fairKeysEnd), in key
+// The keys' statements are split as job inserts are (keysEnd), in key
 // order, so a batch of any number of keys fits a statement's parameters.
 func (s *Store) tagFair(ctx context.Context, ex Executor, rows []InsertRow, weights []int) error {
 	byLevel := map[fairLevel]map[string][]int{}
@@ -91,7 +91,7 @@ func (s *Store) tagFair(ctx context.Context, ex Executor, rows []InsertRow, weig
 		slices.Sort(keys)
 		var inserts, locks []Stmt
 		for start := 0; start < len(keys); {
-			end := s.fairKeysEnd(keys, start)
+			end := s.keysEnd(keys, start)
 			inserts = append(inserts, stmt(s.q.InsertFairKeys(l.queue, l.priority, keys[start:end])))
 			locks = append(locks, query(s.q.LockFairKeys(l.queue, l.priority, keys[start:end])))
 			start = end
@@ -131,7 +131,7 @@ func (s *Store) tagFair(ctx context.Context, ex Executor, rows []InsertRow, weig
 			finish[n] = f
 		}
 		for start := 0; start < len(keys); {
-			end := s.fairKeysEnd(keys, start)
+			end := s.keysEnd(keys, start)
 			writes = append(writes, stmt(s.q.SaveFairKeys(l.queue, l.priority, keys[start:end], finish[start:end])))
 			start = end
 		}
@@ -142,11 +142,11 @@ func (s *Store) tagFair(ctx context.Context, ex Executor, rows []InsertRow, weig
 	return nil
 }
 
-// fairKeysEnd returns where the statement of fairness keys that begins at
-// keys[start] ends, by the bounds of a job insert (batchEnd): at most
-// MaxInsertBatch keys, whose rows bind fewer parameters than a batch of
-// jobs, and at least one.
-func (s *Store) fairKeysEnd(keys []string, start int) int {
+// keysEnd returns where the statement of keys (fairness keys, semaphores,
+// budgets) that begins at keys[start] ends, by the bounds of a job insert
+// (batchEnd): at most MaxInsertBatch keys, whose rows bind fewer
+// parameters than a batch of jobs, and at least one.
+func (s *Store) keysEnd(keys []string, start int) int {
 	return s.batchEndBy(len(keys), start, func(i int) int { return len(keys[i]) })
 }
 

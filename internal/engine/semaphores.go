@@ -144,9 +144,21 @@ func (h heldSemaphores) Error() string {
 // committed: one that took it in key order too, so it holds none of the
 // rows this call created before it (on PostgreSQL an existing row is
 // otherwise left alone; on MySQL the insert locks it, in the same order).
+// More keys than a statement binds go in sorted runs (keysEnd), the after
+// statements with the last.
 func (s *Store) createThenLock(ctx context.Context, ex Executor, keys []string, after []Stmt, scan, scanAfter func(Rows) error) error {
-	stmts := append([]Stmt{stmt(s.q.InsertSemaphores(keys)), query(s.q.LockSemaphores(keys))}, after...)
-	return pipeline(ctx, ex, stmts, readLocked(1, scan, scanAfter))
+	for start := 0; ; {
+		end := s.keysEnd(keys, start)
+		run := keys[start:end]
+		stmts := []Stmt{stmt(s.q.InsertSemaphores(run)), query(s.q.LockSemaphores(run))}
+		if end == len(keys) {
+			return pipeline(ctx, ex, append(stmts, after...), readLocked(1, scan, scanAfter))
+		}
+		if err := pipeline(ctx, ex, stmts, readLocked(1, scan, scanAfter)); err != nil {
+			return err
+		}
+		start = end
+	}
 }
 
 func scanSemaphore(rows Rows, extra ...any) (SemaphoreRow, error) {
@@ -276,15 +288,19 @@ func (sl *slots) writes() []Stmt {
 		rows = append(rows, r)
 	}
 	slices.SortFunc(rows, func(a, b SemaphoreRow) int { return strings.Compare(a.Name, b.Name) })
-	if len(rows) > 0 {
-		out = append(out, stmt(sl.q.SaveSemaphores(rows)))
+	// In runs a statement binds (an EnqueueMany may bring tens of
+	// thousands of keys; SQLite binds 32,766 parameters).
+	for run := range slices.Chunk(rows, sl.q.c.MaxInsertBatch) {
+		out = append(out, stmt(sl.q.SaveSemaphores(run)))
 	}
 	if len(sl.handed) > 0 {
-		ready := make([]SetRow, len(sl.handed))
-		for i, id := range sl.handed {
-			ready[i] = SetRow{ID: id, State: StateReady, RunAt: sl.now}
+		for ids := range slices.Chunk(sl.handed, sl.q.c.MaxInsertBatch) {
+			ready := make([]SetRow, len(ids))
+			for i, id := range ids {
+				ready[i] = SetRow{ID: id, State: StateReady, RunAt: sl.now}
+			}
+			out = append(out, stmt(sl.q.SetJobs(StateBlocked, 0, sl.now, ready)), stmt(sl.q.MarkSlots(ids, true)))
 		}
-		out = append(out, stmt(sl.q.SetJobs(StateBlocked, 0, sl.now, ready)), stmt(sl.q.MarkSlots(sl.handed, true)))
 		if q, args := sl.q.Notify(sl.queues); q != "" {
 			out = append(out, stmt(q, args))
 		}
