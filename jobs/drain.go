@@ -42,15 +42,6 @@ func (w *Worker) Drain(ctx context.Context) (DrainResult, error) {
 	defer func() { _ = w.store.DeregisterProcess(context.WithoutCancel(ctx), w.pid.Load()) }()
 	for ctx.Err() == nil {
 		now := w.storeClock()
-		for {
-			n, _, err := w.store.Promote(ctx, now, 1000)
-			if err != nil {
-				return out, fmt.Errorf("jobs: drain: %w", err)
-			}
-			if n < 1000 {
-				break
-			}
-		}
 		if w.limits != nil {
 			for {
 				n, err := w.store.Unpark(ctx, now, w.cfg.Horizon, 1000, engine.DefaultUnparkBatch)
@@ -63,6 +54,16 @@ func (w *Worker) Drain(ctx context.Context) (DrainResult, error) {
 			}
 			if err := w.limits.refresh(ctx, w.store); err != nil {
 				return out, fmt.Errorf("jobs: drain: %w", err)
+			}
+		}
+		// After Unpark: the slots it hands parked jobs may be due already.
+		for {
+			n, _, err := w.store.Promote(ctx, now, 1000)
+			if err != nil {
+				return out, fmt.Errorf("jobs: drain: %w", err)
+			}
+			if n < 1000 {
+				break
 			}
 		}
 		pid := w.pid.Load()

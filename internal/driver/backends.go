@@ -35,7 +35,7 @@ func ForURL(rawURL string) (engine.Backend, error) {
 			}
 		}
 	}
-	return engine.Backend{}, fmt.Errorf("unknown database URL scheme %q: use %s or a file path", scheme, strings.Join(known, ", "))
+	return engine.Backend{}, fmt.Errorf("unknown database URL scheme %q: use %s or a file path (sqlite:PATH for a path that holds \":\")", scheme, strings.Join(known, ", "))
 }
 
 // ByName returns the backend with that name or alias.

@@ -30,9 +30,10 @@ import (
 var migrations embed.FS
 
 // Config turns a mysql://user:password@host:port/database?params URL into
-// the driver's configuration. Extra parameters are passed to the driver.
-// Its errors never quote the URL or any part of it, which may hold the
-// password.
+// the driver's configuration. The parameters are read as the driver reads
+// a DSN's: its own (tls, timeout, charset, …) set it up, and the others
+// are the server's session variables. Its errors never quote the URL or
+// any part of it, which may hold the password.
 func Config(rawURL string) (*driver.Config, error) {
 	u, err := url.Parse(rawURL)
 	if err != nil {
@@ -42,26 +43,33 @@ func Config(rawURL string) (*driver.Config, error) {
 		return nil, fmt.Errorf("mysql: URL scheme is %q, want mysql", u.Scheme)
 	}
 	cfg := driver.NewConfig()
+	if u.RawQuery != "" {
+		// A DSN of the parameters alone: no part of it is the password.
+		if cfg, err = driver.ParseDSN("/?" + u.RawQuery); err != nil {
+			return nil, fmt.Errorf("mysql: URL parameters: %w", err)
+		}
+	}
 	cfg.User = u.User.Username()
 	cfg.Passwd, _ = u.User.Password()
 	cfg.Net = "tcp"
-	host := u.Host
+	host, port := u.Hostname(), u.Port()
 	if host == "" {
 		host = "127.0.0.1"
 	}
-	if _, _, err := net.SplitHostPort(host); err != nil {
-		host = net.JoinHostPort(host, "3306")
+	if port == "" {
+		port = "3306"
 	}
-	cfg.Addr = host
+	cfg.Addr = net.JoinHostPort(host, port)
 	cfg.DBName = strings.TrimPrefix(u.Path, "/")
 	if cfg.DBName == "" {
 		return nil, errors.New("mysql: the URL names no database (mysql://user@host:3306/DATABASE)")
 	}
-	cfg.Loc = time.UTC
+	if !u.Query().Has("loc") {
+		cfg.Loc = time.UTC
+	}
 	cfg.InterpolateParams = true
-	cfg.Params = map[string]string{}
-	for k, vs := range u.Query() {
-		cfg.Params[k] = vs[len(vs)-1]
+	if cfg.Params == nil {
+		cfg.Params = map[string]string{}
 	}
 	return cfg, nil
 }
