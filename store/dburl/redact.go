@@ -2,6 +2,7 @@ package dburl
 
 import (
 	"net/url"
+	"slices"
 	"strings"
 )
 
@@ -72,13 +73,21 @@ func (e *redactedError) Unwrap() error { return e.err }
 func redact(rawURL string) (string, []string) {
 	var b strings.Builder
 	var secrets []string
-	hide := func(s string) {
-		if s == "" {
+	// hide masks raw, the text of a secret in rawURL; plain, when it is
+	// not empty, is the secret as a driver reads it (unquoted, unescaped),
+	// looked for in messages too.
+	hide := func(raw, plain string) {
+		if raw == "" {
 			return
 		}
-		secrets = append(secrets, s)
-		if dec, err := url.PathUnescape(s); err == nil && dec != s {
-			secrets = append(secrets, dec)
+		for _, s := range []string{raw, plain} {
+			if s == "" || slices.Contains(secrets, s) {
+				continue
+			}
+			secrets = append(secrets, s)
+			if dec, err := url.PathUnescape(s); err == nil && dec != s && !slices.Contains(secrets, dec) {
+				secrets = append(secrets, dec)
+			}
 		}
 		b.WriteString(Mask)
 	}
@@ -92,7 +101,7 @@ func redact(rawURL string) (string, []string) {
 			// redactParams too: in a malformed URL a password parameter
 			// can end up there.
 			redactParams(&b, rest[:start], hide)
-			hide(rest[start:end])
+			hide(rest[start:end], "")
 			rest = rest[end:]
 		}
 	}
@@ -164,37 +173,58 @@ func numeric(s string) bool {
 
 // redactParams writes s to b with the values of password parameters
 // (key=value pairs split by '&', '?', ';' or spaces, whose key names a
-// password) hidden.
-func redactParams(b *strings.Builder, s string, hide func(string)) {
+// password) hidden. As libpq and pgx read a keyword=value string, spaces
+// may stand around the '=', a value may be quoted with '...', and a
+// backslash escapes the character after it (a quote inside quotes, a space
+// outside them).
+func redactParams(b *strings.Builder, s string, hide func(raw, plain string)) {
 	for len(s) > 0 {
 		i := strings.IndexByte(s, '=')
 		if i < 0 {
 			b.WriteString(s)
 			return
 		}
-		key := s[:i]
-		if j := strings.LastIndexAny(key, "?&; \t\n"); j >= 0 {
+		key := strings.TrimRight(s[:i], " \t\n\r\v\f")
+		if j := strings.LastIndexAny(key, "?&; \t\n\r\v\f"); j >= 0 {
 			key = key[j+1:]
 		}
-		b.WriteString(s[:i+1])
-		s = s[i+1:]
+		// The '=' and the spaces after it stay visible.
+		after := s[i+1:]
+		n := i + 1 + len(after) - len(strings.TrimLeft(after, " \t\n\r\v\f"))
+		b.WriteString(s[:n])
+		s = s[n:]
 		if !secretKey(key) {
 			continue
 		}
-		from := 0
-		if strings.HasPrefix(s, "'") { // keyword='quoted value'
-			from = len(s)
-			if q := strings.IndexByte(s[1:], '\''); q >= 0 {
-				from = q + 2
-			}
-		}
-		end := len(s)
-		if i := strings.IndexAny(s[from:], "&; \t\n"); i >= 0 {
-			end = from + i
-		}
-		hide(s[:end])
+		end, plain := paramValue(s)
+		hide(s[:end], plain)
 		s = s[end:]
 	}
+}
+
+// paramValue returns where the parameter value that s starts with ends,
+// and the value as a driver reads it: unquoted, with its backslash escapes
+// undone. A value that starts with a quote is quoted up to the next quote
+// not escaped (an unclosed one runs to the end); the value runs to the
+// first '&', ';' or space outside those quotes and not escaped.
+func paramValue(s string) (int, string) {
+	var plain strings.Builder
+	quoted := strings.HasPrefix(s, "'")
+	for i := 0; i < len(s); i++ {
+		switch c := s[i]; {
+		case i == 0 && quoted:
+		case c == '\\' && i+1 < len(s):
+			i++
+			plain.WriteByte(s[i])
+		case c == '\'' && quoted:
+			quoted = false
+		case !quoted && strings.IndexByte("&; \t\n\r\v\f", c) >= 0:
+			return i, plain.String()
+		default:
+			plain.WriteByte(c)
+		}
+	}
+	return len(s), plain.String()
 }
 
 // secretKey reports whether a parameter's key names a password.
