@@ -61,6 +61,10 @@ var wakes = map[string]bool{"InsertJobs": true, "InsertCoalescing": true}
 // NewSQL renders the catalog for d.
 func NewSQL(d Dialect) (*SQL, error) {
 	c := d.Capabilities()
+	if c.MaxInsertBatch < 1 {
+		// Every statement of many rows or keys is split by it.
+		return nil, fmt.Errorf("dialect %s: MaxInsertBatch is %d; it must be at least 1", d.Name(), c.MaxInsertBatch)
+	}
 	all, err := loadCatalog(d.Replacements())
 	if err != nil {
 		return nil, err
