@@ -187,21 +187,21 @@ func (s *Store) lockBudgetRows(ctx context.Context, tx Executor, keys []string, 
 // after the last lock; with a nil insert it leaves them missing, and when
 // inOrder (if not nil) refuses the insert it returns inOrder's error.
 // scan reads each locked row; scanAfter each row of an after statement.
-// More keys than a statement binds (keysEnd: an EnqueueMany of 40,000
+// More keys than a statement binds (keyRuns: an EnqueueMany of 40,000
 // concurrency keys passed SQLite's 32,766 parameters) go in sorted runs,
 // the after statements with the last.
 func (s *Store) lockByName(ctx context.Context, tx Executor, keys []string, lock, insert func([]string) (string, []any),
 	inOrder func(missing []string) error, after []Stmt, found func(string) bool, scan, scanAfter func(Rows) error) error {
-	for start := 0; ; {
-		end := s.keysEnd(keys, start)
-		if end == len(keys) {
-			return s.lockRun(ctx, tx, keys[start:], lock, insert, inOrder, after, found, scan, scanAfter)
+	for run, last := range s.keyRuns(keys) {
+		var then []Stmt
+		if last {
+			then = after
 		}
-		if err := s.lockRun(ctx, tx, keys[start:end], lock, insert, inOrder, nil, found, scan, scanAfter); err != nil {
+		if err := s.lockRun(ctx, tx, run, lock, insert, inOrder, then, found, scan, scanAfter); err != nil {
 			return err
 		}
-		start = end
 	}
+	return nil
 }
 
 // lockRun is lockByName for keys one statement binds.

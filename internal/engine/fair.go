@@ -4,6 +4,7 @@ import (
 	"cmp"
 	"context"
 	"fmt"
+	"iter"
 	"math"
 	"slices"
 )
@@ -56,7 +57,7 @@ type fairLevel struct {
 // given, at max(virtual time, the key's last finish at that level), one
 // step of FairScale/weight apart; then it saves each key's new finish.
 // Concurrent enqueues of one key and level wait for each other on its row.
-// The keys' statements are split as job inserts are (keysEnd), in key
+// The keys' statements are split as job inserts are (keyRuns), in key
 // order, so a batch of any number of keys fits a statement's parameters.
 func (s *Store) tagFair(ctx context.Context, ex Executor, rows []InsertRow, weights []int) error {
 	byLevel := map[fairLevel]map[string][]int{}
@@ -90,11 +91,9 @@ func (s *Store) tagFair(ctx context.Context, ex Executor, rows []InsertRow, weig
 		}
 		slices.Sort(keys)
 		var inserts, locks []Stmt
-		for start := 0; start < len(keys); {
-			end := s.keysEnd(keys, start)
-			inserts = append(inserts, stmt(s.q.InsertFairKeys(l.queue, l.priority, keys[start:end])))
-			locks = append(locks, query(s.q.LockFairKeys(l.queue, l.priority, keys[start:end])))
-			start = end
+		for run := range s.keyRuns(keys) {
+			inserts = append(inserts, stmt(s.q.InsertFairKeys(l.queue, l.priority, run)))
+			locks = append(locks, query(s.q.LockFairKeys(l.queue, l.priority, run)))
 		}
 		last := make(map[string]int64, len(keys))
 		var vt int64
@@ -130,10 +129,10 @@ func (s *Store) tagFair(ctx context.Context, ex Executor, rows []InsertRow, weig
 			}
 			finish[n] = f
 		}
-		for start := 0; start < len(keys); {
-			end := s.keysEnd(keys, start)
-			writes = append(writes, stmt(s.q.SaveFairKeys(l.queue, l.priority, keys[start:end], finish[start:end])))
-			start = end
+		start := 0
+		for run := range s.keyRuns(keys) {
+			writes = append(writes, stmt(s.q.SaveFairKeys(l.queue, l.priority, run, finish[start:start+len(run)])))
+			start += len(run)
 		}
 	}
 	if err := pipeline(ctx, ex, writes, nil); err != nil {
@@ -142,12 +141,21 @@ func (s *Store) tagFair(ctx context.Context, ex Executor, rows []InsertRow, weig
 	return nil
 }
 
-// keysEnd returns where the statement of keys (fairness keys, semaphores,
-// budgets) that begins at keys[start] ends, by the bounds of a job insert
-// (batchEnd): at most MaxInsertBatch keys, whose rows bind fewer
-// parameters than a batch of jobs, and at least one.
-func (s *Store) keysEnd(keys []string, start int) int {
-	return s.batchEndBy(len(keys), start, func(i int) int { return len(keys[i]) })
+// keyRuns yields keys (fairness keys, semaphores, budgets) in the runs one
+// statement binds, in order, by the bounds of a job insert (batchEnd): at
+// most MaxInsertBatch keys, whose rows bind fewer parameters than a batch
+// of jobs. It yields each run with whether it is the last, and one empty
+// run for no keys.
+func (s *Store) keyRuns(keys []string) iter.Seq2[[]string, bool] {
+	return func(yield func([]string, bool) bool) {
+		for start := 0; ; {
+			end := s.batchEndBy(len(keys), start, func(i int) int { return len(keys[i]) })
+			if !yield(keys[start:end], end == len(keys)) || end == len(keys) {
+				return
+			}
+			start = end
+		}
+	}
 }
 
 // PruneFairKeys deletes the fairness keys whose last finish is behind the

@@ -151,10 +151,8 @@ func (s *Store) ReapDeadProcesses(ctx context.Context, c Clock, threshold time.D
 			return err
 		}
 		woke = handed
+		ts = block(ts, blocked)
 		for i := range ts {
-			if blocked[ts[i].ID] {
-				ts[i].State = StateBlocked
-			}
 			if ts[i].State == StateReady && !slices.Contains(queues, inQueue[i]) {
 				queues = append(queues, inQueue[i])
 			}

@@ -144,21 +144,19 @@ func (h heldSemaphores) Error() string {
 // committed: one that took it in key order too, so it holds none of the
 // rows this call created before it (on PostgreSQL an existing row is
 // otherwise left alone; on MySQL the insert locks it, in the same order).
-// More keys than a statement binds go in sorted runs (keysEnd), the after
+// More keys than a statement binds go in sorted runs (keyRuns), the after
 // statements with the last.
 func (s *Store) createThenLock(ctx context.Context, ex Executor, keys []string, after []Stmt, scan, scanAfter func(Rows) error) error {
-	for start := 0; ; {
-		end := s.keysEnd(keys, start)
-		run := keys[start:end]
+	for run, last := range s.keyRuns(keys) {
 		stmts := []Stmt{stmt(s.q.InsertSemaphores(run)), query(s.q.LockSemaphores(run))}
-		if end == len(keys) {
-			return pipeline(ctx, ex, append(stmts, after...), readLocked(1, scan, scanAfter))
+		if last {
+			stmts = append(stmts, after...)
 		}
 		if err := pipeline(ctx, ex, stmts, readLocked(1, scan, scanAfter)); err != nil {
 			return err
 		}
-		start = end
 	}
+	return nil
 }
 
 func scanSemaphore(rows Rows, extra ...any) (SemaphoreRow, error) {
@@ -311,6 +309,18 @@ func (sl *slots) writes() []Stmt {
 // holders are jobs that hold a slot, by id, with their keys.
 type holders map[int64]string
 
+// byKey counts the holders of each key, and returns their ids, sorted.
+func (hs holders) byKey() (map[string]int, []int64) {
+	count := map[string]int{}
+	ids := make([]int64, 0, len(hs))
+	for id, key := range hs {
+		count[key]++
+		ids = append(ids, id)
+	}
+	slices.Sort(ids)
+	return count, ids
+}
+
 // lockHolders locks, of ids, the jobs that hold a slot (and run for
 // processID when it is not 0).
 func (s *Store) lockHolders(ctx context.Context, ex Executor, ids []int64, processID int64) (holders, error) {
@@ -386,13 +396,7 @@ func (sl *slots) giveAll(ctx context.Context, hs holders) ([]Stmt, error) {
 	if len(hs) == 0 {
 		return nil, nil
 	}
-	count := map[string]int{}
-	ids := make([]int64, 0, len(hs))
-	for id, key := range hs {
-		count[key]++
-		ids = append(ids, id)
-	}
-	slices.Sort(ids)
+	count, ids := hs.byKey()
 	for _, k := range keysOf(hs, nil) {
 		if err := sl.give(ctx, k, count[k]); err != nil {
 			return nil, err
@@ -525,12 +529,7 @@ func (s *Store) MaintainSemaphores(ctx context.Context, c Clock, limit int) (fre
 			if err != nil {
 				return fmt.Errorf("lock running slot holders: %w", err)
 			}
-			count := map[string]int{}
-			ids := make([]int64, 0, len(lost))
-			for id, k := range lost {
-				count[k]++
-				ids = append(ids, id)
-			}
+			count, ids := lost.byKey()
 			for _, k := range expired {
 				sl.expire(k, count[k])
 				if count[k] > 0 {
@@ -538,7 +537,6 @@ func (s *Store) MaintainSemaphores(ctx context.Context, c Clock, limit int) (fre
 				}
 			}
 			if len(ids) > 0 {
-				slices.Sort(ids)
 				writes = append(writes, stmt(s.q.MarkSlots(ids, false)))
 			}
 		}
