@@ -472,16 +472,3 @@ func (e *Env) openEngine(ctx context.Context, url *string, checked bool) (*engin
 func Open(ctx context.Context, url string) (*store.Store, error) {
 	return store.Open(ctx, url)
 }
-
-// OpenChecked opens the store at url and checks that it is migrated.
-func OpenChecked(ctx context.Context, url string) (*store.Store, error) {
-	s, err := Open(ctx, url)
-	if err != nil {
-		return nil, err
-	}
-	if err := s.CheckSchema(ctx); err != nil {
-		_ = s.Close()
-		return nil, err
-	}
-	return s, nil
-}

@@ -21,7 +21,7 @@ func runExplain(ctx context.Context, env *Env, args []string) error {
 	if err != nil {
 		return err
 	}
-	s, err := OpenChecked(ctx, *url)
+	s, err := env.Open(ctx, url, true)
 	if err != nil {
 		return err
 	}

@@ -110,6 +110,9 @@ func runCheck(ctx context.Context, env *Env, args []string) error {
 	if err := Parse(fs, args); err != nil {
 		return err
 	}
+	if err := noMoreArgs(fs, 0); err != nil {
+		return err
+	}
 	s, err := env.Open(ctx, url, false)
 	if err != nil {
 		return err

@@ -314,7 +314,10 @@ func runRecurring(ctx context.Context, env *Env, args []string) error {
 	if err := Parse(fs, args); err != nil {
 		return err
 	}
-	s, err := OpenChecked(ctx, *url)
+	if err := noMoreArgs(fs, 0); err != nil {
+		return err
+	}
+	s, err := env.Open(ctx, url, true)
 	if err != nil {
 		return err
 	}
