@@ -176,7 +176,7 @@ func (m *Metrics) Collect(ch chan<- prometheus.Metric) {
 	}
 	now := m.clock.Now()
 	for _, o := range oldest {
-		ch <- prometheus.MustNewConstMetric(m.oldest, prometheus.GaugeValue, max(now.Sub(o.CreatedAt).Seconds(), 0),
+		ch <- prometheus.MustNewConstMetric(m.oldest, prometheus.GaugeValue, max(now.Sub(o.Since).Seconds(), 0),
 			o.Queue, strconv.FormatBool(o.Throttled))
 	}
 }

@@ -99,9 +99,9 @@ func (s *server) overview(w http.ResponseWriter, r *http.Request) {
 	}
 	for _, o := range oldest {
 		if o.Throttled {
-			row(o.Queue).OldestHeld = o.CreatedAt
+			row(o.Queue).OldestHeld = o.Since
 		} else {
-			row(o.Queue).OldestFree = o.CreatedAt
+			row(o.Queue).OldestFree = o.Since
 		}
 	}
 	buckets := int(throughputWindow / throughputBucket)

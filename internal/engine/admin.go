@@ -81,7 +81,10 @@ type Oldest struct {
 	// Throttled is set for jobs a limit holds: waiting on a rate limit, or
 	// blocked on a concurrency slot.
 	Throttled bool
-	CreatedAt time.Time
+	// Since is when the job began to wait: its run_at for a ready job no
+	// limit holds (one scheduled ahead, or retried after a backoff, could
+	// not run before), its enqueue for one a limit holds.
+	Since time.Time
 }
 
 // OldestWaiting returns, per queue, the oldest job waiting to run, split by
@@ -96,11 +99,11 @@ func (s *Store) OldestWaiting(ctx context.Context) ([]Oldest, error) {
 	var out []Oldest
 	for rows.Next() {
 		var o Oldest
-		var throttled, created int64
-		if err := rows.Scan(&o.Queue, &throttled, &created); err != nil {
+		var throttled, since int64
+		if err := rows.Scan(&o.Queue, &throttled, &since); err != nil {
 			return nil, err
 		}
-		o.Throttled, o.CreatedAt = throttled == 1, FromMicros(created)
+		o.Throttled, o.Since = throttled == 1, FromMicros(since)
 		out = append(out, o)
 	}
 	return out, rows.Err()

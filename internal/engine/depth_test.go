@@ -61,9 +61,9 @@ func TestDepthAndOldestWaitingCoverEveryState(t *testing.T) {
 		oldest, err := s.OldestWaiting(ctx)
 		require.NoError(t, err)
 		require.ElementsMatch(t, []engine.Oldest{
-			{Queue: "default", Throttled: false, CreatedAt: t1},
-			{Queue: "default", Throttled: true, CreatedAt: t1},
-			{Queue: "limited", Throttled: true, CreatedAt: t1},
+			{Queue: "default", Throttled: false, Since: t1},
+			{Queue: "default", Throttled: true, Since: t1},
+			{Queue: "limited", Throttled: true, Since: t1},
 		}, oldest, "running, failed, finished and plainly scheduled jobs are not waiting")
 	})
 }

@@ -179,8 +179,8 @@ func (q *SQL) JobsByState() string { return q.jobsByState }
 func (q *SQL) UnfinishedByState() string { return q.unfinishedByState }
 
 // OldestWaiting finds, per queue, the oldest job waiting to run, split by
-// whether a limit holds it. Columns: queue, throttled (0 or 1),
-// created_at.
+// whether a limit holds it. Columns: queue, throttled (0 or 1), and when
+// it began to wait (µs).
 func (q *SQL) OldestWaiting() string { return q.oldestWaiting }
 
 // RecordAttempts keeps the error of the run that just failed for each of

@@ -180,11 +180,23 @@ ORDER BY 1, 2;
 
 -- name: OldestWaiting
 -- Each queue's oldest waiting job, throttled (1: a rate-limit wait or a
--- concurrency block) or not, each kind through its own index.
-SELECT queue, throttled, MIN(created_at) FROM (
-  SELECT j.queue, CASE WHEN j.wait_key IS NOT NULL THEN 1 ELSE 0 END AS throttled, j.created_at FROM sluice_jobs j WHERE {ReadyPlainJob}
-  UNION ALL SELECT j.queue, CASE WHEN j.wait_key IS NOT NULL THEN 1 ELSE 0 END, j.created_at FROM sluice_jobs j WHERE {ReadyLimitedJob}
-  UNION ALL SELECT j.queue, CASE WHEN j.wait_key IS NOT NULL THEN 1 ELSE 0 END, j.created_at FROM sluice_jobs j WHERE {ReadyFairJob}
+-- concurrency block) or not, each kind through its own index, with when
+-- it began to wait: a ready job no limit holds waits from its run_at (a
+-- job scheduled ahead or retried after a backoff could not run before),
+-- one a limit holds from its enqueue.
+SELECT queue, throttled, MIN(since) FROM (
+  SELECT j.queue, {Throttled} AS throttled, {WaitingSince} AS since FROM sluice_jobs j WHERE {ReadyPlainJob}
+  UNION ALL SELECT j.queue, {Throttled}, {WaitingSince} FROM sluice_jobs j WHERE {ReadyLimitedJob}
+  UNION ALL SELECT j.queue, {Throttled}, {WaitingSince} FROM sluice_jobs j WHERE {ReadyFairJob}
   UNION ALL SELECT j.queue, 1, j.created_at FROM sluice_jobs j WHERE {BlockedJob}
   UNION ALL SELECT j.queue, 1, j.created_at FROM sluice_jobs j WHERE j.wait_key IS NOT NULL AND j.state IN ('scheduled', 'parked')
 ) w GROUP BY queue, throttled;
+
+-- fragment: Throttled
+-- 1 for a ready job that came back from a rate-limit wait, else 0.
+CASE WHEN j.wait_key IS NOT NULL THEN 1 ELSE 0 END
+
+-- fragment: WaitingSince
+-- When a ready job began to wait: its enqueue if a limit held it, else
+-- its run_at.
+CASE WHEN j.wait_key IS NOT NULL THEN j.created_at ELSE j.run_at END
