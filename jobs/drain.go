@@ -67,6 +67,7 @@ func (w *Worker) Drain(ctx context.Context) (DrainResult, error) {
 			}
 		}
 		pid := w.pid.Load()
+		w.leftovers = w.limits == nil // what a removed limit left runs too
 		res, err := w.claim(ctx, pid, w.cfg.Concurrency, 0, nil, false)
 		if err != nil {
 			return out, fmt.Errorf("jobs: drain: %w", err)

@@ -8,6 +8,17 @@ import (
 	"github.com/sluicequeue/sluice/ratelimit"
 )
 
+// noLimits are the limits of a worker that declares none, for its claims
+// that take the jobs a removed limit left with their keys: no limit applies
+// to them, so they are admitted unchecked.
+type noLimits struct{}
+
+// RateSpec implements engine.Limits: no kind declares a limit.
+func (noLimits) RateSpec(string, string) (ratelimit.Spec, bool) { return ratelimit.Spec{}, false }
+
+// QueueLimits implements engine.Limits: no queue has a limit.
+func (noLimits) QueueLimits(string) []engine.QueueLimit { return nil }
+
 // limitsView is what a worker's claims decide against: the registry's
 // limits, with the overrides stored in the database and the worker's
 // shadow switch applied.

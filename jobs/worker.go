@@ -179,6 +179,13 @@ type Worker struct {
 	// on it while more were ready behind them, until it sweeps the budget
 	// (see overflowing); only the claiming goroutine touches it.
 	overflowed map[string]int
+	// leftovers is set while the claims of a worker that declares no limit
+	// also take the ready jobs that carry a rate-limit key: jobs a limit
+	// since removed left with their keys, which no one would claim
+	// otherwise. They run unchecked, as nothing limits them any more. Set
+	// at start and at each poll, and kept while such claims find more; only
+	// the claiming goroutine touches it.
+	leftovers bool
 }
 
 type runningJob struct {
@@ -373,6 +380,7 @@ func (w *Worker) register(ctx context.Context) error {
 func (w *Worker) loop(ctx, jobsCtx context.Context, wake <-chan struct{}) {
 	failures := 0
 	promote := w.limits != nil
+	w.leftovers = w.limits == nil
 	for ctx.Err() == nil {
 		full, err := w.claimRound(ctx, jobsCtx, promote)
 		pause := w.cfg.PollInterval
@@ -402,6 +410,7 @@ func (w *Worker) loop(ctx, jobsCtx context.Context, wake <-chan struct{}) {
 		}
 		t.Stop()
 		promote = w.limits != nil && (polled || w.slots.due(w.clock.Now()))
+		w.leftovers = w.leftovers || polled && w.limits == nil
 	}
 }
 
@@ -708,6 +717,7 @@ func (w *Worker) claim(ctx context.Context, pid int64, max, window int, swept ma
 	if w.limits != nil {
 		w.slots.note(res, hostBegan, w.clock.Now())
 	}
+	w.leftovers = w.leftovers && (res.MoreLimited || anyLimited(res.Jobs))
 	if w.hooks.OnClaim != nil {
 		w.hooks.OnClaim(ClaimEvent{Claimed: len(res.Jobs), Deferred: len(res.Deferred), Duration: time.Since(began), DecidedAt: res.DecidedAt})
 	}
@@ -715,13 +725,27 @@ func (w *Worker) claim(ctx context.Context, pid int64, max, window int, swept ma
 	return res, nil
 }
 
-// claimLimits returns the limits claims decide against, or nil (a plain
-// claim) when no limit is declared.
+// claimLimits returns the limits claims decide against; with no limit
+// declared, nil (a plain claim), or none at all while the worker takes the
+// jobs a removed limit left with their keys (leftovers).
 func (w *Worker) claimLimits() engine.Limits {
-	if w.limits == nil {
-		return nil
+	switch {
+	case w.limits != nil:
+		return w.limits
+	case w.leftovers:
+		return noLimits{}
 	}
-	return w.limits
+	return nil
+}
+
+// anyLimited reports whether any of js carries a rate-limit key.
+func anyLimited(js []*engine.Job) bool {
+	for _, j := range js {
+		if len(j.RateKeys) > 0 {
+			return true
+		}
+	}
+	return false
 }
 
 // refreshOverrides reads the rate-limit overrides every OverrideRefresh
