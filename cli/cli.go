@@ -278,7 +278,7 @@ func builtins() []Command {
 		{Name: "migrate", Summary: "migrate up|down [N]|status, or write the SQL for your own tool (migrate sql)", Run: runMigrate},
 		{Name: "stats", Summary: "jobs per queue and state", Run: runStats},
 		{Name: "jobs", Summary: "list jobs, filtered by state, kind and queue", Run: runJobs},
-		{Name: "retry", Summary: "run failed, cancelled or waiting jobs again now: retry ID...", Run: runRetry},
+		{Name: "retry", Summary: "run failed, cancelled, scheduled or parked jobs again now (not blocked ones: they wait for a concurrency slot): retry ID...", Run: runRetry},
 		{Name: "cancel", Summary: "discard jobs that are not running: cancel ID...", Run: runCancel},
 		{Name: "queues", Summary: "list queues, or pause|resume QUEUE", Run: runQueues},
 		{Name: "budgets", Summary: "list rate-limit budgets, or clear-idle", Run: runBudgets},

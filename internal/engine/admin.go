@@ -230,6 +230,9 @@ func (s *Store) CancelJobs(ctx context.Context, c Clock, ids []int64, reason str
 	if reason == "" {
 		reason = "cancelled by an operator"
 	}
+	if err := CheckReason(reason); err != nil {
+		return nil, fmt.Errorf("cancel: %w", err)
+	}
 	now := c.Host()
 	return s.operate(ctx, ids, "cancel", []State{StateReady, StateScheduled, StateParked, StateBlocked, StateFailed},
 		func(ctx context.Context, tx Tx, j *JobInfo) ([]Stmt, error) {

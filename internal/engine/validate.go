@@ -47,6 +47,24 @@ func CheckKey(what, key string) error {
 	return err
 }
 
+// MaxReasonBytes is the longest reason an operator may record when
+// cancelling a job: as long as the error text kept for a failed run.
+const MaxReasonBytes = 16 << 10
+
+// CheckReason refuses an operator's reason that not every database could
+// store: invalid UTF-8, a NUL, or more than MaxReasonBytes.
+func CheckReason(reason string) error {
+	switch {
+	case !utf8.ValidString(reason):
+		return fmt.Errorf("the reason is not valid UTF-8")
+	case strings.IndexByte(reason, 0) >= 0:
+		return fmt.Errorf("the reason holds a NUL byte")
+	case len(reason) > MaxReasonBytes:
+		return fmt.Errorf("the reason is %d bytes; at most %d are kept", len(reason), MaxReasonBytes)
+	}
+	return nil
+}
+
 // CheckQueue refuses a queue name that is not a valid key (CheckKey) or
 // that holds a comma: a list of queues (a worker's --queues, and the
 // queues a worker registers with) is written with commas between them.
