@@ -87,7 +87,8 @@ type Dispatcher struct {
 // fails, naming the field, on a negative duration or batch size, an
 // Interval or HeartbeatInterval under jobs.MinInterval, a DeadAfter shorter
 // than jobs.DeadAfterHeartbeats × HeartbeatInterval, and, naming the task,
-// when a recurring task is invalid (a bad schedule, a missing key or args).
+// when a recurring task is invalid (a bad schedule, a missing key or args,
+// a key the database cannot store).
 func New(pub *store.Store, cfg Config) (*Dispatcher, error) {
 	s := engine.From(pub)
 	if cfg.BatchSize < 0 {

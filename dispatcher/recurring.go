@@ -18,11 +18,14 @@ import (
 // enqueued, exactly once however many dispatchers run. Ticks missed while
 // no dispatcher ran are not replayed.
 type Task struct {
-	// Key names the task; it must be unique.
+	// Key names the task; it must be unique, and a key as every database
+	// stores alike: 1 to 255 bytes of valid UTF-8, no control characters,
+	// no trailing space.
 	Key string
 	// Schedule is a cron expression with an optional seconds field
 	// ("0 3 * * *", "*/30 * * * * *") or a descriptor ("@hourly",
-	// "@every 5m").
+	// "@every 5m"), after an optional time zone ("CRON_TZ=Europe/Paris
+	// 0 3 * * *"); see ParseSchedule.
 	Schedule string
 	// Args are the job's args; its kind must be registered.
 	Args jobs.Args
@@ -71,32 +74,6 @@ const (
 // DefaultRetention is how long finished jobs are kept.
 const DefaultRetention = 24 * time.Hour
 
-var parser = cron.NewParser(cron.SecondOptional | cron.Minute | cron.Hour | cron.Dom | cron.Month | cron.Dow | cron.Descriptor)
-
-// ParseSchedule parses a cron expression or descriptor as tasks take them.
-func ParseSchedule(spec string) (cron.Schedule, error) {
-	if spec == "" {
-		return nil, errors.New("the schedule is empty")
-	}
-	sched, err := parser.Parse(spec)
-	if every, ok := sched.(cron.ConstantDelaySchedule); ok && err == nil {
-		return alignedEvery(every.Delay), nil
-	}
-	return sched, err
-}
-
-// alignedEvery is "@every D" ticking at the multiples of D from a fixed
-// origin (Go's zero time: on the hour for a divisor of an hour), rather
-// than D after each dispatcher's start: every dispatcher, however late it
-// started or restarted, reaches the same ticks, so each runs once.
-type alignedEvery time.Duration
-
-// Next returns the first multiple of the interval after t.
-func (e alignedEvery) Next(t time.Time) time.Time {
-	d := time.Duration(e)
-	return t.Truncate(d).Add(d)
-}
-
 // task is a compiled recurring task.
 type task struct {
 	key      string
@@ -107,6 +84,8 @@ type task struct {
 	// once records each tick, so it runs once across dispatchers.
 	once bool
 	next time.Time
+	// noTick is set while the schedule finds no tick, once it was logged.
+	noTick bool
 }
 
 // compileTasks checks every task and built-in, failing with the name of
@@ -114,9 +93,13 @@ type task struct {
 func (d *Dispatcher) compileTasks(cfg Config) error {
 	seen := map[string]bool{}
 	for _, t := range cfg.Tasks {
-		switch {
-		case t.Key == "":
+		if t.Key == "" {
 			return fmt.Errorf("dispatcher: a recurring task has no Key (schedule %q)", t.Schedule)
+		}
+		if err := engine.CheckKey("recurring task key", t.Key); err != nil {
+			return fmt.Errorf("dispatcher: %w", err)
+		}
+		switch {
 		case seen[t.Key]:
 			return fmt.Errorf("dispatcher: recurring task %s is declared twice", t.Key)
 		case t.Args == nil:
@@ -214,14 +197,10 @@ func (d *Dispatcher) runTasks(ctx context.Context, now time.Time) (int, error) {
 	ran := 0
 	var errs []error
 	for _, t := range d.tasks {
-		if now.Before(t.next) {
+		if !d.hasNext(t, now) || now.Before(t.next) {
 			continue
 		}
-		tick := t.next
-		for n := t.schedule.Next(tick); !n.After(now); n = t.schedule.Next(n) {
-			tick = n
-		}
-		ok, err := d.runTick(ctx, t, tick, now)
+		ok, err := d.runTick(ctx, t, latestTick(t.schedule, t.next, now), now)
 		if err != nil {
 			errs = append(errs, err)
 			continue // the same tick is tried again on the next round
@@ -234,6 +213,37 @@ func (d *Dispatcher) runTasks(ctx context.Context, now time.Time) (int, error) {
 	return ran, errors.Join(errs...)
 }
 
+// hasNext reports whether t has a next tick, looking for one again if it
+// had none. A schedule may find none: robfig's search gives up after five
+// years (February 29th, from that day in 2096 until 2099: 2100 is no leap
+// year). Such a task is skipped, and logged once, until a tick comes
+// within five years.
+func (d *Dispatcher) hasNext(t *task, now time.Time) bool {
+	if t.next.IsZero() {
+		t.next = t.schedule.Next(now)
+	}
+	if t.next.IsZero() {
+		if !t.noTick {
+			d.log.Warn("sluice: recurring task has no tick in the next five years; skipped until it has one", "task", t.key, "schedule", t.spec)
+		}
+		t.noTick = true
+		return false
+	}
+	t.noTick = false
+	return true
+}
+
+// latestTick returns the latest tick of s not after now, from tick, a
+// tick not after now.
+func latestTick(s cron.Schedule, tick, now time.Time) time.Time {
+	for n := s.Next(tick); !n.IsZero() && !n.After(now); n = s.Next(n) {
+		tick = n
+	}
+	return tick
+}
+
+// runTick runs one tick of t: once across dispatchers when t records its
+// ticks. It reports whether it ran.
 func (d *Dispatcher) runTick(ctx context.Context, t *task, tick, now time.Time) (bool, error) {
 	switch {
 	case t.item != nil:

@@ -152,6 +152,18 @@ func TestInvalidTasksFailAtStartNamingTheTask(t *testing.T) {
 		{dispatcher.Task{Key: "nightly", Schedule: "", Args: report{}}, "recurring task nightly: schedule \"\": the schedule is empty"},
 		{dispatcher.Task{Schedule: "@hourly", Args: report{}}, "a recurring task has no Key"},
 		{dispatcher.Task{Key: "x", Schedule: "@hourly"}, "recurring task x has no Args"},
+		// robfig's Next gives the zero time for a schedule that never
+		// fires, on which the dispatcher's Tick looped forever.
+		{dispatcher.Task{Key: "feb30", Schedule: "0 0 30 2 *", Args: report{}}, `recurring task feb30: schedule "0 0 30 2 *": it never fires`},
+		// robfig ran an @every of less than a second every second.
+		{dispatcher.Task{Key: "sync", Schedule: "@every -1h", Args: report{}}, `recurring task sync: schedule "@every -1h": @every -1h: the interval must be a whole number of seconds, at least one`},
+		{dispatcher.Task{Key: "sync", Schedule: "@every 1500ms", Args: report{}}, `recurring task sync: schedule "@every 1500ms"`},
+		// Keys the database cannot store failed every tick of their task;
+		// on MySQL "report " shared "report"'s tick records.
+		{dispatcher.Task{Key: strings.Repeat("x", 300), Schedule: "@hourly", Args: report{}}, `recurring task key "` + strings.Repeat("x", 40) + `"... is 300 bytes; a key holds at most 255`},
+		{dispatcher.Task{Key: "nightly\x00report", Schedule: "@hourly", Args: report{}}, `recurring task key "nightly\x00report" contains a NUL byte`},
+		{dispatcher.Task{Key: "nightly\xffreport", Schedule: "@hourly", Args: report{}}, `recurring task key "nightly\xffreport" is not valid UTF-8`},
+		{dispatcher.Task{Key: "report ", Schedule: "@hourly", Args: report{}}, `recurring task key "report " ends with a space`},
 	} {
 		_, err := dispatcher.New(testdb.Public(s), dispatcher.Config{Client: client, Tasks: []dispatcher.Task{c.task}})
 		require.ErrorContains(t, err, c.want)
@@ -159,6 +171,9 @@ func TestInvalidTasksFailAtStartNamingTheTask(t *testing.T) {
 	_, err := dispatcher.New(testdb.Public(s), dispatcher.Config{Client: client, Tasks: []dispatcher.Task{
 		{Key: "a", Schedule: "@hourly", Args: report{}}, {Key: "a", Schedule: "@daily", Args: report{}}}})
 	require.ErrorContains(t, err, "recurring task a is declared twice")
+	_, err = dispatcher.New(testdb.Public(s), dispatcher.Config{Client: client, Tasks: []dispatcher.Task{
+		{Key: "report", Schedule: "@hourly", Args: report{}}, {Key: "report ", Schedule: "@hourly", Args: report{}}}})
+	require.ErrorContains(t, err, `recurring task key "report " ends with a space`, "MySQL compares them equal")
 	_, err = dispatcher.New(testdb.Public(s), dispatcher.Config{Maintenance: dispatcher.Maintenance{ClearFinishedJobs: dispatcher.MaintenanceTask{Schedule: "whenever"}}})
 	require.ErrorContains(t, err, `built-in task sluice.clear_finished_jobs: schedule "whenever"`)
 }
@@ -220,4 +235,75 @@ func TestFinishedJobsAreClearedAfterTheirRetention(t *testing.T) {
 			require.NoError(t, err, "failed jobs, and jobs younger than the retention, are kept")
 		}
 	})
+}
+
+// The longest key the key rule allows, of characters of two bytes, is
+// stored on every database: its ticks run and are recorded.
+func TestATaskOfTheLongestKeyRuns(t *testing.T) {
+	key := strings.Repeat("é", 127) + "x" // 255 bytes
+	testdb.Each(t, func(t *testing.T, s *engine.Store) {
+		ctx := context.Background()
+		c := clock.NewFake(t0)
+		client := jobs.NewClient(testdb.Public(s), registry(t), jobs.ClientConfig{Clock: c})
+		d := newDispatcher(t, s, dispatcher.Config{Clock: c, Logger: quiet(), Client: client,
+			Tasks: []dispatcher.Task{{Key: key, Schedule: "@hourly", Args: report{}}}})
+		c.Advance(time.Hour)
+		_, err := d.Tick(ctx)
+		require.NoError(t, err)
+		require.Len(t, reports(t, s), 1)
+		last, err := s.LastTicks(ctx)
+		require.NoError(t, err)
+		require.Equal(t, t0.Add(time.Hour), last[key].RunAt)
+	})
+}
+
+// A config file's tasks are checked as those of Config.Tasks.
+func TestAConfigFileTaskWithAKeyTheDatabaseCannotStoreIsRefusedAtStart(t *testing.T) {
+	s := testdb.Backends(t)[0].Open(t)
+	reg := registry(t)
+	fc, err := dispatcher.LoadConfig(strings.NewReader(`{"tasks": [{"key": "nightly\u0000", "schedule": "@daily", "kind": "report"}]}`), reg)
+	require.NoError(t, err)
+	_, err = dispatcher.New(testdb.Public(s), dispatcher.Config{Client: jobs.NewClient(testdb.Public(s), reg, jobs.ClientConfig{}), Tasks: fc.Tasks})
+	require.ErrorContains(t, err, `recurring task key "nightly\x00" contains a NUL byte`)
+	_, err = dispatcher.LoadConfig(strings.NewReader(`{"tasks": [{"key": "x", "schedule": "@every 0s", "kind": "report"}]}`), reg)
+	require.ErrorContains(t, err, `task x: schedule "@every 0s": @every 0s: the interval must be a whole number of seconds, at least one`)
+}
+
+// DST on the fake clock, in the dispatcher's local time zone
+// (America/New_York). A daily task at 01:30 ran twice on the day the
+// clocks fall back (01:30 EDT and 01:30 EST), and one at 02:30 did not
+// run on the day they spring forward. Vixie cron's rule runs each once:
+// the first 01:30, and 02:30 at 03:00 EDT, the first instant after the
+// change.
+func TestADailyTaskRunsOnceOnDSTDays(t *testing.T) {
+	ny, err := time.LoadLocation("America/New_York")
+	require.NoError(t, err)
+	for _, c := range []struct {
+		name, spec string
+		from       time.Time
+		want       string
+	}{
+		{"fall back", "30 1 * * *", time.Date(2026, 11, 1, 0, 0, 0, 0, ny), "01:30 EDT"},
+		{"spring forward", "30 2 * * *", time.Date(2026, 3, 8, 0, 0, 0, 0, ny), "03:00 EDT"},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			testdb.Each(t, func(t *testing.T, s *engine.Store) {
+				ctx := context.Background()
+				fc := clock.NewFake(c.from)
+				client := jobs.NewClient(testdb.Public(s), registry(t), jobs.ClientConfig{Clock: fc})
+				d := newDispatcher(t, s, dispatcher.Config{Clock: fc, Logger: quiet(), Client: client,
+					Tasks: []dispatcher.Task{{Key: "nightly", Schedule: c.spec, Args: report{}}}})
+				for fc.Now().Before(c.from.Add(24 * time.Hour)) { // that whole day, a minute at a time
+					fc.Advance(time.Minute)
+					_, err := d.Tick(ctx)
+					require.NoError(t, err)
+				}
+				var at []string
+				for _, j := range reports(t, s) {
+					at = append(at, j.CreatedAt.In(ny).Format("15:04 MST"))
+				}
+				require.Equal(t, []string{c.want}, at, "a daily task %q on the day of a DST change (%s) runs once", c.spec, c.from.Format(time.DateOnly))
+			})
+		})
+	}
 }
