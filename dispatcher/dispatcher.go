@@ -10,6 +10,7 @@ import (
 	"fmt"
 	"log/slog"
 	"os"
+	"sync"
 	"sync/atomic"
 	"time"
 
@@ -81,6 +82,11 @@ type Dispatcher struct {
 	// off are the built-in tasks the configuration turned off, for
 	// listings.
 	off []TaskInfo
+	// done receives the ends of the tasks Run runs in the background (nil
+	// outside Run: Tick runs every task inline), and background waits for
+	// them.
+	done       chan taskDone
+	background sync.WaitGroup
 }
 
 // New returns a dispatcher over s. A zero setting takes its default. It
@@ -161,13 +167,18 @@ type TickResult struct {
 	// Full is set when a promotion or the unparking came back full: more
 	// may be due.
 	Full bool
-	// Tasks counts the recurring and built-in tasks this tick ran.
+	// Tasks counts the recurring and built-in tasks this tick ran (not
+	// those it started in the background under Run).
 	Tasks int
 }
 
 // Tick runs one round: it promotes one batch of due jobs, hands slots to
 // parked jobs whose budgets' horizons reached them, and runs the recurring
-// and built-in tasks whose ticks have come.
+// and built-in tasks whose ticks have come. Called on its own it runs
+// every task before it returns; under Run, the hourly clean-ups
+// (TaskClearIdleBudgets, TaskClearFinishedJobs), which delete in batches
+// for as long as there is work, run beside the rounds instead, so that
+// due jobs and the other tasks never wait for them.
 func (d *Dispatcher) Tick(ctx context.Context) (TickResult, error) {
 	now := d.clock.Now()
 	n, _, err := d.store.Promote(ctx, d.storeClock(), d.cfg.BatchSize)
@@ -210,6 +221,8 @@ func (d *Dispatcher) Run(ctx context.Context) error {
 		heartbeat.Run(beatCtx, d.store, d.clock, d.storeClock(), d.log, d.cfg.HeartbeatInterval, d.cfg.DeadAfter, &d.pid, d.register)
 	}()
 	d.log.Info("sluice: dispatcher started", "process_id", d.pid.Load(), "interval", d.cfg.Interval, "batch_size", d.cfg.BatchSize)
+	d.done = make(chan taskDone, len(d.tasks)) // each task runs once at a time
+	defer func() { d.done = nil }()
 	for ctx.Err() == nil {
 		res, err := d.Tick(ctx)
 		if err != nil && ctx.Err() == nil {
@@ -225,6 +238,7 @@ func (d *Dispatcher) Run(ctx context.Context) error {
 		}
 		t.Stop()
 	}
+	d.background.Wait()
 	stopBeat()
 	<-beaten
 	bg, cancel := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Second)

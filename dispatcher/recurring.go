@@ -86,6 +86,19 @@ type task struct {
 	next time.Time
 	// noTick is set while the schedule finds no tick, once it was logged.
 	noTick bool
+	// background marks a maintenance task that may take long (many
+	// batches): under Run it runs beside the dispatcher's ticks, so that
+	// promotions and the other tasks keep their pace. busy is set while it
+	// runs there.
+	background, busy bool
+}
+
+// taskDone is what a task run in the background reports to the next
+// round of ticks.
+type taskDone struct {
+	t   *task
+	now time.Time
+	err error
 }
 
 // compileTasks checks every task and built-in, failing with the name of
@@ -182,7 +195,9 @@ func (d *Dispatcher) compileTasks(cfg Config) error {
 		if err != nil {
 			return fmt.Errorf("dispatcher: built-in task %s: schedule %q: %w", b.key, spec, err)
 		}
-		d.tasks = append(d.tasks, &task{key: b.key, spec: spec, schedule: sched, run: b.run, once: b.once})
+		// The clean-ups recorded once per tick delete in batches until they
+		// are done, which may take long: under Run they go beside the ticks.
+		d.tasks = append(d.tasks, &task{key: b.key, spec: spec, schedule: sched, run: b.run, once: b.once, background: b.once})
 	}
 	now := d.clock.Now()
 	for _, t := range d.tasks {
@@ -196,11 +211,17 @@ func (d *Dispatcher) compileTasks(cfg Config) error {
 func (d *Dispatcher) runTasks(ctx context.Context, now time.Time) (int, error) {
 	ran := 0
 	var errs []error
+	d.finished()
 	for _, t := range d.tasks {
-		if !d.hasNext(t, now) || now.Before(t.next) {
+		if t.busy || !d.hasNext(t, now) || now.Before(t.next) {
 			continue
 		}
-		ok, err := d.runTick(ctx, t, latestTick(t.schedule, t.next, now), now)
+		tick := latestTick(t.schedule, t.next, now)
+		if t.background && d.done != nil {
+			d.inBackground(ctx, t, tick, now)
+			continue
+		}
+		ok, err := d.runTick(ctx, t, tick, now)
 		if err != nil {
 			errs = append(errs, err)
 			continue // the same tick is tried again on the next round
@@ -211,6 +232,37 @@ func (d *Dispatcher) runTasks(ctx context.Context, now time.Time) (int, error) {
 		}
 	}
 	return ran, errors.Join(errs...)
+}
+
+// inBackground runs a task's tick beside the dispatcher's rounds (Run):
+// the round that follows its end moves it to its next tick, or, when it
+// failed, tries the same tick again, as for a task run inline.
+func (d *Dispatcher) inBackground(ctx context.Context, t *task, tick, now time.Time) {
+	t.busy = true
+	d.background.Add(1)
+	go func() {
+		defer d.background.Done()
+		_, err := d.runTick(ctx, t, tick, now)
+		d.done <- taskDone{t: t, now: now, err: err}
+	}()
+}
+
+// finished applies what the tasks run in the background since the last
+// round reported.
+func (d *Dispatcher) finished() {
+	for {
+		select {
+		case r := <-d.done:
+			r.t.busy = false
+			if r.err != nil {
+				d.log.Error("sluice: dispatcher task", "task", r.t.key, "err", r.err)
+				continue // the same tick is tried again on the next round
+			}
+			r.t.next = r.t.schedule.Next(r.now)
+		default:
+			return
+		}
+	}
 }
 
 // hasNext reports whether t has a next tick, looking for one again if it
