@@ -97,13 +97,7 @@ func (h health) ready(ctx context.Context) []check {
 		fail(&beat, "not checked: the database did not answer")
 		return []check{db, schema, beat}
 	}
-	var pending []string
-	for _, m := range st {
-		if !m.Applied {
-			pending = append(pending, fmt.Sprintf("%03d_%s", m.Version, m.Name))
-		}
-	}
-	if len(pending) > 0 {
+	if pending := engine.Pending(st); len(pending) > 0 {
 		fail(&schema, "pending migrations: %s", strings.Join(pending, ", "))
 	}
 	id := h.pid()

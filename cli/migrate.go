@@ -20,7 +20,7 @@ func migrateHelp(env *Env) {
 	fmt.Fprintf(env.Stderr, "usage: %s %s\n\n"+
 		"  up      apply the pending migrations (--to VERSION: stop after it)\n"+
 		"  down N  revert the N newest applied migrations (default 1)\n"+
-		"  status  list the migrations and whether each is applied\n"+
+		"  status  list the migrations and whether each is applied (or partly, after a failure on MySQL)\n"+
 		"  sql     print a dialect's migrations, or write them for goose, golang-migrate or atlas (--format, --out)\n\n",
 		name, migrateUsage)
 	fs, _ := env.FlagSet("migrate", migrateUsage)
@@ -133,11 +133,7 @@ func runMigrate(ctx context.Context, env *Env, args []string) error {
 	tw := tabwriter.NewWriter(env.Stdout, 0, 0, 2, ' ', 0)
 	fmt.Fprintln(tw, "VERSION\tNAME\tSTATE")
 	for _, m := range st {
-		state := "pending"
-		if m.Applied {
-			state = "applied"
-		}
-		fmt.Fprintf(tw, "%03d\t%s\t%s\n", m.Version, m.Name, state)
+		fmt.Fprintf(tw, "%03d\t%s\t%s\n", m.Version, m.Name, m.State())
 	}
 	return tw.Flush()
 }

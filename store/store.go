@@ -30,12 +30,23 @@ type Store struct {
 // the database's schema is missing or older than this build of sluice.
 var ErrPendingMigrations = engine.ErrPendingMigrations
 
+// ErrMigrationLocked is returned by MigrateUp and MigrateDown on MySQL when
+// another migrator held the database's migration lock for the whole wait
+// (a minute): they applied and reverted nothing. Run them again when the
+// other is done.
+var ErrMigrationLocked = engine.ErrMigrationLocked
+
 // Migration is one numbered schema change: its version, name, and the SQL
 // that applies and reverts it.
 type Migration = engine.Migration
 
-// MigrationStatus is a migration and whether the database has it.
+// MigrationStatus is a migration and whether the database has it, or,
+// on MySQL, how far it got where it failed part way (Partly).
 type MigrationStatus = engine.MigrationStatus
+
+// Progress is how many statements of a migration that failed part way
+// have run (MySQL, whose DDL commits at once).
+type Progress = engine.Progress
 
 // Backend names the database the store is on: "postgres", "mysql" (MySQL
 // or MariaDB) or "sqlite".
@@ -45,7 +56,10 @@ func (s *Store) Backend() string { return s.e.Dialect().Name() }
 func (s *Store) Close() error { return s.e.Close() }
 
 // MigrateUp applies the pending migrations up to version target (0: all)
-// and returns those it applied. Several processes may run it at once.
+// and returns those it applied. Several processes may run it at once: one
+// applies while the others wait (on MySQL, a minute at most; then they
+// fail with ErrMigrationLocked). On MySQL, whose DDL commits at once, a
+// migration that failed part way resumes after the statements that ran.
 func (s *Store) MigrateUp(ctx context.Context, target int) ([]Migration, error) {
 	return s.e.MigrateUp(ctx, target)
 }

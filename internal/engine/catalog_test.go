@@ -82,3 +82,25 @@ func TestDepthCountsReadyJobsWithAndWithoutLimits(t *testing.T) {
 		require.Equal(t, map[engine.State]int64{engine.StateReady: 3}, depth[0].Counts)
 	})
 }
+
+// progressDialect is SQLite's dialect with statements of its own added.
+type progressDialect struct {
+	sqlite.Dialect
+	more string
+}
+
+func (d progressDialect) Replacements() string { return d.Dialect.Replacements() + d.more }
+
+// A dialect that records migration progress runs migrations a statement
+// at a time, in transactions of their own: it needs every statement of
+// the progress and a lock that outlives a transaction, and a lock taken
+// needs its release. NewSQL refuses a dialect with part of them.
+func TestCatalogRefusesPartOfTheMigrationProgressOrLock(t *testing.T) {
+	for _, more := range []string{
+		"\n-- name: MigrationProgress\nSELECT version, direction, statements FROM p;\n",
+		"\n-- name: TakeMigrationLock\nSELECT GET_LOCK('x', :timeout);\n",
+	} {
+		_, err := engine.NewSQL(progressDialect{more: more})
+		require.Error(t, err, more)
+	}
+}

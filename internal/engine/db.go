@@ -56,3 +56,28 @@ type Listener interface {
 	// payload on channel.
 	Listen(ctx context.Context, channel string, fn func(payload string)) error
 }
+
+// Sessioner is implemented by pools that can lend one of their
+// connections for a run of work. The migrator needs one where the
+// database's migration lock belongs to a connection rather than to a
+// transaction (MySQL's GET_LOCK): it holds the lock there across the
+// transactions of a whole run, and releases it after they commit.
+type Sessioner interface {
+	// Session takes a connection from the pool until the session is
+	// closed or discarded.
+	Session(ctx context.Context) (Session, error)
+}
+
+// Session is one connection lent by the pool: its statements and
+// transactions all run on it.
+type Session interface {
+	Executor
+	// Begin starts a transaction on the session's connection.
+	Begin(ctx context.Context) (Tx, error)
+	// Close gives the connection back to the pool.
+	Close() error
+	// Discard closes the connection instead of giving it back, so that
+	// the server ends whatever the connection holds (a lock it could
+	// not release).
+	Discard() error
+}

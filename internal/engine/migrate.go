@@ -9,7 +9,6 @@ import (
 	"sort"
 	"strconv"
 	"strings"
-	"time"
 )
 
 // Migration is one numbered schema change.
@@ -23,7 +22,41 @@ type Migration struct {
 // MigrationStatus is a migration and whether it is applied.
 type MigrationStatus struct {
 	Migration
+	// Applied reports whether the migration is applied whole (one partly
+	// reverted is not).
 	Applied bool
+	// Partly is how far the migration got where it failed part way on a
+	// database whose DDL commits at once (MySQL): the statements that ran
+	// stay, and the next run in the same direction resumes after them.
+	// Nil otherwise.
+	Partly *Progress
+}
+
+// Progress is how many statements of a migration have run in one
+// direction.
+type Progress struct {
+	// Up is true while the migration is being applied, false while it is
+	// being reverted.
+	Up bool
+	// Done is how many of its All statements have run.
+	Done, All int
+}
+
+// State says where the migration stands, for people: "applied",
+// "pending", or how far one that failed part way got ("partly applied: 2
+// of 3 statements", "partly reverted: 1 of 3 statements").
+func (m MigrationStatus) State() string {
+	switch {
+	case m.Partly != nil:
+		verb := "reverted"
+		if m.Partly.Up {
+			verb = "applied"
+		}
+		return fmt.Sprintf("partly %s: %d of %d statements", verb, m.Partly.Done, m.Partly.All)
+	case m.Applied:
+		return "applied"
+	}
+	return "pending"
 }
 
 var migrationFile = regexp.MustCompile(`^(\d+)_([a-z0-9_]+)\.(up|down)\.sql$`)
@@ -103,18 +136,6 @@ func (s *Store) LatestVersion() (int, error) {
 	return ms[len(ms)-1].Version, nil
 }
 
-func (s *Store) applied(ctx context.Context, ex Executor) (map[int]bool, error) {
-	versions, err := queryInt64s(ctx, ex, s.q.AppliedMigrations(), nil)
-	if err != nil {
-		return nil, err
-	}
-	out := make(map[int]bool, len(versions))
-	for _, v := range versions {
-		out[int(v)] = true
-	}
-	return out, nil
-}
-
 // MigrationStatus lists every migration and whether it is applied.
 func (s *Store) MigrationStatus(ctx context.Context) ([]MigrationStatus, error) {
 	return s.migrationStatus(ctx, s.db)
@@ -125,18 +146,35 @@ func (s *Store) migrationStatus(ctx context.Context, ex Executor) ([]MigrationSt
 	if err != nil {
 		return nil, err
 	}
-	done, err := s.applied(ctx, ex)
+	rec, err := s.readRecorded(ctx, ex)
 	if err != nil {
-		if !s.d.IsUndefinedTable(err) {
-			return nil, fmt.Errorf("migration status: %w", err)
-		}
-		done = map[int]bool{}
+		return nil, fmt.Errorf("migration status: %w", err)
 	}
 	out := make([]MigrationStatus, len(ms))
 	for i, m := range ms {
-		out[i] = MigrationStatus{Migration: m, Applied: done[m.Version]}
+		out[i] = MigrationStatus{Migration: m, Applied: rec.applied[m.Version]}
+		if p, ok := rec.partly(m.Version); ok {
+			out[i].Applied = false
+			out[i].Partly = &Progress{Up: p.up, Done: p.done, All: len(Statements(m.body(p.up)))}
+		}
 	}
 	return out, nil
+}
+
+// Pending names the migrations of st that are not applied whole, with
+// how far each that failed part way got ("013_fairness (partly applied: 2
+// of 3 statements)").
+func Pending(st []MigrationStatus) []string {
+	var out []string
+	for _, m := range st {
+		switch {
+		case m.Partly != nil:
+			out = append(out, fmt.Sprintf("%03d_%s (%s)", m.Version, m.Name, m.State()))
+		case !m.Applied:
+			out = append(out, fmt.Sprintf("%03d_%s", m.Version, m.Name))
+		}
+	}
+	return out
 }
 
 // CheckSchema returns ErrPendingMigrations unless every migration this
@@ -155,13 +193,7 @@ func (s *Store) checkSchema(ctx context.Context, ex Executor) error {
 	if err != nil {
 		return s.wrap(err)
 	}
-	var pending []string
-	for _, m := range st {
-		if !m.Applied {
-			pending = append(pending, fmt.Sprintf("%03d_%s", m.Version, m.Name))
-		}
-	}
-	if len(pending) > 0 {
+	if pending := Pending(st); len(pending) > 0 {
 		return fmt.Errorf("%w: %s", ErrPendingMigrations, strings.Join(pending, ", "))
 	}
 	s.schemaOK.Store(true)
@@ -169,9 +201,11 @@ func (s *Store) checkSchema(ctx context.Context, ex Executor) error {
 }
 
 // MigrateUp applies every pending migration up to and including target
-// (0: all of them), each in its own transaction, and returns those it
-// applied. A target that is no migration's version is refused before
-// anything is applied.
+// (0: all of them), under the migration lock, and returns those it
+// applied. Each runs in a transaction of its own, or, where DDL commits at
+// once (MySQL), statement by statement, resuming one that failed part way
+// after the statements that ran. A target that is no migration's version
+// is refused before anything is applied.
 func (s *Store) MigrateUp(ctx context.Context, target int) ([]Migration, error) {
 	ms, err := s.Migrations()
 	if err != nil {
@@ -180,23 +214,20 @@ func (s *Store) MigrateUp(ctx context.Context, target int) ([]Migration, error) 
 	if err := CheckTarget(ms, target); err != nil {
 		return nil, err
 	}
-	if err := s.createMigrationsTable(ctx); err != nil {
+	rec, err := s.prepareMigrations(ctx)
+	if err != nil {
 		return nil, err
 	}
-	var done []Migration
+	var todo []Migration
 	for _, m := range ms {
 		if target > 0 && m.Version > target {
 			break
 		}
-		ran, err := s.migrateOne(ctx, m, true)
-		if err != nil {
-			return done, err
-		}
-		if ran {
-			done = append(done, m)
+		if rec.needs(m.Version, true) {
+			todo = append(todo, m)
 		}
 	}
-	return done, nil
+	return s.migrate(ctx, todo, true, len(todo))
 }
 
 // CheckTarget refuses a migration target that is neither 0 (the newest)
@@ -212,38 +243,55 @@ func CheckTarget(ms []Migration, target int) error {
 }
 
 // MigrateDown reverts the newest steps applied migrations and returns
-// those it reverted.
+// those it reverted, as MigrateUp applies them.
 func (s *Store) MigrateDown(ctx context.Context, steps int) ([]Migration, error) {
 	ms, err := s.Migrations()
 	if err != nil {
 		return nil, err
 	}
-	if err := s.createMigrationsTable(ctx); err != nil {
+	rec, err := s.prepareMigrations(ctx)
+	if err != nil {
 		return nil, err
 	}
-	var done []Migration
-	for i := len(ms) - 1; i >= 0 && len(done) < steps; i-- {
-		ran, err := s.migrateOne(ctx, ms[i], false)
-		if err != nil {
-			return done, err
-		}
-		if ran {
-			done = append(done, ms[i])
+	var todo []Migration
+	for i := len(ms) - 1; i >= 0; i-- {
+		if rec.needs(ms[i].Version, false) {
+			todo = append(todo, ms[i])
 		}
 	}
-	s.schemaOK.Store(false)
-	return done, nil
+	defer s.schemaOK.Store(false)
+	return s.migrate(ctx, todo, false, steps)
 }
 
-// createMigrationsTable creates the table of applied migrations unless it
-// exists. Migrators that start together on an empty database race here,
-// before any lock exists: on PostgreSQL a CREATE TABLE IF NOT EXISTS that
-// loses fails on the catalog's unique index instead of finding the table.
-// The loser tries once more, and finds it.
-func (s *Store) createMigrationsTable(ctx context.Context) error {
-	_, err := s.db.Exec(ctx, s.q.CreateMigrationsTable())
+// prepareMigrations creates the migrator's tables unless they exist and
+// reads what they record, before any lock is taken: a migrator with
+// nothing to do never waits for one.
+func (s *Store) prepareMigrations(ctx context.Context) (recorded, error) {
+	for _, q := range []string{s.q.CreateMigrationsTable(), s.q.CreateMigrationProgressTable()} {
+		if err := s.createMigratorTable(ctx, q); err != nil {
+			return recorded{}, err
+		}
+	}
+	rec, err := s.readRecorded(ctx, s.db)
 	if err != nil {
-		_, err = s.db.Exec(ctx, s.q.CreateMigrationsTable())
+		return recorded{}, fmt.Errorf("read applied migrations: %w", err)
+	}
+	return rec, nil
+}
+
+// createMigratorTable runs q, which creates one of the migrator's tables
+// unless it exists ("" creates none). Migrators that start together on an
+// empty database race here, before any lock exists: on PostgreSQL a
+// CREATE TABLE IF NOT EXISTS that loses fails on the catalog's unique
+// index instead of finding the table. The loser tries once more, and
+// finds it.
+func (s *Store) createMigratorTable(ctx context.Context, q string) error {
+	if q == "" {
+		return nil
+	}
+	_, err := s.db.Exec(ctx, q)
+	if err != nil {
+		_, err = s.db.Exec(ctx, q)
 	}
 	if err != nil {
 		return fmt.Errorf("create migrations table: %w", err)
@@ -251,53 +299,82 @@ func (s *Store) createMigrationsTable(ctx context.Context) error {
 	return nil
 }
 
-// migrateOne applies (up) or reverts (down) m unless that is already done,
-// under the migration lock, and reports whether it ran.
-func (s *Store) migrateOne(ctx context.Context, m Migration, up bool) (bool, error) {
-	ran := false
-	err := s.inTx(ctx, func(tx Tx) error {
-		if q := s.q.LockMigrations(); q != "" {
-			if _, err := tx.Exec(ctx, q); err != nil {
-				return fmt.Errorf("lock migrations: %w", err)
-			}
-		}
-		done, err := s.applied(ctx, tx)
-		if err != nil {
-			return fmt.Errorf("read applied migrations: %w", err)
-		}
-		if done[m.Version] == up {
-			return s.unlockMigrations(ctx, tx)
-		}
-		body, verb := m.Up, "apply"
-		if !up {
-			body, verb = m.Down, "revert"
-		}
-		for _, stmt := range Statements(body) {
-			if _, err := tx.Exec(ctx, stmt); err != nil {
-				return fmt.Errorf("%s migration %03d_%s: %w\n%s", verb, m.Version, m.Name, err, stmt)
-			}
-		}
-		var q string
-		var args []any
-		if up {
-			q, args = s.q.RecordMigration(m.Version, m.Name, Micros(time.Now()))
-		} else {
-			q, args = s.q.ForgetMigration(m.Version)
-		}
-		if _, err := exec(ctx, tx, q, args); err != nil {
-			return fmt.Errorf("record migration %03d: %w", m.Version, err)
-		}
-		ran = true
-		return s.unlockMigrations(ctx, tx)
-	})
-	return ran, err
+// body returns m's up or down statements.
+func (m Migration) body(up bool) string {
+	if up {
+		return m.Up
+	}
+	return m.Down
 }
 
-func (s *Store) unlockMigrations(ctx context.Context, tx Tx) error {
-	if q := s.q.UnlockMigrations(); q != "" {
-		if _, err := tx.Exec(ctx, q); err != nil {
-			return fmt.Errorf("unlock migrations: %w", err)
-		}
+// recorded is what the database records of its migrations: the versions
+// applied, and the progress of those applied or reverted part way.
+type recorded struct {
+	applied  map[int]bool
+	progress map[int]progressRow
+}
+
+// progressRow is a row of the migration progress: the direction and how
+// many statements of it have run.
+type progressRow struct {
+	up   bool
+	done int
+}
+
+// partly returns version v's progress while its move is under way: a row
+// whose direction its record already shows done (applied and "up", or not
+// applied and "down") was left by a migrator that stopped between
+// recording the migration and clearing its progress, and counts for
+// nothing.
+func (r recorded) partly(v int) (progressRow, bool) {
+	p, ok := r.progress[v]
+	if !ok || p.up == r.applied[v] {
+		return progressRow{}, false
 	}
-	return nil
+	return p, true
+}
+
+// needs reports whether applying (up) or reverting v leaves anything to
+// do, or, for a migration under way in the other direction, to refuse.
+func (r recorded) needs(v int, up bool) bool {
+	_, partly := r.partly(v)
+	return partly || r.applied[v] != up
+}
+
+// readRecorded reads the applied migrations and their progress through
+// ex; a table not there yet records nothing.
+func (s *Store) readRecorded(ctx context.Context, ex Executor) (recorded, error) {
+	rec := recorded{applied: map[int]bool{}, progress: map[int]progressRow{}}
+	versions, err := queryInt64s(ctx, ex, s.q.AppliedMigrations(), nil)
+	if err != nil && !s.d.IsUndefinedTable(err) {
+		return recorded{}, err
+	}
+	for _, v := range versions {
+		rec.applied[int(v)] = true
+	}
+	if !s.q.TracksMigrationProgress() {
+		return rec, nil
+	}
+	if err := s.readProgress(ctx, ex, rec.progress); err != nil && !s.d.IsUndefinedTable(err) {
+		return recorded{}, fmt.Errorf("read migration progress: %w", err)
+	}
+	return rec, nil
+}
+
+// readProgress reads the rows of the migration progress into out.
+func (s *Store) readProgress(ctx context.Context, ex Executor, out map[int]progressRow) error {
+	rows, err := ex.Query(ctx, s.q.MigrationProgress())
+	if err != nil {
+		return err
+	}
+	defer rows.Close()
+	for rows.Next() {
+		var version, done int64
+		var direction string
+		if err := rows.Scan(&version, &direction, &done); err != nil {
+			return err
+		}
+		out[int(version)] = progressRow{up: direction == "up", done: int(done)}
+	}
+	return rows.Err()
 }

@@ -2,6 +2,7 @@ package engine
 
 import (
 	"fmt"
+	"slices"
 	"strings"
 )
 
@@ -16,6 +17,8 @@ type SQL struct {
 
 	createMigrationsTable, lockMigrations, unlockMigrations, appliedMigrations, genericPlans string
 	recordMigration, forgetMigration                                                         *sqlStatement
+	releaseMigrationLock, createMigrationProgressTable, migrationProgress                    string
+	takeMigrationLock, saveMigrationProgress, clearMigrationProgress                         *sqlStatement
 
 	insertJobs, lockReadyPlain, lockReadyLimited, lockReadyLike, markRunning, completeJobs, deleteJobs   *sqlStatement
 	lockReadyLimitedAt, lockReadyLimitedBefore, lockReadyLimitedAfter, firstReadyLike, lastReadyLike     *sqlStatement
@@ -52,7 +55,11 @@ type SQL struct {
 // other processes poll; without LockMigrations and UnlockMigrations
 // migrators rely on their transactions alone; without GenericPlans a
 // claim around a sweep plans its statements as the database chooses.
-var optional = map[string]bool{"Notify": true, "WakeOnInsert": true, "LockMigrations": true, "UnlockMigrations": true, "GenericPlans": true}
+// Only a database whose DDL commits at once (MySQL) has the session's
+// migration lock and the migration progress (see migrationStatements).
+var optional = map[string]bool{"Notify": true, "WakeOnInsert": true, "LockMigrations": true, "UnlockMigrations": true, "GenericPlans": true,
+	"TakeMigrationLock": true, "ReleaseMigrationLock": true,
+	"CreateMigrationProgressTable": true, "MigrationProgress": true, "SaveMigrationProgress": true, "ClearMigrationProgress": true}
 
 // wakes are the inserts that wake listeners for the jobs they make ready,
 // where the database has WakeOnInsert.
@@ -103,7 +110,8 @@ func NewSQL(d Dialect) (*SQL, error) {
 		{&q.jobsByState, "JobsByState"}, {&q.unfinishedByState, "UnfinishedByState"}, {&q.oldestWaiting, "OldestWaiting"},
 		{&q.listProcesses, "ListProcesses"}, {&q.listQueues, "ListQueues"}, {&q.listOverrides, "ListOverrides"},
 		{&q.listBudgets, "ListBudgets"}, {&q.listSemaphores, "ListSemaphores"}, {&q.lastTicks, "LastTicks"},
-		{&q.fairLevels, "FairLevels"},
+		{&q.fairLevels, "FairLevels"}, {&q.releaseMigrationLock, "ReleaseMigrationLock"},
+		{&q.createMigrationProgressTable, "CreateMigrationProgressTable"}, {&q.migrationProgress, "MigrationProgress"},
 	}
 	for _, t := range texts {
 		if *t.dst, err = render(t.name); err != nil {
@@ -124,6 +132,9 @@ func NewSQL(d Dialect) (*SQL, error) {
 	}{
 		{&q.recordMigration, "RecordMigration", []string{"version", "name", "now"}},
 		{&q.forgetMigration, "ForgetMigration", []string{"version"}},
+		{&q.takeMigrationLock, "TakeMigrationLock", []string{"timeout"}},
+		{&q.saveMigrationProgress, "SaveMigrationProgress", []string{"version", "direction", "statements"}},
+		{&q.clearMigrationProgress, "ClearMigrationProgress", []string{"version"}},
 
 		{&q.insertJobs, "InsertJobs", []string{"rows"}},
 		{&q.lockReadyPlain, "LockReadyPlain", []string{"queue", "limit"}},
@@ -221,7 +232,28 @@ func NewSQL(d Dialect) (*SQL, error) {
 			return nil, err
 		}
 	}
+	if err := q.migrationStatements(); err != nil {
+		return nil, fmt.Errorf("dialect %s: %w", d.Name(), err)
+	}
 	return q, nil
+}
+
+// migrationStatements checks that a database has the session's migration
+// lock whole, and the migration progress whole and only with that lock:
+// progress is recorded statement by statement, in transactions of their
+// own, so only a lock that outlives a transaction keeps other migrators
+// out between them.
+func (q *SQL) migrationStatements() error {
+	if (q.takeMigrationLock == nil) != (q.releaseMigrationLock == "") {
+		return fmt.Errorf("TakeMigrationLock and ReleaseMigrationLock go together")
+	}
+	progress := []bool{q.createMigrationProgressTable != "", q.migrationProgress != "",
+		q.saveMigrationProgress != nil, q.clearMigrationProgress != nil}
+	if slices.Contains(progress, true) && (slices.Contains(progress, false) || q.takeMigrationLock == nil) {
+		return fmt.Errorf("the migration progress needs CreateMigrationProgressTable, MigrationProgress, SaveMigrationProgress, " +
+			"ClearMigrationProgress and the session's migration lock (TakeMigrationLock)")
+	}
+	return nil
 }
 
 // CreateMigrationsTable creates the table that records applied migrations.
@@ -249,3 +281,56 @@ func (q *SQL) RecordMigration(version int, name string, now int64) (string, []an
 
 // ForgetMigration marks a version reverted.
 func (q *SQL) ForgetMigration(version int) (string, []any) { return q.forgetMigration.bind(version) }
+
+// SessionLock reports whether the database's migration lock belongs to a
+// connection (TakeMigrationLock) rather than to a transaction
+// (LockMigrations).
+func (q *SQL) SessionLock() bool { return q.takeMigrationLock != nil }
+
+// TakeMigrationLock takes the migration lock of the database for the
+// connection it runs on, waiting at most timeout seconds, and returns one
+// row: 1 when it took the lock, 0 when the wait ran out, NULL on an
+// error. The lock outlives transactions: ReleaseMigrationLock releases
+// it. Empty unless SessionLock.
+func (q *SQL) TakeMigrationLock(timeout int64) (string, []any) {
+	if q.takeMigrationLock == nil {
+		return "", nil
+	}
+	return q.takeMigrationLock.bind(timeout)
+}
+
+// ReleaseMigrationLock releases what TakeMigrationLock took, on the same
+// connection.
+func (q *SQL) ReleaseMigrationLock() string { return q.releaseMigrationLock }
+
+// TracksMigrationProgress reports whether the database records how many
+// statements of a migration have run (MySQL, whose DDL commits at once,
+// so that a migration that failed part way resumes after them).
+func (q *SQL) TracksMigrationProgress() bool { return q.migrationProgress != "" }
+
+// CreateMigrationProgressTable creates the table of migration progress
+// unless it exists. Empty unless TracksMigrationProgress.
+func (q *SQL) CreateMigrationProgressTable() string { return q.createMigrationProgressTable }
+
+// MigrationProgress lists the progress recorded: version, direction ("up"
+// or "down") and how many statements of that direction have run. Empty
+// unless TracksMigrationProgress.
+func (q *SQL) MigrationProgress() string { return q.migrationProgress }
+
+// SaveMigrationProgress records that statements statements of version's
+// direction have run. Empty unless TracksMigrationProgress.
+func (q *SQL) SaveMigrationProgress(version int, direction string, statements int) (string, []any) {
+	if q.saveMigrationProgress == nil {
+		return "", nil
+	}
+	return q.saveMigrationProgress.bind(version, direction, statements)
+}
+
+// ClearMigrationProgress forgets version's progress. Empty unless
+// TracksMigrationProgress.
+func (q *SQL) ClearMigrationProgress(version int) (string, []any) {
+	if q.clearMigrationProgress == nil {
+		return "", nil
+	}
+	return q.clearMigrationProgress.bind(version)
+}

@@ -12,6 +12,7 @@ import (
 	"errors"
 	"fmt"
 	"sync/atomic"
+	"time"
 )
 
 // ErrPendingMigrations is returned when the database's schema is missing
@@ -29,6 +30,11 @@ type Store struct {
 	// DeleteOnComplete deletes jobs when they complete instead of keeping
 	// them for inspection. Defaults to false.
 	DeleteOnComplete bool
+	// MigrationLockWait is how long MigrateUp and MigrateDown wait for the
+	// migration lock another migrator holds, where the lock has a wait of
+	// its own (MySQL); 0 means DefaultMigrationLockWait. Elsewhere they
+	// wait until the lock is free or their context is done.
+	MigrationLockWait time.Duration
 }
 
 // New returns a store over db speaking d, with the statement catalog
@@ -69,9 +75,15 @@ const maxRetries = 5
 // changed in a failed attempt is rolled back in the database and must not
 // survive in Go either. Public operations pass its error through wrap.
 func (s *Store) inTx(ctx context.Context, fn func(tx Tx) error) error {
+	return s.inTxOn(ctx, s.db.Begin, fn)
+}
+
+// inTxOn is inTx with transactions that begin, which may start them on
+// one connection of the pool (a migrator's Session) instead of any.
+func (s *Store) inTxOn(ctx context.Context, begin func(context.Context) (Tx, error), fn func(tx Tx) error) error {
 	var err error
 	for attempt := 0; attempt < maxRetries; attempt++ {
-		err = s.tryTx(ctx, fn)
+		err = s.tryTx(ctx, begin, fn)
 		var missing missingBudgets
 		if errors.As(err, &missing) && ctx.Err() == nil {
 			if err = s.createBudgets(ctx, missing); err != nil {
@@ -101,8 +113,8 @@ func (s *Store) retryable(err error) bool {
 	return s.d.IsRetryable(err) || errors.As(err, &r) && r.Retryable()
 }
 
-func (s *Store) tryTx(ctx context.Context, fn func(tx Tx) error) error {
-	tx, err := s.db.Begin(ctx)
+func (s *Store) tryTx(ctx context.Context, begin func(context.Context) (Tx, error), fn func(tx Tx) error) error {
+	tx, err := begin(ctx)
 	if err != nil {
 		return err
 	}

@@ -5,6 +5,8 @@ package sqldb
 import (
 	"context"
 	"database/sql"
+	"database/sql/driver"
+	"errors"
 	"fmt"
 
 	"github.com/sluicequeue/sluice/internal/engine"
@@ -76,6 +78,49 @@ func (d *DB) Begin(ctx context.Context) (engine.Tx, error) {
 		return nil, err
 	}
 	return &Tx{Executor: Wrap(tx), tx: tx}, nil
+}
+
+// Session takes one connection of the pool, whose transactions begin as
+// the pool's do.
+func (d *DB) Session(ctx context.Context) (engine.Session, error) {
+	c, err := d.db.Conn(ctx)
+	if err != nil {
+		return nil, err
+	}
+	return &Session{Executor: Wrap(c), conn: c, txOpts: d.txOpts}, nil
+}
+
+var _ engine.Sessioner = (*DB)(nil)
+
+// Session is one connection of a pool, over *sql.Conn.
+type Session struct {
+	Executor
+	conn   *sql.Conn
+	txOpts *sql.TxOptions
+}
+
+// Begin starts a transaction on the session's connection.
+func (s *Session) Begin(ctx context.Context) (engine.Tx, error) {
+	tx, err := s.conn.BeginTx(ctx, s.txOpts)
+	if err != nil {
+		return nil, err
+	}
+	return &Tx{Executor: Wrap(tx), tx: tx}, nil
+}
+
+// Close gives the connection back to the pool.
+func (s *Session) Close() error { return s.conn.Close() }
+
+// Discard closes the connection instead of giving it back: database/sql
+// drops a connection that reports driver.ErrBadConn. A connection that
+// database/sql has dropped already (a failed statement broke it) is
+// closed.
+func (s *Session) Discard() error {
+	err := s.conn.Raw(func(any) error { return driver.ErrBadConn })
+	if err != nil && !errors.Is(err, driver.ErrBadConn) && !errors.Is(err, sql.ErrConnDone) {
+		return err
+	}
+	return nil
 }
 
 // Close closes the pool, unless its caller owns it (NewSharedDB).

@@ -37,6 +37,10 @@ type Faults struct {
 	// (a string, or a string in a []string) fail with a plain,
 	// non-retryable error, as a database refusing a value would.
 	Poison string
+	// FailOnce, when set, makes the first statement whose text contains
+	// it fail with a Fault, before it reaches the database, as a deadlock
+	// at that statement would. Set it before the store runs anything.
+	FailOnce string
 	// BeforeRetry, when set, runs at the first Begin after a fault fired:
 	// between the failed attempt (rolled back by then) and the store's
 	// retry, where another process's transaction could commit.
@@ -84,11 +88,17 @@ func (f *Faults) Clear() {
 	f.failAt = map[int]bool{}
 }
 
-// next counts one statement and returns the fault due at it, if any.
-func (f *Faults) next(args []any) error {
+// next counts one statement (q; "" for a commit) and returns the fault
+// due at it, if any.
+func (f *Faults) next(q string, args []any) error {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	f.n++
+	if f.FailOnce != "" && strings.Contains(q, f.FailOnce) {
+		f.FailOnce = ""
+		f.fired = true
+		return Fault{N: f.n}
+	}
 	if f.failAt[f.n] {
 		delete(f.failAt, f.n)
 		f.fired = true
@@ -120,7 +130,7 @@ func poisoned(args []any, marker string) bool {
 
 // Exec counts and runs a statement.
 func (f *Faults) Exec(ctx context.Context, q string, args ...any) (engine.Result, error) {
-	if err := f.next(args); err != nil {
+	if err := f.next(q, args); err != nil {
 		return engine.Result{}, err
 	}
 	return f.DB.Exec(ctx, q, args...)
@@ -128,7 +138,7 @@ func (f *Faults) Exec(ctx context.Context, q string, args ...any) (engine.Result
 
 // Query counts and runs a statement.
 func (f *Faults) Query(ctx context.Context, q string, args ...any) (engine.Rows, error) {
-	if err := f.next(args); err != nil {
+	if err := f.next(q, args); err != nil {
 		return nil, err
 	}
 	return f.DB.Query(ctx, q, args...)
@@ -136,6 +146,51 @@ func (f *Faults) Query(ctx context.Context, q string, args ...any) (engine.Rows,
 
 // Begin starts a transaction whose statements and commit are counted.
 func (f *Faults) Begin(ctx context.Context) (engine.Tx, error) {
+	return f.begin(ctx, f.DB.Begin)
+}
+
+// Session lends one connection of the pool (which must lend them), whose
+// statements and transactions are counted and failed as the pool's.
+func (f *Faults) Session(ctx context.Context) (engine.Session, error) {
+	sn, ok := f.DB.(engine.Sessioner)
+	if !ok {
+		return nil, fmt.Errorf("testdb: the pool (%T) lends no sessions", f.DB)
+	}
+	sess, err := sn.Session(ctx)
+	if err != nil {
+		return nil, err
+	}
+	return &faultSession{Session: sess, f: f}, nil
+}
+
+// faultSession is a session whose statements and transactions a Faults
+// counts.
+type faultSession struct {
+	engine.Session
+	f *Faults
+}
+
+func (s *faultSession) Exec(ctx context.Context, q string, args ...any) (engine.Result, error) {
+	if err := s.f.next(q, args); err != nil {
+		return engine.Result{}, err
+	}
+	return s.Session.Exec(ctx, q, args...)
+}
+
+func (s *faultSession) Query(ctx context.Context, q string, args ...any) (engine.Rows, error) {
+	if err := s.f.next(q, args); err != nil {
+		return nil, err
+	}
+	return s.Session.Query(ctx, q, args...)
+}
+
+func (s *faultSession) Begin(ctx context.Context) (engine.Tx, error) {
+	return s.f.begin(ctx, s.Session.Begin)
+}
+
+// begin starts a transaction with begin (the pool's or a session's), after
+// the BeforeRetry hook where a fault fired.
+func (f *Faults) begin(ctx context.Context, begin func(context.Context) (engine.Tx, error)) (engine.Tx, error) {
 	f.mu.Lock()
 	hook := f.BeforeRetry
 	if !f.fired {
@@ -146,7 +201,7 @@ func (f *Faults) Begin(ctx context.Context) (engine.Tx, error) {
 	if hook != nil {
 		hook()
 	}
-	tx, err := f.DB.Begin(ctx)
+	tx, err := begin(ctx)
 	if err != nil {
 		return nil, err
 	}
@@ -164,14 +219,14 @@ type faultTx struct {
 }
 
 func (t *faultTx) Exec(ctx context.Context, q string, args ...any) (engine.Result, error) {
-	if err := t.f.next(args); err != nil {
+	if err := t.f.next(q, args); err != nil {
 		return engine.Result{}, err
 	}
 	return t.Tx.Exec(ctx, q, args...)
 }
 
 func (t *faultTx) Query(ctx context.Context, q string, args ...any) (engine.Rows, error) {
-	if err := t.f.next(args); err != nil {
+	if err := t.f.next(q, args); err != nil {
 		return nil, err
 	}
 	return t.Tx.Query(ctx, q, args...)
@@ -183,7 +238,7 @@ func (t *faultTx) Commit(ctx context.Context) error {
 	if t.committed {
 		return nil
 	}
-	if err := t.f.next(nil); err != nil {
+	if err := t.f.next("", nil); err != nil {
 		_ = t.Tx.Rollback(ctx)
 		return err
 	}
@@ -197,7 +252,7 @@ type faultPipeTx struct{ faultTx }
 
 func (t *faultPipeTx) Pipeline(ctx context.Context, stmts []engine.Stmt, read func(int, engine.Rows) error) error {
 	for _, st := range stmts {
-		if err := t.f.next(st.Args); err != nil {
+		if err := t.f.next(st.SQL, st.Args); err != nil {
 			return err
 		}
 	}
@@ -209,11 +264,11 @@ func (t *faultPipeTx) Pipeline(ctx context.Context, stmts []engine.Stmt, read fu
 // and one due at the commit runs the statements and rolls them back.
 func (t *faultPipeTx) PipelineCommit(ctx context.Context, stmts []engine.Stmt, read func(int, engine.Rows) error) error {
 	for _, st := range stmts {
-		if err := t.f.next(st.Args); err != nil {
+		if err := t.f.next(st.SQL, st.Args); err != nil {
 			return err
 		}
 	}
-	if err := t.f.next(nil); err != nil {
+	if err := t.f.next("", nil); err != nil {
 		if perr := t.Tx.(engine.Pipeliner).Pipeline(ctx, stmts, read); perr != nil {
 			return perr
 		}

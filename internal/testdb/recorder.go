@@ -2,6 +2,7 @@ package testdb
 
 import (
 	"context"
+	"fmt"
 	"slices"
 	"sync"
 
@@ -54,6 +55,43 @@ func (r *Recorder) Begin(ctx context.Context) (engine.Tx, error) {
 		return nil, err
 	}
 	return &recTx{Tx: tx, r: r}, nil
+}
+
+// Session lends one connection of the pool (which must lend them), whose
+// statements are recorded too.
+func (r *Recorder) Session(ctx context.Context) (engine.Session, error) {
+	sn, ok := r.DB.(engine.Sessioner)
+	if !ok {
+		return nil, fmt.Errorf("testdb: the pool (%T) lends no sessions", r.DB)
+	}
+	sess, err := sn.Session(ctx)
+	if err != nil {
+		return nil, err
+	}
+	return &recSession{Session: sess, r: r}, nil
+}
+
+type recSession struct {
+	engine.Session
+	r *Recorder
+}
+
+func (s *recSession) Exec(ctx context.Context, q string, args ...any) (engine.Result, error) {
+	s.r.record(q)
+	return s.Session.Exec(ctx, q, args...)
+}
+
+func (s *recSession) Query(ctx context.Context, q string, args ...any) (engine.Rows, error) {
+	s.r.record(q)
+	return s.Session.Query(ctx, q, args...)
+}
+
+func (s *recSession) Begin(ctx context.Context) (engine.Tx, error) {
+	tx, err := s.Session.Begin(ctx)
+	if err != nil {
+		return nil, err
+	}
+	return &recTx{Tx: tx, r: s.r}, nil
 }
 
 // Take returns the statements recorded since the last Take.

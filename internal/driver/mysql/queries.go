@@ -21,7 +21,7 @@ func (Dialect) Capabilities() engine.Capabilities {
 // Replacements replaces the predicates that say a job is in a state with
 // reads of the generated key columns that hold a value only in that state
 // (migrations 007, 010, 013 and 014), each with an index of its own; and its
-// migrations table and lock.
+// migrations table, lock and progress.
 func (Dialect) Replacements() string { return replacements }
 
 const replacements = `
@@ -101,12 +101,43 @@ CREATE TABLE IF NOT EXISTS sluice_migrations (
 ) ENGINE=InnoDB DEFAULT CHARSET=utf8mb4 COLLATE=utf8mb4_bin;
 
 -- name: LockMigrations
--- A named lock: DDL commits implicitly on MySQL, so neither the
--- transaction nor a lock row can serialize migrators.
-SELECT GET_LOCK('sluice_migrations', 60);
-
 -- name: UnlockMigrations
-SELECT RELEASE_LOCK('sluice_migrations');
+-- DDL commits implicitly on MySQL, so neither a migration's transaction
+-- nor a lock row can serialize migrators: a named lock does, which the
+-- migrator's connection holds for its whole run.
+
+-- fragment: MigrationLockName
+-- The lock is the database's, not the server's, so that migrators of
+-- other databases on the server run beside it: a name of at most 64
+-- characters (MySQL's limit; a database's name alone may take 64) made
+-- from a hash of the database's name.
+CONCAT('sluice_migrations.', LEFT(SHA2(COALESCE(DATABASE(), ''), 256), 40))
+
+-- name: TakeMigrationLock
+SELECT GET_LOCK({MigrationLockName}, :timeout);
+
+-- name: ReleaseMigrationLock
+SELECT RELEASE_LOCK({MigrationLockName});
+
+-- name: CreateMigrationProgressTable
+-- How many statements of the migration being applied (direction "up") or
+-- reverted ("down") have run: each commits as it runs, so a migration
+-- that fails part way resumes after them.
+CREATE TABLE IF NOT EXISTS sluice_migration_progress (
+  version INT NOT NULL PRIMARY KEY,
+  direction VARCHAR(4) NOT NULL,
+  statements INT NOT NULL
+) ENGINE=InnoDB DEFAULT CHARSET=utf8mb4 COLLATE=utf8mb4_bin;
+
+-- name: MigrationProgress
+SELECT version, direction, statements FROM sluice_migration_progress;
+
+-- name: SaveMigrationProgress
+INSERT INTO sluice_migration_progress (version, direction, statements) VALUES (:version, :direction, :statements)
+ON DUPLICATE KEY UPDATE direction = VALUES(direction), statements = VALUES(statements);
+
+-- name: ClearMigrationProgress
+DELETE FROM sluice_migration_progress WHERE version = :version;
 `
 
 // Now reads SYSDATE(6): the time now, not at the statement's start.

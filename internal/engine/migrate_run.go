@@ -1,0 +1,288 @@
+package engine
+
+import (
+	"context"
+	"database/sql"
+	"errors"
+	"fmt"
+	"math"
+	"time"
+)
+
+// DefaultMigrationLockWait is how long a migrator waits for the migration
+// lock another migrator holds, where the lock has a wait of its own
+// (MySQL's GET_LOCK), before it fails with ErrMigrationLocked.
+const DefaultMigrationLockWait = 60 * time.Second
+
+// ErrMigrationLocked is returned by MigrateUp and MigrateDown when another
+// migrator held the database's migration lock for as long as they wait
+// for it (MySQL): they applied and reverted nothing.
+var ErrMigrationLocked = errors.New("another migrator holds the migration lock of this database; try again when it is done")
+
+// releaseTimeout bounds the release of a session's migration lock, which
+// runs even when the run's context is done.
+const releaseTimeout = 10 * time.Second
+
+// migrationRun is one MigrateUp or MigrateDown under the migration lock.
+// Where the lock belongs to a connection (SessionLock: MySQL), the run
+// takes it once, on a connection it keeps to the end and runs its
+// transactions on, and releases it after they commit, whatever happens;
+// elsewhere each migration's transaction takes it (LockMigrations), and
+// its end ends the lock.
+type migrationRun struct {
+	s  *Store
+	up bool
+	// sess holds the session's lock; nil unless SessionLock.
+	sess Session
+}
+
+// migrate applies (up) or reverts the first n of ms that still need it,
+// in order, and returns those it ran.
+func (s *Store) migrate(ctx context.Context, ms []Migration, up bool, n int) (done []Migration, err error) {
+	if len(ms) == 0 || n <= 0 {
+		return nil, nil
+	}
+	r, err := s.startMigrationRun(ctx, up)
+	if err != nil {
+		return nil, err
+	}
+	defer func() { err = r.finish(ctx, err) }()
+	for _, m := range ms {
+		if len(done) == n {
+			break
+		}
+		ran, err := r.migrateOne(ctx, m)
+		if err != nil {
+			return done, err
+		}
+		if ran {
+			done = append(done, m)
+		}
+	}
+	return done, nil
+}
+
+// startMigrationRun takes the session's migration lock where the
+// database has one, on a connection of the pool's.
+func (s *Store) startMigrationRun(ctx context.Context, up bool) (*migrationRun, error) {
+	r := &migrationRun{s: s, up: up}
+	if !s.q.SessionLock() {
+		return r, nil
+	}
+	sn, ok := s.db.(Sessioner)
+	if !ok {
+		return nil, fmt.Errorf("the %s migration lock needs a connection of its own, which this store's pool (%T) cannot lend", s.d.Name(), s.db)
+	}
+	sess, err := sn.Session(ctx)
+	if err != nil {
+		return nil, fmt.Errorf("take a connection for the migration lock: %w", err)
+	}
+	if err := s.takeMigrationLock(ctx, sess); err != nil {
+		_ = sess.Close()
+		return nil, err
+	}
+	r.sess = sess
+	return r, nil
+}
+
+// takeMigrationLock takes the session's migration lock on ex, waiting at
+// most MigrationLockWait, and fails unless the database says it took it.
+func (s *Store) takeMigrationLock(ctx context.Context, ex Executor) error {
+	wait := s.MigrationLockWait
+	if wait <= 0 {
+		wait = DefaultMigrationLockWait
+	}
+	q, args := s.q.TakeMigrationLock(int64(math.Ceil(wait.Seconds())))
+	got, err := queryColumn[sql.NullInt64](ctx, ex, q, args)
+	switch {
+	case err != nil:
+		return fmt.Errorf("take the migration lock: %w", err)
+	case len(got) != 1 || !got[0].Valid:
+		return errors.New("take the migration lock: the database reported an error instead of taking it")
+	case got[0].Int64 != 1:
+		return fmt.Errorf("waited %v for the migration lock: %w", wait, ErrMigrationLocked)
+	}
+	return nil
+}
+
+// finish releases the session's lock and gives its connection back; a
+// connection whose lock would not release is closed instead, which ends
+// the lock with it. It returns the run's err, and what went wrong here
+// only if the lock may still be held.
+func (r *migrationRun) finish(ctx context.Context, err error) error {
+	if r.sess == nil {
+		return err
+	}
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), releaseTimeout)
+	defer cancel()
+	if _, rerr := r.sess.Exec(ctx, r.s.q.ReleaseMigrationLock()); rerr != nil {
+		if derr := r.sess.Discard(); derr != nil {
+			return errors.Join(err, fmt.Errorf("release the migration lock: %w; close its connection: %w", rerr, derr))
+		}
+		return err
+	}
+	_ = r.sess.Close()
+	return err
+}
+
+// begin starts a transaction of the run: on its session's connection,
+// where it has one.
+func (r *migrationRun) begin(ctx context.Context) (Tx, error) {
+	if r.sess != nil {
+		return r.sess.Begin(ctx)
+	}
+	return r.s.db.Begin(ctx)
+}
+
+// migrateOne applies or reverts m unless that is done, and reports
+// whether it ran.
+func (r *migrationRun) migrateOne(ctx context.Context, m Migration) (bool, error) {
+	if r.s.q.TracksMigrationProgress() {
+		return r.stepwise(ctx, m)
+	}
+	return r.whole(ctx, m)
+}
+
+// whole runs m in one transaction, which takes the transaction's
+// migration lock where the database has one.
+func (r *migrationRun) whole(ctx context.Context, m Migration) (bool, error) {
+	s := r.s
+	ran := false
+	err := s.inTxOn(ctx, r.begin, func(tx Tx) error {
+		ran = false
+		if q := s.q.LockMigrations(); q != "" {
+			if _, err := tx.Exec(ctx, q); err != nil {
+				return fmt.Errorf("lock migrations: %w", err)
+			}
+		}
+		rec, err := s.readRecorded(ctx, tx)
+		if err != nil {
+			return fmt.Errorf("read applied migrations: %w", err)
+		}
+		if rec.needs(m.Version, r.up) {
+			stmts := Statements(m.body(r.up))
+			for i, stmt := range stmts {
+				if _, err := tx.Exec(ctx, stmt); err != nil {
+					return r.statementFailed(m, stmts, i, err)
+				}
+			}
+			if err := r.record(ctx, tx, m); err != nil {
+				return err
+			}
+			ran = true
+		}
+		return s.unlockMigrations(ctx, tx)
+	})
+	return ran, err
+}
+
+// stepwise runs m where DDL commits at once (MySQL): a statement at a
+// time, each in a transaction of its own with the record of how many have
+// run, so that a transaction run again after a deadlock holds one
+// statement that did not commit, and a later run resumes after those
+// that did. The run holds the session's lock throughout.
+func (r *migrationRun) stepwise(ctx context.Context, m Migration) (bool, error) {
+	s := r.s
+	rec, err := s.readRecorded(ctx, r.sess)
+	if err != nil {
+		return false, fmt.Errorf("read applied migrations: %w", err)
+	}
+	p, partly := rec.partly(m.Version)
+	switch {
+	case partly && p.up != r.up:
+		return false, r.underWay(m, p)
+	case !rec.needs(m.Version, r.up):
+		return false, nil
+	}
+	stmts := Statements(m.body(r.up))
+	for i := p.done; i < len(stmts); i++ {
+		err := s.inTxOn(ctx, r.begin, func(tx Tx) error {
+			if _, err := tx.Exec(ctx, stmts[i]); err != nil {
+				return r.statementFailed(m, stmts, i, err)
+			}
+			q, args := s.q.SaveMigrationProgress(m.Version, r.direction(), i+1)
+			if _, err := exec(ctx, tx, q, args); err != nil {
+				return fmt.Errorf("record the progress of migration %03d_%s: %w", m.Version, m.Name, err)
+			}
+			return nil
+		})
+		if err != nil {
+			return false, err
+		}
+	}
+	err = s.inTxOn(ctx, r.begin, func(tx Tx) error {
+		if err := r.record(ctx, tx, m); err != nil {
+			return err
+		}
+		q, args := s.q.ClearMigrationProgress(m.Version)
+		if _, err := exec(ctx, tx, q, args); err != nil {
+			return fmt.Errorf("clear the progress of migration %03d: %w", m.Version, err)
+		}
+		return nil
+	})
+	return err == nil, err
+}
+
+// direction is how the migration progress names the run's direction.
+func (r *migrationRun) direction() string {
+	if r.up {
+		return "up"
+	}
+	return "down"
+}
+
+// statementFailed says which of m's statements (the i-th of stmts)
+// failed, and, where the ones before it stay applied (stepwise), that the
+// next run resumes at it.
+func (r *migrationRun) statementFailed(m Migration, stmts []string, i int, err error) error {
+	verb, done := "apply", "applied"
+	if !r.up {
+		verb, done = "revert", "reverted"
+	}
+	failed := fmt.Errorf("%s migration %03d_%s: statement %d of %d: %w\n%s", verb, m.Version, m.Name, i+1, len(stmts), err, stmts[i])
+	if !r.s.q.TracksMigrationProgress() || i == 0 {
+		return failed
+	}
+	stay := "statement 1 stays"
+	if i > 1 {
+		stay = fmt.Sprintf("statements 1 to %d stay", i)
+	}
+	return fmt.Errorf("%w\n(%s %s, as the database commits DDL at once; once the cause is fixed, `migrate %s` resumes at statement %d)",
+		failed, stay, done, r.direction(), i+1)
+}
+
+// underWay refuses to run m while it is applied or reverted part way in
+// the other direction: only finishing that move knows what its
+// statements left.
+func (r *migrationRun) underWay(m Migration, p progressRow) error {
+	n := len(Statements(m.body(p.up)))
+	if p.up {
+		return fmt.Errorf("migration %03d_%s is partly applied (%d of %d statements ran before it failed): run `migrate up` to finish it before reverting",
+			m.Version, m.Name, p.done, n)
+	}
+	return fmt.Errorf("migration %03d_%s is partly reverted (%d of %d statements ran before it failed): run `migrate down` to finish reverting it before applying",
+		m.Version, m.Name, p.done, n)
+}
+
+// record records m as applied (up) or reverted.
+func (r *migrationRun) record(ctx context.Context, ex Executor, m Migration) error {
+	q, args := r.s.q.ForgetMigration(m.Version)
+	if r.up {
+		q, args = r.s.q.RecordMigration(m.Version, m.Name, Micros(time.Now()))
+	}
+	if _, err := exec(ctx, ex, q, args); err != nil {
+		return fmt.Errorf("record migration %03d: %w", m.Version, err)
+	}
+	return nil
+}
+
+// unlockMigrations releases the transaction's migration lock before the
+// commit, where the database's needs releasing (a lock row).
+func (s *Store) unlockMigrations(ctx context.Context, tx Tx) error {
+	if q := s.q.UnlockMigrations(); q != "" {
+		if _, err := tx.Exec(ctx, q); err != nil {
+			return fmt.Errorf("unlock migrations: %w", err)
+		}
+	}
+	return nil
+}
