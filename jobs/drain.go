@@ -43,6 +43,11 @@ func (w *Worker) Drain(ctx context.Context) (DrainResult, error) {
 	for ctx.Err() == nil {
 		now := w.storeClock()
 		if w.limits != nil {
+			// First the overrides: a changed limit reaches its parked
+			// budgets before they are unparked.
+			if err := w.limits.refresh(ctx, w.store, now, w.cfg.Horizon); err != nil {
+				return out, fmt.Errorf("jobs: drain: %w", err)
+			}
 			for {
 				n, err := w.store.Unpark(ctx, now, w.cfg.Horizon, 1000, engine.DefaultUnparkBatch)
 				if err != nil {
@@ -51,9 +56,6 @@ func (w *Worker) Drain(ctx context.Context) (DrainResult, error) {
 				if n < engine.DefaultUnparkBatch {
 					break
 				}
-			}
-			if err := w.limits.refresh(ctx, w.store); err != nil {
-				return out, fmt.Errorf("jobs: drain: %w", err)
 			}
 		}
 		// After Unpark: the slots it hands parked jobs may be due already.

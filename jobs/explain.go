@@ -187,7 +187,7 @@ func Explain(ctx context.Context, pub *store.Store, reg *Registry, id int64, now
 		return nil, err
 	}
 	view := &limitsView{reg: reg}
-	if err := view.refresh(ctx, s); err != nil {
+	if err := view.load(ctx, s); err != nil {
 		return nil, fmt.Errorf("explain job %d: %w", id, err)
 	}
 	j := f.Job
@@ -262,7 +262,7 @@ func DescribeBudgets(ctx context.Context, s *engine.Store, reg *Registry, rows [
 		reg = NewRegistry()
 	}
 	view := &limitsView{reg: reg}
-	if err := view.refresh(ctx, s); err != nil {
+	if err := view.load(ctx, s); err != nil {
 		return nil, fmt.Errorf("describe budgets: %w", err)
 	}
 	out := make([]LimitExplanation, len(rows))

@@ -2,7 +2,13 @@ package jobs
 
 import (
 	"context"
+	"errors"
+	"maps"
+	"slices"
+	"strings"
+	"sync"
 	"sync/atomic"
+	"time"
 
 	"github.com/sluicequeue/sluice/internal/engine"
 	"github.com/sluicequeue/sluice/ratelimit"
@@ -26,6 +32,12 @@ type limitsView struct {
 	reg       *Registry
 	shadowAll bool
 	overrides atomic.Pointer[map[string]engine.Override]
+
+	// mu guards priced: the limit last handed to the budgets of each
+	// target (a scope or a budget key) with Store.Reprice; nil before the
+	// first refresh.
+	mu     sync.Mutex
+	priced map[string]ratelimit.Params
 }
 
 // RateSpec implements engine.Limits.
@@ -76,8 +88,18 @@ func (v *limitsView) override(key string) (engine.Override, bool) {
 	return o, ok
 }
 
-// refresh reads the overrides from the database.
-func (v *limitsView) refresh(ctx context.Context, s *engine.Store) error {
+// refresh reads the overrides from the database, and hands each limit
+// whose spec changed since the last refresh (every limit, at the first) to
+// the budgets it covers (reprice).
+func (v *limitsView) refresh(ctx context.Context, s *engine.Store, c engine.Clock, horizon time.Duration) error {
+	if err := v.load(ctx, s); err != nil {
+		return err
+	}
+	return v.reprice(ctx, s, c, horizon)
+}
+
+// load reads the overrides from the database.
+func (v *limitsView) load(ctx context.Context, s *engine.Store) error {
 	list, err := s.ListOverrides(ctx)
 	if err != nil {
 		return err
@@ -88,4 +110,81 @@ func (v *limitsView) refresh(ctx context.Context, s *engine.Store) error {
 	}
 	v.overrides.Store(&m)
 	return nil
+}
+
+// reprice calls Store.Reprice for each target whose limit is not the one
+// last handed to its budgets: a declared limit at the first call (a deploy
+// may have changed it), a limit an override set, changed or cleared since.
+// A claim brings a changed limit to the budgets it locks, but none locks a
+// budget whose jobs are all parked. A target whose call fails is tried
+// again at the next refresh.
+func (v *limitsView) reprice(ctx context.Context, s *engine.Store, c engine.Clock, horizon time.Duration) error {
+	v.mu.Lock()
+	defer v.mu.Unlock()
+	if v.priced == nil {
+		v.priced = map[string]ratelimit.Params{}
+	}
+	var errs []error
+	for _, target := range v.targets() {
+		p, ok := v.limitOn(target)
+		if !ok {
+			delete(v.priced, target) // no declared limit covers it
+			continue
+		}
+		if last, seen := v.priced[target]; seen && last == p {
+			continue
+		}
+		_, err := s.Reprice(ctx, c, engine.Repricing{Target: target, Params: p, Except: v.ownOverrides(target), Horizon: horizon})
+		if err != nil {
+			errs = append(errs, err)
+			continue
+		}
+		v.priced[target] = p
+	}
+	return errors.Join(errs...)
+}
+
+// targets returns, sorted, what the worker's limits cover: the declared
+// scopes and limited queues' budgets, the budgets with an override of
+// their own, and whatever it repriced before (a budget whose own override
+// was cleared goes back to its scope's limit).
+func (v *limitsView) targets() []string {
+	out := v.reg.limitTargets()
+	if m := v.overrides.Load(); m != nil {
+		for t := range *m {
+			if strings.Contains(t, "/") {
+				out = append(out, t)
+			}
+		}
+	}
+	out = slices.AppendSeq(out, maps.Keys(v.priced))
+	slices.Sort(out)
+	return slices.Compact(out)
+}
+
+// limitOn returns the limit in force on a target's budgets: the declared
+// limit of its scope (or queue) with the overrides applied, or false when
+// the registry declares none.
+func (v *limitsView) limitOn(target string) (ratelimit.Params, bool) {
+	spec, ok := v.reg.scopeSpec(target)
+	if !ok {
+		return ratelimit.Params{}, false
+	}
+	return v.apply(target, spec).Params, true
+}
+
+// ownOverrides returns the budgets of a scope that have an override of
+// their own; none for a target that is one budget.
+func (v *limitsView) ownOverrides(target string) []string {
+	m := v.overrides.Load()
+	if m == nil || strings.Contains(target, "/") {
+		return nil
+	}
+	var out []string
+	for t := range *m {
+		if strings.Contains(t, "/") && ratelimit.ScopeOf(t) == target {
+			out = append(out, t)
+		}
+	}
+	return out
 }

@@ -385,6 +385,27 @@ func (r *Registry) scopeSpec(budgetKey string) (ratelimit.Spec, bool) {
 	return ratelimit.Spec{}, false
 }
 
+// limitTargets returns what the registry's rate limits cover, sorted:
+// the scope of each limit a kind declares, and the budget key of each
+// limited queue ("@queue/NAME").
+func (r *Registry) limitTargets() []string {
+	r.mu.RLock()
+	defer r.mu.RUnlock()
+	var out []string
+	for _, k := range r.kinds {
+		for scope := range k.byScope {
+			out = append(out, scope)
+		}
+	}
+	for _, ls := range r.queues {
+		for _, l := range ls {
+			out = append(out, l.Key)
+		}
+	}
+	slices.Sort(out)
+	return slices.Compact(out)
+}
+
 // limits returns the registry as the claim's Limits, or nil when no kind
 // declares a limit, so that claims run exactly the plain statements.
 func (r *Registry) limits() engine.Limits {

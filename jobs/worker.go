@@ -325,8 +325,8 @@ func (w *Worker) Run(ctx context.Context) error {
 	beaten := make(chan struct{})
 	go func() { defer close(beaten); w.heartbeat(beatCtx) }()
 	if w.limits != nil {
-		if err := w.limits.refresh(ctx, w.store); err != nil {
-			w.log.Warn("sluice: read rate-limit overrides", "err", err)
+		if err := w.limits.refresh(ctx, w.store, w.storeClock(), w.cfg.Horizon); err != nil {
+			w.log.Warn("sluice: refresh rate-limit overrides", "err", err)
 		}
 		go w.refreshOverrides(beatCtx)
 	}
@@ -749,7 +749,8 @@ func anyLimited(js []*engine.Job) bool {
 }
 
 // refreshOverrides reads the rate-limit overrides every OverrideRefresh
-// until ctx is done.
+// until ctx is done, and hands a limit an override changed to the
+// budgets whose jobs are all parked (limitsView.reprice).
 func (w *Worker) refreshOverrides(ctx context.Context) {
 	t := w.clock.NewTimer(w.cfg.OverrideRefresh)
 	defer t.Stop()
@@ -759,8 +760,8 @@ func (w *Worker) refreshOverrides(ctx context.Context) {
 			return
 		case <-t.C():
 		}
-		if err := w.limits.refresh(ctx, w.store); err != nil && ctx.Err() == nil {
-			w.log.Warn("sluice: read rate-limit overrides", "err", err)
+		if err := w.limits.refresh(ctx, w.store, w.storeClock(), w.cfg.Horizon); err != nil && ctx.Err() == nil {
+			w.log.Warn("sluice: refresh rate-limit overrides", "err", err)
 		}
 		t.Reset(w.cfg.OverrideRefresh)
 	}

@@ -100,19 +100,27 @@ func (p Params) Slot(s *State, earliest int64, cost int) int64 {
 }
 
 // CapDebt applies the rule for a changed limit: when p is looser than the
-// limit the state was built under (a shorter interval), the debt it
-// inherits is capped at b intervals of p, so admissions resume within one
-// new interval; a tighter limit starts from the state as left.
+// limit the state was built under (see Loosens), the debt it inherits is
+// capped at b intervals of p, so admissions resume within one new
+// interval; a tighter limit starts from the state as left.
 func (p Params) CapDebt(s *State, now int64, prev Params) {
-	if p.Paused || prev.Interval == 0 {
-		return // no earlier limit is known, or nothing is admitted anyway
-	}
-	if !prev.Paused && p.Interval >= prev.Interval {
-		return // the same or tighter: start from the state as left
+	if !p.Loosens(prev) {
+		return
 	}
 	if limit := now + int64(p.Burst)*p.Interval; s.TAT > limit {
 		s.TAT = limit
 	}
+}
+
+// Loosens reports whether p admits faster than prev, the limit a state was
+// built under: a shorter interval, or any limit after a pause. It is false
+// when prev is unknown (a zero interval: the state was never charged) and
+// when p is paused.
+func (p Params) Loosens(prev Params) bool {
+	if p.Paused || prev.Interval == 0 {
+		return false
+	}
+	return prev.Paused || p.Interval < prev.Interval
 }
 
 // Idle reports whether a budget in this state admits exactly as a missing

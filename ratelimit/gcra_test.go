@@ -146,6 +146,18 @@ func TestLooserLimitCapsDebtTighterKeepsIt(t *testing.T) {
 	require.Equal(t, s, kept)
 }
 
+func TestLoosensMeansAShorterIntervalOrTheEndOfAPause(t *testing.T) {
+	old := params(t, 10, time.Minute, 1)
+	paused := params(t, 0, time.Minute, 1)
+	require.True(t, params(t, 20, time.Minute, 1).Loosens(old))
+	require.False(t, params(t, 5, time.Minute, 1).Loosens(old), "tighter")
+	require.False(t, old.Loosens(old), "the same")
+	require.False(t, params(t, 20, time.Minute, 11).Loosens(old), "the same interval, a larger burst")
+	require.True(t, old.Loosens(paused), "resumed")
+	require.False(t, paused.Loosens(old), "a pause admits nothing")
+	require.False(t, old.Loosens(ratelimit.Params{}), "never charged: nothing to loosen")
+}
+
 func TestNewParamsRefusesInvalid(t *testing.T) {
 	cases := []struct {
 		to    int

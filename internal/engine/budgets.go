@@ -47,21 +47,35 @@ func loaded(r BudgetRow) *budget {
 func (b *budget) params() ratelimit.Params { return b.row.Params() }
 
 // prepare applies the rules for a changed limit, once per claim, and
-// records the limit the row is now charged under. now is in nanoseconds.
-func (b *budget) prepare(p ratelimit.Params, now int64) {
+// records the limit the row is now charged under. now and until (the
+// horizon: the latest slot a transaction hands out) are in nanoseconds.
+//
+// A looser limit caps the debt the budget inherits (ratelimit.CapDebt) and
+// brings a slot cursor that lies past until back to it. Slots are handed
+// out at most a horizon ahead, and time only moves on, so no job holds a
+// slot past until: what lies beyond was put there by parking jobs under
+// the old limit, whose slots would now come sooner. The parked jobs then
+// get slots from until on, at the new pace. (A claim that unparks looks a
+// tenth of a horizon further: a job it slotted there may find its slot
+// taken and wait again, as any job may, a slot being a hint.)
+func (b *budget) prepare(p ratelimit.Params, now, until int64) {
 	if b.prepared {
 		return
 	}
 	b.prepared = true
 	prev := b.params()
-	if prev != p {
-		p.CapDebt(&b.state, now, prev)
-		b.row.IntervalNS, b.row.Burst = p.Interval, p.Burst
-		if p.Paused {
-			b.row.Burst = 0
-		}
-		b.dirty = true
+	if prev == p {
+		return
 	}
+	p.CapDebt(&b.state, now, prev)
+	if p.Loosens(prev) && b.state.NextSlot > until {
+		b.state.NextSlot = until
+	}
+	b.row.IntervalNS, b.row.Burst = p.Interval, p.Burst
+	if p.Paused {
+		b.row.Burst = 0
+	}
+	b.dirty = true
 }
 
 // save returns the row to write, stamped at now (µs), or at its last

@@ -15,6 +15,14 @@ import (
 // jobs; jobs beyond it are parked until the horizon reaches them.
 const DefaultHorizon = 5 * time.Minute
 
+// horizonOr returns h, or DefaultHorizon when h is not positive.
+func horizonOr(h time.Duration) time.Duration {
+	if h <= 0 {
+		return DefaultHorizon
+	}
+	return h
+}
+
 // Limits tells a claim which rate limits apply to a job. The worker's
 // registry implements it.
 type Limits interface {

@@ -122,7 +122,8 @@ func (s *Store) Finish(ctx context.Context, processID int64, c Clock, o Outcomes
 // after the locks, and moves each budget so that nothing is admitted
 // before now + Wait: its TAT to that time plus the tolerance, and its slot
 // cursor to that time. It returns the statement that saves them, and the
-// time it read.
+// time it read. A looser limit it meets is prepared as a claim would,
+// with the default horizon (a push does not know the worker's).
 func (s *Store) pushBudgets(ctx context.Context, tx Tx, c Clock, pushes []BudgetPush) (Stmt, time.Time, error) {
 	byKey := map[string]BudgetPush{}
 	keys := make([]string, 0, len(pushes))
@@ -142,7 +143,7 @@ func (s *Store) pushBudgets(ctx context.Context, tx Tx, c Clock, pushes []Budget
 	now := Nanos(at)
 	for _, k := range keys {
 		p, b := byKey[k], budgets[k]
-		b.prepare(p.Params, now)
+		b.prepare(p.Params, now, now+DefaultHorizon.Nanoseconds())
 		until := now + p.Wait.Nanoseconds()
 		b.state.TAT = max(b.state.TAT, until+p.Params.Tolerance())
 		b.state.NextSlot = max(b.state.NextSlot, until)

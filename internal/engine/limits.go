@@ -85,10 +85,7 @@ func (s *Store) applyLimits(ctx context.Context, tx Tx, p ClaimParams, cands []*
 	}
 	res.DecidedAt = at
 	now := Nanos(at)
-	horizon := p.Horizon
-	if horizon <= 0 {
-		horizon = DefaultHorizon
-	}
+	horizon := horizonOr(p.Horizon)
 	until := now + horizon.Nanoseconds()
 
 	admitted := make([]*Job, 0, min(len(cands), p.Max))
@@ -108,7 +105,7 @@ func (s *Store) applyLimits(ctx context.Context, tx Tx, p ClaimParams, cands []*
 		for k := range cs {
 			c := &cs[k]
 			b := budgets[c.key]
-			b.prepare(c.spec.Params, now)
+			b.prepare(c.spec.Params, now, until)
 			ok, earliest := c.spec.Params.Check(b.state, now, c.cost)
 			switch {
 			case ok:
@@ -298,6 +295,7 @@ func imminent(p ClaimParams, cands []*Job, checks [][]check, budgets map[string]
 		return 0
 	}
 	var wait int64
+	until := now + horizonOr(p.Horizon).Nanoseconds()
 	for i, j := range cands {
 		if j.WaitKey == "" {
 			continue
@@ -305,7 +303,7 @@ func imminent(p ClaimParams, cands []*Job, checks [][]check, budgets map[string]
 		var latest int64
 		for _, c := range checks[i] {
 			b := budgets[c.key]
-			b.prepare(c.spec.Params, now)
+			b.prepare(c.spec.Params, now, until)
 			if ok, earliest := c.spec.Params.Check(b.state, now, c.cost); !ok && !c.spec.Shadow {
 				latest = max(latest, earliest)
 			}
@@ -418,9 +416,7 @@ func slotFor(b *budget, p ratelimit.Params, earliest, now, until int64, cost int
 // most may have left due jobs parked: callers call again. The dispatcher
 // runs it every poll.
 func (s *Store) Unpark(ctx context.Context, c Clock, horizon time.Duration, limit, most int) (int, error) {
-	if horizon <= 0 {
-		horizon = DefaultHorizon
-	}
+	horizon = horizonOr(horizon)
 	if most <= 0 {
 		most = DefaultUnparkBatch
 	}

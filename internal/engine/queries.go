@@ -34,7 +34,7 @@ type SQL struct {
 	listQueues, listOverrides                    string
 
 	lockBudgets, lockFreeBudgets, readBudgets, getBudget, insertBudgets, saveBudgets, moveCursor, lockParkedBudgets *sqlStatement
-	lockParked, lockSlotted, countParked, lockIdleBudgets, deleteBudgets                                            *sqlStatement
+	lockParked, lockSlotted, countParked, lockIdleBudgets, deleteBudgets, lockRepriced                              *sqlStatement
 	listBudgets                                                                                                     string
 
 	lockSemaphores, lockFreeSemaphores, insertSemaphores, saveSemaphores, lockBlocked, markSlots, lockRunningHolders *sqlStatement
@@ -182,6 +182,7 @@ func NewSQL(d Dialect) (*SQL, error) {
 		{&q.saveBudgets, "SaveBudgets", []string{"rows"}},
 		{&q.moveCursor, "MoveCursor", []string{"to", "parked", "slotted_priority", "key", "from"}},
 		{&q.lockParkedBudgets, "LockParkedBudgets", []string{"until", "limit"}},
+		{&q.lockRepriced, "LockRepriced", []string{"target", "prefix", "past", "after", "interval_ns", "burst", "limit"}},
 		{&q.lockParked, "LockParked", []string{"key", "limit"}},
 		{&q.lockSlotted, "LockSlotted", []string{"key", "from", "priority", "limit"}},
 		{&q.countParked, "CountParked", []string{"key"}},

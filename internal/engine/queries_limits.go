@@ -2,6 +2,8 @@ package engine
 
 // The statements of rate-limit budgets and concurrency semaphores.
 
+import "strings"
+
 // LockBudgets selects and locks budget rows in key order. Columns:
 // BudgetColumns.
 func (q *SQL) LockBudgets(keys []string) (string, []any) { return q.lockBudgets.bind(keys) }
@@ -48,6 +50,21 @@ func (q *SQL) MoveCursor(key string, from, to int64, parked, slottedPriority int
 // BudgetColumns.
 func (q *SQL) LockParkedBudgets(until int64, limit int) (string, []any) {
 	return q.lockParkedBudgets.bind(until, limit)
+}
+
+// LockRepriced selects and locks, in key order, up to limit budgets after
+// after that have parked jobs and whose stored limit (interval, and burst:
+// 0 for a paused limit) is not the given one: those of a scope (target
+// without "/": the bare scope and SCOPE/…), or the one budget target
+// names. Columns: BudgetColumns.
+func (q *SQL) LockRepriced(target, after string, interval int64, burst, limit int) (string, []any) {
+	prefix, past := "", ""
+	if !strings.Contains(target, "/") {
+		// The keys SCOPE/… sort, byte by byte, from "SCOPE/" up to
+		// "SCOPE0": '0' follows '/'.
+		prefix, past = target+"/", target+"0"
+	}
+	return q.lockRepriced.bind(target, prefix, past, after, interval, int32(burst), limit)
 }
 
 // LockParked selects and locks, skipping locked rows, the first parked

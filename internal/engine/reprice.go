@@ -1,0 +1,115 @@
+package engine
+
+import (
+	"context"
+	"fmt"
+	"slices"
+	"time"
+
+	"github.com/sluicequeue/sluice/ratelimit"
+)
+
+// DefaultRepriceBatch is how many budgets one transaction of Reprice
+// changes at most when its caller does not say.
+const DefaultRepriceBatch = 500
+
+// Repricing is a limit now in force on budgets whose jobs may all be
+// parked, so that no claim would bring it to them.
+type Repricing struct {
+	// Target is a scope (a name without "/", a group or a kind): its
+	// budgets SCOPE and SCOPE/…; or one budget's key ("Stripe/Account/7",
+	// "@queue/sms").
+	Target string
+	// Params is the limit in force on them.
+	Params ratelimit.Params
+	// Except are budgets of the scope that a limit of their own covers
+	// (an override on the budget): they are left as they are.
+	Except []string
+	// Horizon is how far ahead slots are handed out; DefaultHorizon when
+	// 0.
+	Horizon time.Duration
+	// Batch is how many budgets one transaction changes at most;
+	// DefaultRepriceBatch when 0.
+	Batch int
+}
+
+// Reprice applies a changed limit to the budgets it covers that have
+// parked jobs and were last charged under another limit, as the next
+// claim on each would (the same rules: a looser limit caps the debt and
+// the slot cursor at the horizon, a tighter one starts from the state as
+// left), and records the limit on them. A budget whose jobs are all parked
+// is touched by no claim, and the dispatcher hands its parked jobs slots at
+// the pace its row remembers: without this a looser limit would reach such
+// a backlog only after an interval of the old one.
+//
+// It works in transactions of at most Batch budgets, in key order, each
+// deciding on c's time read after its locks, and returns how many budgets
+// it changed. It is idempotent: a budget already charged under the limit
+// is not read again. Workers call it for each limit whose spec they see
+// change, and once at start.
+func (s *Store) Reprice(ctx context.Context, c Clock, r Repricing) (int, error) {
+	if r.Batch <= 0 {
+		r.Batch = DefaultRepriceBatch
+	}
+	total, after := 0, ""
+	for {
+		found, changed, last, err := s.repriceBatch(ctx, c, r, after)
+		total += changed
+		if err != nil {
+			return total, s.wrap(fmt.Errorf("reprice the budgets of %s: %w", r.Target, err))
+		}
+		if found < r.Batch {
+			return total, nil
+		}
+		after = last
+	}
+}
+
+// repriceBatch is one transaction of Reprice: it locks up to r.Batch
+// budgets after after, prepares those not excepted for r.Params and saves
+// them. It returns how many it locked, how many it changed and the key of
+// the last.
+func (s *Store) repriceBatch(ctx context.Context, c Clock, r Repricing, after string) (found, changed int, last string, err error) {
+	stored := ratelimit.Params{Interval: r.Params.Interval, Burst: r.Params.Burst}
+	if r.Params.Paused {
+		stored.Burst = 0 // as a paused limit is stored
+	}
+	err = s.inTx(ctx, func(tx Tx) error {
+		found, changed, last = 0, 0, ""
+		q, args := s.q.LockRepriced(r.Target, after, stored.Interval, stored.Burst, r.Batch)
+		rows, err := queryBudgets(ctx, tx, q, args)
+		if err != nil {
+			return fmt.Errorf("lock budgets: %w", err)
+		}
+		if len(rows) == 0 {
+			return nil
+		}
+		found, last = len(rows), rows[len(rows)-1].Name
+		at, err := s.now(ctx, tx, c)
+		if err != nil {
+			return err
+		}
+		now := Nanos(at)
+		until := now + horizonOr(r.Horizon).Nanoseconds()
+		budgets := make(map[string]*budget, len(rows))
+		for _, row := range rows {
+			if slices.Contains(r.Except, row.Name) {
+				continue
+			}
+			b := loaded(row)
+			if b.prepare(r.Params, now, until); b.dirty {
+				budgets[row.Name] = b
+			}
+		}
+		st, ok := s.saveBudgets(budgets, Micros(at))
+		if !ok {
+			return nil
+		}
+		changed = len(budgets)
+		if err := pipeline(ctx, tx, []Stmt{st}, nil); err != nil {
+			return fmt.Errorf("save budgets: %w", err)
+		}
+		return nil
+	})
+	return found, changed, last, err
+}

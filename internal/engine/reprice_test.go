@@ -1,0 +1,159 @@
+package engine_test
+
+import (
+	"context"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/sluicequeue/sluice/internal/engine"
+	"github.com/sluicequeue/sluice/internal/testdb"
+	"github.com/sluicequeue/sluice/ratelimit"
+)
+
+// parkOnePerBudget enqueues two jobs on each key under a limit of one an
+// hour and claims them at t0: each budget admits one and parks the other
+// (its slot would be an hour ahead, past the horizon).
+func parkOnePerBudget(t *testing.T, s *engine.Store, keys ...string) limits {
+	t.Helper()
+	lim := limits{}
+	var jobs []engine.NewJob
+	for _, k := range keys {
+		scope := ratelimit.ScopeOf(k)
+		lim[scope] = spec(t, scope, 1, time.Hour, 1)
+		jobs = append(jobs, limited(scope, k), limited(scope, k))
+	}
+	enqueue(t, s, t0, jobs...)
+	res := claimLimited(t, s, register(t, s, t0), t0, len(jobs), lim, 5*time.Minute)
+	require.Len(t, res.Jobs, len(keys))
+	return lim
+}
+
+// budgetsByName returns the stored budgets by key.
+func budgetsByName(t *testing.T, s *engine.Store) map[string]engine.BudgetInfo {
+	t.Helper()
+	bs, err := s.ListBudgets(context.Background())
+	require.NoError(t, err)
+	out := map[string]engine.BudgetInfo{}
+	for _, b := range bs {
+		out[b.Name] = b
+	}
+	return out
+}
+
+// Reprice hands a looser limit to the parked budgets of a scope — the bare
+// scope and SCOPE/…, not the budgets of scopes that merely start alike —
+// in transactions of Batch budgets, leaving out those with a limit of their
+// own: each is charged under the new limit, its debt capped at Burst new
+// intervals and its slot cursor brought back to the horizon, so that the
+// dispatcher hands its parked job a slot at once. A second call changes
+// nothing.
+func TestRepriceBringsALooserLimitToTheParkedBudgetsOfAScope(t *testing.T) {
+	testdb.Each(t, func(t *testing.T, s *engine.Store) {
+		ctx := context.Background()
+		inScope := []string{"k", "k/a", "k/b", "k/c", "k/d"}
+		others := []string{"k/own", "k-x/a", "kx/a"}
+		parkOnePerBudget(t, s, append(inScope, others...)...)
+		before := budgetsByName(t, s)
+
+		now := at(time.Minute)
+		looser := spec(t, "k", 1, time.Second, 1).Params
+		rs, rec := testdb.Record(s)
+		n, err := rs.Reprice(ctx, engine.At(now), engine.Repricing{Target: "k", Params: looser, Except: []string{"k/own"}, Batch: 2})
+		require.NoError(t, err)
+		require.Equal(t, len(inScope), n)
+		locks := 0
+		for _, q := range rec.Take() {
+			if strings.Contains(q, "interval_ns <>") {
+				locks++
+			}
+		}
+		require.Equal(t, 4, locks, "6 budgets of the scope to lock, 2 a transaction, and one that finds none")
+
+		after := budgetsByName(t, s)
+		for _, k := range inScope {
+			b := after[k]
+			require.Equal(t, time.Second.Nanoseconds(), b.IntervalNS, k)
+			require.Equal(t, engine.Nanos(now.Add(engine.DefaultHorizon)), b.NextSlot, "%s: the cursor at the horizon", k)
+			require.LessOrEqual(t, b.TAT, engine.Nanos(now.Add(time.Second)), "%s: the debt capped at one new interval", k)
+			require.Equal(t, 1, b.Parked, k)
+		}
+		for _, k := range others {
+			require.Equal(t, before[k].BudgetRow, after[k].BudgetRow, "%s is not the scope's, or has a limit of its own", k)
+		}
+
+		n, err = s.Reprice(ctx, engine.At(now), engine.Repricing{Target: "k", Params: looser, Except: []string{"k/own"}})
+		require.NoError(t, err)
+		require.Zero(t, n, "already charged under the limit")
+
+		moved, err := s.Unpark(ctx, engine.At(now), engine.DefaultHorizon, 100, 100)
+		require.NoError(t, err)
+		require.Equal(t, len(inScope), moved, "each repriced budget's parked job gets a slot at the horizon")
+	})
+}
+
+// A target that names one budget changes that budget only, not the keys
+// that extend it.
+func TestRepriceOfOneBudgetChangesThatBudgetOnly(t *testing.T) {
+	testdb.Each(t, func(t *testing.T, s *engine.Store) {
+		ctx := context.Background()
+		parkOnePerBudget(t, s, "k/own", "k/own/x", "k/other")
+		before := budgetsByName(t, s)
+		n, err := s.Reprice(ctx, engine.At(at(time.Minute)), engine.Repricing{Target: "k/own", Params: spec(t, "k", 1, 10*time.Second, 1).Params})
+		require.NoError(t, err)
+		require.Equal(t, 1, n)
+		after := budgetsByName(t, s)
+		require.Equal(t, (10 * time.Second).Nanoseconds(), after["k/own"].IntervalNS)
+		require.Equal(t, before["k/own/x"].BudgetRow, after["k/own/x"].BudgetRow)
+		require.Equal(t, before["k/other"].BudgetRow, after["k/other"].BudgetRow)
+	})
+}
+
+// A tighter limit, or a pause, is recorded on the budget, which keeps the
+// state the old limit left: its debt and its slot cursor.
+func TestRepriceLeavesTheStateAsItWasForATighterLimitOrAPause(t *testing.T) {
+	testdb.Each(t, func(t *testing.T, s *engine.Store) {
+		ctx := context.Background()
+		parkOnePerBudget(t, s, "tight/a", "paused/a")
+		before := budgetsByName(t, s)
+		now := engine.At(at(time.Minute))
+		tighter := spec(t, "tight", 1, 2*time.Hour, 1).Params
+		paused := spec(t, "paused", 0, time.Hour, 1).Params
+		for _, r := range []engine.Repricing{{Target: "tight", Params: tighter}, {Target: "paused", Params: paused}} {
+			n, err := s.Reprice(ctx, now, r)
+			require.NoError(t, err)
+			require.Equal(t, 1, n, r.Target)
+			n, err = s.Reprice(ctx, now, r)
+			require.NoError(t, err)
+			require.Zero(t, n, "%s: already charged under the limit", r.Target)
+		}
+		after := budgetsByName(t, s)
+		require.Equal(t, tighter, after["tight/a"].Params())
+		require.Equal(t, paused, after["paused/a"].Params())
+		for _, k := range []string{"tight/a", "paused/a"} {
+			require.Equal(t, before[k].TAT, after[k].TAT, k)
+			require.Equal(t, before[k].NextSlot, after[k].NextSlot, k)
+		}
+	})
+}
+
+// A claim that meets a looser limit applies the same rules as Reprice: a
+// new job on a budget whose backlog is parked an hour ahead gets a slot at
+// the horizon, not after the old limit's hour, and the claim hands the
+// parked job the slot after it.
+func TestAClaimUnderALooserLimitBringsTheSlotCursorBackToTheHorizon(t *testing.T) {
+	testdb.Each(t, func(t *testing.T, s *engine.Store) {
+		parkOnePerBudget(t, s, "k/a")
+		require.Greater(t, budgetsByName(t, s)["k/a"].NextSlot, engine.Nanos(at(time.Hour-time.Second)), "parked an hour ahead")
+
+		enqueue(t, s, t0, limited("k", "k/a"))
+		now := at(time.Minute)
+		looser := limits{"k": spec(t, "k", 1, time.Second, 1)}
+		res := claimLimited(t, s, register(t, s, now), now, 10, looser, engine.DefaultHorizon)
+		require.Len(t, res.Deferred, 1)
+		require.Equal(t, now.Add(engine.DefaultHorizon), res.Deferred[0].Until, "the new job's slot is at the horizon")
+		require.Equal(t, []time.Time{now.Add(engine.DefaultHorizon + time.Second)}, res.Unparked, "the parked job's slot follows it")
+	})
+}
