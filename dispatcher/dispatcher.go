@@ -239,6 +239,7 @@ func (d *Dispatcher) Run(ctx context.Context) error {
 		t.Stop()
 	}
 	d.background.Wait()
+	d.finished() // a later Tick or Run runs the tasks that were under way
 	stopBeat()
 	<-beaten
 	bg, cancel := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Second)

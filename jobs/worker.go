@@ -183,9 +183,11 @@ type Worker struct {
 	// also take the ready jobs that carry a rate-limit key: jobs a limit
 	// since removed left with their keys, which no one would claim
 	// otherwise. They run unchecked, as nothing limits them any more. Set
-	// at start and at each poll, and kept while such claims find more; only
-	// the claiming goroutine touches it.
-	leftovers bool
+	// at start and once a PollInterval (whatever else wakes the worker),
+	// and kept while such claims find more; only the claiming goroutine
+	// touches it and leftoversAt, when the next such claim is due.
+	leftovers   bool
+	leftoversAt time.Time
 }
 
 type runningJob struct {
@@ -410,7 +412,7 @@ func (w *Worker) loop(ctx, jobsCtx context.Context, wake <-chan struct{}) {
 		}
 		t.Stop()
 		promote = w.limits != nil && (polled || w.slots.due(w.clock.Now()))
-		w.leftovers = w.leftovers || polled && w.limits == nil
+		w.leftovers = w.leftovers || w.limits == nil && !w.clock.Now().Before(w.leftoversAt)
 	}
 }
 
@@ -717,7 +719,10 @@ func (w *Worker) claim(ctx context.Context, pid int64, max, window int, swept ma
 	if w.limits != nil {
 		w.slots.note(res, hostBegan, w.clock.Now())
 	}
-	w.leftovers = w.leftovers && (res.MoreLimited || anyLimited(res.Jobs))
+	if w.leftovers {
+		w.leftoversAt = w.clock.Now().Add(w.cfg.PollInterval)
+		w.leftovers = res.MoreLimited || anyLimited(res.Jobs)
+	}
 	if w.hooks.OnClaim != nil {
 		w.hooks.OnClaim(ClaimEvent{Claimed: len(res.Jobs), Deferred: len(res.Deferred), Duration: time.Since(began), DecidedAt: res.DecidedAt})
 	}

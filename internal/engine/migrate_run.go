@@ -177,10 +177,8 @@ func (r *migrationRun) whole(ctx context.Context, m Migration) (bool, error) {
 }
 
 // stepwise runs m where DDL commits at once (MySQL): a statement at a
-// time, each in a transaction of its own with the record of how many have
-// run, so that a transaction run again after a deadlock holds one
-// statement that did not commit, and a later run resumes after those
-// that did. The run holds the session's lock throughout.
+// time, each followed by the record of how many have run, so that a later
+// run resumes after those that did. The run holds the session's lock throughout.
 func (r *migrationRun) stepwise(ctx context.Context, m Migration) (bool, error) {
 	s := r.s
 	rec, err := s.readRecorded(ctx, r.sess)
@@ -196,16 +194,26 @@ func (r *migrationRun) stepwise(ctx context.Context, m Migration) (bool, error) 
 	}
 	stmts := Statements(m.body(r.up))
 	for i := p.done; i < len(stmts); i++ {
+		// The statement commits as it runs, so it and the record of it
+		// are two transactions: one run again after a deadlock runs again
+		// only what did not commit. (A process that dies between the two
+		// leaves the statement applied and not counted: operations.md
+		// says how to finish such a migration by hand.)
 		err := s.inTxOn(ctx, r.begin, func(tx Tx) error {
 			if _, err := tx.Exec(ctx, stmts[i]); err != nil {
 				return r.statementFailed(m, stmts, i, err)
 			}
-			q, args := s.q.SaveMigrationProgress(m.Version, r.direction(), i+1)
-			if _, err := exec(ctx, tx, q, args); err != nil {
-				return fmt.Errorf("record the progress of migration %03d_%s: %w", m.Version, m.Name, err)
-			}
 			return nil
 		})
+		if err == nil {
+			err = s.inTxOn(ctx, r.begin, func(tx Tx) error {
+				q, args := s.q.SaveMigrationProgress(m.Version, r.direction(), i+1)
+				if _, err := exec(ctx, tx, q, args); err != nil {
+					return fmt.Errorf("record the progress of migration %03d_%s: %w", m.Version, m.Name, err)
+				}
+				return nil
+			})
+		}
 		if err != nil {
 			return false, err
 		}
