@@ -2,7 +2,6 @@ package jobs_test
 
 import (
 	"context"
-	"sync"
 	"testing"
 	"time"
 
@@ -14,20 +13,12 @@ import (
 	"github.com/sluicequeue/sluice/ratelimit"
 )
 
-// startTimes records when handlers start.
-func startTimes() (record func(time.Time), starts func() []time.Time) {
-	var mu sync.Mutex
-	var s []time.Time
-	return func(t time.Time) { mu.Lock(); s = append(s, t); mu.Unlock() },
-		func() []time.Time { mu.Lock(); defer mu.Unlock(); return append([]time.Time(nil), s...) }
-}
-
 // docs/rate-limits.md, "Limits on a whole queue": "a job claimed from sms
 // is admitted only when its kind's budgets and the queue's all have room."
 func TestAQueueLimitAndAKindLimitBothHold(t *testing.T) {
 	each(t, func(t *testing.T, h *harness) {
-		recSMS, smsStarts := startTimes()
-		recAll, allStarts := startTimes()
+		recSMS, smsStarts := startRecorder()
+		recAll, allStarts := startRecorder()
 		require.NoError(t, jobs.Register(h.reg, func(context.Context, *jobs.Job[sms]) error {
 			recSMS(h.clock.Now())
 			recAll(h.clock.Now())
@@ -40,7 +31,7 @@ func TestAQueueLimitAndAKindLimitBothHold(t *testing.T) {
 			h.enqueue(otp{})
 		}
 		d := newDispatcher(t, h.store, dispatcher.Config{Clock: h.clock, Logger: quiet()})
-		tickDrainAdvance(t, h, d, func() { h.drain(jobs.WorkerConfig{Queues: []string{"sms"}}) }, 200, 100*time.Millisecond)
+		steps(t, h, d, func() { h.drain(jobs.WorkerConfig{Queues: []string{"sms"}}) }, 200, 100*time.Millisecond)
 		require.Len(t, allStarts(), 24)
 		require.LessOrEqual(t, ratelimit.BusiestWindow(smsStarts(), time.Second), 2, "the kind's limit")
 		require.LessOrEqual(t, ratelimit.BusiestWindow(allStarts(), time.Second), 3, "the queue's limit")

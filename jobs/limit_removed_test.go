@@ -15,17 +15,6 @@ import (
 	"github.com/sluicequeue/sluice/ratelimit"
 )
 
-// tickDrainAdvance n times ticks d, drains, and advances the clock by by.
-func tickDrainAdvance(t *testing.T, h *harness, d *dispatcher.Dispatcher, drain func(), n int, by time.Duration) {
-	t.Helper()
-	for i := 0; i < n; i++ {
-		_, err := d.Tick(context.Background())
-		require.NoError(t, err)
-		drain()
-		h.clock.Advance(by)
-	}
-}
-
 // docs/rate-limits.md, "Changing a limit": "Removing a limit (or Key: nil)
 // lets the kind's waiting jobs be claimed unchecked when they next come
 // back, within the horizon. Parked jobs keep getting slots at the budget's
@@ -57,7 +46,7 @@ func TestRemovingTheOnlyLimitLetsWaitingJobsRun(t *testing.T) {
 			_, err = w.Drain(ctx)
 			require.NoError(t, err)
 		}
-		tickDrainAdvance(t, h, d, drain, 30, time.Minute) // half an hour: far past the horizon and the old rate
+		steps(t, h, d, drain, 30, time.Minute) // half an hour: far past the horizon and the old rate
 		counts := map[engine.State]int{}
 		for _, id := range ids {
 			counts[h.job(id).State]++
@@ -91,7 +80,7 @@ func TestRemovingOneKindsLimitLetsWaitingJobsRun(t *testing.T) {
 			_, err = w.Drain(ctx)
 			require.NoError(t, err)
 		}
-		tickDrainAdvance(t, h, d, drain, 30, time.Minute)
+		steps(t, h, d, drain, 30, time.Minute)
 		counts := map[engine.State]int{}
 		for _, id := range ids {
 			counts[h.job(id).State]++
