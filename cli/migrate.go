@@ -117,6 +117,9 @@ func runMigrate(ctx context.Context, env *Env, args []string) error {
 		}
 		return err
 	case "down":
+		if err := checkDownCount(ctx, s, n); err != nil {
+			return err
+		}
 		done, err := s.MigrateDown(ctx, n)
 		for _, m := range done {
 			fmt.Fprintf(env.Stdout, "reverted %03d_%s\n", m.Version, m.Name)
@@ -136,6 +139,26 @@ func runMigrate(ctx context.Context, env *Env, args []string) error {
 		fmt.Fprintf(tw, "%03d\t%s\t%s\n", m.Version, m.Name, m.State())
 	}
 	return tw.Flush()
+}
+
+// checkDownCount refuses to revert more migrations than are applied: a
+// typo (down 99 for down 9) would otherwise revert them all, and drop every
+// job with the first.
+func checkDownCount(ctx context.Context, s *engine.Store, n int) error {
+	st, err := s.MigrationStatus(ctx)
+	if err != nil {
+		return err
+	}
+	applied := 0
+	for _, m := range st {
+		if m.Applied || m.Partly != nil {
+			applied++
+		}
+	}
+	if applied > 0 && n > applied {
+		return Usagef("migrate down %d: only %d migration(s) are applied; to revert them all, dropping sluice's tables and every job, say migrate down %d", n, applied, applied)
+	}
+	return nil
 }
 
 // downCount is how many migrations `migrate down` reverts: its one

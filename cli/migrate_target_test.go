@@ -2,6 +2,8 @@ package cli_test
 
 import (
 	"context"
+	"fmt"
+	"strconv"
 	"testing"
 	"time"
 
@@ -64,6 +66,43 @@ func TestMigrateDownAndUpKeepsFairAndPlainJobs(t *testing.T) {
 			require.NoError(t, err)
 			require.Len(t, stats, 1)
 			require.Equal(t, int64(3), stats[0].Counts[engine.StateReady], "%v", stats)
+		})
+	}
+}
+
+// migrate down N with N above the migrations applied is refused, reverting
+// nothing: a typo (down 99 for down 9) would revert them all and drop every
+// job. Reverting exactly all of them is still possible, by saying so.
+func TestMigrateDownOfMoreThanAreAppliedIsRefused(t *testing.T) {
+	for _, b := range testdb.Backends(t) {
+		t.Run(b.Name, func(t *testing.T) {
+			url := b.URL(t)
+			db := "--database-url=" + url
+			code, _, stderr := run(t, "migrate", "up", db)
+			require.Equal(t, 0, code, stderr)
+			applied := func() int {
+				st, err := testdb.Opener(t, url)().MigrationStatus(context.Background())
+				require.NoError(t, err)
+				n := 0
+				for _, m := range st {
+					if m.Applied {
+						n++
+					}
+				}
+				return n
+			}
+			all := applied()
+			code, _, stderr = run(t, "migrate", "down", "99", db)
+			require.Equal(t, 2, code, stderr)
+			require.Contains(t, stderr, fmt.Sprintf("only %d migration(s) are applied", all))
+			require.Equal(t, all, applied(), "a refused down reverts nothing")
+
+			code, _, stderr = run(t, "migrate", "down", strconv.Itoa(all), db)
+			require.Equal(t, 0, code, stderr)
+			require.Zero(t, applied())
+			code, out, stderr := run(t, "migrate", "down", "3", db)
+			require.Equal(t, 0, code, stderr)
+			require.Contains(t, out, "nothing to revert")
 		})
 	}
 }
