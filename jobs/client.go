@@ -166,12 +166,6 @@ func (c *Client) EnqueueIn(ctx context.Context, ex engine.Executor, items []Item
 }
 
 func (c *Client) wrapTx(tx any) (engine.Executor, error) {
-	if tx == nil {
-		return nil, errors.New("jobs: EnqueueTx: the transaction is nil")
-	}
-	if v := reflect.ValueOf(tx); (v.Kind() == reflect.Pointer || v.Kind() == reflect.Interface) && v.IsNil() {
-		return nil, fmt.Errorf("jobs: EnqueueTx: the transaction is a nil %T; pass the one your Begin returned", tx)
-	}
 	ex, err := c.store.DB().WrapTx(tx)
 	if err != nil {
 		return nil, fmt.Errorf("jobs: EnqueueTx: %w", err)

@@ -1,6 +1,11 @@
 package engine
 
-import "context"
+import (
+	"context"
+	"errors"
+	"fmt"
+	"reflect"
+)
 
 // Executor runs statements. It is implemented over a pool, a transaction
 // of the store's own, or a caller's transaction (EnqueueTx).
@@ -80,4 +85,17 @@ type Session interface {
 	// the server ends whatever the connection holds (a lock it could
 	// not release).
 	Discard() error
+}
+
+// CheckTx refuses a caller's transaction that is nil, or a nil pointer of
+// a transaction's type, which no pool's WrapTx could use; a pool's WrapTx
+// calls it before it looks at the type.
+func CheckTx(tx any) error {
+	if tx == nil {
+		return errors.New("the transaction is nil")
+	}
+	if v := reflect.ValueOf(tx); (v.Kind() == reflect.Pointer || v.Kind() == reflect.Interface) && v.IsNil() {
+		return fmt.Errorf("the transaction is a nil %T; pass the one your Begin returned", tx)
+	}
+	return nil
 }

@@ -73,7 +73,7 @@ func (s *Store) Enqueue(ctx context.Context, ex Executor, c Clock, jobs []NewJob
 				out[i] = Enqueued{ID: id, State: rows[i].State}
 			}
 		} else if len(rows) > 1 {
-			err = s.blame(ctx, rows, jobs, err)
+			err = s.blame(ctx, ex, rows, jobs, err)
 		}
 	case ex == s.db:
 		err = s.inTx(ctx, func(tx Tx) error {
@@ -92,10 +92,17 @@ func (s *Store) Enqueue(ctx context.Context, ex Executor, c Clock, jobs []NewJob
 }
 
 // blame finds which of rows the database refused, after a multi-row insert
-// failed with err: it inserts halves in transactions that always roll
-// back, down to one row, and names it. A failure that is not a row's own
-// (the connection, the schema) is returned as it was.
-func (s *Store) blame(ctx context.Context, rows []InsertRow, jobs []NewJob, err error) error {
+// through ex failed with err: it inserts halves in transactions that always
+// roll back, down to one row, and names it. A failure that is not a row's
+// own (the connection, the schema) is returned as it was.
+//
+// In the caller's transaction (ex is not the pool) it probes inside that
+// transaction, under a savepoint it rolls back to after each probe: a
+// transaction of the pool's could wait for the caller's for ever (SQLite's
+// one connection, or its one writer). Where a failed statement has aborted
+// the caller's transaction (PostgreSQL) the savepoint is refused, and the
+// probes take transactions of the pool's, which then wait for nothing.
+func (s *Store) blame(ctx context.Context, ex Executor, rows []InsertRow, jobs []NewJob, err error) error {
 	if ctx.Err() != nil || s.d.IsUndefinedTable(err) || s.retryable(err) {
 		return err
 	}
@@ -107,6 +114,18 @@ func (s *Store) blame(ctx context.Context, rows []InsertRow, jobs []NewJob, err 
 		defer func() { _ = tx.Rollback(context.WithoutCancel(ctx)) }()
 		_, err = s.insertAll(ctx, tx, rows[lo:hi])
 		return err
+	}
+	if ex != s.db {
+		if _, e := ex.Exec(ctx, s.q.probeSavepoint); e == nil {
+			defer func() { _, _ = ex.Exec(context.WithoutCancel(ctx), s.q.probeRelease) }()
+			refused = func(lo, hi int) error {
+				_, err := s.insertAll(ctx, ex, rows[lo:hi])
+				if _, e := ex.Exec(ctx, s.q.probeRollback); e != nil && err == nil {
+					return e
+				}
+				return err
+			}
+		}
 	}
 	lo, hi := 0, len(rows)
 	if refused(lo, hi) == nil {

@@ -133,7 +133,10 @@ func (d *DB) Close() error {
 
 // WrapTx adapts a caller's *sql.Tx.
 func (d *DB) WrapTx(tx any) (engine.Executor, error) {
-	if t, ok := tx.(*sql.Tx); ok && t != nil {
+	if err := engine.CheckTx(tx); err != nil {
+		return nil, err
+	}
+	if t, ok := tx.(*sql.Tx); ok {
 		return Wrap(t), nil
 	}
 	return nil, fmt.Errorf("this store takes a *sql.Tx, not a %T", tx)

@@ -156,7 +156,10 @@ func (d *DB) Close() error {
 
 // WrapTx adapts a caller's pgx.Tx.
 func (d *DB) WrapTx(tx any) (engine.Executor, error) {
-	if t, ok := tx.(pgx.Tx); ok && t != nil {
+	if err := engine.CheckTx(tx); err != nil {
+		return nil, err
+	}
+	if t, ok := tx.(pgx.Tx); ok {
 		return Tx{tx: t}, nil
 	}
 	return nil, fmt.Errorf("the postgres store takes a pgx.Tx, not a %T", tx)

@@ -130,6 +130,19 @@ ORDER BY {RunningProcess}, id LIMIT :limit FOR UPDATE SKIP LOCKED;
 SELECT id FROM sluice_jobs j WHERE {RunningJob} AND {RunningProcess} = :process_id
 ORDER BY id LIMIT :limit FOR UPDATE SKIP LOCKED;
 
+-- name: ProbeSavepoint
+-- Marks the caller's transaction before the inserts that find which job
+-- the database refused (Enqueue in a transaction of the app's).
+SAVEPOINT sluice_probe;
+
+-- name: ProbeRollback
+-- Undoes one probe's inserts, keeping the savepoint for the next.
+ROLLBACK TO SAVEPOINT sluice_probe;
+
+-- name: ProbeRelease
+-- Forgets the savepoint once the refused job is found.
+RELEASE SAVEPOINT sluice_probe;
+
 -- name: LockFinished
 SELECT id, calls FROM sluice_jobs j WHERE {DoneJob} AND {DoneAt} < :before
 LIMIT :limit FOR UPDATE SKIP LOCKED;
