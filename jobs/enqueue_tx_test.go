@@ -3,6 +3,7 @@ package jobs_test
 import (
 	"context"
 	"errors"
+	"fmt"
 	"testing"
 	"time"
 
@@ -148,5 +149,48 @@ func TestEnqueueTxDeadlockReturnsTheDatabasesRetryableError(t *testing.T) {
 		}
 		res := h.drain(jobs.WorkerConfig{})
 		require.Equal(t, 2, res.Completed)
+	})
+}
+
+// guarantees.md: EnqueueMany enqueues "every job or none ... with
+// EnqueueTx it commits or rolls back with your transaction". A batch of
+// more jobs than one insert statement carries, one of them refused by the
+// database, leaves none of them in the caller's transaction, even should
+// the caller go on and commit it.
+func TestEnqueueManyTxOfSeveralStatementsLeavesNoneWhenOneIsRefused(t *testing.T) {
+	each(t, func(t *testing.T, h *harness) {
+		ctx := context.Background()
+		require.NoError(t, jobs.Declare[email](h.reg))
+		refuseByTrigger(t, h.store)
+		items := make([]jobs.Item, 5002) // more than any database's insert batch
+		for i := range items {
+			items[i] = jobs.Item{Args: email{To: "x"}}
+		}
+		items[len(items)-1] = jobs.Item{Args: email{To: "REFUSE"}}
+
+		tx, commit, rollback := callerTx(t, h.store)
+		committed := false
+		defer func() {
+			if !committed {
+				rollback() // a failed assertion must not leave it open
+			}
+		}()
+		_, err := h.client.EnqueueManyTx(ctx, tx, items)
+		require.ErrorContains(t, err, fmt.Sprintf("job %d (email)", len(items)-1))
+		kept, err := h.client.EnqueueTx(ctx, tx, email{To: "kept"})
+		require.NoError(t, err, "the transaction goes on")
+		commit()
+		committed = true
+		rows, err := h.store.DB().Query(ctx, "SELECT id FROM sluice_jobs WHERE kind = 'email'")
+		require.NoError(t, err)
+		var ids []int64
+		for rows.Next() {
+			var id int64
+			require.NoError(t, rows.Scan(&id))
+			ids = append(ids, id)
+		}
+		require.NoError(t, rows.Err())
+		rows.Close()
+		require.Equal(t, []int64{kept.ID}, ids, "none of the refused batch's jobs")
 	})
 }

@@ -57,15 +57,17 @@ func (s *Store) Enqueue(ctx context.Context, ex Executor, c Clock, jobs []NewJob
 	switch {
 	case plain:
 		var ids []int64
-		if ex != s.db || s.batchEnd(rows, 0) == len(rows) {
-			// One statement, or the caller's transaction: all or nothing
-			// as it is.
+		switch {
+		case s.batchEnd(rows, 0) == len(rows):
+			// One statement: all or nothing as it is.
 			ids, err = s.insertAll(ctx, ex, rows)
-		} else {
+		case ex == s.db:
 			err = s.inTx(ctx, func(tx Tx) error {
 				ids, err = s.insertAll(ctx, tx, rows)
 				return err
 			})
+		default:
+			ids, err = s.insertAllIn(ctx, ex, rows)
 		}
 		if err == nil {
 			out = make([]Enqueued, len(ids))
@@ -116,11 +118,11 @@ func (s *Store) blame(ctx context.Context, ex Executor, rows []InsertRow, jobs [
 		return err
 	}
 	if ex != s.db {
-		if _, e := ex.Exec(ctx, s.q.probeSavepoint); e == nil {
-			defer func() { _, _ = ex.Exec(context.WithoutCancel(ctx), s.q.probeRelease) }()
+		if _, e := ex.Exec(ctx, s.q.savepoint); e == nil {
+			defer func() { _, _ = ex.Exec(context.WithoutCancel(ctx), s.q.releaseSavepoint) }()
 			refused = func(lo, hi int) error {
 				_, err := s.insertAll(ctx, ex, rows[lo:hi])
-				if _, e := ex.Exec(ctx, s.q.probeRollback); e != nil && err == nil {
+				if _, e := ex.Exec(ctx, s.q.rollbackToSavepoint); e != nil && err == nil {
 					return e
 				}
 				return err
@@ -143,6 +145,26 @@ func (s *Store) blame(ctx context.Context, ex Executor, rows []InsertRow, jobs [
 		return fmt.Errorf("job %d (%s): %w", lo, jobs[lo].Kind, e)
 	}
 	return err
+}
+
+// insertAllIn inserts rows in batches in the caller's transaction, under
+// a savepoint it rolls back to if one fails, so that the transaction holds
+// all of them or none even should the caller commit after the error.
+// (Where the error aborts the transaction, PostgreSQL, the rollback is
+// refused and nothing can commit anyway.)
+func (s *Store) insertAllIn(ctx context.Context, tx Executor, rows []InsertRow) ([]int64, error) {
+	if _, err := tx.Exec(ctx, s.q.savepoint); err != nil {
+		return nil, err
+	}
+	ids, err := s.insertAll(ctx, tx, rows)
+	bg := context.WithoutCancel(ctx)
+	if err != nil {
+		if _, e := tx.Exec(bg, s.q.rollbackToSavepoint); e != nil {
+			return nil, err
+		}
+	}
+	_, _ = tx.Exec(bg, s.q.releaseSavepoint)
+	return ids, err
 }
 
 // insertAll inserts rows in batches and returns their ids in order.

@@ -26,7 +26,7 @@ type SQL struct {
 	getJob, lockJob, listJobs                                                                            *sqlStatement
 	recordAttempts, loadAttempts, deleteAttempts                                                         *sqlStatement
 	jobsByState, unfinishedByState, oldestWaiting                                                        string
-	probeSavepoint, probeRollback, probeRelease                                                          string
+	savepoint, rollbackToSavepoint, releaseSavepoint                                                     string
 
 	insertProcess, heartbeat, processExists, deleteProcess, lockDeadProcesses, deleteProcesses *sqlStatement
 	listProcesses                                                                              string
@@ -113,7 +113,7 @@ func NewSQL(d Dialect) (*SQL, error) {
 		{&q.listBudgets, "ListBudgets"}, {&q.listSemaphores, "ListSemaphores"}, {&q.lastTicks, "LastTicks"},
 		{&q.fairLevels, "FairLevels"}, {&q.releaseMigrationLock, "ReleaseMigrationLock"},
 		{&q.createMigrationProgressTable, "CreateMigrationProgressTable"}, {&q.migrationProgress, "MigrationProgress"},
-		{&q.probeSavepoint, "ProbeSavepoint"}, {&q.probeRollback, "ProbeRollback"}, {&q.probeRelease, "ProbeRelease"},
+		{&q.savepoint, "Savepoint"}, {&q.rollbackToSavepoint, "RollbackToSavepoint"}, {&q.releaseSavepoint, "ReleaseSavepoint"},
 	}
 	for _, t := range texts {
 		if *t.dst, err = render(t.name); err != nil {

@@ -130,18 +130,19 @@ ORDER BY {RunningProcess}, id LIMIT :limit FOR UPDATE SKIP LOCKED;
 SELECT id FROM sluice_jobs j WHERE {RunningJob} AND {RunningProcess} = :process_id
 ORDER BY id LIMIT :limit FOR UPDATE SKIP LOCKED;
 
--- name: ProbeSavepoint
--- Marks the caller's transaction before the inserts that find which job
--- the database refused (Enqueue in a transaction of the app's).
-SAVEPOINT sluice_probe;
+-- name: Savepoint
+-- Marks the caller's transaction before an enqueue of several statements
+-- in it, so that a failure leaves nothing of them, and before the inserts
+-- that find which job the database refused.
+SAVEPOINT sluice_enqueue;
 
--- name: ProbeRollback
--- Undoes one probe's inserts, keeping the savepoint for the next.
-ROLLBACK TO SAVEPOINT sluice_probe;
+-- name: RollbackToSavepoint
+-- Undoes what ran since the savepoint, keeping it.
+ROLLBACK TO SAVEPOINT sluice_enqueue;
 
--- name: ProbeRelease
--- Forgets the savepoint once the refused job is found.
-RELEASE SAVEPOINT sluice_probe;
+-- name: ReleaseSavepoint
+-- Forgets the savepoint, keeping what ran since.
+RELEASE SAVEPOINT sluice_enqueue;
 
 -- name: LockFinished
 SELECT id, calls FROM sluice_jobs j WHERE {DoneJob} AND {DoneAt} < :before
