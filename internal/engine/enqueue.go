@@ -149,9 +149,9 @@ func (s *Store) blame(ctx context.Context, ex Executor, rows []InsertRow, jobs [
 
 // insertAllIn inserts rows in batches in the caller's transaction, under
 // a savepoint it rolls back to if one fails, so that the transaction holds
-// all of them or none even should the caller commit after the error.
-// (Where the error aborts the transaction, PostgreSQL, the rollback is
-// refused and nothing can commit anyway.)
+// all of them or none even should the caller commit after the error. (On
+// PostgreSQL, where the error aborts the transaction, the rollback to the
+// savepoint also ends the abort: the transaction goes on there too.)
 func (s *Store) insertAllIn(ctx context.Context, tx Executor, rows []InsertRow) ([]int64, error) {
 	if _, err := tx.Exec(ctx, s.q.savepoint); err != nil {
 		return nil, err
