@@ -517,12 +517,7 @@ func (w *Worker) claimRound(ctx, jobsCtx context.Context, promote bool) (bool, e
 // way), and widens it again, up to the free slots, as they admit.
 func (w *Worker) adaptWindow(res *engine.ClaimResult, window int) {
 	deferred := len(res.Deferred) + len(res.Unfit)
-	admitted := 0
-	for _, j := range res.Jobs {
-		if len(j.RateKeys) > 0 {
-			admitted++
-		}
-	}
+	admitted := countLimited(res.Jobs)
 	// A claim that admitted rate-limited jobs tells the next which budgets
 	// to lock with its candidates, saving a round trip.
 	w.budgetHint = nil
@@ -721,7 +716,7 @@ func (w *Worker) claim(ctx context.Context, pid int64, max, window int, swept ma
 	}
 	if w.leftovers {
 		w.leftoversAt = w.clock.Now().Add(w.cfg.PollInterval)
-		w.leftovers = res.MoreLimited || anyLimited(res.Jobs)
+		w.leftovers = res.MoreLimited || countLimited(res.Jobs) > 0
 	}
 	if w.hooks.OnClaim != nil {
 		w.hooks.OnClaim(ClaimEvent{Claimed: len(res.Jobs), Deferred: len(res.Deferred), Duration: time.Since(began), DecidedAt: res.DecidedAt})
@@ -743,14 +738,15 @@ func (w *Worker) claimLimits() engine.Limits {
 	return nil
 }
 
-// anyLimited reports whether any of js carries a rate-limit key.
-func anyLimited(js []*engine.Job) bool {
+// countLimited counts the jobs of js that carry a rate-limit key.
+func countLimited(js []*engine.Job) int {
+	n := 0
 	for _, j := range js {
 		if len(j.RateKeys) > 0 {
-			return true
+			n++
 		}
 	}
-	return false
+	return n
 }
 
 // refreshOverrides reads the rate-limit overrides every OverrideRefresh

@@ -71,10 +71,7 @@ func (b *budget) prepare(p ratelimit.Params, now, until int64) {
 	if p.Loosens(prev) && b.state.NextSlot > until {
 		b.state.NextSlot = until
 	}
-	b.row.IntervalNS, b.row.Burst = p.Interval, p.Burst
-	if p.Paused {
-		b.row.Burst = 0
-	}
+	b.row.IntervalNS, b.row.Burst = storedLimit(p)
 	b.dirty = true
 }
 
@@ -310,6 +307,15 @@ func (b BudgetInfo) NextAdmission(now time.Time) time.Time {
 	}
 	_, at := p.Check(ratelimit.State{TAT: b.TAT, NextSlot: b.NextSlot}, Nanos(now), 1)
 	return FromNanos(max(at, Nanos(now)))
+}
+
+// storedLimit is how a budget row records the limit p, as Params reads
+// it back: its interval, and its burst, 0 for a paused limit.
+func storedLimit(p ratelimit.Params) (interval int64, burst int) {
+	if p.Paused {
+		return p.Interval, 0
+	}
+	return p.Interval, p.Burst
 }
 
 // Params returns the limit the budget was last charged under.

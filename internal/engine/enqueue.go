@@ -118,15 +118,16 @@ func (s *Store) blame(ctx context.Context, ex Executor, rows []InsertRow, jobs [
 		return err
 	}
 	if ex != s.db {
-		if _, e := ex.Exec(ctx, s.q.savepoint); e == nil {
-			defer func() { _, _ = ex.Exec(context.WithoutCancel(ctx), s.q.releaseSavepoint) }()
-			refused = func(lo, hi int) error {
+		inPool := refused
+		refused = func(lo, hi int) error {
+			ran, err := s.underSavepoint(ctx, ex, true, func() error {
 				_, err := s.insertAll(ctx, ex, rows[lo:hi])
-				if _, e := ex.Exec(ctx, s.q.rollbackToSavepoint); e != nil && err == nil {
-					return e
-				}
 				return err
+			})
+			if !ran {
+				return inPool(lo, hi)
 			}
+			return err
 		}
 	}
 	lo, hi := 0, len(rows)
@@ -152,19 +153,32 @@ func (s *Store) blame(ctx context.Context, ex Executor, rows []InsertRow, jobs [
 // all of them or none even should the caller commit after the error. (On
 // PostgreSQL, where the error aborts the transaction, the rollback to the
 // savepoint also ends the abort: the transaction goes on there too.)
-func (s *Store) insertAllIn(ctx context.Context, tx Executor, rows []InsertRow) ([]int64, error) {
+func (s *Store) insertAllIn(ctx context.Context, tx Executor, rows []InsertRow) (ids []int64, err error) {
+	_, err = s.underSavepoint(ctx, tx, false, func() error {
+		ids, err = s.insertAll(ctx, tx, rows)
+		return err
+	})
+	return ids, err
+}
+
+// underSavepoint runs fn in the caller's transaction tx under a savepoint,
+// and rolls back to it when fn fails, or always with undo, so that what fn
+// did is gone. It reports false, with the error, without running fn, when
+// the transaction refuses a savepoint (PostgreSQL's after a failed
+// statement).
+func (s *Store) underSavepoint(ctx context.Context, tx Executor, undo bool, fn func() error) (bool, error) {
 	if _, err := tx.Exec(ctx, s.q.savepoint); err != nil {
-		return nil, err
+		return false, err
 	}
-	ids, err := s.insertAll(ctx, tx, rows)
+	err := fn()
 	bg := context.WithoutCancel(ctx)
-	if err != nil {
+	if err != nil || undo {
 		if _, e := tx.Exec(bg, s.q.rollbackToSavepoint); e != nil {
-			return nil, err
+			return true, errors.Join(err, fmt.Errorf("roll back to the savepoint: %w", e))
 		}
 	}
 	_, _ = tx.Exec(bg, s.q.releaseSavepoint)
-	return ids, err
+	return true, err
 }
 
 // insertAll inserts rows in batches and returns their ids in order.

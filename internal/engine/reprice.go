@@ -70,13 +70,10 @@ func (s *Store) Reprice(ctx context.Context, c Clock, r Repricing) (int, error) 
 // them. It returns how many it locked, how many it changed and the key of
 // the last.
 func (s *Store) repriceBatch(ctx context.Context, c Clock, r Repricing, after string) (found, changed int, last string, err error) {
-	stored := ratelimit.Params{Interval: r.Params.Interval, Burst: r.Params.Burst}
-	if r.Params.Paused {
-		stored.Burst = 0 // as a paused limit is stored
-	}
+	interval, burst := storedLimit(r.Params)
 	err = s.inTx(ctx, func(tx Tx) error {
 		found, changed, last = 0, 0, ""
-		q, args := s.q.LockRepriced(r.Target, after, stored.Interval, stored.Burst, r.Batch)
+		q, args := s.q.LockRepriced(r.Target, after, interval, burst, r.Batch)
 		rows, err := queryBudgets(ctx, tx, q, args)
 		if err != nil {
 			return fmt.Errorf("lock budgets: %w", err)
