@@ -157,3 +157,39 @@ func TestAClaimUnderALooserLimitBringsTheSlotCursorBackToTheHorizon(t *testing.T
 		require.Equal(t, []time.Time{now.Add(engine.DefaultHorizon + time.Second)}, res.Unparked, "the parked job's slot follows it")
 	})
 }
+
+// Two workers that start together reprice the same scope at once, each
+// from its own pool, in small batches, meeting budgets the other holds
+// locked: neither fails, and between them every budget is repriced
+// exactly once (a budget the other has repriced is not read again).
+func TestTwoRepricesAtOnceRepriceEachBudgetOnce(t *testing.T) {
+	testdb.EachPool(t, func(t *testing.T, s *engine.Store, open func() *engine.Store) {
+		ctx := context.Background()
+		keys := make([]string, 12)
+		for i := range keys {
+			keys[i] = "k/" + string(rune('a'+i))
+		}
+		parkOnePerBudget(t, s, keys...)
+		looser := spec(t, "k", 1, time.Second, 1).Params
+		stores := []*engine.Store{s, open()}
+		changed := make(chan int, len(stores))
+		errs := make(chan error, len(stores))
+		for _, st := range stores {
+			go func() {
+				n, err := st.Reprice(ctx, engine.At(at(time.Minute)), engine.Repricing{Target: "k", Params: looser, Batch: 2})
+				changed <- n
+				errs <- err
+			}()
+		}
+		total := 0
+		for range stores {
+			total += <-changed
+			require.NoError(t, <-errs)
+		}
+		require.Equal(t, len(keys), total, "each budget repriced once between the two")
+		after := budgetsByName(t, s)
+		for _, k := range keys {
+			require.Equal(t, time.Second.Nanoseconds(), after[k].IntervalNS, k)
+		}
+	})
+}
