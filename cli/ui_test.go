@@ -3,7 +3,11 @@ package cli_test
 import (
 	"bytes"
 	"context"
+	"io"
 	"net/http"
+	"net/url"
+	"os"
+	"path/filepath"
 	"regexp"
 	"strings"
 	"sync"
@@ -116,4 +120,109 @@ func TestUICommandListensOnLoopbackOrWithAuth(t *testing.T) {
 	t.Setenv(cli.EnvUIBasicAuth, "ops:env")
 	startUI(t, "--addr", "0.0.0.0:0", db)
 	startUI(t, "--addr", "0.0.0.0:0", "--insecure-no-auth", "--read-only", db)
+}
+
+var csrfRE = regexp.MustCompile(`name="csrf" value="([^"]+)"`)
+
+// uiToken reads the CSRF token a dashboard's limits page carries.
+func uiToken(t *testing.T, base string) string {
+	t.Helper()
+	res, err := http.Get(base + "limits")
+	require.NoError(t, err)
+	defer res.Body.Close()
+	body, err := io.ReadAll(res.Body)
+	require.NoError(t, err)
+	m := csrfRE.FindSubmatch(body)
+	require.NotNil(t, m, "no token on %slimits", base)
+	return string(m[1])
+}
+
+// uiPause posts a pause of queue "default" to a dashboard with tok and
+// returns the status.
+func uiPause(t *testing.T, base, tok string) int {
+	t.Helper()
+	c := &http.Client{CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }}
+	res, err := c.PostForm(base+"queues/pause", url.Values{"csrf": {tok}, "queue": {"default"}})
+	require.NoError(t, err)
+	res.Body.Close()
+	return res.StatusCode
+}
+
+// dashboard.md, "Running it alone": `ui` reads the dashboard's secret, in
+// hex, from $SLUICE_UI_SECRET or from the file --secret-file names, so
+// that replicas accept each other's forms. It had no way to take one:
+// each process made its own, and a form another replica rendered was
+// refused.
+func TestUICommandTakesTheSecretFromTheEnvironmentOrAFile(t *testing.T) {
+	b := testdb.Backends(t)[0]
+	db := "--database-url=" + b.URL(t)
+	code, _, _ := run(t, "migrate", "up", db)
+	require.Equal(t, 0, code)
+	secret := strings.Repeat("0123456789abcdef", 4)
+
+	t.Setenv(cli.EnvUISecret, secret)
+	one := startUI(t, "--addr", "127.0.0.1:0", db)
+	two := startUI(t, "--addr", "127.0.0.1:0", db)
+	tok := uiToken(t, one)
+	require.Equal(t, tok, uiToken(t, two))
+	require.Equal(t, http.StatusSeeOther, uiPause(t, two, tok), "a form from one replica posts to another")
+
+	t.Setenv(cli.EnvUISecret, "") // blank: the file gives the secret
+	file := filepath.Join(t.TempDir(), "secret")
+	require.NoError(t, os.WriteFile(file, []byte(strings.ToUpper(secret)+"\n"), 0o600))
+	fromFile := startUI(t, "--addr", "127.0.0.1:0", "--secret-file", file, db)
+	require.Equal(t, tok, uiToken(t, fromFile), "the same secret from a file (upper case, a newline after it)")
+
+	unsetSecret(t)
+	other := startUI(t, "--addr", "127.0.0.1:0", db)
+	require.NotEqual(t, tok, uiToken(t, other), "without a secret, one of the process's own")
+	require.Equal(t, http.StatusForbidden, uiPause(t, other, tok))
+}
+
+// A secret that is not hex, is short, is empty in its file, or is given
+// twice is bad usage (exit 2) naming where it came from, before the
+// database is opened; the error never shows the secret.
+func TestUICommandRefusesABadSecret(t *testing.T) {
+	db := "--database-url=sqlite:" + filepath.Join(t.TempDir(), "never-opened.db")
+	dir := t.TempDir()
+	write := func(name, text string) string {
+		p := filepath.Join(dir, name)
+		require.NoError(t, os.WriteFile(p, []byte(text), 0o600))
+		return p
+	}
+	good := strings.Repeat("ab", 32)
+	for _, c := range []struct {
+		env  string
+		args []string
+		want string
+		hide string
+	}{
+		{env: "zz" + strings.Repeat("5e", 31) + "c0ffee", want: "$SLUICE_UI_SECRET is not hex: character 1 is not a hex digit", hide: "c0ffee"},
+		{env: strings.Repeat("5e", 31) + "c0ffee=", want: "$SLUICE_UI_SECRET is not hex", hide: "c0ffee"},
+		{env: "c0ffee" + strings.Repeat("5e", 30) + "a", want: "$SLUICE_UI_SECRET has an odd number of hex digits (67)", hide: "c0ffee"},
+		{env: "c0ffee" + strings.Repeat("5e", 13), want: "$SLUICE_UI_SECRET is 16 bytes (32 hex digits); it must be at least 32 bytes (64 hex digits)", hide: "c0ffee"},
+		{args: []string{"--secret-file", write("short", "c0ffee\n")}, want: "--secret-file " + filepath.Join(dir, "short") + " is 3 bytes", hide: "c0ffee"},
+		{args: []string{"--secret-file", write("empty", "\n")}, want: "--secret-file " + filepath.Join(dir, "empty") + " is empty"},
+		{args: []string{"--secret-file", filepath.Join(dir, "missing")}, want: "--secret-file: open " + filepath.Join(dir, "missing")},
+		{env: good, args: []string{"--secret-file", write("good", good)}, want: "give the secret once: --secret-file or $SLUICE_UI_SECRET, not both", hide: good},
+		{env: " ", want: "$SLUICE_UI_SECRET is set but empty: give the secret or unset the variable"},
+	} {
+		unsetSecret(t)
+		if c.env != "" {
+			t.Setenv(cli.EnvUISecret, c.env)
+		}
+		code, out, stderr := run(t, append(append([]string{"ui", "--addr", "127.0.0.1:0"}, c.args...), db)...)
+		require.Equal(t, 2, code, "%v %q: %s", c.args, c.env, stderr)
+		require.Contains(t, stderr, c.want)
+		if c.hide != "" {
+			require.NotContains(t, stderr+out, c.hide, "the secret is not shown")
+		}
+		require.NoFileExists(t, filepath.Join(filepath.Dir(strings.TrimPrefix(db, "--database-url=sqlite:")), "never-opened.db"))
+	}
+}
+
+// unsetSecret unsets $SLUICE_UI_SECRET until the test ends.
+func unsetSecret(t *testing.T) {
+	t.Setenv(cli.EnvUISecret, "") // restored when the test ends
+	require.NoError(t, os.Unsetenv(cli.EnvUISecret))
 }

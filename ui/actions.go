@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/sluicequeue/sluice/internal/engine"
+	"github.com/sluicequeue/sluice/internal/keys"
 	"github.com/sluicequeue/sluice/store"
 )
 
@@ -32,6 +33,11 @@ func (s *server) jobAction(w http.ResponseWriter, r *http.Request) {
 		_, err = s.store.CancelJobs(r.Context(), s.storeClock(), []int64{id}, "cancelled from the dashboard")
 	default:
 		http.NotFound(w, r)
+		return
+	}
+	if errors.Is(err, engine.ErrNotFound) {
+		// No page to go back to: the job's own is a 404.
+		s.fail(w, r, err)
 		return
 	}
 	if err != nil {
@@ -155,19 +161,20 @@ func (s *server) limitAction(w http.ResponseWriter, r *http.Request) {
 }
 
 // parseOverride reads an override's form: to and burst are integers,
-// per a duration ("1m", "250ms").
+// per a duration ("1m", "250ms"). An error quotes the start of a bad
+// value (keys.Preview), not all of it: the message travels in a URL.
 func parseOverride(r *http.Request) (store.Override, error) {
 	o := store.Override{Target: r.PostFormValue("target")}
 	var err error
 	if o.To, err = strconv.Atoi(strings.TrimSpace(r.PostFormValue("to"))); err != nil {
-		return o, fmt.Errorf("to: %q is not a whole number", r.PostFormValue("to"))
+		return o, fmt.Errorf("to: %s is not a whole number", keys.Preview(r.PostFormValue("to")))
 	}
 	if o.Per, err = time.ParseDuration(strings.TrimSpace(r.PostFormValue("per"))); err != nil {
-		return o, fmt.Errorf("per: %q is not a duration such as 1m or 250ms", r.PostFormValue("per"))
+		return o, fmt.Errorf("per: %s is not a duration such as 1m or 250ms", keys.Preview(r.PostFormValue("per")))
 	}
 	if b := strings.TrimSpace(r.PostFormValue("burst")); b != "" {
 		if o.Burst, err = strconv.Atoi(b); err != nil {
-			return o, fmt.Errorf("burst: %q is not a whole number", b)
+			return o, fmt.Errorf("burst: %s is not a whole number", keys.Preview(b))
 		}
 	}
 	return o, nil

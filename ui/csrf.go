@@ -8,11 +8,13 @@ import (
 	"net/url"
 )
 
-// The CSRF token is a MAC of a fixed label under the dashboard's random
-// secret: a page of the dashboard carries it in each action's form, and
-// a page of another site cannot read it (the same-origin policy), so it
-// cannot post an action. Cross-origin POSTs are refused first, by the
-// browser's Sec-Fetch-Site and Origin headers.
+// The CSRF token is a MAC of a fixed label under the dashboard's secret
+// (Options.Secret, or a random one per handler): a page of the dashboard
+// carries it in each action's form, and a page of another site cannot
+// read it (the same-origin policy), so it cannot post an action.
+// Cross-origin POSTs are refused first, by the browser's Sec-Fetch-Site
+// and Origin headers. Handlers given the same secret (replicas) make the
+// same token, and verify each other's signed messages.
 
 func (s *server) mac(label, msg string) string {
 	m := hmac.New(sha256.New, s.csrf)

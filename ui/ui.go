@@ -13,9 +13,14 @@
 // rendered on the server (html/template, assets embedded); a small
 // script refreshes their figures while the tab is visible. Actions are
 // POSTs that carry a CSRF token; Options.ReadOnly hides and refuses them.
+// Replicas behind a load balancer share Options.Secret, which signs the
+// token (use New, which says when the secret will not do):
+//
+//	dash, err := ui.New(s, reg, ui.Options{Secret: secret}) // the same 32 or more bytes on every replica
 package ui
 
 import (
+	"bytes"
 	"context"
 	"crypto/rand"
 	"embed"
@@ -61,7 +66,26 @@ type Options struct {
 	// MaxBulk caps how many jobs one bulk retry or cancel applies to.
 	// Defaults to 1000.
 	MaxBulk int
+	// Secret signs the CSRF token of every action's form and the
+	// message a page shows after an action. Give every replica of the
+	// dashboard (and every restart of it) the same value: at least
+	// MinSecretBytes random bytes, kept as a password is. A page one
+	// replica rendered can then post its actions to another, and the
+	// message the redirect carries verifies there. New refuses a shorter
+	// one, an empty one included; the handler keeps a copy.
+	//
+	// Defaults to nil: a random secret made when the handler is built, so
+	// a page's forms and messages hold only for the handler that served
+	// it. Behind a load balancer without sticky sessions, or after a
+	// restart, an action posted from a page another handler rendered is
+	// refused (403, "missing or wrong CSRF token") and its message is not
+	// shown.
+	Secret []byte
 }
+
+// MinSecretBytes is the shortest Options.Secret New accepts: 32 bytes,
+// the size of the SHA-256 MAC it keys.
+const MinSecretBytes = 32
 
 // server is one dashboard.
 type server struct {
@@ -70,14 +94,34 @@ type server struct {
 	reg   *jobs.Registry
 	opts  Options
 	pages map[string]*template.Template
-	csrf  []byte
+	// csrf is the secret that signs the CSRF token and the messages:
+	// a copy of Options.Secret, or random.
+	csrf []byte
 }
 
-// Handler returns the dashboard over s, describing limits as reg declares
-// them (reg may be nil: limits are then shown as the budgets were last
-// charged). It panics if its embedded templates do not parse, which a
-// test catches.
+// Handler is New for options known to be good: it panics where New
+// returns an error (a nil store, a Secret shorter than MinSecretBytes).
+// Use New where the secret comes from configuration.
 func Handler(s *store.Store, reg *jobs.Registry, opts Options) http.Handler {
+	h, err := New(s, reg, opts)
+	if err != nil {
+		panic(err)
+	}
+	return h
+}
+
+// New returns the dashboard over s, describing limits as reg declares
+// them (reg may be nil: limits are then shown as the budgets were last
+// charged). It refuses a nil store and an Options.Secret shorter than
+// MinSecretBytes, saying how long the secret is (never what it holds).
+// It panics if its embedded templates do not parse, which a test catches.
+func New(s *store.Store, reg *jobs.Registry, opts Options) (http.Handler, error) {
+	if s == nil {
+		return nil, errors.New("ui: the store is nil")
+	}
+	if opts.Secret != nil && len(opts.Secret) < MinSecretBytes {
+		return nil, fmt.Errorf("ui: Options.Secret is %d bytes; it must be at least %d random bytes, the same on every replica (or nil: a random one for this handler alone)", len(opts.Secret), MinSecretBytes)
+	}
 	if opts.Now == nil {
 		opts.Now = time.Now
 	}
@@ -93,9 +137,13 @@ func Handler(s *store.Store, reg *jobs.Registry, opts Options) http.Handler {
 	if reg == nil {
 		reg = jobs.NewRegistry()
 	}
-	srv := &server{store: engine.From(s), pub: s, reg: reg, opts: opts, pages: parsePages(), csrf: make([]byte, 32)}
-	if _, err := rand.Read(srv.csrf); err != nil {
-		panic(fmt.Sprintf("ui: csrf secret: %v", err))
+	srv := &server{store: engine.From(s), pub: s, reg: reg, opts: opts, pages: parsePages(), csrf: bytes.Clone(opts.Secret)}
+	srv.opts.Secret = nil // the server signs with its own copy, csrf
+	if srv.csrf == nil {
+		srv.csrf = make([]byte, MinSecretBytes)
+		if _, err := rand.Read(srv.csrf); err != nil {
+			return nil, fmt.Errorf("ui: a random secret: %w", err)
+		}
 	}
 	mux := http.NewServeMux()
 	mux.HandleFunc("GET /{$}", srv.overview)
@@ -112,7 +160,7 @@ func Handler(s *store.Store, reg *jobs.Registry, opts Options) http.Handler {
 	mux.HandleFunc("POST /jobs/bulk", srv.action(srv.bulkAction))
 	mux.HandleFunc("POST /queues/{action}", srv.action(srv.queueAction))
 	mux.HandleFunc("POST /limits/{action}", srv.action(srv.limitAction))
-	return secureHeaders(mux)
+	return secureHeaders(mux), nil
 }
 
 // secureHeaders sets headers every response carries: no framing, no

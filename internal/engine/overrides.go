@@ -59,8 +59,14 @@ func (s *Store) SetOverride(ctx context.Context, o Override, now time.Time) erro
 // ErrNoOverride is returned when clearing an override that is not set.
 var ErrNoOverride = errors.New("no override is set")
 
-// ClearOverride removes an override: the declared limit applies again.
+// ClearOverride removes an override: the declared limit applies again. A
+// target no override can have (see CheckKey) is refused before the
+// database sees it: on MySQL, which ignores trailing spaces when it
+// compares, "Stripe " would clear "Stripe"'s override.
 func (s *Store) ClearOverride(ctx context.Context, target string) error {
+	if err := CheckKey("target", target); err != nil {
+		return fmt.Errorf("clear limit override: %w; it must name a budget or a scope", err)
+	}
 	q, args := s.q.DeleteOverride(target)
 	res, err := exec(ctx, s.db, q, args)
 	if err != nil {
