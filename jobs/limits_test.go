@@ -189,19 +189,20 @@ func TestAnOverrideTakesEffectWithinTheRefreshInterval(t *testing.T) {
 		defer stop()
 		receive(t, ran, 1)
 		// A tenant gets a looser limit: it applies within 5 s, and its
-		// debt under the old limit is capped at the new burst's intervals.
+		// debt under the old limit counts in the new limit's intervals.
 		require.NoError(t, h.store.SetOverride(ctx, engine.Override{Target: "sms/premium", To: 60, Per: time.Minute, Burst: 1}, h.clock.Now()))
 		<-h.clock.WaitForTimerAt(t0.Add(5 * time.Second))
 		h.clock.Advance(5 * time.Second) // the worker reads the override
 		<-h.clock.WaitForTimerAt(t0.Add(10 * time.Second))
 		h.enqueue(sms{To: "premium"}) // wakes the worker: denied, its slot within a second
-		// The worker waits for that slot (1 s, one interval of the new
-		// limit), not for its hour-long poll.
-		<-h.clock.WaitForTimerAt(t0.Add(6 * time.Second))
+		// The worker waits for that slot, not for its hour-long poll: the
+		// 3,595 s left of one hour-long interval are 3,595/3,600 of one
+		// new interval (1 s), rounded up to the nanosecond.
+		<-h.clock.WaitForTimerAt(t0.Add(5*time.Second + (3595*time.Second+3599)/3600))
 		res, err := h.store.ListJobs(ctx, engine.JobFilter{State: engine.StateScheduled})
 		require.NoError(t, err)
 		require.Len(t, res, 1)
-		require.LessOrEqual(t, res[0].RunAt.Sub(h.clock.Now()), time.Second, "not an hour: the new limit, with its debt capped")
+		require.LessOrEqual(t, res[0].RunAt.Sub(h.clock.Now()), time.Second, "not an hour: the new limit, with its debt counted in its intervals")
 	})
 }
 

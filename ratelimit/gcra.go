@@ -20,7 +20,10 @@
 // per Per.
 package ratelimit
 
-import "math"
+import (
+	"math"
+	"math/bits"
+)
 
 // Never is the earliest admission time of a paused limit.
 const Never = int64(math.MaxInt64)
@@ -99,17 +102,38 @@ func (p Params) Slot(s *State, earliest int64, cost int) int64 {
 	return slot
 }
 
-// CapDebt applies the rule for a changed limit: when p is looser than the
-// limit the state was built under (see Loosens), the debt it inherits is
-// capped at b intervals of p, so admissions resume within one new
-// interval; a tighter limit starts from the state as left.
-func (p Params) CapDebt(s *State, now int64, prev Params) {
-	if !p.Loosens(prev) {
+// CarryDebt applies the rule for a changed limit: when p is looser than the
+// limit the state was built under (see Loosens), the debt the budget
+// carries over is counted again in p's intervals. The debt past now, d, stands
+// for d / T' cost-1 admissions under prev's interval T'; under p they are
+// worth d·T / T' (rounded up, so that a conversion can never admit early).
+// The admissions made under prev then count under p as if made as late as
+// they could have been, so no window of p's Per holds more than p's To,
+// the change's included, and a budget that spent its old burst admits
+// again within that burst's worth of new intervals. After a pause (whose
+// interval says nothing of the admissions before it) the debt is capped at
+// b intervals of p instead, so admissions resume within one new interval.
+// A tighter limit starts from the state as left.
+func (p Params) CarryDebt(s *State, now int64, prev Params) {
+	if !p.Loosens(prev) || s.TAT <= now {
 		return
 	}
-	if limit := now + int64(p.Burst)*p.Interval; s.TAT > limit {
-		s.TAT = limit
+	if prev.Paused {
+		s.TAT = min(s.TAT, now+int64(p.Burst)*p.Interval)
+		return
 	}
+	s.TAT = now + scaleUp(uint64(s.TAT-now), uint64(p.Interval), uint64(prev.Interval))
+}
+
+// scaleUp returns ⌈d·num/den⌉ for num < den, without overflow: the result
+// is at most d.
+func scaleUp(d, num, den uint64) int64 {
+	hi, lo := bits.Mul64(d, num)
+	q, r := bits.Div64(hi, lo, den) // hi < den since num < den
+	if r > 0 {
+		q++
+	}
+	return int64(q)
 }
 
 // Loosens reports whether p admits faster than prev, the limit a state was

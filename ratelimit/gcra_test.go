@@ -125,27 +125,6 @@ func TestPausedAdmitsNothing(t *testing.T) {
 	require.Equal(t, ratelimit.Never, earliest)
 }
 
-func TestLooserLimitCapsDebtTighterKeepsIt(t *testing.T) {
-	old := params(t, 10, time.Minute, 1) // T = 6 s
-	var s ratelimit.State
-	now := 1000 * sec
-	for i := 0; i < 10; i++ {
-		s.TAT = max(s.TAT, now) + old.Interval // 60 s of debt
-	}
-	looser := params(t, 60, time.Minute, 2) // T = 1.016949 s
-	capped := s
-	looser.CapDebt(&capped, now, old)
-	require.Equal(t, now+2*looser.Interval, capped.TAT)
-	ok, earliest := looser.Check(capped, now, 1)
-	require.False(t, ok)
-	require.LessOrEqual(t, earliest-now, looser.Interval, "admissions resume within one new interval")
-
-	tighter := params(t, 5, time.Minute, 1)
-	kept := s
-	tighter.CapDebt(&kept, now, old)
-	require.Equal(t, s, kept)
-}
-
 func TestLoosensMeansAShorterIntervalOrTheEndOfAPause(t *testing.T) {
 	old := params(t, 10, time.Minute, 1)
 	paused := params(t, 0, time.Minute, 1)

@@ -50,8 +50,9 @@ func (b *budget) params() ratelimit.Params { return b.row.Params() }
 // records the limit the row is now charged under. now and until (the
 // horizon: the latest slot a transaction hands out) are in nanoseconds.
 //
-// A looser limit caps the debt the budget inherits (ratelimit.CapDebt) and
-// brings a slot cursor that lies past until back to it. Slots are handed
+// A looser limit counts the debt the budget inherits again in its own
+// intervals (ratelimit.CarryDebt) and brings a slot cursor that lies past
+// until back to it. Slots are handed
 // out at most a horizon ahead, and time only moves on, so no job holds a
 // slot past until: what lies beyond was put there by parking jobs under
 // the old limit, whose slots would now come sooner. The parked jobs then
@@ -67,7 +68,7 @@ func (b *budget) prepare(p ratelimit.Params, now, until int64) {
 	if prev == p {
 		return
 	}
-	p.CapDebt(&b.state, now, prev)
+	p.CarryDebt(&b.state, now, prev)
 	if p.Loosens(prev) && b.state.NextSlot > until {
 		b.state.NextSlot = until
 	}

@@ -1,0 +1,123 @@
+package ratelimit_test
+
+import (
+	"math"
+	"testing"
+	"time"
+
+	"pgregory.net/rapid"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/sluicequeue/sluice/ratelimit"
+)
+
+// A looser limit counts the admissions the old one made: 10 per minute
+// with a burst of 10, spent at once, then 11 per minute with a burst of 1
+// a second later admits its eleventh job only when the first minute is
+// nearly over, not within one new interval.
+func TestALooserLimitCountsTheOldAdmissionsInItsWindow(t *testing.T) {
+	old := params(t, 10, time.Minute, 10) // T = 60 s
+	var s ratelimit.State
+	now := 1000 * sec
+	for range 10 {
+		ok, _ := old.Allow(&s, now, 1)
+		require.True(t, ok)
+	}
+	looser := params(t, 11, time.Minute, 1) // T = 5.4545… s
+	looser.CarryDebt(&s, now+sec, old)
+	// 599 s of debt is 9.983 old intervals: ⌈599 s × 5,454,545,455 ns / 60 s⌉
+	// of new ones.
+	require.Equal(t, now+sec+54_454_545_460, s.TAT)
+	ok, earliest := looser.Check(s, now+sec, 1)
+	require.False(t, ok)
+	require.Greater(t, earliest, now+50*sec, "ten admissions of the last minute leave room for one more before it ends")
+	require.Less(t, earliest, now+60*sec)
+}
+
+func TestATighterLimitKeepsTheStateAndAResumedOneCapsIt(t *testing.T) {
+	old := params(t, 10, time.Minute, 10)
+	var s ratelimit.State
+	now := 1000 * sec
+	for range 10 {
+		old.Allow(&s, now, 1)
+	}
+	kept := s
+	params(t, 1, 2*time.Minute, 1).CarryDebt(&kept, now, old)
+	require.Equal(t, s, kept, "a tighter limit starts from the state as left")
+
+	paused := params(t, 0, time.Minute, 1)
+	resumed := params(t, 60, time.Minute, 2)
+	capped := s
+	resumed.CarryDebt(&capped, now, paused)
+	require.Equal(t, now+2*resumed.Interval, capped.TAT, "after a pause, admissions resume within one new interval")
+}
+
+// The conversion cannot overflow: a debt near the largest time, counted
+// in an interval just shorter, stays within it.
+func TestALooserLimitConvertsAHugeDebtWithoutOverflow(t *testing.T) {
+	old := ratelimit.Params{Interval: int64(time.Hour), Burst: 1}
+	looser := ratelimit.Params{Interval: int64(time.Hour) - 1, Burst: 1}
+	s := ratelimit.State{TAT: math.MaxInt64 - 1}
+	looser.CarryDebt(&s, 0, old)
+	require.Greater(t, s.TAT, int64(0))
+	require.LessOrEqual(t, s.TAT, int64(math.MaxInt64-1))
+}
+
+// Under any limit followed by any looser one, no window of the looser
+// limit's Per that holds one of its admissions holds more than its To, the
+// window that spans the change included. (The old limit's admissions alone
+// may already exceed it: a looser interval can come with a smaller To.
+// The new limit then admits nothing until they leave its window.)
+func TestPropertyALooserLimitKeepsItsToAcrossTheChange(t *testing.T) {
+	rapid.Check(t, func(rt *rapid.T) {
+		limit := func(name string) (ratelimit.Params, int, int64) {
+			to := rapid.IntRange(1, 40).Draw(rt, name+"To")
+			burst := rapid.IntRange(1, to).Draw(rt, name+"Burst")
+			perMs := rapid.Int64Range(int64(to-burst+1), 60_000).Draw(rt, name+"PerMs")
+			p, _, err := ratelimit.NewParams(to, time.Duration(perMs)*time.Millisecond, burst)
+			if err != nil {
+				rt.Fatalf("a valid limit refused: %v", err)
+			}
+			return p, to, perMs * int64(time.Millisecond)
+		}
+		old, _, oldPer := limit("old")
+		looser, to, per := limit("new")
+		if !looser.Loosens(old) {
+			rt.Skip("not looser")
+		}
+		var s ratelimit.State
+		now := int64(1_000_000_000)
+		var admitted []int64
+		var fresh []int64 // the new limit's admissions
+		run := func(p ratelimit.Params, span int64, label string) {
+			steps := rapid.IntRange(0, 200).Draw(rt, label+"Steps")
+			for range steps {
+				now += rapid.Int64Range(0, span).Draw(rt, label+"Gap")
+				for range rapid.IntRange(1, 4).Draw(rt, label+"Tries") {
+					if ok, _ := p.Allow(&s, now, 1); ok {
+						admitted = append(admitted, now)
+						if p == looser {
+							fresh = append(fresh, now)
+						}
+					}
+				}
+			}
+		}
+		run(old, oldPer/8+1, "old")
+		now += rapid.Int64Range(0, oldPer).Draw(rt, "change")
+		looser.CarryDebt(&s, now, old)
+		run(looser, per/8+1, "new")
+		for _, end := range fresh {
+			in := 0
+			for _, a := range admitted {
+				if a > end-per && a <= end {
+					in++
+				}
+			}
+			if in > to {
+				rt.Fatalf("%d admissions in the window of the new Per (%d ns) up to %d; the new To is %d", in, per, end, to)
+			}
+		}
+	})
+}
