@@ -15,37 +15,35 @@ import (
 )
 
 func runLimits(ctx context.Context, env *Env, args []string) error {
-	verb := "list"
-	if len(args) > 0 && !strings.HasPrefix(args[0], "-") {
-		verb, args = args[0], args[1:]
-	}
-	fs, url := env.FlagSet("limits "+verb, "limits [list | set TARGET --to N --per D [--burst B] | clear TARGET] [flags]")
+	fs, url := env.FlagSet("limits", "limits [list | set TARGET --to N --per D [--burst B] | clear TARGET] [flags]")
 	to := fs.Int("to", -1, "with set: how many jobs any window of --per admits (0 pauses)")
 	per := fs.Duration("per", 0, "with set: the window, a whole number of microseconds up to 100 years")
 	burst := fs.Int("burst", 1, "with set: how many a quiet budget admits at once, 1 to --to (0 means 1)")
 	asJSON := fs.Bool("json", false, "print JSON for scripts")
-	if err := Parse(fs, args); err != nil {
+	verb, rest, err := parseVerb(fs, args, "list", "list", "set", "clear")
+	if err != nil {
 		return err
 	}
 	set := setFlags(fs)
+	target := ""
 	switch verb {
 	case "set":
-		if fs.NArg() != 1 {
+		if len(rest) != 1 {
 			return Usagef("set takes one target: a budget key (Stripe/Account/7) or a scope (Stripe)")
 		}
-		if err := checkOverrideFlags(fs.Arg(0), *to, *per, *burst, set); err != nil {
+		target = rest[0]
+		if err := checkOverrideFlags(target, *to, *per, *burst, set); err != nil {
 			return err
 		}
 	case "clear":
-		if fs.NArg() != 1 {
+		if len(rest) != 1 {
 			return Usagef("clear takes one target")
 		}
+		target = rest[0]
 	case "list":
-		if fs.NArg() > 0 {
-			return Usagef("limits list takes no arguments, got %q", strings.Join(fs.Args(), " "))
+		if len(rest) > 0 {
+			return Usagef("limits list takes no arguments, got %q", strings.Join(rest, " "))
 		}
-	default:
-		return Usagef("unknown limits action %q: use list, set or clear", verb)
 	}
 	if verb != "set" {
 		for _, name := range []string{"to", "per", "burst"} {
@@ -61,22 +59,22 @@ func runLimits(ctx context.Context, env *Env, args []string) error {
 	defer s.Close()
 	switch verb {
 	case "set":
-		if err := s.SetOverride(ctx, engine.Override{Target: fs.Arg(0), To: *to, Per: *per, Burst: *burst}, time.Now()); err != nil {
+		if err := s.SetOverride(ctx, engine.Override{Target: target, To: *to, Per: *per, Burst: *burst}, time.Now()); err != nil {
 			return err
 		}
 		// Print what was stored: the store fills in defaults (burst 0 is 1)
 		// and keeps the window to the microsecond.
-		o, err := storedOverride(ctx, s, fs.Arg(0))
+		o, err := storedOverride(ctx, s, target)
 		if err != nil {
 			return err
 		}
 		fmt.Fprintf(env.Stdout, "%s: %d per %s, burst %d (workers apply it within seconds)\n", o.Target, o.To, o.Per, o.Burst)
 		return nil
 	case "clear":
-		if err := s.ClearOverride(ctx, fs.Arg(0)); err != nil {
+		if err := s.ClearOverride(ctx, target); err != nil {
 			return err
 		}
-		fmt.Fprintf(env.Stdout, "%s: the declared limit applies again\n", fs.Arg(0))
+		fmt.Fprintf(env.Stdout, "%s: the declared limit applies again\n", target)
 		return nil
 	}
 	list, err := s.ListOverrides(ctx)
