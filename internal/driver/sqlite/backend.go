@@ -76,7 +76,7 @@ func parseURL(rawURL string) (string, Options, error) {
 		}
 		dec, err := url.PathUnescape(path)
 		if err != nil {
-			return "", opts, fmt.Errorf("sqlite: the URL's file name is not percent-encoded as a URL's path must be (%w): write a '%%' of the file name as %%25, or give the file's path without sqlite:", err)
+			return "", opts, fmt.Errorf("sqlite: the URL's file name is not percent-encoded as a URL's path must be (%w): write a '%%' of the file name as %%25 (a bare file path is not decoded)", err)
 		}
 		path = dec
 	}
