@@ -45,6 +45,7 @@ import (
 	"os"
 	"os/signal"
 	"path/filepath"
+	"slices"
 	"sort"
 	"strings"
 	"sync"
@@ -426,6 +427,43 @@ func Parse(fs *flag.FlagSet, args []string) error {
 		args = args[1:]
 	}
 	return fs.Parse(append([]string{"--"}, positional...))
+}
+
+// parseVerb parses the args of a command that takes a verb (`budgets
+// clear-idle`), with its flags anywhere: before the verb (`budgets --json
+// list`), between it and its arguments, or after them. The verb is the
+// first positional argument, def when there is none; it returns the verb
+// and the positional arguments after it. A verb not in verbs is bad usage
+// naming them, before anything is opened; "help" prints the usage, as -h
+// does.
+func parseVerb(fs *flag.FlagSet, args []string, def string, verbs ...string) (string, []string, error) {
+	if err := Parse(fs, args); err != nil {
+		return "", nil, err
+	}
+	verb, rest := def, fs.Args()
+	if len(rest) > 0 {
+		verb, rest = rest[0], rest[1:]
+	}
+	if verb == "help" && !slices.Contains(verbs, verb) {
+		fs.Usage()
+		return "", nil, flag.ErrHelp
+	}
+	if !slices.Contains(verbs, verb) {
+		command := fs.Name()
+		if i := strings.LastIndexByte(command, ' '); i >= 0 {
+			command = command[i+1:]
+		}
+		return "", nil, Usagef("unknown %s action %q: use %s", command, verb, orList(verbs))
+	}
+	return verb, rest, nil
+}
+
+// orList writes words as "a, b or c".
+func orList(words []string) string {
+	if len(words) < 2 {
+		return strings.Join(words, "")
+	}
+	return strings.Join(words[:len(words)-1], ", ") + " or " + words[len(words)-1]
 }
 
 // open parses a command's args, refusing more than positional arguments

@@ -307,17 +307,21 @@ func operateJobs(ctx context.Context, env *Env, fs *flag.FlagSet, url *string, a
 }
 
 func runQueues(ctx context.Context, env *Env, args []string) error {
-	verb := "list"
-	if len(args) > 0 && !strings.HasPrefix(args[0], "-") {
-		verb, args = args[0], args[1:]
-	}
-	fs, url := env.FlagSet("queues "+verb, "queues [list|pause QUEUE|resume QUEUE] [flags]")
+	fs, url := env.FlagSet("queues", "queues [list | pause QUEUE | resume QUEUE] [flags]")
 	asJSON := fs.Bool("json", false, "print JSON for scripts")
-	names := 0
-	if verb == "pause" || verb == "resume" {
-		names = 1
+	verb, rest, err := parseVerb(fs, args, "list", "list", "pause", "resume")
+	if err != nil {
+		return err
 	}
-	s, err := env.open(ctx, fs, url, args, names)
+	switch {
+	case verb == "list" && len(rest) > 0:
+		return Usagef("queues list takes no arguments, got %q", strings.Join(rest, " "))
+	case verb != "list" && len(rest) == 0:
+		return Usagef("%s takes one queue name", verb)
+	case verb != "list" && len(rest) > 1:
+		return Usagef("%s takes one queue name, got %q", verb, strings.Join(rest, " "))
+	}
+	s, err := env.openEngine(ctx, url, true)
 	if err != nil {
 		return err
 	}
@@ -340,11 +344,8 @@ func runQueues(ctx context.Context, env *Env, args []string) error {
 			rows[i] = []string{q.Name, map[bool]string{true: "paused", false: "active"}[q.Paused]}
 		}
 		return table(env, "QUEUE\tSTATE", rows)
-	case "pause", "resume":
-		if fs.NArg() != 1 {
-			return Usagef("%s takes one queue name", verb)
-		}
-		q := fs.Arg(0)
+	default: // pause, resume
+		q := rest[0]
 		if verb == "pause" {
 			err = s.PauseQueue(ctx, q, time.Now())
 		} else {
@@ -356,42 +357,40 @@ func runQueues(ctx context.Context, env *Env, args []string) error {
 		fmt.Fprintf(env.Stdout, "queue %s is %sd\n", q, verb)
 		return nil
 	}
-	return Usagef("unknown queues action %q: use list, pause or resume", verb)
 }
 
 func runBudgets(ctx context.Context, env *Env, args []string) error {
-	verb := "list"
-	if len(args) > 0 && !strings.HasPrefix(args[0], "-") {
-		verb, args = args[0], args[1:]
-	}
-	fs, url := env.FlagSet("budgets "+verb, "budgets [list|clear-idle] [flags]")
+	fs, url := env.FlagSet("budgets", "budgets [list | clear-idle] [flags]")
 	asJSON := fs.Bool("json", false, "print JSON for scripts")
 	batch := fs.Int("batch-size", 500, "with clear-idle: rows deleted per batch")
 	pause := fs.Duration("pause", 0, "with clear-idle: pause between batches")
-	s, err := env.open(ctx, fs, url, args, 0, func() error {
-		switch {
-		case *batch < 1:
-			return Usagef("--batch-size is %d; it must be at least 1", *batch)
-		case *pause < 0:
-			return Usagef("--pause is %s; it must not be negative", *pause)
-		}
-		return nil
-	})
+	verb, rest, err := parseVerb(fs, args, "list", "list", "clear-idle")
+	if err != nil {
+		return err
+	}
+	set := setFlags(fs)
+	switch {
+	case len(rest) > 0:
+		return Usagef("budgets %s takes no arguments, got %q", verb, strings.Join(rest, " "))
+	case verb == "list" && (set["batch-size"] || set["pause"]):
+		return Usagef("--batch-size and --pause go with budgets clear-idle, not budgets list")
+	case *batch < 1:
+		return Usagef("--batch-size is %d; it must be at least 1", *batch)
+	case *pause < 0:
+		return Usagef("--pause is %s; it must not be negative", *pause)
+	}
+	s, err := env.openEngine(ctx, url, true)
 	if err != nil {
 		return err
 	}
 	defer s.Close()
-	switch verb {
-	case "clear-idle":
+	if verb == "clear-idle" {
 		n, err := s.ClearIdleBudgets(ctx, engine.DatabaseTime(time.Now), *batch, *pause)
 		if err != nil {
 			return err
 		}
 		fmt.Fprintf(env.Stdout, "cleared %d idle budgets\n", n)
 		return nil
-	case "list":
-	default:
-		return Usagef("unknown budgets action %q: use list or clear-idle", verb)
 	}
 	bs, err := s.ListBudgets(ctx)
 	if err != nil {

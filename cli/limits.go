@@ -3,6 +3,7 @@ package cli
 import (
 	"context"
 	"errors"
+	"flag"
 	"fmt"
 	"strconv"
 	"strings"
@@ -10,39 +11,46 @@ import (
 
 	"github.com/sluicequeue/sluice/internal/engine"
 	"github.com/sluicequeue/sluice/jobs"
+	"github.com/sluicequeue/sluice/ratelimit"
 )
 
 func runLimits(ctx context.Context, env *Env, args []string) error {
-	verb := "list"
-	if len(args) > 0 && !strings.HasPrefix(args[0], "-") {
-		verb, args = args[0], args[1:]
-	}
-	fs, url := env.FlagSet("limits "+verb, "limits [list | set TARGET --to N --per D [--burst B] | clear TARGET] [flags]")
+	fs, url := env.FlagSet("limits", "limits [list | set TARGET --to N --per D [--burst B] | clear TARGET] [flags]")
 	to := fs.Int("to", -1, "with set: how many jobs any window of --per admits (0 pauses)")
-	per := fs.Duration("per", 0, "with set: the window")
-	burst := fs.Int("burst", 1, "with set: how many a quiet budget admits at once")
+	per := fs.Duration("per", 0, "with set: the window, a whole number of microseconds up to 100 years")
+	burst := fs.Int("burst", 1, "with set: how many a quiet budget admits at once, 1 to --to (0 means 1)")
 	asJSON := fs.Bool("json", false, "print JSON for scripts")
-	if err := Parse(fs, args); err != nil {
+	verb, rest, err := parseVerb(fs, args, "list", "list", "set", "clear")
+	if err != nil {
 		return err
 	}
+	set := setFlags(fs)
+	target := ""
 	switch verb {
 	case "set":
-		if fs.NArg() != 1 {
+		if len(rest) != 1 {
 			return Usagef("set takes one target: a budget key (Stripe/Account/7) or a scope (Stripe)")
 		}
-		if *to < 0 || *per <= 0 {
-			return Usagef("set needs --to and --per")
+		target = rest[0]
+		if err := checkOverrideFlags(target, *to, *per, *burst, set); err != nil {
+			return err
 		}
 	case "clear":
-		if fs.NArg() != 1 {
+		if len(rest) != 1 {
 			return Usagef("clear takes one target")
 		}
+		target = rest[0]
 	case "list":
-		if fs.NArg() > 0 {
-			return Usagef("limits list takes no arguments, got %q", strings.Join(fs.Args(), " "))
+		if len(rest) > 0 {
+			return Usagef("limits list takes no arguments, got %q", strings.Join(rest, " "))
 		}
-	default:
-		return Usagef("unknown limits action %q: use list, set or clear", verb)
+	}
+	if verb != "set" {
+		for _, name := range []string{"to", "per", "burst"} {
+			if set[name] {
+				return Usagef("--%s goes with limits set, not limits %s", name, verb)
+			}
+		}
 	}
 	s, err := env.openEngine(ctx, url, true)
 	if err != nil {
@@ -51,22 +59,22 @@ func runLimits(ctx context.Context, env *Env, args []string) error {
 	defer s.Close()
 	switch verb {
 	case "set":
-		if err := s.SetOverride(ctx, engine.Override{Target: fs.Arg(0), To: *to, Per: *per, Burst: *burst}, time.Now()); err != nil {
+		if err := s.SetOverride(ctx, engine.Override{Target: target, To: *to, Per: *per, Burst: *burst}, time.Now()); err != nil {
 			return err
 		}
 		// Print what was stored: the store fills in defaults (burst 0 is 1)
 		// and keeps the window to the microsecond.
-		o, err := storedOverride(ctx, s, fs.Arg(0))
+		o, err := storedOverride(ctx, s, target)
 		if err != nil {
 			return err
 		}
 		fmt.Fprintf(env.Stdout, "%s: %d per %s, burst %d (workers apply it within seconds)\n", o.Target, o.To, o.Per, o.Burst)
 		return nil
 	case "clear":
-		if err := s.ClearOverride(ctx, fs.Arg(0)); err != nil {
+		if err := s.ClearOverride(ctx, target); err != nil {
 			return err
 		}
-		fmt.Fprintf(env.Stdout, "%s: the declared limit applies again\n", fs.Arg(0))
+		fmt.Fprintf(env.Stdout, "%s: the declared limit applies again\n", target)
 		return nil
 	}
 	list, err := s.ListOverrides(ctx)
@@ -85,6 +93,47 @@ func runLimits(ctx context.Context, env *Env, args []string) error {
 		rows[i] = []string{o.Target, strconv.Itoa(o.To), o.Per.String(), strconv.Itoa(o.Burst), fmtIn(o.UpdatedAt, time.Now())}
 	}
 	return table(env, "TARGET\tTO\tPER\tBURST\tSET", rows)
+}
+
+// setFlags returns the names of the flags the command line set.
+func setFlags(fs *flag.FlagSet) map[string]bool {
+	set := map[string]bool{}
+	fs.Visit(func(f *flag.Flag) { set[f.Name] = true })
+	return set
+}
+
+// checkOverrideFlags checks limits set's target and numbers before the
+// database is opened: each bad one is bad usage (exit 2), named by its
+// flag. What is left to check of them together (the interval they make,
+// the debt a burst may run up) is the store's check, as bad usage too.
+func checkOverrideFlags(target string, to int, per time.Duration, burst int, set map[string]bool) error {
+	if err := engine.CheckKey("target", target); err != nil {
+		return Usagef("%v; it must name a budget or a scope", err)
+	}
+	switch {
+	case !set["to"] || !set["per"]:
+		return Usagef("set needs --to N (0 pauses) and --per D, e.g. --to 100 --per 1m")
+	case to < 0:
+		return Usagef("--to is %d; it must be positive, or 0 to pause", to)
+	case to > ratelimit.MaxTo:
+		return Usagef("--to is %d; it may be at most %d", to, ratelimit.MaxTo)
+	case per <= 0:
+		return Usagef("--per is %s; it must be a positive duration", per)
+	case per > ratelimit.MaxPer:
+		return Usagef("--per is %s; it may be at most %s (100 years)", per, ratelimit.MaxPer)
+	case per%time.Microsecond != 0:
+		return Usagef("--per is %s; it must be a whole number of microseconds", per)
+	case burst < 0:
+		return Usagef("--burst is %d; it must be at least 1 (0 means 1)", burst)
+	case to > 0 && burst > to:
+		return Usagef("--burst is %d; it may be at most --to (%d)", burst, to)
+	case burst > ratelimit.MaxTo:
+		return Usagef("--burst is %d; it may be at most %d", burst, ratelimit.MaxTo)
+	}
+	if _, err := (engine.Override{Target: target, To: to, Per: per, Burst: burst}).Check(); err != nil {
+		return Usagef("--to %d --per %s --burst %d: %v", to, per, burst, err)
+	}
+	return nil
 }
 
 // storedOverride reads back the override of target.

@@ -58,6 +58,8 @@ func TestNoCommandPrintsThePassword(t *testing.T) {
 		"postgres://app:" + secret + "@[::1/db",
 		"postgres://app:" + secret + "@host:notaport/db",
 		"mysql://app:" + secret + "@[::1/db",
+		// Not a URL: refused before anything is opened or created.
+		"host=127.0.0.1 port=1 user=app password=" + secret + " dbname=db",
 	}
 	run := func(t *testing.T, args ...string) (int, string) {
 		t.Helper()

@@ -149,6 +149,10 @@ func TestNewParamsRefusesInvalid(t *testing.T) {
 		{10, -time.Second, 1, "Per"},
 		{10, time.Second, 11, "Burst"},
 		{10, time.Second, -1, "Burst"},
+		// A paused limit's burst was not checked: a negative one, or one
+		// past what the budgets' column holds, was stored by SetOverride.
+		{0, time.Second, -1, "Burst"},
+		{0, time.Second, ratelimit.MaxTo + 1, "Burst"},
 		{2_000_000, time.Second, 1, "Per/(To-Burst+1)"},
 		{ratelimit.MaxTo + 1, time.Hour, 1, "To"},
 		{10, 101 * 365 * 24 * time.Hour, 1, "Per"},

@@ -39,9 +39,9 @@ type Limit[T any] struct {
 	To int
 	// Per is the length of the window. Required.
 	Per time.Duration
-	// Burst is how many jobs a quiet budget admits at once, 1 ≤ Burst ≤ To.
-	// Defaults to 1. Burst × Per / (To − Burst + 1) may not exceed MaxDebt
-	// (100 years).
+	// Burst is how many jobs a quiet budget admits at once, 1 ≤ Burst ≤ To
+	// (at most MaxTo when To is 0, a pause). Defaults to 1.
+	// Burst × Per / (To − Burst + 1) may not exceed MaxDebt (100 years).
 	Burst int
 	// Key says which jobs share a budget:
 	//
@@ -116,6 +116,10 @@ func NewParams(to int, per time.Duration, burst int) (Params, int, error) {
 		return Params{}, 0, fmt.Errorf("%w: Per is %s; it must be a positive duration", ErrInvalid, per)
 	case per > MaxPer:
 		return Params{}, 0, fmt.Errorf("%w: Per is %s; it may be at most %s (100 years)", ErrInvalid, per, MaxPer)
+	case burst < 1 || burst > MaxTo:
+		// Checked for a paused limit too: its burst is stored, and applies
+		// once the pause is lifted.
+		return Params{}, 0, fmt.Errorf("%w: Burst is %d; it must be at least 1 (0 means 1) and at most %d", ErrInvalid, burst, MaxTo)
 	case to == 0:
 		return Params{Interval: per.Nanoseconds(), Burst: 0, Paused: true}, burst, nil
 	case burst < 1 || burst > to:

@@ -16,6 +16,15 @@ import (
 //	sqlite:PATH or a file path     SQLite; ?synchronous=normal trades
 //	                               durability on power loss for speed
 //
+// A sqlite: (or file:) URL is a URL: its path is percent-decoded, so
+// sqlite:///var/lib/a%20b.db and sqlite:a%20b.db name "a b.db", a '%' of
+// the file name is written %25 (a bad escape such as %zz is refused) and
+// a '#' is written %23. A file path without a scheme is the file's name as
+// it is, '%' included; one that holds ':' needs sqlite:. A string with no
+// scheme that reads as a PostgreSQL keyword/value connection string
+// ("host=db user=app dbname=jobs") is refused, not taken for a file name:
+// write it as postgres://user@host:5432/db.
+//
 // It does not migrate (see MigrateUp). Its errors never show the URL's
 // password. A MySQL URL that turns out to name a TiDB server is refused:
 // TiDB ignores FOR UPDATE when SKIP LOCKED is given, so two workers would

@@ -9,6 +9,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/sluicequeue/sluice/internal/testdb"
+	"github.com/sluicequeue/sluice/ratelimit"
 	"github.com/sluicequeue/sluice/store"
 )
 
@@ -18,6 +19,12 @@ func TestOverridesAreSetListedAndClearedThroughThePublicStore(t *testing.T) {
 		require.NoError(t, s.SetOverride(ctx, store.Override{Target: "Stripe/Account/7", To: 200, Per: time.Minute, Burst: 20}))
 		err := s.SetOverride(ctx, store.Override{Target: "Stripe/Account/8", To: 5, Per: time.Minute, Burst: 6})
 		require.ErrorContains(t, err, "Burst", "checked as a declaration is")
+		// A pausing override (To 0) was stored whatever its burst.
+		for _, burst := range []int{-1, ratelimit.MaxTo + 1} {
+			err = s.SetOverride(ctx, store.Override{Target: "Stripe/Account/9", To: 0, Per: time.Minute, Burst: burst})
+			require.ErrorIs(t, err, ratelimit.ErrInvalid, "burst %d", burst)
+			require.ErrorContains(t, err, "Burst is", "burst %d", burst)
+		}
 		os, err := s.Overrides(ctx)
 		require.NoError(t, err)
 		require.Len(t, os, 1)

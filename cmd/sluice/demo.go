@@ -17,6 +17,7 @@ import (
 
 	"github.com/sluicequeue/sluice/cli"
 	"github.com/sluicequeue/sluice/dispatcher"
+	"github.com/sluicequeue/sluice/internal/driver/sqlite"
 	"github.com/sluicequeue/sluice/internal/engine"
 	"github.com/sluicequeue/sluice/jobs"
 	"github.com/sluicequeue/sluice/ratelimit"
@@ -85,7 +86,9 @@ func runDemo(ctx context.Context, env *cli.Env, args []string) error {
 	fs.Visit(func(f *flag.Flag) { onDatabase = onDatabase || f.Name == "database-url" })
 	ctx, cancel := context.WithTimeout(ctx, *timeout)
 	defer cancel()
-	target := "sqlite:" + *file
+	// The file's name as given, '%' and all: a sqlite: URL's path is
+	// percent-decoded.
+	target := sqlite.URL(*file)
 	if onDatabase {
 		target = *url
 	} else {

@@ -21,9 +21,17 @@ func Backends() []engine.Backend {
 }
 
 // ForURL returns the backend that opens rawURL, by its scheme; a bare
-// path (no scheme) is SQLite's.
+// path (no scheme) is SQLite's. A string with no scheme that reads as a
+// PostgreSQL keyword/value connection string ("host=db user=app
+// dbname=jobs") is refused rather than taken for a file name; sqlite:PATH
+// opens a file whose name really looks like one.
 func ForURL(rawURL string) (engine.Backend, error) {
 	scheme := Scheme(rawURL)
+	if scheme == "" {
+		if err := keywordValueError(rawURL); err != nil {
+			return engine.Backend{}, err
+		}
+	}
 	var known []string
 	for _, b := range Backends() {
 		if slices.Contains(b.Schemes, scheme) {

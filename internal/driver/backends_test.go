@@ -40,3 +40,42 @@ func TestEveryBackendIsFoundByNameAndByURL(t *testing.T) {
 	require.ErrorContains(t, err, `unknown database URL scheme "redis"`)
 	require.ErrorContains(t, err, "postgres:")
 }
+
+// A PostgreSQL keyword/value connection string has no scheme: it was
+// taken for a SQLite file path, and store.Open created a file of that
+// name. It is refused, naming its keywords and never a value, with the
+// URL form to use; plain paths, and sqlite:PATH for a file whose name
+// looks like one, still pick SQLite.
+func TestForURLRefusesAKeywordValueConnectionString(t *testing.T) {
+	for _, s := range []string{
+		"host=localhost user=app dbname=jobs sslmode=disable",
+		"host=localhost user=app password=s3cret dbname=jobs",
+		"dbname=jobs",
+		" host = db  port=5432 ",
+		`host=db password='a b\' c' user=app`,
+		`host=db password=a\ b user=app`,
+		"user=app application_name=worker connect_timeout=5",
+		"hostaddr=127.0.0.1 port=5432 target_session_attrs=read-write",
+		"host=/var/run/postgresql dbname=jobs",
+		"host=db password=x:y@z dbname=jobs",
+	} {
+		_, err := driver.ForURL(s)
+		require.Error(t, err, s)
+		require.ErrorContains(t, err, "keyword/value connection string", s)
+		require.ErrorContains(t, err, "postgres://user@host:5432/db", s)
+		require.ErrorContains(t, err, "sqlite:PATH", s)
+		for _, secret := range []string{"s3cret", "a b", `a\ b`, "x:y@z"} {
+			require.NotContains(t, err.Error(), secret, s)
+		}
+	}
+	for _, s := range []string{
+		"./jobs.db", "/var/lib/app/sluice.db", `C:\x\y.db`, "sqlite:host=x.db",
+		"sqlite:host=db user=app", "jobs v2.db", "a=b.db", "./host=x.db",
+		"/srv/host=db user=app", "x=1 y=2", "host=db 'unclosed",
+		"host=x.db?synchronous=normal extra",
+	} {
+		b, err := driver.ForURL(s)
+		require.NoError(t, err, s)
+		require.Equal(t, "sqlite", b.Name, s)
+	}
+}

@@ -32,22 +32,32 @@ func (o Override) Spec(declared ratelimit.Spec) ratelimit.Spec {
 	return declared
 }
 
+// Check checks the override as SetOverride does, without storing it, and
+// returns the burst it would store (0 is 1).
+func (o Override) Check() (int, error) {
+	if err := CheckKey("target", o.Target); err != nil {
+		return 0, fmt.Errorf("limit override: %w; it must name a budget or a scope", err)
+	}
+	_, burst, err := ratelimit.NewParams(o.To, o.Per, o.Burst)
+	if err != nil {
+		return 0, fmt.Errorf("limit override %s: %w", o.Target, err)
+	}
+	if o.Per%time.Microsecond != 0 {
+		// It is stored in microseconds: cut, it would be a looser limit
+		// than the one just checked.
+		return 0, fmt.Errorf("limit override %s: %w: Per is %s; an override's Per is a whole number of microseconds", o.Target, ratelimit.ErrInvalid, o.Per)
+	}
+	return burst, nil
+}
+
 // SetOverride stores an override, checked as a declaration is. Workers
 // read it within their refresh interval; the change follows the rules of a
 // changed limit (a looser one caps inherited debt, a tighter one starts
 // from the state as left).
 func (s *Store) SetOverride(ctx context.Context, o Override, now time.Time) error {
-	if err := CheckKey("target", o.Target); err != nil {
-		return fmt.Errorf("limit override: %w; it must name a budget or a scope", err)
-	}
-	_, burst, err := ratelimit.NewParams(o.To, o.Per, o.Burst)
+	burst, err := o.Check()
 	if err != nil {
-		return fmt.Errorf("limit override %s: %w", o.Target, err)
-	}
-	if o.Per%time.Microsecond != 0 {
-		// It is stored in microseconds: cut, it would be a looser limit
-		// than the one just checked.
-		return fmt.Errorf("limit override %s: %w: Per is %s; an override's Per is a whole number of microseconds", o.Target, ratelimit.ErrInvalid, o.Per)
+		return err
 	}
 	q, args := s.q.SaveOverride(OverrideRow{Target: o.Target, To: o.To, PerUS: o.Per.Microseconds(), Burst: burst, UpdatedAt: Micros(now)})
 	if _, err := exec(ctx, s.db, q, args); err != nil {

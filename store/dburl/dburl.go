@@ -11,8 +11,9 @@ import (
 // Default is the URL used when none is given: the embedded SQLite file.
 const Default = "sqlite:sluice.db"
 
-// SQLitePath returns the file a SQLite URL names, and false for any other
-// URL (or one that does not parse).
+// SQLitePath returns the file a SQLite URL names (a sqlite: URL's path
+// percent-decoded, a bare path as it is), and false for any other URL (or
+// one that does not parse).
 func SQLitePath(rawURL string) (string, bool) {
 	b, err := driver.ForURL(rawURL)
 	if err != nil || b.Name != "sqlite" {

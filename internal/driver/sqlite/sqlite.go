@@ -71,7 +71,8 @@ func Open(ctx context.Context, path string, opts Options) (*engine.Store, error)
 // DSN returns the data source name Open opens path with, for
 // sql.Open("sqlite", dsn): WAL mode, the busy timeout, the synchronous
 // mode, and transactions that take the write lock at once. An app that
-// opens its own *sql.DB for OpenDB should open it with this.
+// opens its own *sql.DB for OpenDB should open it with this. path is the
+// file's name as it is, not a URL: its '%', '?' and '#' name that file.
 func DSN(path string, opts Options) (string, error) {
 	if path == "" {
 		return "", errors.New("sqlite: empty database path")
@@ -92,7 +93,15 @@ func DSN(path string, opts Options) (string, error) {
 	q.Add("_pragma", "journal_mode(WAL)")
 	q.Add("_pragma", "synchronous("+sync+")")
 	q.Add("_txlock", "immediate")
-	return "file:" + path + "?" + q.Encode(), nil
+	// SQLite reads a name that starts with file: as a URI: its path is
+	// percent-decoded and ends at a '?' or '#'. The path is escaped so
+	// that SQLite opens the file of that very name. An absolute path goes
+	// after an empty authority (file:///abs): file://x would name host x.
+	name := "file:" + escapePath(path)
+	if strings.HasPrefix(path, "/") {
+		name = "file://" + escapePath(path)
+	}
+	return name + "?" + q.Encode(), nil
 }
 
 // Dialect is SQLite's SQL.
