@@ -24,13 +24,20 @@ func Backends() []engine.Backend {
 // path (no scheme) is SQLite's. A string with no scheme that reads as a
 // PostgreSQL keyword/value connection string ("host=db user=app
 // dbname=jobs") is refused rather than taken for a file name; sqlite:PATH
-// opens a file whose name really looks like one.
+// opens a file whose name really looks like one. So is a
+// go-sql-driver/mysql DSN ("app:pw@tcp(db:3306)/jobs"), which would
+// otherwise read as a path or as an unknown scheme.
 func ForURL(rawURL string) (engine.Backend, error) {
 	scheme := Scheme(rawURL)
 	if scheme == "" {
 		if err := keywordValueError(rawURL); err != nil {
 			return engine.Backend{}, err
 		}
+	}
+	if err := mysqlDSNError(rawURL); err != nil && !slices.ContainsFunc(Backends(), func(b engine.Backend) bool {
+		return scheme != "" && slices.Contains(b.Schemes, scheme)
+	}) {
+		return engine.Backend{}, err
 	}
 	var known []string
 	for _, b := range Backends() {

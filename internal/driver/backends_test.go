@@ -79,3 +79,27 @@ func TestForURLRefusesAKeywordValueConnectionString(t *testing.T) {
 		require.Equal(t, "sqlite", b.Name, s)
 	}
 }
+
+// A go-sql-driver/mysql DSN has no scheme either: it is refused with the
+// URL to write instead of being opened as a SQLite file of that name, and
+// the error does not show the password.
+func TestForURLRefusesAMySQLDriverDSN(t *testing.T) {
+	for _, s := range []string{
+		"root@tcp(127.0.0.1:3306)/test",
+		"app:s3cret@tcp(db.internal:3306)/jobs?parseTime=true",
+		"app:s3cret@tcp6([::1]:3306)/jobs",
+		"app@unix(/run/mysqld/mysqld.sock)/jobs",
+		"app:s3cret@/jobs",
+	} {
+		_, err := driver.ForURL(s)
+		require.Error(t, err, s)
+		require.ErrorContains(t, err, "go-sql-driver/mysql DSN", s)
+		require.ErrorContains(t, err, "mysql://user:password@host:3306/db", s)
+		require.NotContains(t, err.Error(), "s3cret", s)
+	}
+	for _, s := range []string{"./jobs@2024.db", "/srv/app@host/jobs.db", "backup (1).db", "a@b.db"} {
+		b, err := driver.ForURL(s)
+		require.NoError(t, err, s)
+		require.Equal(t, "sqlite", b.Name, s)
+	}
+}

@@ -1,7 +1,9 @@
 package driver
 
 import (
+	"errors"
 	"fmt"
+	"regexp"
 	"slices"
 	"strings"
 )
@@ -109,4 +111,21 @@ func valueEnd(s string) (int, bool) {
 		}
 	}
 	return len(s), true
+}
+
+// mysqlDSNPattern matches the address part of a go-sql-driver/mysql DSN,
+// "user:password@tcp(host:3306)/db" or "@unix(/path)/db", and the bare
+// "@/db" form.
+var mysqlDSNPattern = regexp.MustCompile(`@(tcp6?|unix)?\([^)]*\)/|^[^/@]*@/`)
+
+// mysqlDSNError returns the error for rawURL, a string with no scheme,
+// when it reads as a go-sql-driver/mysql DSN rather than a file path, and
+// nil otherwise. The error does not quote the DSN: it holds the password.
+func mysqlDSNError(rawURL string) error {
+	if !mysqlDSNPattern.MatchString(rawURL) {
+		return nil
+	}
+	return errors.New("the database URL looks like a go-sql-driver/mysql DSN (user@tcp(host)/db), not a URL: " +
+		"write it as mysql://user:password@host:3306/db; " +
+		"a SQLite file whose name really looks like that opens as sqlite:PATH")
 }
