@@ -172,7 +172,7 @@ func Check(ctx context.Context, r *Registry, pub *store.Store) ([]Finding, error
 				desc = append(desc, fmt.Sprintf("%s: To %d", kind, kinds[kind]))
 			}
 			add(CodeConcurrencyGroupMismatch, SeverityWarning, "concurrency group %s is declared with different limits (%s); "+
-				"each job takes slots with its own kind's", sc, strings.Join(desc, "; "))
+				"the key's limit is the To of the kind enqueued last", sc, strings.Join(desc, "; "))
 		}
 	}
 

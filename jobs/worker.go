@@ -651,6 +651,8 @@ func (w *Worker) sweep(ctx context.Context, overflows []engine.Overflow) {
 				w.log.Warn("sluice: read the span of the jobs behind a full budget", "budget", o.Key, "err", err)
 			case ok:
 				w.store.SetSweepSpan(o, span)
+			default:
+				return // none ready, or the queue is paused: nothing to sweep
 			}
 			total := 0
 			// The first batches are small: a sweep that starts while the

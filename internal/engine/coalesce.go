@@ -18,8 +18,9 @@ const maxCoalesceRounds = 5
 // or are fair, in one transaction (the caller's, or one of the store's).
 // Locks are taken in one order everywhere: the fairness keys (by queue and
 // key), the pending jobs calls join (by key), then the semaphores (by
-// key), all of them at once: those of the jobs ready on arrival and of the
-// full jobs their calls dispatch. It changes rows (states, slots, coalesce
+// key), all of them at once: those of the jobs enqueued (each declares its
+// limit; those ready on arrival take a slot) and of the full jobs their
+// calls dispatch. It changes rows (states, slots, coalesce
 // keys): a transaction that is retried passes fresh copies.
 func (s *Store) enqueueTx(ctx context.Context, ex Executor, c Clock, jobs []NewJob, rows []InsertRow) ([]Enqueued, error) {
 	weights := make([]int, len(jobs))
@@ -55,10 +56,14 @@ func (s *Store) enqueueTx(ctx context.Context, ex Executor, c Clock, jobs []NewJ
 
 	// Slots for the full jobs calls dispatched, and for the jobs that are
 	// ready on arrival: plain ones before they are inserted, coalescing
-	// ones just created.
+	// ones just created. Every job enqueued (not a call that joined a
+	// pending job) declares its limit, a delayed one too.
 	keys := slotKeys(dispatched)
+	declares := func(i int) bool {
+		return rows[i].ConcKey != "" && (jobs[i].Coalesce == nil || created[i])
+	}
 	for i, r := range rows {
-		if r.ConcKey != "" && r.State == StateReady && (jobs[i].Coalesce == nil || created[i]) {
+		if declares(i) {
 			keys = append(keys, r.ConcKey)
 		}
 	}
@@ -85,11 +90,17 @@ func (s *Store) enqueueTx(ctx context.Context, ex Executor, c Clock, jobs []NewJ
 		var missed []SetRow
 		for i := range rows {
 			r := &rows[i]
-			if r.ConcKey == "" || r.State != StateReady || (jobs[i].Coalesce != nil && !created[i]) {
+			if !declares(i) {
+				continue
+			}
+			if r.State != StateReady {
+				// Delayed: it takes its slot when its time comes,
+				// under the limit declared by then.
+				sl.declare(jobs[i].Conc)
 				continue
 			}
 			switch {
-			case sl.take(jobs[i].Conc):
+			case sl.enqueue(jobs[i].Conc):
 				r.HoldsSlot = true
 				if created[i] {
 					took = append(took, out[i].ID)

@@ -283,3 +283,122 @@ func TestSlotsStayWithinBoundsUnderConcurrency(t *testing.T) {
 		}
 	})
 }
+
+// concLimited is a job of kind k on budget key that holds a concurrency
+// slot of conc, whose kind declared To: to when it was enqueued.
+func concLimited(key, conc string, to int) engine.NewJob {
+	j := limited("k", key)
+	j.Conc = &engine.Conc{Key: conc, To: to, Duration: 3 * time.Minute}
+	return j
+}
+
+// docs/concurrency.md: "Lowering To (a deploy that declares fewer) takes
+// no slot from a job that holds one: no slot is handed out until the
+// holders are fewer than the new To." and "never more than To jobs of one
+// key running at once, except ... while the holders taken under a higher
+// To finish".
+//
+// A job enqueued under To 2 that its rate limit deferred gave its slot
+// back ("A job waiting on a rate limit gives its slot back"). The deploy
+// then lowers To to 1: a new job of the key is blocked, as the one holder
+// fills To 1. When the deferred job comes back for its slot, it must not
+// be handed a slot while that holder still runs: the key's To is 1 now.
+// (It used to declare the To 2 it was enqueued under again, which only an
+// enqueue does now.)
+func TestARateDeferredJobComingBackDoesNotRaiseALoweredConcurrencyLimit(t *testing.T) {
+	testdb.Each(t, func(t *testing.T, s *engine.Store) {
+		lim := limits{"k": spec(t, "k", 1, 10*time.Second, 1)}
+		old := enqueue(t, s, t0, concLimited("k/a", "c", 2), concLimited("k/a", "c", 2))
+		pid := register(t, s, t0)
+		res := claimLimited(t, s, pid, t0, 10, lim, engine.DefaultHorizon)
+		require.Equal(t, old[:1], ids(res.Jobs), "the budget admits one")
+		require.Len(t, res.Deferred, 1)
+		require.Equal(t, engine.StateScheduled, state(t, s, old[1]).State)
+		require.False(t, state(t, s, old[1]).HoldsSlot, "the deferred job gave its slot back")
+		require.Equal(t, 1, semaphore(t, s, "c").Held)
+
+		// The deploy lowers To to 1: the new job finds the key full.
+		low := enqueue(t, s, at(time.Second), concLimited("k/b", "c", 1))
+		require.Equal(t, engine.StateBlocked, state(t, s, low[0]).State, "one holder fills the new To 1")
+		require.Equal(t, 1, semaphore(t, s, "c").Limit)
+
+		// The deferred job's slot comes; the first job still runs.
+		_, _, err := s.Promote(context.Background(), engine.At(at(10*time.Second)), 100)
+		require.NoError(t, err)
+		res = claimLimited(t, s, pid, at(10*time.Second), 10, lim, engine.DefaultHorizon)
+		running := 1 + len(res.Jobs)
+		sem := semaphore(t, s, "c")
+		require.LessOrEqual(t, running, 1,
+			"%d jobs of key c run at once under To 1 (semaphore: held %d, limit %d; the returning job is %s, holds_slot=%v)",
+			running, sem.Held, sem.Limit, state(t, s, old[1]).State, state(t, s, old[1]).HoldsSlot)
+	})
+}
+
+// A delayed job declares its limit when it is enqueued (docs/concurrency.md,
+// "Lowering To"), and takes its slot when its time comes under the key's
+// limit as it is then: a job delayed under To 2 before a deploy lowered
+// To to 1 does not raise it again as it becomes ready.
+func TestADelayedJobComingDueDoesNotRaiseALoweredConcurrencyLimit(t *testing.T) {
+	testdb.Each(t, func(t *testing.T, s *engine.Store) {
+		ctx := context.Background()
+		later := slotted("a", 2)
+		later.RunAt = at(time.Minute)
+		old := enqueue(t, s, t0, slotted("a", 2), later)
+		require.Equal(t, engine.StateScheduled, state(t, s, old[1]).State)
+		require.Equal(t, 2, semaphore(t, s, "a").Limit)
+
+		// The deploy lowers To to 1: the one holder fills it.
+		low := enqueue(t, s, at(time.Second), slotted("a", 1))
+		require.Equal(t, engine.StateBlocked, state(t, s, low[0]).State)
+		_, _, err := s.Promote(ctx, engine.At(at(time.Minute)), 10)
+		require.NoError(t, err)
+		require.Equal(t, engine.StateBlocked, state(t, s, old[1]).State, "one holder fills To 1")
+		sem := semaphore(t, s, "a")
+		require.Equal(t, 1, sem.Limit)
+		require.Equal(t, 1, sem.Held)
+	})
+}
+
+// Raising To still works by an enqueue, a delayed one too: its limit is
+// declared at once, and the job takes the second slot when its time comes.
+func TestADelayedEnqueueRaisesTheLimit(t *testing.T) {
+	testdb.Each(t, func(t *testing.T, s *engine.Store) {
+		ctx := context.Background()
+		first := enqueue(t, s, t0, slotted("a", 1))
+		require.True(t, state(t, s, first[0]).HoldsSlot)
+		later := slotted("a", 2)
+		later.RunAt = at(time.Minute)
+		raised := enqueue(t, s, at(time.Second), later)
+		require.Equal(t, 2, semaphore(t, s, "a").Limit, "the delayed enqueue declared To 2")
+		_, _, err := s.Promote(ctx, engine.At(at(time.Minute)), 10)
+		require.NoError(t, err)
+		j := state(t, s, raised[0])
+		require.Equal(t, engine.StateReady, j.State, "the second slot of To 2")
+		require.True(t, j.HoldsSlot)
+		require.Equal(t, 2, semaphore(t, s, "a").Held)
+	})
+}
+
+// A job that comes back to a key with no limit declared — its semaphore row
+// was deleted meanwhile, or its enqueue (by an older version, delayed)
+// declared none — takes its slot under its own To and declares it: the
+// best declaration there is.
+func TestAJobComingBackToAKeyWithNoLimitDeclaresItsOwn(t *testing.T) {
+	testdb.Each(t, func(t *testing.T, s *engine.Store) {
+		ctx := context.Background()
+		later := slotted("a", 2)
+		later.RunAt = at(time.Minute)
+		got := enqueue(t, s, t0, later)
+		_, err := s.DB().Exec(ctx, "DELETE FROM sluice_semaphores")
+		require.NoError(t, err)
+		_, _, err = s.Promote(ctx, engine.At(at(time.Minute)), 10)
+		require.NoError(t, err)
+		j := state(t, s, got[0])
+		require.Equal(t, engine.StateReady, j.State)
+		require.True(t, j.HoldsSlot)
+		sem := semaphore(t, s, "a")
+		require.Equal(t, 2, sem.Limit)
+		require.Equal(t, 1, sem.Held)
+		require.Equal(t, (3 * time.Minute).Microseconds(), sem.DurationUS)
+	})
+}

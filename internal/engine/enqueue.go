@@ -24,8 +24,9 @@ type IDStep interface{ IDStep() int64 }
 // none of them, and the error names its index. Plain jobs are inserted in
 // batches of at most MaxInsertBatch (one transaction for the lot when
 // there are several); a job that coalesces joins the pending job of its
-// key or creates it, and a job that is ready with a concurrency limit
-// takes a slot (or is blocked or discarded) — those in one transaction:
+// key or creates it, and a job with a concurrency limit declares it on
+// its key and, ready, takes a slot (or is blocked or discarded) — those
+// in one transaction:
 // the caller's, or the store's own. c stamps the jobs (created_at is the
 // caller's time) and the concurrency slots they take.
 func (s *Store) Enqueue(ctx context.Context, ex Executor, c Clock, jobs []NewJob) ([]Enqueued, error) {
@@ -50,7 +51,8 @@ func (s *Store) Enqueue(ctx context.Context, ex Executor, c Clock, jobs []NewJob
 			return nil, fmt.Errorf("enqueue %s: %w", j.Kind, err)
 		}
 		rows[i] = row
-		plain = plain && j.Coalesce == nil && !(row.ConcKey != "" && row.State == StateReady) && j.FairKey == ""
+		// A job with a concurrency limit declares it, delayed or not.
+		plain = plain && j.Coalesce == nil && row.ConcKey == "" && j.FairKey == ""
 	}
 	var out []Enqueued
 	var err error

@@ -264,6 +264,10 @@ type walk struct {
 	created map[int64]bool
 	admits  map[string][]admission
 	holders map[string]int // holders per concurrency key after the last step
+	// semLimit is each concurrency key's limit after the last step: only
+	// an enqueue declares one, so a slot handed out during a step fits
+	// under the limit before it or the one the step's enqueues declared.
+	semLimit map[string]int
 	// hint are the budgets the last claim locked: the next claim's
 	// BudgetHint, as a worker passes it, unless the op says not to.
 	hint []string
@@ -290,13 +294,14 @@ func runWalk(t testing.TB, b testdb.Backend, tr trace, report bool) *failure {
 	s, faults := testdb.WithFaults(base)
 	w := &walk{
 		t: t, ctx: ctx, s: s, base: base, faults: faults, now: t0,
-		lim:     &modelLimits{specs: map[string]ratelimit.Spec{}, version: map[string]int{}, hist: map[string][]ratelimit.Spec{}},
-		concTo:  map[int]int{0: 1, 1: 2},
-		beat:    map[int64]time.Time{},
-		running: map[int64]map[int64]*engine.Job{},
-		created: map[int64]bool{},
-		admits:  map[string][]admission{},
-		holders: map[string]int{},
+		lim:      &modelLimits{specs: map[string]ratelimit.Spec{}, version: map[string]int{}, hist: map[string][]ratelimit.Spec{}},
+		concTo:   map[int]int{0: 1, 1: 2},
+		beat:     map[int64]time.Time{},
+		running:  map[int64]map[int64]*engine.Job{},
+		created:  map[int64]bool{},
+		admits:   map[string][]admission{},
+		holders:  map[string]int{},
+		semLimit: map[string]int{},
 	}
 	w.lim.set("ra", 0)
 	w.lim.set("rb", 1)
@@ -633,7 +638,6 @@ type row struct {
 	state       engine.State
 	holdsSlot   bool
 	concKey     string
-	concLimit   int
 	waitKey     string
 	coalesceKey string
 	processID   int64
@@ -641,7 +645,7 @@ type row struct {
 }
 
 func (w *walk) rows() ([]row, error) {
-	rs, err := w.base.DB().Query(w.ctx, `SELECT id, state, holds_slot, COALESCE(conc_key, ''), conc_limit, COALESCE(wait_key, ''),
+	rs, err := w.base.DB().Query(w.ctx, `SELECT id, state, holds_slot, COALESCE(conc_key, ''), COALESCE(wait_key, ''),
   COALESCE(coalesce_key, ''), COALESCE(process_id, 0), run_at FROM sluice_jobs ORDER BY id`)
 	if err != nil {
 		return nil, err
@@ -651,7 +655,7 @@ func (w *walk) rows() ([]row, error) {
 	for rs.Next() {
 		var r row
 		var st string
-		if err := rs.Scan(&r.id, &st, &r.holdsSlot, &r.concKey, &r.concLimit, &r.waitKey, &r.coalesceKey, &r.processID, &r.runAt); err != nil {
+		if err := rs.Scan(&r.id, &st, &r.holdsSlot, &r.concKey, &r.waitKey, &r.coalesceKey, &r.processID, &r.runAt); err != nil {
 			return nil, err
 		}
 		r.state = engine.State(st)
@@ -671,7 +675,6 @@ func (w *walk) check() string {
 		return fmt.Sprintf("%d jobs in the table, %d enqueued", len(rows), len(w.created))
 	}
 	holders, blocked, parked := map[string]int{}, map[string]int{}, map[string]int{}
-	maxTo := map[string]int{}
 	for _, r := range rows {
 		if !w.created[r.id] {
 			return fmt.Sprintf("job %d is not one that was enqueued", r.id)
@@ -699,7 +702,6 @@ func (w *walk) check() string {
 		}
 		if r.holdsSlot {
 			holders[r.concKey]++
-			maxTo[r.concKey] = max(maxTo[r.concKey], r.concLimit)
 		}
 		if r.state == engine.StateBlocked {
 			blocked[r.concKey]++
@@ -709,7 +711,10 @@ func (w *walk) check() string {
 		}
 	}
 	// 2. Semaphores count their holders exactly, and a slot was handed out
-	// only when one was free.
+	// only when one was free: under the key's limit before the step, or the
+	// one an enqueue of the step declared (the last, as one step's
+	// enqueues all declare the same To), never the To a job that came back
+	// was enqueued under.
 	sems, err := w.base.ListSemaphores(w.ctx)
 	if err != nil {
 		return "list semaphores: " + err.Error()
@@ -720,9 +725,10 @@ func (w *walk) check() string {
 		if m.Held != holders[m.Name] {
 			return fmt.Sprintf("semaphore %s counts %d held, %d jobs hold a slot", m.Name, m.Held, holders[m.Name])
 		}
-		if h := holders[m.Name]; h > w.holders[m.Name] && h > max(m.Limit, maxTo[m.Name]) {
-			return fmt.Sprintf("semaphore %s: holders rose from %d to %d, over its limit %d", m.Name, w.holders[m.Name], h, m.Limit)
+		if h := holders[m.Name]; h > w.holders[m.Name] && h > max(m.Limit, w.semLimit[m.Name]) {
+			return fmt.Sprintf("semaphore %s: holders rose from %d to %d, over its limit %d (%d before the step)", m.Name, w.holders[m.Name], h, m.Limit, w.semLimit[m.Name])
 		}
+		w.semLimit[m.Name] = m.Limit
 	}
 	for k, n := range holders {
 		if !seen[k] {

@@ -34,8 +34,10 @@ func (res *ClaimResult) noteOverflow(o Overflow) {
 // of its own instead of claim after claim: a flood of jobs on one tight
 // budget leaves the ready queue in a few statements, and each job still
 // moves once. It stops when the budget has room again (the claims admit
-// what comes next). It returns the jobs it deferred and the slots it
-// handed out: fewer jobs than batch when the flood is out of the way.
+// what comes next), and moves nothing of a paused queue (its jobs stay
+// where they are until it resumes; a sweep that began before the pause
+// ends). It returns the jobs it deferred and the slots it handed out:
+// fewer jobs than batch when the flood is out of the way.
 // Callers repeat it, pausing between batches so that the claims around
 // them keep their pace.
 //

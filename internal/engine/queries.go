@@ -35,7 +35,7 @@ type SQL struct {
 	listQueues, listOverrides                    string
 
 	lockBudgets, lockFreeBudgets, readBudgets, getBudget, insertBudgets, saveBudgets, moveCursor, lockParkedBudgets *sqlStatement
-	lockParked, lockSlotted, countParked, lockIdleBudgets, deleteBudgets, lockRepriced                              *sqlStatement
+	lockParked, lockSlotted, countParked, lockIdleBudgets, deleteBudgets, readRepriced                              *sqlStatement
 	listBudgets                                                                                                     string
 
 	lockSemaphores, lockFreeSemaphores, insertSemaphores, saveSemaphores, lockBlocked, markSlots, lockRunningHolders *sqlStatement
@@ -184,7 +184,7 @@ func NewSQL(d Dialect) (*SQL, error) {
 		{&q.saveBudgets, "SaveBudgets", []string{"rows"}},
 		{&q.moveCursor, "MoveCursor", []string{"to", "parked", "slotted_priority", "key", "from"}},
 		{&q.lockParkedBudgets, "LockParkedBudgets", []string{"until", "limit"}},
-		{&q.lockRepriced, "LockRepriced", []string{"target", "prefix", "past", "after", "interval_ns", "burst", "limit"}},
+		{&q.readRepriced, "ReadRepriced", []string{"target", "prefix", "past", "after", "interval_ns", "burst", "limit"}},
 		{&q.lockParked, "LockParked", []string{"key", "limit"}},
 		{&q.lockSlotted, "LockSlotted", []string{"key", "from", "priority", "limit"}},
 		{&q.countParked, "CountParked", []string{"key"}},

@@ -40,7 +40,8 @@ func (q *SQL) LockReady(queue string, limited bool, limit int) (string, []any) {
 // LockReadyLike selects and locks, skipping locked rows, up to limit
 // ready jobs of a queue and kind whose rate keys are exactly rateKeys,
 // that hold no concurrency slot and whose priority is priority or less
-// urgent, by priority then id. Columns: id, priority.
+// urgent, by priority then id; none while the queue is paused. Columns:
+// id, priority.
 func (q *SQL) LockReadyLike(queue, kind, rateKeys string, priority, limit int) (string, []any) {
 	return q.lockReadyLike.bind(queue, priority, rateKeys, kind, limit)
 }
@@ -68,7 +69,7 @@ func (q *SQL) LockReadyLimitedAfter(queue string, priority, limit int) (string, 
 
 // FirstReadyLike and LastReadyLike select the first and the last, by
 // priority then id, of the ready jobs LockReadyLike would take at any
-// priority. Columns: id, priority.
+// priority (none while the queue is paused). Columns: id, priority.
 func (q *SQL) FirstReadyLike(queue, kind, rateKeys string) (string, []any) {
 	return q.firstReadyLike.bind(queue, rateKeys, kind)
 }

@@ -52,19 +52,19 @@ func (q *SQL) LockParkedBudgets(until int64, limit int) (string, []any) {
 	return q.lockParkedBudgets.bind(until, limit)
 }
 
-// LockRepriced selects and locks, in key order, up to limit budgets after
-// after that have parked jobs and whose stored limit (interval, and burst:
-// 0 for a paused limit) is not the given one: those of a scope (target
-// without "/": the bare scope and SCOPE/…), or the one budget target
-// names. Columns: BudgetColumns.
-func (q *SQL) LockRepriced(target, after string, interval int64, burst, limit int) (string, []any) {
+// ReadRepriced selects, without locking them, the names of up to limit
+// budgets after after, in key order, that have parked jobs and whose
+// stored limit (interval, and burst: 0 for a paused limit) is not the
+// given one: those of a scope (target without "/": the bare scope and
+// SCOPE/…), or the one budget target names. Columns: name.
+func (q *SQL) ReadRepriced(target, after string, interval int64, burst, limit int) (string, []any) {
 	prefix, past := "", ""
 	if !strings.Contains(target, "/") {
 		// The keys SCOPE/… sort, byte by byte, from "SCOPE/" up to
 		// "SCOPE0": '0' follows '/'.
 		prefix, past = target+"/", target+"0"
 	}
-	return q.lockRepriced.bind(target, prefix, past, after, interval, int32(burst), limit)
+	return q.readRepriced.bind(target, prefix, past, after, interval, int32(burst), limit)
 }
 
 // LockParked selects and locks, skipping locked rows, the first parked

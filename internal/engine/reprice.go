@@ -44,9 +44,12 @@ type Repricing struct {
 //
 // It works in transactions of at most Batch budgets, in key order, each
 // deciding on c's time read after its locks, and returns how many budgets
-// it changed. It is idempotent: a budget already charged under the limit
-// is not read again. Workers call it for each limit whose spec they see
-// change, and once at start.
+// it changed. Each transaction finds its budgets without locking them and
+// then locks them by name, in key order, as claims lock budgets, so that
+// it never holds a budget while it waits for one that sorts before it. It
+// is idempotent: a budget already charged under the limit is not read
+// again. Workers call it for each limit whose spec they see change, and
+// once at start.
 func (s *Store) Reprice(ctx context.Context, c Clock, r Repricing) (int, error) {
 	if r.Batch <= 0 {
 		r.Batch = DefaultRepriceBatch
@@ -65,23 +68,41 @@ func (s *Store) Reprice(ctx context.Context, c Clock, r Repricing) (int, error) 
 	}
 }
 
-// repriceBatch is one transaction of Reprice: it locks up to r.Batch
-// budgets after after, prepares those not excepted for r.Params and saves
-// them. It returns how many it locked, how many it changed and the key of
-// the last.
+// repriceBatch is one transaction of Reprice: it finds up to r.Batch
+// budgets after after, locks them, prepares for r.Params those not
+// excepted that still need it and saves them. It returns how many it
+// found, how many it changed and the key of the last it found.
+//
+// The budgets are found unlocked (ReadRepriced) and then locked by name
+// in key order (LockBudgets): a locking read of the scope locks rows in
+// the order of the index the database reads them through, which is not
+// key order on MariaDB (the index of parked budgets, sorted after), and
+// a claim holding one budget of the scope and waiting for another then
+// deadlocked with it. A budget that changed in between is checked again:
+// one whose parked jobs all left, or that a claim has charged under the
+// limit meanwhile, is left as it is.
 func (s *Store) repriceBatch(ctx context.Context, c Clock, r Repricing, after string) (found, changed int, last string, err error) {
 	interval, burst := storedLimit(r.Params)
 	err = s.inTx(ctx, func(tx Tx) error {
 		found, changed, last = 0, 0, ""
-		q, args := s.q.LockRepriced(r.Target, after, interval, burst, r.Batch)
-		rows, err := queryBudgets(ctx, tx, q, args)
+		q, args := s.q.ReadRepriced(r.Target, after, interval, burst, r.Batch)
+		names, err := queryStrings(ctx, tx, q, args)
 		if err != nil {
-			return fmt.Errorf("lock budgets: %w", err)
+			return fmt.Errorf("find budgets: %w", err)
 		}
-		if len(rows) == 0 {
+		if len(names) == 0 {
 			return nil
 		}
-		found, last = len(rows), rows[len(rows)-1].Name
+		found, last = len(names), names[len(names)-1]
+		var rows []BudgetRow
+		for run := range s.keyRuns(sortedKeys(names)) {
+			q, args := s.q.LockBudgets(run)
+			locked, err := queryBudgets(ctx, tx, q, args)
+			if err != nil {
+				return fmt.Errorf("lock budgets: %w", err)
+			}
+			rows = append(rows, locked...)
+		}
 		at, err := s.now(ctx, tx, c)
 		if err != nil {
 			return err
@@ -90,8 +111,8 @@ func (s *Store) repriceBatch(ctx context.Context, c Clock, r Repricing, after st
 		until := now + horizonOr(r.Horizon).Nanoseconds()
 		budgets := make(map[string]*budget, len(rows))
 		for _, row := range rows {
-			if slices.Contains(r.Except, row.Name) {
-				continue
+			if row.Parked == 0 || (row.IntervalNS == interval && row.Burst == burst) || slices.Contains(r.Except, row.Name) {
+				continue // changed since it was found, or covered by its own limit
 			}
 			b := loaded(row)
 			if b.prepare(r.Params, now, until); b.dirty {

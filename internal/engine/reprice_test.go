@@ -2,7 +2,9 @@ package engine_test
 
 import (
 	"context"
+	"fmt"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -191,5 +193,198 @@ func TestTwoRepricesAtOnceRepriceEachBudgetOnce(t *testing.T) {
 		for _, k := range keys {
 			require.Equal(t, time.Second.Nanoseconds(), after[k].IntervalNS, k)
 		}
+	})
+}
+
+// waitForLockWait waits until a statement of s's database (the scratch
+// schema or database of this test) whose text contains every one of parts
+// waits for a row lock another transaction holds, and reports whether one
+// did. There is no event to wait on, so it polls the database's own view of
+// its lock waits, every 5 ms: on PostgreSQL pg_stat_activity, keeping the
+// backends that hold a lock on this schema's sluice_budgets (other tests
+// share the server); on MariaDB the InnoDB monitor's list of transactions,
+// which shows a locking read's wait where INNODB_TRX may not, keeping those
+// whose locks name this test's database. It is bounded: each poll has 2 s,
+// and after 10 s in all it fails the test and returns false, so that the
+// caller goes on (a statement that never waits, or a deadlock the database
+// broke first, then shows in the caller's own checks) and nothing hangs.
+// It fails the test with Errorf, never FailNow: it runs in a hook of a
+// claim while another goroutine reprices.
+func waitForLockWait(t *testing.T, s *engine.Store, parts ...string) bool {
+	t.Helper()
+	waiting := func() (bool, error) {
+		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+		defer cancel()
+		switch s.Dialect().Name() {
+		case "postgres":
+			q := `SELECT count(*) FROM pg_stat_activity a WHERE a.datname = current_database() AND a.wait_event_type = 'Lock' AND a.query LIKE $1
+  AND EXISTS (SELECT 1 FROM pg_locks l WHERE l.pid = a.pid AND l.relation = 'sluice_budgets'::regclass)`
+			var n int64
+			rows, err := s.DB().Query(ctx, q, "%"+strings.Join(parts, "%")+"%")
+			if err != nil {
+				return false, err
+			}
+			defer rows.Close()
+			for rows.Next() {
+				if err := rows.Scan(&n); err != nil {
+					return false, err
+				}
+			}
+			return n > 0, rows.Err()
+		case "mysql":
+			var db string
+			rows, err := s.DB().Query(ctx, "SELECT DATABASE()")
+			if err != nil {
+				return false, err
+			}
+			for rows.Next() {
+				if err := rows.Scan(&db); err != nil {
+					rows.Close()
+					return false, err
+				}
+			}
+			rows.Close()
+			rows, err = s.DB().Query(ctx, "SHOW ENGINE INNODB STATUS")
+			if err != nil {
+				return false, err
+			}
+			defer rows.Close()
+			for rows.Next() {
+				var typ, name, status string
+				if err := rows.Scan(&typ, &name, &status); err != nil {
+					return false, err
+				}
+				for _, trx := range strings.Split(status, "---TRANSACTION") {
+					match := strings.Contains(trx, "LOCK WAIT") && strings.Contains(trx, "`"+db+"`")
+					for _, p := range parts {
+						match = match && strings.Contains(trx, p)
+					}
+					if match {
+						return true, nil
+					}
+				}
+			}
+			return false, rows.Err()
+		}
+		return false, fmt.Errorf("no lock waits to read on %s", s.Dialect().Name())
+	}
+	deadline := time.Now().Add(10 * time.Second)
+	for time.Now().Before(deadline) {
+		ok, err := waiting()
+		if err != nil {
+			t.Errorf("read the lock waits: %v", err)
+			return false
+		}
+		if ok {
+			return true
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+	t.Errorf("no statement with %q waited for a lock within 10 s", parts)
+	return false
+}
+
+// count returns how many of stmts contain every one of parts.
+func count(stmts []string, parts ...string) int {
+	n := 0
+	for _, q := range stmts {
+		all := true
+		for _, p := range parts {
+			all = all && strings.Contains(q, p)
+		}
+		if all {
+			n++
+		}
+	}
+	return n
+}
+
+// Reprice "works in transactions of at most Batch budgets, in key order"
+// (reprice.go; LockRepriced: "in key order"), as every transaction that
+// waits for budgets locks them: "the claim locks their budget rows (in key
+// order, so overlapping limits never deadlock)" (docs/rate-limits.md).
+//
+// A claim holds k/a (the budget its last claim locked, its hint) and is
+// about to lock k/b, which sorts after it. A worker's refresh reprices the
+// scope k at that moment, and must wait for k/a without holding k/b: then
+// the claim takes k/b, commits, and Reprice goes on. Each runs once, and
+// neither is failed by a deadlock. The scope has a few thousand idle
+// budgets besides the two with parked jobs, as a scope keyed by account
+// does: MariaDB then reads LockRepriced through sluice_budgets_parked
+// (parked, next_slot) and sorts the rows after locking them, so it locks
+// k/b (1 parked) before k/a (2 parked), and the index entry before the
+// row, which a claim that changes the row's parked count or slot cursor
+// must also lock. Reprice now finds the budgets without locking them and
+// locks them by name, in key order (ReadRepriced, then LockBudgets).
+func TestRepriceLocksTheBudgetsOfAScopeInKeyOrderBesideAClaim(t *testing.T) {
+	testdb.EachPool(t, func(t *testing.T, s *engine.Store, open func() *engine.Store) {
+		if !s.Dialect().Capabilities().RowLocks {
+			return // SQLite: one writer at a time, nothing to interleave
+		}
+		ctx := context.Background()
+		old := limits{"k": spec(t, "k", 1, time.Hour, 1)}
+		enqueue(t, s, t0, limited("k", "k/a"), limited("k", "k/a"), limited("k", "k/a"), limited("k", "k/b"), limited("k", "k/b"))
+		pid := register(t, s, t0)
+		require.Len(t, claimLimited(t, s, pid, t0, 10, old, engine.DefaultHorizon).Jobs, 2)
+		bs := budgetsByName(t, s)
+		require.Equal(t, 2, bs["k/a"].Parked)
+		require.Equal(t, 1, bs["k/b"].Parked)
+		var idle []string
+		for i := range 3000 {
+			idle = append(idle, fmt.Sprintf("k/x%05d", i))
+		}
+		q, args := s.SQL().InsertBudgets(idle)
+		_, err := s.DB().Exec(ctx, q, args...)
+		require.NoError(t, err)
+		analyze := "ANALYZE"
+		if s.Dialect().Name() == "mysql" {
+			analyze = "ANALYZE TABLE sluice_budgets"
+		}
+		rows, err := s.DB().Query(ctx, analyze)
+		require.NoError(t, err)
+		for rows.Next() {
+		}
+		rows.Close()
+
+		now := at(time.Minute)
+		both := job("k", "default", 0)
+		both.RateKeys = []engine.RateKey{{Key: "k/a", Cost: 1}, {Key: "k/b", Cost: 1}}
+		enqueue(t, s, now, both)
+		looser := limits{"k": spec(t, "k", 1, time.Second, 1)}
+
+		rs, recR := testdb.Record(open())
+		rc, recC := testdb.Record(open())
+		var wg sync.WaitGroup
+		var repriceErr error
+		repriced := -1
+		armed := true
+		recC.Before = func(q string) {
+			if !armed || !strings.Contains(q, "FROM sluice_budgets WHERE name") || !strings.Contains(q, "FOR UPDATE") || strings.Contains(q, "SKIP LOCKED") {
+				return
+			}
+			// The claim holds k/a and is about to lock k/b: the refresh
+			// reprices k now, and the claim goes on once it waits.
+			armed = false
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				repriced, repriceErr = rs.Reprice(ctx, engine.At(now), engine.Repricing{Target: "k", Params: looser["k"].Params})
+			}()
+			// Reprice's lock of its budgets waits for k/a: the only
+			// statement of this test's database that can wait for a
+			// budget, as the claim, held here, runs nothing meanwhile.
+			waitForLockWait(t, s, "FROM sluice_budgets", "FOR UPDATE")
+		}
+		_, err = rc.Claim(ctx, engine.ClaimParams{ProcessID: pid, Queues: []string{"default"}, Max: 5, Clock: engine.At(now),
+			Limits: looser, BudgetHint: []string{"k/a"}})
+		wg.Wait()
+		require.False(t, armed, "the claim locked k/b after its hint")
+		require.NoError(t, err)
+		require.NoError(t, repriceErr)
+		require.Zero(t, repriced, "the claim charged both budgets under the new limit while Reprice waited: it found them, locked them, and left them as they were")
+		claims := count(recC.Take(), "sluice_budgets", "SKIP LOCKED")
+		reprices := count(recR.Take(), "interval_ns <>")
+		require.Equal(t, 1, claims, "the claim ran once: no deadlock failed it")
+		require.Equal(t, 1, reprices, "Reprice ran once: no deadlock failed it")
 	})
 }

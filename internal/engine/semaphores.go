@@ -183,15 +183,35 @@ func (sl *slots) touch(key string) {
 	sl.dirty[key] = true
 }
 
-// declare records the limit a job declares (To and Duration).
+// declare records the limit an enqueue declares (To and Duration): the
+// key's limit is the one most recently declared. Only an enqueue declares
+// (enqueueTx), a delayed job's too; a job that becomes ready again takes
+// its slot under the key's limit as it stands (take).
 func (sl *slots) declare(c *Conc) {
 	sl.apply(c.Key, func(s *concurrency.Semaphore) { s.Declare(c.To) })
 	sl.sems[c.Key].DurationUS = c.Duration.Microseconds()
 }
 
-// take gives the job a slot if one of its key's is free.
-func (sl *slots) take(c *Conc) bool {
+// enqueue declares the limit of a job enqueued ready, and gives it a slot
+// if one of its key's is free under that limit.
+func (sl *slots) enqueue(c *Conc) bool {
 	sl.declare(c)
+	return sl.take(c)
+}
+
+// take gives a job a slot if one of its key's is free, under the key's
+// limit as last declared, not the To stored on the job: a job that comes
+// back (promoted from a delay, a deferral or a 429, released, recovered,
+// retried by an operator) was enqueued under the To of its time, and a
+// later enqueue may have lowered it, which a returning job must not undo.
+// A key with no limit declared (its row was just created: the row was
+// deleted meanwhile, or the job was enqueued delayed by a version that
+// declared limits only as jobs became ready) takes the job's To, the best
+// declaration there is.
+func (sl *slots) take(c *Conc) bool {
+	if sl.sems[c.Key].Limit <= 0 {
+		sl.declare(c)
+	}
 	took := false
 	sl.apply(c.Key, func(s *concurrency.Semaphore) { took = s.Take() })
 	if took {

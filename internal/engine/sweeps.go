@@ -94,7 +94,8 @@ func (s *Store) Swept(queues []string) map[string]*Span {
 
 // OverflowSpan returns the span of the ready jobs that wait on o's budget
 // like the one a claim deferred (DeferOverflow's jobs, at any priority),
-// or false when none is ready.
+// or false when none is ready or their queue is paused: there is nothing
+// to sweep.
 func (s *Store) OverflowSpan(ctx context.Context, o Overflow) (Span, bool, error) {
 	var ends [2]Place
 	for i, read := range []func(queue, kind, rateKeys string) (string, []any){s.q.FirstReadyLike, s.q.LastReadyLike} {

@@ -45,16 +45,22 @@ WHERE name = :key AND next_slot_ns = :from;
 SELECT {BudgetColumns} FROM sluice_budgets WHERE parked > 0 AND next_slot_ns <= :until
 ORDER BY next_slot_ns LIMIT :limit FOR UPDATE SKIP LOCKED;
 
--- name: LockRepriced
--- The budgets of one scope (the bare scope :target, and the keys from
--- :prefix up to :past: SCOPE/…) or of one key (:target, with :prefix and
--- :past both empty) that sort after :after, that have parked jobs and were
--- last charged under another limit than :interval_ns and :burst, in key
--- order, through the index of parked budgets (parked > 0).
-SELECT {BudgetColumns} FROM sluice_budgets
+-- name: ReadRepriced
+-- The names of the budgets of one scope (the bare scope :target, and the
+-- keys from :prefix up to :past: SCOPE/…) or of one key (:target, with
+-- :prefix and :past both empty) that sort after :after, that have parked
+-- jobs and were last charged under another limit than :interval_ns and
+-- :burst, in key order, read without locking them (through the index of
+-- parked budgets, parked > 0). Reprice then locks them with LockBudgets,
+-- by name in key order as every transaction that waits for budgets does,
+-- and checks them again. Locking here would lock them in the order of the
+-- index the database reads them through: MariaDB, with a scope of
+-- thousands of idle budgets, reads sluice_budgets_parked (parked,
+-- next_slot) and sorts after locking, and deadlocked with claims.
+SELECT name FROM sluice_budgets
 WHERE parked > 0 AND (name = :target OR (name {Bytewise} >= :prefix AND name {Bytewise} < :past))
   AND name {Bytewise} > :after AND (interval_ns <> :interval_ns OR burst <> :burst)
-ORDER BY name {Bytewise} LIMIT :limit FOR UPDATE;
+ORDER BY name {Bytewise} LIMIT :limit;
 
 -- name: LockParked
 -- A budget's first parked jobs.

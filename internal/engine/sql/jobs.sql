@@ -63,24 +63,30 @@ WHERE {ReadyFair}
 ORDER BY priority, fair_start, id LIMIT :limit FOR UPDATE SKIP LOCKED;
 
 -- name: LockReadyLike
--- Ready jobs that draw on exactly the budgets of a parked one, hold no
--- concurrency slot, and are no more urgent than :priority.
+-- Ready jobs of an unpaused queue that draw on exactly the budgets of a
+-- parked one, hold no concurrency slot, and are no more urgent than
+-- :priority. A sweep that began before its queue was paused finds none,
+-- and ends: the paused queue's jobs stay where they are.
 SELECT id, priority FROM sluice_jobs j
 WHERE {ReadyLimited} AND j.priority >= :priority AND j.rate_keys = :rate_keys AND j.kind = :kind AND j.holds_slot = FALSE
+  AND {QueueNotPaused}
 ORDER BY priority, id LIMIT :limit FOR UPDATE SKIP LOCKED;
 
 -- name: FirstReadyLike
 -- The first ready job, in claim order, of those LockReadyLike takes, at
--- any priority. Columns: id, priority.
+-- any priority; none while the queue is paused, so that a sweep of a
+-- paused queue ends before it begins. Columns: id, priority.
 SELECT id, priority FROM sluice_jobs j
 WHERE {ReadyLimited} AND j.rate_keys = :rate_keys AND j.kind = :kind
+  AND {QueueNotPaused}
 ORDER BY priority, id LIMIT 1;
 
 -- name: LastReadyLike
 -- The last ready job, in claim order, of those LockReadyLike takes, at
--- any priority. Columns: id, priority.
+-- any priority; none while the queue is paused. Columns: id, priority.
 SELECT id, priority FROM sluice_jobs j
 WHERE {ReadyLimited} AND j.rate_keys = :rate_keys AND j.kind = :kind
+  AND {QueueNotPaused}
 ORDER BY priority DESC, id DESC LIMIT 1;
 
 -- name: MarkRunning
