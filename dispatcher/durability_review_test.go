@@ -82,7 +82,7 @@ func TestReviewAFailedCleanUpIsTriedAgainOnTheNextRound(t *testing.T) {
 		cl, err := s.Claim(ctx, engine.ClaimParams{ProcessID: pid, Queues: []string{"default"}, Max: 1, Clock: engine.At(t0)})
 		require.NoError(t, err)
 		require.Len(t, cl.Jobs, 1)
-		require.NoError(t, s.Finish(ctx, pid, engine.At(t0), engine.Outcomes{Completed: []int64{id}}))
+		require.NoError(t, s.Finish(ctx, pid, engine.At(t0), engine.Outcomes{Completed: []engine.Run{{ID: id, Attempt: 1}}}))
 
 		db := &flakyCleanUpDB{DB: s.DB()}
 		c := clock.NewFake(t0) // 12:00: the first hourly tick is 13:00
