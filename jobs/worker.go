@@ -1,7 +1,6 @@
 package jobs
 
 import (
-	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -896,11 +895,12 @@ func (w *Worker) shutdown(stopJobs context.CancelCauseFunc) {
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
 	for pid, rs := range byPID {
-		slices.SortFunc(rs, func(a, b engine.Run) int { return cmp.Or(cmp.Compare(a.ID, b.ID), a.Attempt-b.Attempt) })
 		ids := make([]int64, len(rs))
 		for i, r := range rs {
 			ids[i] = r.ID
 		}
+		slices.Sort(ids)
+		ids = slices.Compact(ids)
 		if err := w.store.Release(ctx, pid, w.storeClock(), rs); err != nil {
 			w.log.Error("sluice: release unfinished jobs; they come back when this process is presumed dead", "err", err, "jobs", ids)
 			continue
