@@ -23,8 +23,12 @@ const maxBatchErrorBytes = 1 << 20
 
 // result is a run's outcome, on its way to the database.
 type result struct {
-	pid      int64
-	id       int64
+	pid int64
+	id  int64
+	// attempt is the attempt the run was claimed at (Job.Attempt): with
+	// pid, the run its result is for, which counts only while the job
+	// still runs at it (a lost run's does not).
+	attempt  int
 	complete bool
 	t        engine.Transition
 	// holdsSlot is set when the job held a concurrency slot when claimed.
@@ -59,7 +63,7 @@ func (r result) givesSlotBack() bool { return r.final() || r.throttled }
 func (w *Worker) execute(ctx context.Context, j *engine.Job, rs *runState) result {
 	began := time.Now()
 	res, err := w.run(ctx, j, rs)
-	res.holdsSlot, res.withCalls, res.job = j.HoldsSlot, j.Calls > 1, j
+	res.attempt, res.holdsSlot, res.withCalls, res.job = j.Attempt, j.HoldsSlot, j.Calls > 1, j
 	if w.hooks.OnFinish != nil {
 		w.hooks.OnFinish(FinishEvent{
 			JobID: j.ID, Kind: j.Kind, Queue: j.Queue, Attempt: j.Attempt,
@@ -332,7 +336,7 @@ func (w *Worker) refused(r result, dbErr error) result {
 		// Not reached: every result the worker makes carries its job.
 		out = result{id: r.id, t: engine.Transition{ID: r.id, State: engine.StateFailed, Error: err.Error(), Finished: true}}
 	}
-	out.pid, out.holdsSlot, out.withCalls, out.job, out.refused = r.pid, r.holdsSlot, r.withCalls, r.job, true
+	out.pid, out.attempt, out.holdsSlot, out.withCalls, out.job, out.refused = r.pid, r.attempt, r.holdsSlot, r.withCalls, r.job, true
 	return out
 }
 
@@ -397,24 +401,30 @@ func (rc recorder) split(pid int64, rs []result, err error) {
 	rc.record(pid, []result{rc.refused(r, err)})
 }
 
-// outcomes gathers results into what Finish records.
+// outcomes gathers results into what Finish records, each for its run.
 func outcomes(rs []result) engine.Outcomes {
 	var o engine.Outcomes
 	for _, r := range rs {
+		run := engine.Run{ID: r.id, Attempt: r.attempt}
 		if r.complete {
-			o.Completed = append(o.Completed, r.id)
+			o.Completed = append(o.Completed, run)
 			if r.withCalls {
-				o.WithCalls = append(o.WithCalls, r.id)
+				o.WithCalls = append(o.WithCalls, run)
 			}
-			if r.job != nil && r.job.Attempt > 1 {
-				o.WithAttempts = append(o.WithAttempts, r.id)
+			if r.attempt > 1 {
+				o.WithAttempts = append(o.WithAttempts, run)
 			}
 		} else {
-			o.Others = append(o.Others, r.t)
+			t := r.t
+			t.Attempt = r.attempt
+			o.Others = append(o.Others, t)
 		}
-		o.Pushes = append(o.Pushes, r.pushes...)
+		for _, p := range r.pushes {
+			p.Run = run
+			o.Pushes = append(o.Pushes, p)
+		}
 		if r.holdsSlot && r.givesSlotBack() {
-			o.SlotHolders = append(o.SlotHolders, r.id)
+			o.SlotHolders = append(o.SlotHolders, run)
 		}
 	}
 	return o

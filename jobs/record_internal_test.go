@@ -41,8 +41,8 @@ func (s *refusingStore) finish(_ context.Context, _ int64, _ engine.Clock, o eng
 		s.transientFailures--
 		return errors.New("read tcp: connection reset by peer")
 	}
-	for _, id := range o.Completed {
-		if s.bad[id] {
+	for _, r := range o.Completed {
+		if s.bad[r.ID] {
 			return errRefused
 		}
 	}
@@ -51,8 +51,8 @@ func (s *refusingStore) finish(_ context.Context, _ int64, _ engine.Clock, o eng
 			return errRefused
 		}
 	}
-	for _, id := range o.Completed {
-		s.recorded[id] = append(s.recorded[id], "completed")
+	for _, r := range o.Completed {
+		s.recorded[r.ID] = append(s.recorded[r.ID], "completed")
 	}
 	for _, t := range o.Others {
 		s.recorded[t.ID] = append(s.recorded[t.ID], string(t.State)+": "+t.Error)
@@ -81,9 +81,9 @@ func batch(n int) []result {
 	for id := int64(1); id <= int64(n); id++ {
 		j := &engine.Job{ID: id, Kind: "k", Attempt: 1, MaxAttempts: 3}
 		if id%2 == 0 {
-			rs = append(rs, result{id: id, complete: true, job: j})
+			rs = append(rs, result{id: id, attempt: 1, complete: true, job: j})
 		} else {
-			rs = append(rs, result{id: id, job: j, t: engine.Transition{ID: id, State: engine.StateScheduled, Error: "failure"}})
+			rs = append(rs, result{id: id, attempt: 1, job: j, t: engine.Transition{ID: id, State: engine.StateScheduled, Error: "failure"}})
 		}
 	}
 	return rs

@@ -807,7 +807,7 @@ func (w *Worker) start(ctx context.Context, j *engine.Job, pid int64) {
 				// its goroutine ends, but its attempt fails and its slot
 				// here is freed, as for an error.
 				res = w.failure(j, errGoexit)
-				res.holdsSlot, res.withCalls, res.job = j.HoldsSlot, j.Calls > 1, j
+				res.attempt, res.holdsSlot, res.withCalls, res.job = j.Attempt, j.HoldsSlot, j.Calls > 1, j
 			}
 			w.ran(rj, res)
 		}()
@@ -881,12 +881,13 @@ func (w *Worker) shutdown(stopJobs context.CancelCauseFunc) {
 	w.mu.Lock()
 	// By the process id each was claimed under: a worker registered again
 	// after being presumed dead may still run jobs claimed under its old
-	// one. (A job's lost run and its new one are two runs of one id.)
-	byPID := map[int64][]int64{}
+	// one. (A job's lost run and its new one are two runs of one id, at
+	// two attempts: only the one the job still runs at is released.)
+	byPID := map[int64][]engine.Run{}
 	var runs []*runState
 	for rj := range w.running {
 		rj.released = true
-		byPID[rj.pid] = append(byPID[rj.pid], rj.job.ID)
+		byPID[rj.pid] = append(byPID[rj.pid], engine.Run{ID: rj.job.ID, Attempt: rj.job.Attempt})
 		runs = append(runs, &rj.run)
 	}
 	w.mu.Unlock()
@@ -895,10 +896,14 @@ func (w *Worker) shutdown(stopJobs context.CancelCauseFunc) {
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
-	for pid, ids := range byPID {
+	for pid, rs := range byPID {
+		ids := make([]int64, len(rs))
+		for i, r := range rs {
+			ids[i] = r.ID
+		}
 		slices.Sort(ids)
 		ids = slices.Compact(ids)
-		if err := w.store.Release(ctx, pid, w.storeClock(), ids); err != nil {
+		if err := w.store.Release(ctx, pid, w.storeClock(), rs); err != nil {
 			w.log.Error("sluice: release unfinished jobs; they come back when this process is presumed dead", "err", err, "jobs", ids)
 			continue
 		}

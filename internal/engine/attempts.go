@@ -18,7 +18,8 @@ type Attempt struct {
 
 // Attempts returns the failed runs kept for job id, oldest first. A run
 // that completed, or was given back (a release, an upstream 429), has
-// none.
+// none; a run lost with its process (ReapDeadProcesses) is a failed one,
+// with LostError.
 func (s *Store) Attempts(ctx context.Context, id int64) ([]Attempt, error) {
 	q, args := s.q.LoadAttempts(id)
 	rows, err := s.db.Query(ctx, q, args...)

@@ -56,12 +56,12 @@ func TestACompletedJobsCallsAreDeletedWithIt(t *testing.T) {
 		}
 
 		s.DeleteOnComplete = true
-		require.NoError(t, s.Finish(ctx, pid, engine.At(t0), engine.Outcomes{Completed: []int64{a}, WithCalls: []int64{a}}))
+		require.NoError(t, s.Finish(ctx, pid, engine.At(t0), engine.Outcomes{Completed: runs(t, s, a), WithCalls: runs(t, s, a)}))
 		require.Zero(t, calls(t, s, a), "deleted as it completed")
 		require.Equal(t, 1, calls(t, s, b), "another job's calls stay")
 
 		s.DeleteOnComplete = false
-		require.NoError(t, s.Finish(ctx, pid, engine.At(t0), engine.Outcomes{Completed: []int64{b}, WithCalls: []int64{b}}))
+		require.NoError(t, s.Finish(ctx, pid, engine.At(t0), engine.Outcomes{Completed: runs(t, s, b), WithCalls: runs(t, s, b)}))
 		require.Equal(t, 1, calls(t, s, b), "kept while the job is kept")
 		n, err := s.DeleteFinished(ctx, t0.Add(time.Hour), 100)
 		require.NoError(t, err)

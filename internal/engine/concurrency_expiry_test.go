@@ -91,12 +91,12 @@ func TestConcLoweredToHandsNoSlotUntilHoldersAreFewer(t *testing.T) {
 		require.Equal(t, engine.StateBlocked, state(t, s, low[0]).State)
 		pid := register(t, s, t0)
 		require.ElementsMatch(t, got, ids(claim(t, s, pid, t0, 10).Jobs))
-		require.NoError(t, s.Finish(ctx, pid, engine.At(t0), engine.Outcomes{Completed: got[:1], SlotHolders: got[:1]}))
+		require.NoError(t, s.Finish(ctx, pid, engine.At(t0), engine.Outcomes{Completed: runs(t, s, got[:1]...), SlotHolders: runs(t, s, got[:1]...)}))
 		require.Equal(t, engine.StateBlocked, state(t, s, low[0]).State, "1 holder is not fewer than the new To 1")
 		_, unblocked, err := s.MaintainSemaphores(ctx, engine.At(at(time.Second)), 100)
 		require.NoError(t, err)
 		require.Zero(t, unblocked)
-		require.NoError(t, s.Finish(ctx, pid, engine.At(t0), engine.Outcomes{Completed: got[1:], SlotHolders: got[1:]}))
+		require.NoError(t, s.Finish(ctx, pid, engine.At(t0), engine.Outcomes{Completed: runs(t, s, got[1:]...), SlotHolders: runs(t, s, got[1:]...)}))
 		require.Equal(t, engine.StateReady, state(t, s, low[0]).State)
 		require.Equal(t, engine.StateBlocked, state(t, s, low[1]).State)
 		sem := semaphore(t, s, "a")
@@ -143,12 +143,12 @@ func TestConcReleasedJobAfterExpiryIsBlockedUntilASlotIsFree(t *testing.T) {
 		require.Equal(t, []int64{got[1]}, ids(claim(t, s, other, at(time.Minute+2*time.Second), 1).Jobs))
 
 		// The slow worker shuts down before its job finishes.
-		require.NoError(t, s.Release(ctx, slow, engine.At(at(2*time.Minute)), got[:1]))
+		require.NoError(t, s.Release(ctx, slow, engine.At(at(2*time.Minute)), runs(t, s, got[:1]...)))
 		require.Equal(t, engine.StateBlocked, state(t, s, got[0]).State)
 		require.Empty(t, claim(t, s, slow, at(2*time.Minute), 10).Jobs)
 
 		// The holder finishes: its slot goes to the released job.
-		require.NoError(t, s.Finish(ctx, other, engine.At(at(3*time.Minute)), engine.Outcomes{Completed: got[1:], SlotHolders: got[1:]}))
+		require.NoError(t, s.Finish(ctx, other, engine.At(at(3*time.Minute)), engine.Outcomes{Completed: runs(t, s, got[1:]...), SlotHolders: runs(t, s, got[1:]...)}))
 		j := state(t, s, got[0])
 		require.Equal(t, engine.StateReady, j.State)
 		require.True(t, j.HoldsSlot)
@@ -170,7 +170,7 @@ func TestConcJobReleasedByItsResultAfterExpiryTakesAFreeSlot(t *testing.T) {
 		require.Equal(t, 1, freed)
 		require.Zero(t, semaphore(t, s, "a").Held)
 
-		release := engine.Transition{ID: got[0], State: engine.StateReady, RunAt: at(2 * time.Minute), AttemptDelta: -1}
+		release := engine.Transition{ID: got[0], Attempt: 1, State: engine.StateReady, RunAt: at(2 * time.Minute), AttemptDelta: -1}
 		require.NoError(t, s.Finish(ctx, pid, engine.At(at(2*time.Minute)), engine.Outcomes{Others: []engine.Transition{release}}))
 		j := state(t, s, got[0])
 		require.Equal(t, engine.StateReady, j.State)

@@ -63,7 +63,7 @@ func TestFinishingGivesTheSlotToTheFirstBlockedJob(t *testing.T) {
 		require.Equal(t, []int64{got[0]}, ids(claim(t, s, pid, t0, 10).Jobs))
 
 		// A retry keeps its slot while it waits.
-		require.NoError(t, s.Finish(ctx, pid, engine.At(at(time.Second)), engine.Outcomes{Others: []engine.Transition{{ID: got[0], State: engine.StateScheduled, RunAt: at(time.Minute), Error: "again"}}}))
+		require.NoError(t, s.Finish(ctx, pid, engine.At(at(time.Second)), engine.Outcomes{Others: ran(t, s, engine.Transition{ID: got[0], State: engine.StateScheduled, RunAt: at(time.Minute), Error: "again"})}))
 		require.Equal(t, engine.StateBlocked, state(t, s, got[2]).State)
 		require.True(t, state(t, s, got[0]).HoldsSlot)
 		n, _, err := s.Promote(ctx, engine.At(at(time.Minute)), 10)
@@ -73,7 +73,7 @@ func TestFinishingGivesTheSlotToTheFirstBlockedJob(t *testing.T) {
 
 		// Finishing for good hands the slot to the first blocked job, by
 		// priority then id.
-		require.NoError(t, s.Finish(ctx, pid, engine.At(at(2*time.Minute)), engine.Outcomes{Completed: []int64{got[0]}, SlotHolders: []int64{got[0]}}))
+		require.NoError(t, s.Finish(ctx, pid, engine.At(at(2*time.Minute)), engine.Outcomes{Completed: runs(t, s, got[0]), SlotHolders: runs(t, s, got[0])}))
 		j := state(t, s, got[2])
 		require.Equal(t, engine.StateReady, j.State)
 		require.True(t, j.HoldsSlot)
@@ -82,10 +82,10 @@ func TestFinishingGivesTheSlotToTheFirstBlockedJob(t *testing.T) {
 		require.Equal(t, 1, semaphore(t, s, "a").Held, "the slot passed on, not freed")
 
 		require.Equal(t, []int64{got[2]}, ids(claim(t, s, pid, at(2*time.Minute), 10).Jobs))
-		require.NoError(t, s.Finish(ctx, pid, engine.At(at(3*time.Minute)), engine.Outcomes{Others: []engine.Transition{{ID: got[2], State: engine.StateFailed, Error: "x", Finished: true}}, SlotHolders: []int64{got[2]}}))
+		require.NoError(t, s.Finish(ctx, pid, engine.At(at(3*time.Minute)), engine.Outcomes{Others: ran(t, s, engine.Transition{ID: got[2], State: engine.StateFailed, Error: "x", Finished: true}), SlotHolders: runs(t, s, got[2])}))
 		require.Equal(t, engine.StateReady, state(t, s, got[1]).State, "a failure gives the slot back too")
 		require.Equal(t, []int64{got[1]}, ids(claim(t, s, pid, at(3*time.Minute), 10).Jobs))
-		require.NoError(t, s.Finish(ctx, pid, engine.At(at(4*time.Minute)), engine.Outcomes{Completed: []int64{got[1]}, SlotHolders: []int64{got[1]}}))
+		require.NoError(t, s.Finish(ctx, pid, engine.At(at(4*time.Minute)), engine.Outcomes{Completed: runs(t, s, got[1]), SlotHolders: runs(t, s, got[1])}))
 		sem := semaphore(t, s, "a")
 		require.Zero(t, sem.Held, "with nobody blocked, the slot is free")
 		require.Equal(t, 1, sem.Free())
@@ -149,7 +149,7 @@ func TestARateDeferralGivesTheSlotBack(t *testing.T) {
 		first := enqueue(t, s, t0, both())
 		pid := register(t, s, t0)
 		require.Len(t, claimLimited(t, s, pid, t0, 1, lim, 0).Jobs, 1) // spends the minute's budget
-		require.NoError(t, s.Finish(ctx, pid, engine.At(t0), engine.Outcomes{Completed: first, SlotHolders: first}))
+		require.NoError(t, s.Finish(ctx, pid, engine.At(t0), engine.Outcomes{Completed: runs(t, s, first...), SlotHolders: runs(t, s, first...)}))
 
 		got := enqueue(t, s, at(time.Second), both(), both())
 		require.Equal(t, engine.StateBlocked, state(t, s, got[1]).State)
@@ -192,7 +192,7 @@ func TestExpiredSlotsAreFreedAndBlockedJobsReleased(t *testing.T) {
 
 		// The lost holder finishing later gives nothing back: the slot it
 		// held was handed on, and the new holder still holds it.
-		require.NoError(t, s.Finish(ctx, dead, engine.At(at(4*time.Minute)), engine.Outcomes{Completed: got[:1], SlotHolders: got[:1]}))
+		require.NoError(t, s.Finish(ctx, dead, engine.At(at(4*time.Minute)), engine.Outcomes{Completed: runs(t, s, got[:1]...), SlotHolders: runs(t, s, got[:1]...)}))
 		sem := semaphore(t, s, "a")
 		require.Equal(t, 1, sem.Held)
 		require.Equal(t, 1, sem.Holding)
@@ -259,13 +259,13 @@ func TestSlotsStayWithinBoundsUnderConcurrency(t *testing.T) {
 					if !assertNoErr(t, err) {
 						return
 					}
-					var holders []int64
+					var holders []engine.Run
 					for _, j := range res.Jobs {
 						if j.HoldsSlot {
-							holders = append(holders, j.ID)
+							holders = append(holders, engine.Run{ID: j.ID, Attempt: j.Attempt})
 						}
 					}
-					if !assertNoErr(t, s.Finish(ctx, pid, engine.At(t0), engine.Outcomes{Completed: ids(res.Jobs), SlotHolders: holders})) {
+					if !assertNoErr(t, s.Finish(ctx, pid, engine.At(t0), engine.Outcomes{Completed: runsOf(res.Jobs), SlotHolders: holders})) {
 						return
 					}
 				}

@@ -63,8 +63,8 @@ func TestDashboardQueries(t *testing.T) {
 		claimed := claim(t, s, pid, at(time.Second), 3, "default")
 		require.Len(t, claimed.Jobs, 3)
 		require.NoError(t, s.Finish(ctx, pid, engine.At(at(2*time.Second)), engine.Outcomes{
-			Completed: []int64{claimed.Jobs[0].ID},
-			Others:    []engine.Transition{{ID: claimed.Jobs[1].ID, State: engine.StateFailed, Error: "x", Finished: true}}}))
+			Completed: runs(t, s, claimed.Jobs[0].ID),
+			Others:    ran(t, s, engine.Transition{ID: claimed.Jobs[1].ID, State: engine.StateFailed, Error: "x", Finished: true})}))
 		fin, err := s.FinishedSince(ctx, t0, time.Minute)
 		require.NoError(t, err)
 		require.ElementsMatch(t, []engine.Finished{

@@ -23,8 +23,8 @@ func TestDepthAndOldestWaitingCoverEveryState(t *testing.T) {
 		// In queue "work": one completed, one failed, one running.
 		work := enqueue(t, s, t0, job("a", "work", 0), job("a", "work", 0), job("a", "work", 0))
 		require.Len(t, claim(t, s, pid, t0, 3, "work").Jobs, 3)
-		require.NoError(t, s.Finish(ctx, pid, engine.At(t0), engine.Outcomes{Completed: []int64{work[0]}, Others: []engine.Transition{
-			{ID: work[1], State: engine.StateFailed, Error: "boom", Finished: true}}}))
+		require.NoError(t, s.Finish(ctx, pid, engine.At(t0), engine.Outcomes{Completed: runs(t, s, work[0]), Others: ran(t, s,
+			engine.Transition{ID: work[1], State: engine.StateFailed, Error: "boom", Finished: true})}))
 
 		// In "default", enqueued a minute later: two ready, one scheduled
 		// for later, one holding a concurrency slot and one blocked on it,

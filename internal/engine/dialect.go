@@ -36,23 +36,27 @@ type Dialect interface {
 	// failure after which the whole transaction may simply run again.
 	IsRetryable(err error) bool
 	// SetJobs applies transitions to jobs currently in state from (and,
-	// when processID is not 0, claimed by that process), in one statement
-	// that sets, for each row v of the rows it binds (columns
-	// SetJobsColumns), SetJobsAssignments in the job j it names, where
-	// SetJobsCondition holds; now stamps the deferrals among them.
+	// when processID is not 0, claimed by that process, and, for a row
+	// whose Attempt is not 0, at that attempt), in one statement that
+	// sets, for each row v of the rows it binds (columns SetJobsColumns),
+	// SetJobsAssignments in the job j it names, where SetJobsCondition
+	// holds; now stamps the deferrals among them.
 	SetJobs(from State, processID, now int64, rows []SetRow) (string, []any)
 }
 
 // SetJobsColumns are the columns of the rows a SetJobs statement binds,
 // in SetRow's order, named apart from the jobs' own so that no assignment
 // is ambiguous.
-const SetJobsColumns = "id, new_state, new_run_at, new_wait_key, new_error, attempt_delta, new_finished_at, deferral, deferral_at"
+const SetJobsColumns = "id, new_state, new_run_at, new_wait_key, new_error, attempt_delta, new_finished_at, deferral, deferral_at, run_attempt"
 
 // SetJobsCondition is which jobs a SetJobs statement may change: those
 // still in state from and, when processID is not 0, claimed by that
-// process; each argument is how the dialect spells that parameter.
+// process, and, when the row's run_attempt is not 0, at that attempt (the
+// run a result is for); each argument is how the dialect spells that
+// parameter.
 func SetJobsCondition(from, processID, processIDAgain string) string {
-	return "j.state = " + from + " AND (" + processID + " = 0 OR j.process_id = " + processIDAgain + ")"
+	return "j.state = " + from + " AND (" + processID + " = 0 OR j.process_id = " + processIDAgain + ")" +
+		" AND (v.run_attempt = 0 OR j.attempt = v.run_attempt)"
 }
 
 // SetJobsAssignments is what SetJobs sets in each job j from its row v:
@@ -196,6 +200,9 @@ type SetRow struct {
 	// and deferred_at is stamped with now unless the job has been waiting
 	// on its limits since before (deferred after its last run).
 	Deferral string
+	// Attempt, when not 0, moves the job only while it is at that attempt:
+	// the attempt of the run whose result or release this is.
+	Attempt int
 }
 
 // BudgetRow is a rate-limit budget's stored state.

@@ -77,7 +77,7 @@ func TestReviewFairKeysUnderASharedRateLimitKeepTheBoundAcrossWorkers(t *testing
 					if len(res.Jobs) == 0 {
 						return
 					}
-					if err := c.Finish(ctx, pids[i], engine.At(now), engine.Outcomes{Completed: ids(res.Jobs)}); err != nil {
+					if err := c.Finish(ctx, pids[i], engine.At(now), engine.Outcomes{Completed: runsOf(res.Jobs)}); err != nil {
 						mu.Lock()
 						errs = append(errs, fmt.Errorf("finish: %w", err))
 						mu.Unlock()
@@ -161,7 +161,7 @@ func TestReviewParkedFairJobsComeBackInFairOrder(t *testing.T) {
 				order = append(order, keyOf[j.ID])
 			}
 			if len(res.Jobs) > 0 {
-				require.NoError(t, s.Finish(ctx, pid, engine.At(now), engine.Outcomes{Completed: ids(res.Jobs)}))
+				require.NoError(t, s.Finish(ctx, pid, engine.At(now), engine.Outcomes{Completed: runsOf(res.Jobs)}))
 			}
 		}
 		require.Len(t, order, 45, "every job ran")

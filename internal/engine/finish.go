@@ -1,6 +1,7 @@
 package engine
 
 import (
+	"cmp"
 	"context"
 	"fmt"
 	"slices"
@@ -9,24 +10,37 @@ import (
 	"github.com/sluicequeue/sluice/ratelimit"
 )
 
-// Outcomes are what became of the jobs a process ran.
+// Run is one run of a job: the job, and the attempt its claim counted
+// (Job.Attempt as claimed). What a run's result or release writes changes
+// the job only while the job still runs, for the process that writes it,
+// at that attempt. A process presumed dead may claim the job again, under
+// the same process id, before its heartbeat tells it; the reaper keeps the
+// lost run's attempt and the new claim raises it, so the lost run's result
+// no longer matches.
+type Run struct {
+	ID      int64
+	Attempt int
+}
+
+// Outcomes are what became of the runs a process made.
 type Outcomes struct {
-	// Completed jobs' handlers returned nil.
-	Completed []int64
-	// Others move elsewhere: retried, snoozed, failed, cancelled.
+	// Completed runs' handlers returned nil.
+	Completed []Run
+	// Others move elsewhere: retried, snoozed, failed, cancelled. Each
+	// names the attempt of its run (Transition.Attempt).
 	Others []Transition
-	// SlotHolders are the jobs among them that held a concurrency slot
-	// when claimed and now finish for good (completed, failed, cancelled):
-	// their slots are given back, each to the first job blocked on its
-	// key.
-	SlotHolders []int64
-	// WithCalls are the completed jobs that collected calls: with
-	// DeleteOnComplete their calls are deleted with them.
-	WithCalls []int64
-	// WithAttempts are the completed jobs that ran more than once: with
-	// DeleteOnComplete the errors kept of their failed runs are deleted
-	// with them.
-	WithAttempts []int64
+	// SlotHolders are the runs among them whose job held a concurrency
+	// slot when claimed and now finish for good (completed, failed,
+	// cancelled), or wait on an upstream: their slots are given back, each
+	// to the first job blocked on its key.
+	SlotHolders []Run
+	// WithCalls are the completed runs whose job collected calls: with
+	// DeleteOnComplete their calls are deleted with it.
+	WithCalls []Run
+	// WithAttempts are the completed runs whose job ran more than once:
+	// with DeleteOnComplete the errors kept of its failed runs are
+	// deleted with it.
+	WithAttempts []Run
 	// Pushes hold budgets back after an upstream asked to wait (a 429):
 	// none of their jobs is admitted before Until.
 	Pushes []BudgetPush
@@ -40,13 +54,68 @@ type BudgetPush struct {
 	Wait time.Duration
 	// Params is the limit the budget is charged under.
 	Params ratelimit.Params
+	// Run is the run the upstream turned away: the budget is held back
+	// only while that run still holds its claim (once, then: a result
+	// written again pushes nothing).
+	Run Run
 }
 
-// Finish records the outcomes of jobs the process ran, in one transaction:
-// the completed ones in one statement (deleted instead when
-// DeleteOnComplete is set), the rest as transitions. A job that is no
-// longer running for this process (released as lost, or by a shutdown
-// that timed out) is left as it is, its slot too.
+// check refuses outcomes that do not name the attempt of each run.
+func (o Outcomes) check() error {
+	for _, rs := range [][]Run{o.Completed, o.SlotHolders, o.WithCalls, o.WithAttempts} {
+		for _, r := range rs {
+			if r.Attempt < 1 {
+				return fmt.Errorf("job %d: the outcome names no attempt", r.ID)
+			}
+		}
+	}
+	for _, t := range o.Others {
+		if t.Attempt < 1 {
+			return fmt.Errorf("job %d: the outcome names no attempt", t.ID)
+		}
+	}
+	for _, p := range o.Pushes {
+		if p.Run.Attempt < 1 {
+			return fmt.Errorf("job %d: the push of budget %q names no attempt", p.Run.ID, p.Key)
+		}
+	}
+	return nil
+}
+
+// toLock are the runs whose outcome writes more than its own statement,
+// which Finish finds first (lockRuns): those that give a slot back or need
+// one, keep a failed attempt, hold budgets back, or, with
+// deleteOnComplete, take calls and kept attempts with them.
+func (o Outcomes) toLock(deleteOnComplete bool) []Run {
+	runs := slices.Clone(o.SlotHolders)
+	for _, t := range o.Others {
+		if t.State == StateReady || t.failed() {
+			runs = append(runs, t.run())
+		}
+	}
+	for _, p := range o.Pushes {
+		runs = append(runs, p.Run)
+	}
+	if deleteOnComplete && len(o.Completed) > 0 {
+		runs = append(runs, o.WithCalls...)
+		runs = append(runs, o.WithAttempts...)
+	}
+	return runs
+}
+
+// Finish records the outcomes of the runs the process made, in one
+// transaction: the completed ones in one statement per attempt (deleted
+// instead when DeleteOnComplete is set), the rest as transitions. A run
+// whose job no longer runs for this process at its attempt (released as
+// lost, perhaps claimed again since, or by a shutdown that timed out; or
+// a result already recorded, written again) changes nothing: neither the
+// job, nor its slot, nor its budgets, nor its calls and kept attempts, and
+// it keeps no failed attempt.
+//
+// Completions that need nothing more are matched by their statement
+// alone; the runs whose outcome writes more (Outcomes.toLock) are locked
+// first, in one statement, and every write of theirs is limited to those
+// found still running at their attempt.
 //
 // c stamps the jobs (finished_at is the caller's time) and decides the
 // budgets held back and the slots given back.
@@ -54,34 +123,48 @@ func (s *Store) Finish(ctx context.Context, processID int64, c Clock, o Outcomes
 	if len(o.Completed) == 0 && len(o.Others) == 0 {
 		return nil
 	}
+	if err := o.check(); err != nil {
+		return fmt.Errorf("finish jobs: %w", err)
+	}
 	nowUS := Micros(c.Host())
+	lock := o.toLock(s.DeleteOnComplete)
 	var woke []string
 	err := s.inTx(ctx, func(tx Tx) error {
 		woke = nil
-		hs, err := s.lockHolders(ctx, tx, o.SlotHolders, processID)
+		held, err := s.lockRuns(ctx, tx, processID, lock)
 		if err != nil {
 			return err
+		}
+		hs := holders{}
+		for _, r := range o.SlotHolders {
+			if h, ok := held[r]; ok && h.holdsSlot && h.conc != nil {
+				hs[r.ID] = h.conc.Key
+			}
 		}
 		var writes []Stmt
 		if len(o.Completed) > 0 {
 			if s.DeleteOnComplete {
-				if len(o.WithCalls) > 0 {
-					writes = append(writes, stmt(s.q.DeleteCalls(o.WithCalls)))
+				if ids := held.ids(o.WithCalls); len(ids) > 0 {
+					writes = append(writes, stmt(s.q.DeleteCalls(ids)))
 				}
-				if len(o.WithAttempts) > 0 {
-					writes = append(writes, stmt(s.q.DeleteAttempts(o.WithAttempts)))
+				if ids := held.ids(o.WithAttempts); len(ids) > 0 {
+					writes = append(writes, stmt(s.q.DeleteAttempts(ids)))
 				}
-				writes = append(writes, stmt(s.q.DeleteJobs(o.Completed, processID)))
+				for _, g := range byAttempt(o.Completed) {
+					writes = append(writes, stmt(s.q.DeleteJobs(g.ids, processID, g.attempt)))
+				}
 			} else {
-				writes = append(writes, stmt(s.q.CompleteJobs(o.Completed, processID, nowUS)))
+				for _, g := range byAttempt(o.Completed) {
+					writes = append(writes, stmt(s.q.CompleteJobs(g.ids, processID, g.attempt, nowUS)))
+				}
 			}
 		}
 		// A job released to run again (a worker shutting down) that lost
 		// its slot while it ran takes a free one or is blocked.
 		var back []slotless
-		if readied := readiedIDs(o.Others); len(readied) > 0 {
-			if back, err = s.lockSlotless(ctx, tx, readied, processID); err != nil {
-				return err
+		for _, t := range o.Others {
+			if b, ok := held.slotless(t.run()); ok && t.State == StateReady {
+				back = append(back, b)
 			}
 		}
 		// Semaphores before budgets, as every transaction that waits for
@@ -92,8 +175,8 @@ func (s *Store) Finish(ctx context.Context, processID int64, c Clock, o Outcomes
 		}
 		woke = queues
 		var pushedAt time.Time // c's time, when the pushes read it
-		if len(o.Pushes) > 0 {
-			st, at, err := s.pushBudgets(ctx, tx, c, o.Pushes)
+		if pushes := held.pushes(o.Pushes); len(pushes) > 0 {
+			st, at, err := s.pushBudgets(ctx, tx, c, pushes)
 			if err != nil {
 				return err
 			}
@@ -105,7 +188,7 @@ func (s *Store) Finish(ctx context.Context, processID int64, c Clock, o Outcomes
 				return err
 			}
 			writes = append(writes, stmt(s.q.SetJobs(StateRunning, processID, nowUS, setRows(others, nowUS))))
-			if failed := failedRuns(o.Others); len(failed) > 0 {
+			if failed := held.ids(failedRuns(o.Others)); len(failed) > 0 {
 				writes = append(writes, stmt(s.q.RecordAttempts(failed, nowUS)))
 			}
 		}
@@ -116,6 +199,124 @@ func (s *Store) Finish(ctx context.Context, processID int64, c Clock, o Outcomes
 	}
 	s.Wake(woke...)
 	return nil
+}
+
+// heldRun is a run lockRuns found still running for its process at its
+// attempt, with what its concurrency slot needs.
+type heldRun struct {
+	queue     string
+	holdsSlot bool
+	// conc is the job's concurrency limit, nil without one.
+	conc *Conc
+}
+
+// heldRuns are the runs lockRuns found.
+type heldRuns map[Run]heldRun
+
+// lockRuns locks, of runs, the jobs running for processID, and returns
+// those still at their run's attempt.
+func (s *Store) lockRuns(ctx context.Context, ex Executor, processID int64, runs []Run) (heldRuns, error) {
+	held := heldRuns{}
+	if len(runs) == 0 {
+		return held, nil
+	}
+	want := make(map[Run]bool, len(runs))
+	ids := make([]int64, 0, len(runs))
+	for _, r := range runs {
+		if !want[r] {
+			want[r] = true
+			ids = append(ids, r.ID)
+		}
+	}
+	slices.Sort(ids)
+	q, args := s.q.LockRuns(slices.Compact(ids), processID)
+	rows, err := ex.Query(ctx, q, args...)
+	if err != nil {
+		return nil, fmt.Errorf("lock running jobs: %w", err)
+	}
+	defer rows.Close()
+	for rows.Next() {
+		var r Run
+		var h heldRun
+		var key nullString
+		var limit int
+		var duration int64
+		if err := rows.Scan(&r.ID, &r.Attempt, &h.queue, &h.holdsSlot, &key, &limit, &duration); err != nil {
+			return nil, fmt.Errorf("lock running jobs: %w", err)
+		}
+		if !want[r] {
+			continue // another run of the job: the one runs names is lost
+		}
+		if key.Valid {
+			h.conc = &Conc{Key: key.String, To: limit, Duration: time.Duration(duration) * time.Microsecond}
+		}
+		held[r] = h
+	}
+	if err := rows.Err(); err != nil {
+		return nil, fmt.Errorf("lock running jobs: %w", err)
+	}
+	return held, nil
+}
+
+// ids returns the ids of the runs of rs that are held, sorted, once each.
+func (held heldRuns) ids(rs []Run) []int64 {
+	var ids []int64
+	for _, r := range rs {
+		if _, ok := held[r]; ok {
+			ids = append(ids, r.ID)
+		}
+	}
+	slices.Sort(ids)
+	return slices.Compact(ids)
+}
+
+// slotless returns run r as settle takes it when it is held and its job
+// has a concurrency key but lost its slot while it ran (its key expired).
+func (held heldRuns) slotless(r Run) (slotless, bool) {
+	h, ok := held[r]
+	if !ok || h.holdsSlot || h.conc == nil {
+		return slotless{}, false
+	}
+	return slotless{id: r.ID, queue: h.queue, conc: h.conc}, true
+}
+
+// pushes returns the pushes of runs that are held.
+func (held heldRuns) pushes(ps []BudgetPush) []BudgetPush {
+	var out []BudgetPush
+	for _, p := range ps {
+		if _, ok := held[p.Run]; ok {
+			out = append(out, p)
+		}
+	}
+	return out
+}
+
+// attemptGroup is the jobs of runs claimed at one attempt.
+type attemptGroup struct {
+	attempt int
+	ids     []int64
+}
+
+// byAttempt groups runs by attempt, lowest first, each group's ids sorted:
+// one statement matches each group's jobs at its attempt. A batch of
+// first runs is one group.
+func byAttempt(runs []Run) []attemptGroup {
+	var out []attemptGroup
+	idx := map[int]int{}
+	for _, r := range runs {
+		i, ok := idx[r.Attempt]
+		if !ok {
+			i = len(out)
+			idx[r.Attempt] = i
+			out = append(out, attemptGroup{attempt: r.Attempt})
+		}
+		out[i].ids = append(out[i].ids, r.ID)
+	}
+	slices.SortFunc(out, func(a, b attemptGroup) int { return a.attempt - b.attempt })
+	for i := range out {
+		slices.Sort(out[i].ids)
+	}
+	return out
 }
 
 // pushBudgets locks the pushed budgets (in key order), reads c's time
@@ -153,13 +354,15 @@ func (s *Store) pushBudgets(ctx context.Context, tx Tx, c Clock, pushes []Budget
 	return st, at, nil
 }
 
-// Release puts jobs the process claimed but did not finish back to ready,
+// Release puts runs the process made but did not finish back to ready,
 // giving back the attempt their claim counted. A job that keeps its
 // concurrency slot; one that lost it while it ran (its key expired) takes
-// a free one, or is blocked. A worker shutting down calls it for the jobs
-// still running when its timeout ran out.
-func (s *Store) Release(ctx context.Context, processID int64, c Clock, ids []int64) error {
-	err := s.inTx(ctx, func(tx Tx) error { return s.release(ctx, tx, processID, c, ids) })
+// a free one, or is blocked. A run whose job no longer runs for the
+// process at its attempt (presumed lost, and perhaps claimed again) is
+// left alone. A worker shutting down calls it for the runs still going on
+// when its timeout ran out.
+func (s *Store) Release(ctx context.Context, processID int64, c Clock, runs []Run) error {
+	err := s.inTx(ctx, func(tx Tx) error { return s.release(ctx, tx, processID, c, runs) })
 	if err != nil {
 		return s.wrap(fmt.Errorf("release jobs: %w", err))
 	}
@@ -180,14 +383,14 @@ func (s *Store) ReleaseStrays(ctx context.Context, processID int64, c Clock, kno
 	for _, id := range known {
 		isKnown[id] = true
 	}
-	var strays []int64
+	var strays []Run
 	err := s.inTx(ctx, func(tx Tx) error {
 		q, args := s.q.LockRunningOf(processID, len(known)+max(most, 1))
-		ids, err := queryInt64s(ctx, tx, q, args)
+		runs, err := queryRuns(ctx, tx, q, args)
 		if err != nil {
 			return fmt.Errorf("find running jobs: %w", err)
 		}
-		strays = slices.DeleteFunc(ids, func(id int64) bool { return isKnown[id] })
+		strays = slices.DeleteFunc(runs, func(r Run) bool { return isKnown[r.ID] })
 		if len(strays) == 0 {
 			return nil
 		}
@@ -196,29 +399,67 @@ func (s *Store) ReleaseStrays(ctx context.Context, processID int64, c Clock, kno
 	if err != nil {
 		return nil, s.wrap(fmt.Errorf("release stray jobs: %w", err))
 	}
-	if len(strays) > 0 {
-		s.Wake("*")
+	if len(strays) == 0 {
+		return nil, nil
 	}
-	return strays, nil
+	s.Wake("*")
+	ids := make([]int64, len(strays))
+	for i, r := range strays {
+		ids[i] = r.ID
+	}
+	return ids, nil
 }
 
-// release makes the jobs running for the process ready again, their
-// attempt given back — blocked instead, those that lost their concurrency
-// slot while they ran and find none free — and notifies every queue's
-// listeners (the caller wakes this process's after the commit).
-func (s *Store) release(ctx context.Context, tx Tx, processID int64, c Clock, ids []int64) error {
-	back, err := s.lockSlotless(ctx, tx, ids, processID)
+// queryRuns reads rows of id and attempt.
+func queryRuns(ctx context.Context, ex Executor, q string, args []any) ([]Run, error) {
+	rows, err := ex.Query(ctx, q, args...)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	var out []Run
+	for rows.Next() {
+		var r Run
+		if err := rows.Scan(&r.ID, &r.Attempt); err != nil {
+			return nil, err
+		}
+		out = append(out, r)
+	}
+	return out, rows.Err()
+}
+
+// release makes the runs' jobs that still run for the process at their
+// attempt ready again, their attempt given back — blocked instead, those
+// that lost their concurrency slot while they ran and find none free —
+// and notifies every queue's listeners (the caller wakes this process's
+// after the commit).
+func (s *Store) release(ctx context.Context, tx Tx, processID int64, c Clock, runs []Run) error {
+	held, err := s.lockRuns(ctx, tx, processID, runs)
 	if err != nil {
 		return err
+	}
+	if len(held) == 0 {
+		return nil
+	}
+	mine := make([]Run, 0, len(held))
+	for r := range held {
+		mine = append(mine, r)
+	}
+	slices.SortFunc(mine, func(a, b Run) int { return cmp.Compare(a.ID, b.ID) })
+	var back []slotless
+	for _, r := range mine {
+		if b, ok := held.slotless(r); ok {
+			back = append(back, b)
+		}
 	}
 	stmts, blocked, _, err := s.settle(ctx, tx, c, nil, back)
 	if err != nil {
 		return err
 	}
 	now := c.Host()
-	ts := make([]Transition, len(ids))
-	for i, id := range ids {
-		ts[i] = Transition{ID: id, State: StateReady, RunAt: now, AttemptDelta: -1}
+	ts := make([]Transition, len(mine))
+	for i, r := range mine {
+		ts[i] = Transition{ID: r.ID, Attempt: r.Attempt, State: StateReady, RunAt: now, AttemptDelta: -1}
 	}
 	if err := s.transition(ctx, tx, StateRunning, processID, Micros(now), block(ts, blocked)); err != nil {
 		return err
@@ -227,17 +468,6 @@ func (s *Store) release(ctx context.Context, tx Tx, processID int64, c Clock, id
 		return err
 	}
 	return s.notify(ctx, tx, []string{"*"})
-}
-
-// readiedIDs are the jobs that ts make ready again.
-func readiedIDs(ts []Transition) []int64 {
-	var ids []int64
-	for _, t := range ts {
-		if t.State == StateReady {
-			ids = append(ids, t.ID)
-		}
-	}
-	return ids
 }
 
 // block returns ts with the jobs of blocked moved to blocked instead.
@@ -294,7 +524,7 @@ func (s *Store) resolveWaits(ctx context.Context, tx Tx, c Clock, ts []Transitio
 func setRows(ts []Transition, now int64) []SetRow {
 	rows := make([]SetRow, len(ts))
 	for i, t := range ts {
-		rows[i] = SetRow{ID: t.ID, State: t.State, WaitKey: t.WaitKey, Error: t.Error, AttemptDelta: t.AttemptDelta}
+		rows[i] = SetRow{ID: t.ID, State: t.State, WaitKey: t.WaitKey, Error: t.Error, AttemptDelta: t.AttemptDelta, Attempt: t.Attempt}
 		if !t.RunAt.IsZero() {
 			rows[i].RunAt = Micros(t.RunAt)
 		}
@@ -321,15 +551,22 @@ func (s *Store) notify(ctx context.Context, ex Executor, queues []string) error 
 	return nil
 }
 
-// failedRuns are the transitions that end a run that failed: they carry
-// its error and spend its attempt (a run given back, such as one an
-// upstream 429 turned away, is not a failed attempt).
-func failedRuns(ts []Transition) []int64 {
-	var ids []int64
+// failedRuns are the runs of the transitions that end a run that failed
+// (see Transition.failed).
+func failedRuns(ts []Transition) []Run {
+	var runs []Run
 	for _, t := range ts {
-		if t.Error != "" && t.AttemptDelta == 0 {
-			ids = append(ids, t.ID)
+		if t.failed() {
+			runs = append(runs, t.run())
 		}
 	}
-	return ids
+	return runs
 }
+
+// failed reports whether t ends a run that failed: it carries its error
+// and spends its attempt (a run given back, such as one an upstream 429
+// turned away, is not a failed attempt).
+func (t Transition) failed() bool { return t.Error != "" && t.AttemptDelta == 0 }
+
+// run is the run t is the outcome of.
+func (t Transition) run() Run { return Run{ID: t.ID, Attempt: t.Attempt} }

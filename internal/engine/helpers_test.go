@@ -58,6 +58,40 @@ func ids(jobs []*engine.Job) []int64 {
 	return out
 }
 
+// runsOf are the runs of claimed jobs.
+func runsOf(jobs []*engine.Job) []engine.Run {
+	out := make([]engine.Run, len(jobs))
+	for i, j := range jobs {
+		out[i] = engine.Run{ID: j.ID, Attempt: j.Attempt}
+	}
+	return out
+}
+
+// runs are the runs the listed jobs make now: each at the attempt its job
+// is at.
+func runs(t testing.TB, s *engine.Store, ids ...int64) []engine.Run {
+	t.Helper()
+	out := make([]engine.Run, len(ids))
+	for i, id := range ids {
+		j, err := s.GetJob(context.Background(), id)
+		require.NoError(t, err)
+		out[i] = engine.Run{ID: id, Attempt: j.Attempt}
+	}
+	return out
+}
+
+// ran returns the transitions as the outcomes of the runs their jobs
+// make now.
+func ran(t testing.TB, s *engine.Store, ts ...engine.Transition) []engine.Transition {
+	t.Helper()
+	out := make([]engine.Transition, len(ts))
+	for i, tr := range ts {
+		tr.Attempt = runs(t, s, tr.ID)[0].Attempt
+		out[i] = tr
+	}
+	return out
+}
+
 func state(t *testing.T, s *engine.Store, id int64) *engine.JobInfo {
 	t.Helper()
 	j, err := s.GetJob(context.Background(), id)

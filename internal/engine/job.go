@@ -260,4 +260,9 @@ type Transition struct {
 	AttemptDelta int
 	// Finished stamps finished_at with the transition's time.
 	Finished bool
+	// Attempt is, for the outcome of a run (Finish), the attempt the run
+	// was claimed at (Job.Attempt as claimed): the job moves only while it
+	// still runs at it. 0 (any attempt) is for the transitions of jobs the
+	// caller has locked.
+	Attempt int
 }

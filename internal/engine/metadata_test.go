@@ -131,9 +131,9 @@ func TestDeferralsAreCountedWithTheirReason(t *testing.T) {
 		// It fails and is retried: a retry is not a deferral, and once it
 		// has run its old wait is over.
 		retry := at(2500 * time.Millisecond)
-		require.NoError(t, s.Finish(ctx, pid, engine.At(retry), engine.Outcomes{Others: []engine.Transition{
-			{ID: j.ID, State: engine.StateReady, RunAt: retry, Error: "boom"},
-		}}))
+		require.NoError(t, s.Finish(ctx, pid, engine.At(retry), engine.Outcomes{Others: ran(t, s,
+			engine.Transition{ID: j.ID, State: engine.StateReady, RunAt: retry, Error: "boom"},
+		)}))
 		info := state(t, s, j.ID)
 		require.Equal(t, 2, info.Deferrals)
 		require.True(t, info.DeferredAt.IsZero(), "it ran since its last deferral")

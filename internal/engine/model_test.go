@@ -582,17 +582,18 @@ func (w *walk) finish(o op) error {
 	}
 	slices.Sort(ids)
 	j := w.running[pid][ids[o.b%len(ids)]]
+	run := engine.Run{ID: j.ID, Attempt: j.Attempt}
 	var out engine.Outcomes
 	holder := func() {
 		if j.HoldsSlot {
-			out.SlotHolders = []int64{j.ID}
+			out.SlotHolders = []engine.Run{run}
 		}
 	}
 	switch o.b % 6 {
 	case 0, 1: // completed
-		out.Completed = []int64{j.ID}
+		out.Completed = []engine.Run{run}
 		if j.Calls > 1 {
-			out.WithCalls = []int64{j.ID}
+			out.WithCalls = []engine.Run{run}
 		}
 		holder()
 	case 2: // an error: retried after a backoff, or failed for good
@@ -612,17 +613,20 @@ func (w *walk) finish(o op) error {
 		tr := engine.Transition{ID: j.ID, State: engine.StateScheduled, RunAt: w.now.Add(wait), AttemptDelta: -1, Error: "429"}
 		for _, rk := range j.RateKeys {
 			if spec, ok := w.lim.RateSpec(j.Kind, rk.Key); ok {
-				out.Pushes = append(out.Pushes, engine.BudgetPush{Key: rk.Key, Wait: wait, Params: spec.Params})
+				out.Pushes = append(out.Pushes, engine.BudgetPush{Key: rk.Key, Wait: wait, Params: spec.Params, Run: run})
 			}
 		}
 		for _, l := range w.lim.QueueLimits(j.Queue) {
-			out.Pushes = append(out.Pushes, engine.BudgetPush{Key: l.Key, Wait: wait, Params: l.Spec.Params})
+			out.Pushes = append(out.Pushes, engine.BudgetPush{Key: l.Key, Wait: wait, Params: l.Spec.Params, Run: run})
 		}
 		if len(out.Pushes) > 0 {
 			tr.WaitKey = out.Pushes[0].Key
 		}
 		out.Others = []engine.Transition{tr}
 		holder()
+	}
+	for i := range out.Others {
+		out.Others[i].Attempt = j.Attempt
 	}
 	if err := w.s.Finish(w.ctx, pid, w.clock(), out); err != nil {
 		return err

@@ -30,13 +30,12 @@ func TestListedJobsAreFoundByTheirKey(t *testing.T) {
 		ids := enqueue(t, s, t0, many...)[:3]
 		q := s.SQL()
 		stmts := map[string]func() (string, []any){
-			"MarkRunning":     func() (string, []any) { return q.MarkRunning(ids, 1, 1) },
-			"CompleteJobs":    func() (string, []any) { return q.CompleteJobs(ids, 1, 1) },
-			"DeleteJobs":      func() (string, []any) { return q.DeleteJobs(ids, 1) },
-			"MarkReady":       func() (string, []any) { return q.MarkReady(ids) },
-			"DeleteJobsByID":  func() (string, []any) { return q.DeleteJobsByID(ids) },
-			"LockSlotHolders": func() (string, []any) { return q.LockSlotHolders(ids, 1) },
-			"LockSlotless":    func() (string, []any) { return q.LockSlotless(ids, 1) },
+			"MarkRunning":    func() (string, []any) { return q.MarkRunning(ids, 1, 1) },
+			"CompleteJobs":   func() (string, []any) { return q.CompleteJobs(ids, 1, 1, 1) },
+			"DeleteJobs":     func() (string, []any) { return q.DeleteJobs(ids, 1, 1) },
+			"MarkReady":      func() (string, []any) { return q.MarkReady(ids) },
+			"DeleteJobsByID": func() (string, []any) { return q.DeleteJobsByID(ids) },
+			"LockRuns":       func() (string, []any) { return q.LockRuns(ids, 1) },
 			"SetJobs": func() (string, []any) {
 				rows := make([]engine.SetRow, len(ids))
 				for i, id := range ids {

@@ -84,7 +84,8 @@ func (s *Store) DeregisterProcess(ctx context.Context, id int64) error {
 
 // ReapDeadProcesses finds processes whose heartbeat is older than
 // threshold, releases the jobs they were running back to ready (the lost
-// run counts as an attempt; a job with none left fails), and removes them.
+// run counts as an attempt, and is kept as a failed one with LostError; a
+// job with none left fails), and removes them.
 // A released job keeps its concurrency slot; one that lost it when its key
 // expired takes a free one, or is blocked.
 // Running jobs whose process row is gone are released the same way once
@@ -163,6 +164,15 @@ func (s *Store) ReapDeadProcesses(ctx context.Context, c Clock, threshold time.D
 		released = len(ts)
 		if err := s.notify(ctx, tx, queues); err != nil {
 			return err
+		}
+		if len(ts) > 0 {
+			// Each lost run is a failed attempt, kept with its error as a
+			// handler's failure is.
+			ids := make([]int64, len(ts))
+			for i, t := range ts {
+				ids[i] = t.ID
+			}
+			stmts = append(stmts, stmt(s.q.RecordAttempts(ids, nowUS)))
 		}
 		if err := pipeline(ctx, tx, stmts, nil); err != nil {
 			return err

@@ -160,7 +160,7 @@ func TestALoweredConcurrencyLimitDrainsBeforeANewGrant(t *testing.T) {
 		require.Equal(t, 2, sem.Held)
 		require.Equal(t, 1, sem.Limit)
 
-		require.NoError(t, s.Finish(ctx, pid, engine.At(at(time.Second)), engine.Outcomes{Completed: got[:1], SlotHolders: got[:1]}))
+		require.NoError(t, s.Finish(ctx, pid, engine.At(at(time.Second)), engine.Outcomes{Completed: runs(t, s, got[:1]...), SlotHolders: runs(t, s, got[:1]...)}))
 		require.Equal(t, engine.StateBlocked, state(t, s, lower[0]).State, "one holder is still out: To 1 is full")
 		require.Equal(t, 1, semaphore(t, s, "a").Held)
 
@@ -172,7 +172,7 @@ func TestALoweredConcurrencyLimitDrainsBeforeANewGrant(t *testing.T) {
 		require.Equal(t, 1, freed)
 		require.Equal(t, 1, unblocked)
 		require.Equal(t, engine.StateReady, state(t, s, lower[0]).State)
-		require.NoError(t, s.Finish(ctx, pid, engine.At(at(4*time.Minute)), engine.Outcomes{Completed: got[1:2], SlotHolders: got[1:2]}))
+		require.NoError(t, s.Finish(ctx, pid, engine.At(at(4*time.Minute)), engine.Outcomes{Completed: runs(t, s, got[1:2]...), SlotHolders: runs(t, s, got[1:2]...)}))
 		require.Equal(t, engine.StateBlocked, state(t, s, lower[1]).State, "the late finisher gives nothing back")
 		sem = semaphore(t, s, "a")
 		require.Equal(t, 1, sem.Held)

@@ -23,7 +23,7 @@ type SQL struct {
 	insertJobs, lockReadyPlain, lockReadyLimited, lockReadyLike, markRunning, completeJobs, deleteJobs   *sqlStatement
 	lockReadyLimitedAt, lockReadyLimitedBefore, lockReadyLimitedAfter, firstReadyLike, lastReadyLike     *sqlStatement
 	lockDue, lockDueWaiting, markReady, notify, lockOrphans, lockRunningOf, lockFinished, deleteJobsByID *sqlStatement
-	getJob, lockJob, listJobs                                                                            *sqlStatement
+	getJob, lockJob, listJobs, lockRuns                                                                  *sqlStatement
 	recordAttempts, loadAttempts, deleteAttempts                                                         *sqlStatement
 	jobsByState, unfinishedByState, oldestWaiting                                                        string
 	savepoint, rollbackToSavepoint, releaseSavepoint                                                     string
@@ -39,7 +39,7 @@ type SQL struct {
 	listBudgets                                                                                                     string
 
 	lockSemaphores, lockFreeSemaphores, insertSemaphores, saveSemaphores, lockBlocked, markSlots, lockRunningHolders *sqlStatement
-	lockSlotHolders, lockSlotless, expiredSemaphores, blockedKeys                                                    *sqlStatement
+	expiredSemaphores, blockedKeys                                                                                   *sqlStatement
 	listSemaphores                                                                                                   string
 
 	insertCoalescing, lockPending, updateCoalesced, insertCall, loadCalls, deleteCalls *sqlStatement
@@ -148,14 +148,15 @@ func NewSQL(d Dialect) (*SQL, error) {
 		{&q.firstReadyLike, "FirstReadyLike", []string{"queue", "rate_keys", "kind"}},
 		{&q.lastReadyLike, "LastReadyLike", []string{"queue", "rate_keys", "kind"}},
 		{&q.markRunning, "MarkRunning", []string{"process_id", "now", "ids"}},
-		{&q.completeJobs, "CompleteJobs", []string{"now", "ids", "process_id", "running"}},
-		{&q.deleteJobs, "DeleteJobs", []string{"ids", "process_id", "running"}},
+		{&q.completeJobs, "CompleteJobs", []string{"now", "ids", "process_id", "attempt", "running"}},
+		{&q.deleteJobs, "DeleteJobs", []string{"ids", "process_id", "attempt", "running"}},
 		{&q.lockDue, "LockDue", []string{"now", "limit"}},
 		{&q.lockDueWaiting, "LockDueWaiting", []string{"now", "queues", "limit"}},
 		{&q.markReady, "MarkReady", []string{"ids", "scheduled"}},
 		{&q.notify, "Notify", []string{"queues"}},
 		{&q.lockOrphans, "LockOrphans", []string{"process_ids", "lost_before", "limit"}},
 		{&q.lockRunningOf, "LockRunningOf", []string{"process_id", "limit"}},
+		{&q.lockRuns, "LockRuns", []string{"ids", "running", "process_id"}},
 		{&q.lockFinished, "LockFinished", []string{"before", "limit"}},
 		{&q.deleteJobsByID, "DeleteJobsByID", []string{"ids"}},
 		{&q.recordAttempts, "RecordAttempts", []string{"now", "ids"}},
@@ -198,8 +199,6 @@ func NewSQL(d Dialect) (*SQL, error) {
 		{&q.lockBlocked, "LockBlocked", []string{"key", "limit"}},
 		{&q.markSlots, "MarkSlots", []string{"holds", "ids"}},
 		{&q.lockRunningHolders, "LockRunningHolders", []string{"keys"}},
-		{&q.lockSlotless, "LockSlotless", []string{"ids", "holding", "running", "process_id"}},
-		{&q.lockSlotHolders, "LockSlotHolders", []string{"ids", "process_id", "holding", "running"}},
 		{&q.expiredSemaphores, "ExpiredSemaphores", []string{"now", "limit"}},
 		{&q.blockedKeys, "BlockedKeys", []string{"limit"}},
 

@@ -84,15 +84,16 @@ func (q *SQL) MarkRunning(ids []int64, processID, now int64) (string, []any) {
 	return q.markRunning.bind(processID, now, ids)
 }
 
-// CompleteJobs marks running jobs of a process completed.
-func (q *SQL) CompleteJobs(ids []int64, processID, now int64) (string, []any) {
-	return q.completeJobs.bind(now, ids, processID, string(StateRunning))
+// CompleteJobs marks completed the jobs that still run for a process at
+// attempt: the runs it claimed at that attempt.
+func (q *SQL) CompleteJobs(ids []int64, processID int64, attempt int, now int64) (string, []any) {
+	return q.completeJobs.bind(now, ids, processID, int32(attempt), string(StateRunning))
 }
 
-// DeleteJobs deletes running jobs of a process (completion that keeps
-// nothing).
-func (q *SQL) DeleteJobs(ids []int64, processID int64) (string, []any) {
-	return q.deleteJobs.bind(ids, processID, string(StateRunning))
+// DeleteJobs deletes the jobs that still run for a process at attempt
+// (a completion that keeps nothing).
+func (q *SQL) DeleteJobs(ids []int64, processID int64, attempt int) (string, []any) {
+	return q.deleteJobs.bind(ids, processID, int32(attempt), string(StateRunning))
 }
 
 // SetJobs applies transitions to jobs currently in state from (and, when
@@ -145,9 +146,16 @@ func (q *SQL) LockOrphans(processIDs []int64, lostBefore int64, limit int) (stri
 }
 
 // LockRunningOf selects and locks up to limit of the jobs running for one
-// process, skipping locked rows. Columns: id.
+// process, skipping locked rows. Columns: id, attempt.
 func (q *SQL) LockRunningOf(processID int64, limit int) (string, []any) {
 	return q.lockRunningOf.bind(processID, limit)
+}
+
+// LockRuns selects and locks, of the listed jobs, those running for
+// processID, at whatever attempt. Columns: id, attempt, queue, holds_slot,
+// conc_key, conc_limit, conc_duration.
+func (q *SQL) LockRuns(ids []int64, processID int64) (string, []any) {
+	return q.lockRuns.bind(ids, string(StateRunning), processID)
 }
 
 // LockFinished selects, skipping locked rows, up to limit completed or
@@ -185,7 +193,8 @@ func (q *SQL) UnfinishedByState() string { return q.unfinishedByState }
 func (q *SQL) OldestWaiting() string { return q.oldestWaiting }
 
 // RecordAttempts keeps the error of the run that just failed for each of
-// ids (their attempt and last_error, as SetJobs left them).
+// ids (their attempt and last_error, as SetJobs left them): list only the
+// jobs whose failed run the transaction moved.
 func (q *SQL) RecordAttempts(ids []int64, now int64) (string, []any) {
 	return q.recordAttempts.bind(now, ids)
 }

@@ -144,20 +144,6 @@ func (q *SQL) LockRunningHolders(keys []string) (string, []any) {
 	return q.lockRunningHolders.bind(keys)
 }
 
-// LockSlotless selects and locks, of the listed jobs running for
-// processID, those that hold no slot (with a concurrency key or without).
-// Columns: id, queue, conc_key, conc_limit, conc_duration.
-func (q *SQL) LockSlotless(ids []int64, processID int64) (string, []any) {
-	return q.lockSlotless.bind(ids, false, string(StateRunning), processID)
-}
-
-// LockSlotHolders selects and locks, of the listed jobs, those that hold
-// a slot (and, when processID is not 0, run for that process). Columns:
-// id, conc_key.
-func (q *SQL) LockSlotHolders(ids []int64, processID int64) (string, []any) {
-	return q.lockSlotHolders.bind(ids, processID, true, string(StateRunning))
-}
-
 // ExpiredSemaphores selects, without locking them, the keys of
 // semaphores with taken slots that expired before now. Columns: name.
 func (q *SQL) ExpiredSemaphores(now int64, limit int) (string, []any) {

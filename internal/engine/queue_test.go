@@ -195,12 +195,12 @@ func TestFinishOutcomes(t *testing.T) {
 		got := enqueue(t, s, t0, job("a", "default", 0), job("a", "default", 0), job("a", "default", 0), job("a", "default", 0), job("a", "default", 0))
 		pid := register(t, s, t0)
 		require.Len(t, claim(t, s, pid, t0, 10).Jobs, 5)
-		err := s.Finish(ctx, pid, engine.At(at(time.Second)), engine.Outcomes{Completed: []int64{got[done]}, Others: []engine.Transition{
-			{ID: got[retry], State: engine.StateScheduled, RunAt: at(time.Minute), Error: "boom"},
-			{ID: got[fail], State: engine.StateFailed, Error: "fatal", Finished: true},
-			{ID: got[cancel], State: engine.StateCancelled, Error: "discarded", Finished: true},
-			{ID: got[snooze], State: engine.StateScheduled, RunAt: at(time.Hour), AttemptDelta: -1},
-		}})
+		err := s.Finish(ctx, pid, engine.At(at(time.Second)), engine.Outcomes{Completed: runs(t, s, got[done]), Others: ran(t, s,
+			engine.Transition{ID: got[retry], State: engine.StateScheduled, RunAt: at(time.Minute), Error: "boom"},
+			engine.Transition{ID: got[fail], State: engine.StateFailed, Error: "fatal", Finished: true},
+			engine.Transition{ID: got[cancel], State: engine.StateCancelled, Error: "discarded", Finished: true},
+			engine.Transition{ID: got[snooze], State: engine.StateScheduled, RunAt: at(time.Hour), AttemptDelta: -1},
+		)})
 
 		require.NoError(t, err)
 
@@ -230,7 +230,7 @@ func TestFinishIgnoresJobsNoLongerOwned(t *testing.T) {
 		pid := register(t, s, t0)
 		other := register(t, s, t0)
 		require.Len(t, claim(t, s, pid, t0, 1).Jobs, 1)
-		require.NoError(t, s.Finish(context.Background(), other, engine.At(t0), engine.Outcomes{Completed: []int64{id}}))
+		require.NoError(t, s.Finish(context.Background(), other, engine.At(t0), engine.Outcomes{Completed: runs(t, s, id)}))
 		require.Equal(t, engine.StateRunning, state(t, s, id).State, "another process cannot complete it")
 	})
 }
@@ -241,7 +241,7 @@ func TestDeleteOnComplete(t *testing.T) {
 		id := enqueue(t, s, t0, job("a", "default", 0))[0]
 		pid := register(t, s, t0)
 		claim(t, s, pid, t0, 1)
-		require.NoError(t, s.Finish(context.Background(), pid, engine.At(t0), engine.Outcomes{Completed: []int64{id}}))
+		require.NoError(t, s.Finish(context.Background(), pid, engine.At(t0), engine.Outcomes{Completed: runs(t, s, id)}))
 		_, err := s.GetJob(context.Background(), id)
 		require.ErrorIs(t, err, engine.ErrNotFound)
 	})
@@ -269,7 +269,7 @@ func TestReleaseGivesTheAttemptBack(t *testing.T) {
 		id := enqueue(t, s, t0, job("a", "default", 0))[0]
 		pid := register(t, s, t0)
 		claim(t, s, pid, t0, 1)
-		require.NoError(t, s.Release(context.Background(), pid, engine.At(at(time.Second)), []int64{id}))
+		require.NoError(t, s.Release(context.Background(), pid, engine.At(at(time.Second)), runs(t, s, id)))
 		j := state(t, s, id)
 		require.Equal(t, engine.StateReady, j.State)
 		require.Equal(t, 0, j.Attempt)
@@ -363,7 +363,7 @@ func TestJobsClaimedByAReapedProcessBeforeItLearnsRunOnce(t *testing.T) {
 		require.Len(t, claim(t, s, paused, at(6*time.Minute), 2).Jobs, 2)
 		require.Zero(t, reap(at(6*time.Minute+time.Second)), "jobs its process runs are not lost")
 		require.Equal(t, engine.StateRunning, state(t, s, got[0]).State)
-		require.NoError(t, s.Finish(ctx, paused, engine.At(at(7*time.Minute)), engine.Outcomes{Completed: []int64{got[0]}}))
+		require.NoError(t, s.Finish(ctx, paused, engine.At(at(7*time.Minute)), engine.Outcomes{Completed: runs(t, s, got[0])}))
 		require.Equal(t, engine.StateCompleted, state(t, s, got[0]).State, "its result counts: the claim is its own")
 
 		// The other job's run never returns: once it has been running
@@ -422,7 +422,7 @@ func TestRetryAndCancelByOperator(t *testing.T) {
 		got := enqueue(t, s, t0, job("a", "default", 0), job("a", "default", 0))
 		pid := register(t, s, t0)
 		claim(t, s, pid, t0, 2)
-		require.NoError(t, s.Finish(ctx, pid, engine.At(t0), engine.Outcomes{Others: []engine.Transition{{ID: got[0], State: engine.StateFailed, Error: "x", Finished: true}}}))
+		require.NoError(t, s.Finish(ctx, pid, engine.At(t0), engine.Outcomes{Others: ran(t, s, engine.Transition{ID: got[0], State: engine.StateFailed, Error: "x", Finished: true})}))
 
 		_, err := s.RetryJobs(ctx, engine.At(at(time.Second)), []int64{got[1]})
 		require.ErrorContains(t, err, "it is running")
@@ -448,8 +448,8 @@ func TestDeleteFinishedKeepsFailedAndRecent(t *testing.T) {
 		got := enqueue(t, s, t0, job("a", "default", 0), job("a", "default", 0), job("a", "default", 0))
 		pid := register(t, s, t0)
 		claim(t, s, pid, t0, 3)
-		require.NoError(t, s.Finish(ctx, pid, engine.At(t0), engine.Outcomes{Completed: []int64{got[0]}, Others: []engine.Transition{{ID: got[1], State: engine.StateFailed, Finished: true}}}))
-		require.NoError(t, s.Finish(ctx, pid, engine.At(at(2*time.Hour)), engine.Outcomes{Completed: []int64{got[2]}}))
+		require.NoError(t, s.Finish(ctx, pid, engine.At(t0), engine.Outcomes{Completed: runs(t, s, got[0]), Others: ran(t, s, engine.Transition{ID: got[1], State: engine.StateFailed, Finished: true})}))
+		require.NoError(t, s.Finish(ctx, pid, engine.At(at(2*time.Hour)), engine.Outcomes{Completed: runs(t, s, got[2])}))
 		n, err := s.DeleteFinished(ctx, at(time.Hour), 1)
 		require.NoError(t, err)
 		require.Equal(t, 1, n)

@@ -115,11 +115,11 @@ func TestReviewRepriceBesideConcurrentClaimsLosesNothingAndKeepsTheBound(t *test
 							return
 						}
 						hints[i] = res.Budgets
-						var done []int64
+						var done []engine.Run
 						mu.Lock()
 						for _, j := range res.Jobs {
 							claimedBy[j.ID]++
-							done = append(done, j.ID)
+							done = append(done, engine.Run{ID: j.ID, Attempt: j.Attempt})
 							for _, rk := range j.RateKeys {
 								admits[rk.Key] = append(admits[rk.Key], reviewAdmission{at: res.DecidedAt, version: v})
 							}

@@ -33,8 +33,8 @@ func BenchmarkConcurrencySlots(b *testing.B) {
 				if err != nil || len(res.Jobs) != 1 {
 					b.Fatalf("claim: %v, %d jobs", err, len(res.Jobs))
 				}
-				id := res.Jobs[0].ID
-				if err := s.Finish(ctx, pid, engine.At(t0), engine.Outcomes{Completed: []int64{id}, SlotHolders: []int64{id}}); err != nil {
+				run := runsOf(res.Jobs)
+				if err := s.Finish(ctx, pid, engine.At(t0), engine.Outcomes{Completed: run, SlotHolders: run}); err != nil {
 					b.Fatal(err)
 				}
 			}

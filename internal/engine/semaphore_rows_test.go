@@ -244,10 +244,11 @@ func TestAFinishNeverDeadlocksWithAClaim(t *testing.T) {
 		require.Equal(t, []int64{j3}, ids(claimLimited(t, s, a.pid, t0, 5, a.lim, 0).Jobs), "J3 runs, holding a slot on s/c")
 
 		// The finish is about to give J3's slot on s/c back.
+		run := runs(t, s, j3)
 		rf, recF := testdb.Record(s)
 		recF.Before = a.startBefore(t, "sluice_semaphores")
-		err := rf.Finish(context.Background(), a.pid, engine.At(at(time.Second)), engine.Outcomes{Completed: []int64{j3}, SlotHolders: []int64{j3},
-			Pushes: []engine.BudgetPush{{Key: "r/1", Wait: time.Minute, Params: a.lim["r"].Params}}})
+		err := rf.Finish(context.Background(), a.pid, engine.At(at(time.Second)), engine.Outcomes{Completed: run, SlotHolders: run,
+			Pushes: []engine.BudgetPush{{Key: "r/1", Wait: time.Minute, Params: a.lim["r"].Params, Run: run[0]}}})
 		require.NoError(t, err)
 		resA := a.wait(t)
 		stmts := recF.Take()

@@ -341,20 +341,6 @@ func (hs holders) byKey() (map[string]int, []int64) {
 	return count, ids
 }
 
-// lockHolders locks, of ids, the jobs that hold a slot (and run for
-// processID when it is not 0).
-func (s *Store) lockHolders(ctx context.Context, ex Executor, ids []int64, processID int64) (holders, error) {
-	if len(ids) == 0 {
-		return holders{}, nil
-	}
-	q, args := s.q.LockSlotHolders(ids, processID)
-	hs, err := queryHolders(ctx, ex, q, args)
-	if err != nil {
-		return nil, fmt.Errorf("lock slot holders: %w", err)
-	}
-	return hs, nil
-}
-
 // queryHolders reads rows of id and conc_key.
 func queryHolders(ctx context.Context, ex Executor, q string, args []any) (holders, error) {
 	out := holders{}
@@ -432,35 +418,6 @@ type slotless struct {
 	id    int64
 	queue string
 	conc  *Conc
-}
-
-// lockSlotless locks, of ids running for processID, the jobs that have a
-// concurrency key and hold no slot.
-func (s *Store) lockSlotless(ctx context.Context, ex Executor, ids []int64, processID int64) ([]slotless, error) {
-	if len(ids) == 0 {
-		return nil, nil
-	}
-	q, args := s.q.LockSlotless(ids, processID)
-	rows, err := ex.Query(ctx, q, args...)
-	if err != nil {
-		return nil, fmt.Errorf("lock jobs without a slot: %w", err)
-	}
-	defer rows.Close()
-	var out []slotless
-	for rows.Next() {
-		var b slotless
-		var key nullString
-		var limit int
-		var duration int64
-		if err := rows.Scan(&b.id, &b.queue, &key, &limit, &duration); err != nil {
-			return nil, err
-		}
-		if key.Valid {
-			b.conc = &Conc{Key: key.String, To: limit, Duration: time.Duration(duration) * time.Microsecond}
-			out = append(out, b)
-		}
-	}
-	return out, rows.Err()
 }
 
 // settle gives back the slots of the holders hs (as giveBack does) and

@@ -175,7 +175,7 @@ func TestIsDataErrorTellsRefusedValuesFromOtherErrors(t *testing.T) {
 		id := enqueue(t, s, t0, job("k", "default", 0))[0]
 		claim(t, s, pid, t0, 1)
 		for _, text := range []string{"upstream said \xff", "a\x00b"} {
-			err = s.Finish(ctx, pid, engine.At(t0), engine.Outcomes{Others: []engine.Transition{{ID: id, State: engine.StateFailed, Error: text, Finished: true}}})
+			err = s.Finish(ctx, pid, engine.At(t0), engine.Outcomes{Others: ran(t, s, engine.Transition{ID: id, State: engine.StateFailed, Error: text, Finished: true})})
 			switch {
 			case s.Dialect().Name() == "sqlite", s.Dialect().Name() == "mysql" && text == "a\x00b":
 				require.NoError(t, err, "%q", text)

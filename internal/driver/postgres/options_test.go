@@ -113,10 +113,12 @@ func TestWithoutNotificationsOrAdvisoryLocks(t *testing.T) {
 	require.NoError(t, err)
 	require.Len(t, claimed.Jobs, 3)
 	var done []int64
+	var runs []engine.Run
 	for _, j := range claimed.Jobs {
 		done = append(done, j.ID)
+		runs = append(runs, engine.Run{ID: j.ID, Attempt: j.Attempt})
 	}
-	require.NoError(t, s.Finish(ctx, pid, engine.At(now.Add(3*time.Minute)), engine.Outcomes{Completed: done}))
+	require.NoError(t, s.Finish(ctx, pid, engine.At(now.Add(3*time.Minute)), engine.Outcomes{Completed: runs}))
 	for _, id := range done {
 		j, err := s.GetJob(ctx, id)
 		require.NoError(t, err)

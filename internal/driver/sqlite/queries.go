@@ -30,13 +30,13 @@ func (Dialect) Now() string { return "" }
 
 // SetJobs applies transitions through a VALUES list.
 func (Dialect) SetJobs(from engine.State, processID, now int64, rows []engine.SetRow) (string, []any) {
-	args := make([]any, 0, len(rows)*9+3)
+	args := make([]any, 0, len(rows)*10+3)
 	for _, r := range rows {
-		args = append(args, r.ID, string(r.State), r.RunAt, r.WaitKey, r.Error, r.AttemptDelta, r.FinishedAt, r.Deferral, now)
+		args = append(args, r.ID, string(r.State), r.RunAt, r.WaitKey, r.Error, r.AttemptDelta, r.FinishedAt, r.Deferral, now, r.Attempt)
 	}
 	args = append(args, string(from), processID, processID)
 	return `WITH v(` + engine.SetJobsColumns + `) AS (VALUES ` +
-		sqlgen.Tuples(len(rows), "(?, ?, ?, ?, ?, ?, ?, ?, ?)") + `)
+		sqlgen.Tuples(len(rows), "(?, ?, ?, ?, ?, ?, ?, ?, ?, ?)") + `)
 UPDATE sluice_jobs AS j SET
   ` + engine.SetJobsAssignments + `
 FROM v WHERE j.id = v.id AND ` + engine.SetJobsCondition("?", "?", "?"), args

@@ -39,23 +39,6 @@ UPDATE sluice_jobs SET holds_slot = :holds WHERE id IN (:ids);
 SELECT id, conc_key FROM sluice_jobs j WHERE j.conc_key IN (:keys) AND j.holds_slot = TRUE AND {RunningJob}
 ORDER BY id FOR UPDATE SKIP LOCKED;
 
--- name: LockSlotless
--- Of the listed jobs running for :process_id, those that hold no slot,
--- about to be made ready again: the caller keeps those with a concurrency
--- key (their key expired while they ran). :holding is FALSE and :running
--- is 'running', as in CompleteJobs; the key is not tested here, which
--- would lead MySQL to the index of keys instead of the listed ids.
-SELECT id, queue, conc_key, conc_limit, conc_duration FROM sluice_jobs
-WHERE id IN (:ids) AND holds_slot = :holding AND state = :running AND process_id = :process_id
-ORDER BY id FOR UPDATE;
-
--- name: LockSlotHolders
--- Of the listed jobs, those that hold a slot (and, when :process_id is not
--- 0, run for that process). :holding is TRUE and :running is 'running', as
--- in CompleteJobs.
-SELECT id, conc_key FROM sluice_jobs WHERE id IN (:ids) AND holds_slot = :holding
-  AND (:process_id::bigint = 0 OR (state = :running AND process_id = :process_id)) ORDER BY id FOR UPDATE;
-
 -- name: ExpiredSemaphores
 -- Keys with taken slots that expired before :now, unlocked: the caller
 -- locks them in key order with the others it needs, and checks again.
