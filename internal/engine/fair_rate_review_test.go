@@ -1,0 +1,181 @@
+package engine_test
+
+import (
+	"context"
+	"fmt"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/sluicequeue/sluice/internal/engine"
+	"github.com/sluicequeue/sluice/internal/testdb"
+	"github.com/sluicequeue/sluice/ratelimit"
+)
+
+// A probe of docs/fairness.md ("A fair job may carry rate limits ... a
+// limit's deferrals do not spend the key's turns") beside
+// docs/rate-limits.md's bound ("At most To claims in any window of length
+// Per ... across any number of workers"): a fair kind whose jobs draw on
+// one budget shared by every key (api/global, 10 a second, burst 3) and on
+// a budget of their key (api/KEY, 4 a second, burst 2); key a floods (300
+// jobs), b, c and d have 15 each. Three workers, each on its own pool,
+// claim in rounds of 50 ms of the fake clock, with the dispatcher's
+// promotion and unparking between rounds.
+//
+// It checks: no call fails; no job is claimed twice; every job completes;
+// no window of 1 s holds more than 10 admissions on api/global, nor more
+// than 4 on any key's budget. (It passes. How the keys share the budget
+// once their jobs park is TestReviewParkedFairJobsComeBackInFairOrder's.)
+func TestReviewFairKeysUnderASharedRateLimitKeepTheBoundAcrossWorkers(t *testing.T) {
+	testdb.EachPool(t, func(t *testing.T, s *engine.Store, open func() *engine.Store) {
+		ctx := context.Background()
+		lim := limits{"api": spec(t, "api", 10, time.Second, 3), "key": spec(t, "key", 4, time.Second, 2)}
+		keyOf := map[int64]string{}
+		add := func(key string, n int) {
+			jobs := make([]engine.NewJob, n)
+			for i := range jobs {
+				jobs[i] = fairJob(key, 1)
+				jobs[i].RateKeys = []engine.RateKey{{Key: "api/global", Cost: 1}, {Key: "key/" + key, Cost: 1}}
+			}
+			for _, id := range enqueue(t, s, t0, jobs...) {
+				keyOf[id] = key
+			}
+		}
+		add("a", 300)
+		for _, k := range []string{"b", "c", "d"} {
+			add(k, 15)
+		}
+		total := len(keyOf)
+
+		claimers := []*engine.Store{open(), open(), open()}
+		pids := make([]int64, len(claimers))
+		for i, c := range claimers {
+			pids[i] = register(t, c, t0)
+		}
+		var mu sync.Mutex
+		var errs []error
+		claimed := map[int64]int{}
+		admits := map[string][]time.Time{}
+		completed := 0
+		for round := 0; round < 4000 && completed < total && len(errs) == 0; round++ {
+			now := at(time.Duration(round) * 50 * time.Millisecond)
+			var wg sync.WaitGroup
+			for i, c := range claimers {
+				wg.Add(1)
+				go func() {
+					defer wg.Done()
+					res, err := c.Claim(ctx, engine.ClaimParams{ProcessID: pids[i], Queues: []string{"default"}, Max: 3, Clock: engine.At(now),
+						Limits: lim, Fair: true, PromoteDue: true, Horizon: 10 * time.Second})
+					if err != nil {
+						mu.Lock()
+						errs = append(errs, fmt.Errorf("claim: %w", err))
+						mu.Unlock()
+						return
+					}
+					if len(res.Jobs) == 0 {
+						return
+					}
+					if err := c.Finish(ctx, pids[i], engine.At(now), engine.Outcomes{Completed: ids(res.Jobs)}); err != nil {
+						mu.Lock()
+						errs = append(errs, fmt.Errorf("finish: %w", err))
+						mu.Unlock()
+						return
+					}
+					mu.Lock()
+					defer mu.Unlock()
+					for _, j := range res.Jobs {
+						claimed[j.ID]++
+						completed++
+						for _, rk := range j.RateKeys {
+							admits[rk.Key] = append(admits[rk.Key], res.DecidedAt)
+						}
+					}
+				}()
+			}
+			wg.Wait()
+			if _, _, err := s.Promote(ctx, engine.At(now), 500); err != nil {
+				errs = append(errs, err)
+			}
+			if _, err := s.Unpark(ctx, engine.At(now), 10*time.Second, 100, 500); err != nil {
+				errs = append(errs, err)
+			}
+		}
+		require.Empty(t, errs)
+		for id, n := range claimed {
+			require.Equal(t, 1, n, "job %d claimed %d times", id, n)
+		}
+		require.Equal(t, total, completed, "every job completes")
+		require.LessOrEqual(t, ratelimit.BusiestWindow(admits["api/global"], time.Second), 10, "api/global")
+		for _, k := range []string{"a", "b", "c", "d"} {
+			require.LessOrEqual(t, ratelimit.BusiestWindow(admits["key/"+k], time.Second), 4, "key/%s", k)
+		}
+
+	})
+}
+
+// docs/fairness.md, Rules: "A fair job may carry rate limits ... A job a
+// rate limit defers ... keeps its place: when it is ready again it comes
+// back at the front with the start it was enqueued with, so a limit's
+// deferrals do not spend the key's turns." and "Shares. While at least two
+// keys have ready jobs, each key's claims, over any stretch of claims, are
+// its weighted share within one job per key".
+//
+// Key a floods (40 jobs), key b has 5, all on one budget (api/global, 1 a
+// second) with a horizon of 5 s, so most of both keys' jobs wait parked on
+// it. Their starts interleave (b's first job starts beside a's first), so
+// fair order admits b's 5 jobs among the first 10 or so. A worker drains
+// the budget claim by claim on the fake clock, with the dispatcher's
+// promotion and unparking: by b's last admission, a must have had about
+// its share (5, give or take one job per key), not the flood's head.
+func TestReviewParkedFairJobsComeBackInFairOrder(t *testing.T) {
+	testdb.Each(t, func(t *testing.T, s *engine.Store) {
+		ctx := context.Background()
+		lim := limits{"api": spec(t, "api", 1, time.Second, 1)}
+		keyOf := map[int64]string{}
+		add := func(key string, n int) {
+			jobs := make([]engine.NewJob, n)
+			for i := range jobs {
+				jobs[i] = fairJob(key, 1)
+				jobs[i].RateKeys = []engine.RateKey{{Key: "api/global", Cost: 1}}
+			}
+			for _, id := range enqueue(t, s, t0, jobs...) {
+				keyOf[id] = key
+			}
+		}
+		add("a", 40)
+		add("b", 5)
+		pid := register(t, s, t0)
+		var order []string
+		for step := 0; step < 1000 && len(order) < 45; step++ {
+			now := at(time.Duration(step) * 100 * time.Millisecond)
+			_, _, err := s.Promote(ctx, engine.At(now), 500)
+			require.NoError(t, err)
+			_, err = s.Unpark(ctx, engine.At(now), 5*time.Second, 100, 500)
+			require.NoError(t, err)
+			res, err := s.Claim(ctx, engine.ClaimParams{ProcessID: pid, Queues: []string{"default"}, Max: 2, Clock: engine.At(now),
+				Limits: lim, Fair: true, PromoteDue: true, Horizon: 5 * time.Second})
+			require.NoError(t, err)
+			for _, j := range res.Jobs {
+				order = append(order, keyOf[j.ID])
+			}
+			if len(res.Jobs) > 0 {
+				require.NoError(t, s.Finish(ctx, pid, engine.At(now), engine.Outcomes{Completed: ids(res.Jobs)}))
+			}
+		}
+		require.Len(t, order, 45, "every job ran")
+		aBefore, bSeen := 0, 0
+		for _, k := range order {
+			if k == "b" {
+				bSeen++
+				if bSeen == 5 {
+					break
+				}
+				continue
+			}
+			aBefore++
+		}
+		require.LessOrEqual(t, aBefore, 6, "a had %d admissions before b's last (b has 5): order %v", aBefore, order)
+	})
+}
