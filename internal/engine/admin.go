@@ -125,7 +125,7 @@ func (s *Store) countByState(ctx context.Context, q string) ([]QueueStats, error
 		if len(out) == 0 || out[len(out)-1].Queue != queue {
 			out = append(out, QueueStats{Queue: queue, Counts: map[State]int64{}})
 		}
-		out[len(out)-1].Counts[State(state)] += n // ready comes in two rows: plain and limited
+		out[len(out)-1].Counts[State(state)] += n // ready and parked come in a row per stream
 	}
 	return out, rows.Err()
 }

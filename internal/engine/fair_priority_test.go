@@ -254,7 +254,9 @@ func TestFairMigration015KeepsEachKeysFinish(t *testing.T) {
 			return out
 		}
 		require.Equal(t, []string{"0 a 3", "1 a 1", "1 b 2"}, keys())
-		_, err := s.MigrateDown(ctx, 1)
+		all, err := s.Migrations()
+		require.NoError(t, err)
+		_, err = s.MigrateDown(ctx, len(all)-14) // 015 and those after it
 		require.NoError(t, err)
 		_, err = s.MigrateUp(ctx, 0)
 		require.NoError(t, err)

@@ -27,7 +27,7 @@ import (
 // It checks: no call fails; no job is claimed twice; every job completes;
 // no window of 1 s holds more than 10 admissions on api/global, nor more
 // than 4 on any key's budget. (It passes. How the keys share the budget
-// once their jobs park is TestReviewParkedFairJobsComeBackInFairOrder's.)
+// once their jobs park is TestParkedFairJobsComeBackInFairOrder's.)
 func TestReviewFairKeysUnderASharedRateLimitKeepTheBoundAcrossWorkers(t *testing.T) {
 	testdb.EachPool(t, func(t *testing.T, s *engine.Store, open func() *engine.Store) {
 		ctx := context.Background()

@@ -12,7 +12,7 @@ import (
 var stateJobs = map[State]string{
 	StateReady:     "({ReadyPlainJob} OR {ReadyLimitedJob} OR {ReadyFairJob})",
 	StateScheduled: "{ScheduledJob}",
-	StateParked:    "{ParkedJob}",
+	StateParked:    "({ParkedPlainJob} OR {ParkedFairJob})",
 	StateBlocked:   "{BlockedJob}",
 	StateRunning:   "{RunningJob}",
 	StateCompleted: "{DoneJob} AND j.state = 'completed'",

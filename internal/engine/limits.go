@@ -1,6 +1,7 @@
 package engine
 
 import (
+	"cmp"
 	"context"
 	"fmt"
 	"slices"
@@ -406,15 +407,15 @@ func slotFor(b *budget, p ratelimit.Params, earliest, now, until int64, cost int
 	return p.Slot(&b.state, earliest, cost), true
 }
 
-// Unpark hands slots within the horizon to parked jobs, in priority and id
-// order, for up to limit budgets whose next slot has come within it, and
-// returns how many jobs it scheduled: at most most (DefaultUnparkBatch when
-// 0), so that one transaction never moves more than a batch of rows however
-// many budgets are due — a limit raised over a hundred backlogs would
-// otherwise unpark a thousand jobs of each at once, holding all hundred
-// budgets, which the claims wait for, until it commits. A call that returns
-// most may have left due jobs parked: callers call again. The dispatcher
-// runs it every poll.
+// Unpark hands slots within the horizon to parked jobs, in priority and
+// id order (fair jobs by virtual start: mergeParked), for up to limit
+// budgets whose next slot has come within it, and returns how many jobs it
+// scheduled: at most most (DefaultUnparkBatch when 0), so that one
+// transaction never moves more than a batch of rows however many budgets
+// are due — a limit raised over a hundred backlogs would otherwise unpark a
+// thousand jobs of each at once, holding all hundred budgets, which the
+// claims wait for, until it commits. A call that returns most may have left
+// due jobs parked: callers call again. The dispatcher runs it every poll.
 func (s *Store) Unpark(ctx context.Context, c Clock, horizon time.Duration, limit, most int) (int, error) {
 	horizon = horizonOr(horizon)
 	if most <= 0 {
@@ -499,6 +500,7 @@ func (s *Store) unparkBudget(ctx context.Context, tx Tx, b *budget, now, until i
 	if err != nil {
 		return nil, fmt.Errorf("lock parked jobs of %s: %w", b.row.Name, err)
 	}
+	parked = mergeParked(parked, want)
 	b.dirty = true
 	left := b.row.Parked - len(parked)
 	if len(parked) < want {
@@ -530,15 +532,18 @@ func (s *Store) unparkBudget(ctx context.Context, tx Tx, b *budget, now, until i
 }
 
 // parkedJob is a parked job as unparking sees it: its id, its cost on
-// the budget and its priority.
+// the budget, its priority, and, for a fair job, its virtual start.
 type parkedJob struct {
 	id       int64
 	cost     int
 	priority int
+	fair     bool
+	start    int64
 }
 
 // queryParked reads LockParked's rows: id, rate keys, from which each
-// job's cost on the budget key is taken, and priority.
+// job's cost on the budget key is taken, priority, virtual start and
+// whether the job is fair.
 func (s *Store) queryParked(ctx context.Context, ex Executor, q string, args []any, key string) ([]parkedJob, error) {
 	rows, err := ex.Query(ctx, q, args...)
 	if err != nil {
@@ -549,11 +554,44 @@ func (s *Store) queryParked(ctx context.Context, ex Executor, q string, args []a
 	for rows.Next() {
 		var j parkedJob
 		var rateKeys nullString
-		if err := rows.Scan(&j.id, &rateKeys, &j.priority); err != nil {
+		var start nullInt64
+		var fair int64
+		if err := rows.Scan(&j.id, &rateKeys, &j.priority, &start, &fair); err != nil {
 			return nil, err
 		}
 		j.cost = costOn(rateKeys.String, key)
+		j.fair, j.start = fair == 1, start.Int64
 		out = append(out, j)
 	}
 	return out, rows.Err()
+}
+
+// mergeParked returns the first most of a budget's parked jobs in the
+// order they get slots: each stream in its own order — jobs without a
+// fairness key by priority and id, fair ones by priority, virtual start
+// and id (docs/fairness.md) — merged at their heads by priority and id,
+// as a claim merges its ready streams. Priorities come first either way.
+func mergeParked(jobs []parkedJob, most int) []parkedJob {
+	var plain, fair []parkedJob
+	for _, j := range jobs {
+		if j.fair {
+			fair = append(fair, j)
+		} else {
+			plain = append(plain, j)
+		}
+	}
+	byID := func(a, b parkedJob) int { return cmp.Or(cmp.Compare(a.priority, b.priority), cmp.Compare(a.id, b.id)) }
+	slices.SortFunc(plain, byID)
+	slices.SortFunc(fair, func(a, b parkedJob) int {
+		return cmp.Or(cmp.Compare(a.priority, b.priority), cmp.Compare(a.start, b.start), cmp.Compare(a.id, b.id))
+	})
+	out := make([]parkedJob, 0, min(len(jobs), most))
+	for len(out) < most && (len(plain) > 0 || len(fair) > 0) {
+		if len(plain) == 0 || len(fair) > 0 && byID(fair[0], plain[0]) < 0 {
+			out, fair = append(out, fair[0]), fair[1:]
+		} else {
+			out, plain = append(out, plain[0]), plain[1:]
+		}
+	}
+	return out
 }

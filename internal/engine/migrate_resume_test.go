@@ -2,6 +2,7 @@ package engine_test
 
 import (
 	"context"
+	"slices"
 	"testing"
 
 	"github.com/stretchr/testify/require"
@@ -108,9 +109,11 @@ func TestARevertThatFailedPartWayCanBeRunAgain(t *testing.T) {
 			s := b.Open(t)
 			_, err := s.DB().Exec(ctx, obstacle[b.Name])
 			require.NoError(t, err)
-			reverted, failed := s.MigrateDown(ctx, 2)
+			later := newerThan(t, s, 14) // reverted before 014, newest first
+			slices.Reverse(later)
+			reverted, failed := s.MigrateDown(ctx, len(later)+1)
 			require.ErrorContains(t, failed, "revert migration 014_slot_priority: statement 2 of 2")
-			require.Equal(t, []int{15}, versions(reverted))
+			require.Equal(t, later, versions(reverted))
 			st, err := s.MigrationStatus(ctx)
 			require.NoError(t, err)
 			if s.SQL().TracksMigrationProgress() {
@@ -131,7 +134,7 @@ func TestARevertThatFailedPartWayCanBeRunAgain(t *testing.T) {
 			require.Equal(t, []int{14}, versions(reverted))
 			done, err := s.MigrateUp(ctx, 0)
 			require.NoError(t, err)
-			require.Equal(t, []int{14, 15}, versions(done))
+			require.Equal(t, newerThan(t, s, 13), versions(done))
 			requireAllApplied(t, s)
 		})
 	}

@@ -38,10 +38,14 @@ type rtFair struct{ Tenant string }
 
 func (rtFair) Kind() string { return "rt_fair" }
 
+type rtFairCharge struct{ Tenant string }
+
+func (rtFairCharge) Kind() string { return "rt_fair_charge" }
+
 // populate fills every table of the schema: jobs in every state (ready,
-// scheduled, parked, blocked, running, failed, completed, cancelled), with
-// rate keys, concurrency keys, coalesce keys, fair keys, metadata and
-// attempts; budgets, semaphores, fair keys, a limit override, a recurring
+// scheduled, parked with and without a fair key, blocked, running, failed,
+// completed, cancelled), with rate keys, concurrency keys, coalesce keys,
+// fair keys, metadata and attempts; budgets, semaphores, fair keys, a limit override, a recurring
 // tick, a paused queue and a live process. It returns the ids of the jobs.
 func populate(t *testing.T, s *engine.Store) []int64 {
 	t.Helper()
@@ -61,6 +65,9 @@ func populate(t *testing.T, s *engine.Store) []int64 {
 		jobs.Coalesce(coalesce.Rule[rtRefresh]{Key: func(r rtRefresh) any { return r.Shop }}), jobs.Queue("other")))
 	require.NoError(t, jobs.Register(reg, func(context.Context, *jobs.Job[rtFair]) error { return nil },
 		jobs.Fair(func(f rtFair) any { return f.Tenant }), jobs.Queue("fair")))
+	require.NoError(t, jobs.Register(reg, func(context.Context, *jobs.Job[rtFairCharge]) error { return nil },
+		jobs.Fair(func(f rtFairCharge) any { return f.Tenant }),
+		jobs.RateLimit(ratelimit.Limit[rtFairCharge]{To: 1, Per: time.Hour, Key: "global", Group: "Stripe"})))
 	client := jobs.NewClient(pub, reg, jobs.ClientConfig{Clock: c})
 	var ids []int64
 	add := func(a jobs.Args, opts ...jobs.EnqueueOption) int64 {
@@ -80,12 +87,16 @@ func populate(t *testing.T, s *engine.Store) []int64 {
 	add(rtRefresh{Shop: 2}, jobs.RunAt(t0.Add(time.Hour)))
 	for i := range 3 {
 		add(rtFair{Tenant: fmt.Sprint("t", i%2)})
+		add(rtFairCharge{Tenant: fmt.Sprint("t", i%2)}) // parked beside rtCharge's jobs
 	}
 	w, err := jobs.NewWorker(pub, reg, jobs.WorkerConfig{Clock: c, Logger: slog.New(slog.NewTextHandler(io.Discard, nil)),
 		Queues: []string{"default", "other"}})
 	require.NoError(t, err)
 	_, err = w.Drain(ctx)
 	require.NoError(t, err)
+	parked, err := s.ListJobs(ctx, engine.JobFilter{State: engine.StateParked, Kind: "rt_fair_charge"})
+	require.NoError(t, err)
+	require.NotEmpty(t, parked, "fair jobs parked on Stripe/global")
 	// More work left behind: ready, blocked, scheduled, cancelled, running.
 	add(rtPing{N: 2})
 	add(rtPing{N: 3})

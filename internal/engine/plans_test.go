@@ -89,25 +89,7 @@ func plansOf(t *testing.T, s *engine.Store, stmts map[string]func() (string, []a
 // index or scan it uses instead.
 func postgresGenericPlan(t *testing.T, s *engine.Store, text string, params int) []string {
 	t.Helper()
-	ctx := context.Background()
-	tx, err := s.DB().Begin(ctx)
-	require.NoError(t, err)
-	defer func() { _ = tx.Rollback(ctx) }()
-	_, err = tx.Exec(ctx, "SET LOCAL plan_cache_mode = force_generic_plan")
-	require.NoError(t, err)
-	_, err = tx.Exec(ctx, "PREPARE listed AS "+text)
-	require.NoError(t, err, text)
-	nulls := strings.TrimSuffix(strings.Repeat("NULL, ", params), ", ")
-	rows, err := tx.Query(ctx, "EXPLAIN (FORMAT JSON) EXECUTE listed("+nulls+")")
-	require.NoError(t, err)
-	var out string
-	for rows.Next() {
-		require.NoError(t, rows.Scan(&out))
-	}
-	require.NoError(t, rows.Err())
-	rows.Close()
-	_, err = tx.Exec(ctx, "DEALLOCATE listed")
-	require.NoError(t, err)
+	out := postgresGenericPlanJSON(t, s, text, params)
 	var plans []struct{ Plan planNode }
 	require.NoError(t, json.Unmarshal([]byte(out), &plans), out)
 	var via []string
@@ -131,6 +113,32 @@ func postgresGenericPlan(t *testing.T, s *engine.Store, text string, params int)
 		walk(p.Plan)
 	}
 	return via
+}
+
+// postgresGenericPlanJSON returns PostgreSQL's generic plan of text, as
+// JSON.
+func postgresGenericPlanJSON(t *testing.T, s *engine.Store, text string, params int) string {
+	t.Helper()
+	ctx := context.Background()
+	tx, err := s.DB().Begin(ctx)
+	require.NoError(t, err)
+	defer func() { _ = tx.Rollback(ctx) }()
+	_, err = tx.Exec(ctx, "SET LOCAL plan_cache_mode = force_generic_plan")
+	require.NoError(t, err)
+	_, err = tx.Exec(ctx, "PREPARE listed AS "+text)
+	require.NoError(t, err, text)
+	nulls := strings.TrimSuffix(strings.Repeat("NULL, ", params), ", ")
+	rows, err := tx.Query(ctx, "EXPLAIN (FORMAT JSON) EXECUTE listed("+nulls+")")
+	require.NoError(t, err)
+	var out string
+	for rows.Next() {
+		require.NoError(t, rows.Scan(&out))
+	}
+	require.NoError(t, rows.Err())
+	rows.Close()
+	_, err = tx.Exec(ctx, "DEALLOCATE listed")
+	require.NoError(t, err)
+	return out
 }
 
 // planNode is the part of PostgreSQL's JSON plan the test reads.
@@ -262,4 +270,75 @@ func TestTheFairVirtualTimeIsReadAtTheHeadOfItsLevel(t *testing.T) {
 			t.Logf("%s: %s", name, via[0])
 		}
 	})
+}
+
+// A budget's parked jobs are unparked through their two indexes, one read
+// of each bounded by the budget, in index order (no sort): the cost of an
+// unpark is the jobs it takes, whatever the backlog parked behind them,
+// and the fair stream costs one empty read where no job is fair.
+func TestParkedJobsAreUnparkedThroughTheirIndexes(t *testing.T) {
+	testdb.Each(t, func(t *testing.T, s *engine.Store) {
+		ctx := context.Background()
+		many := make([]engine.NewJob, 2000)
+		for i := range many {
+			many[i] = limited("p", "api/global")
+			if i%2 == 0 {
+				many[i] = fairJob(fmt.Sprintf("k%02d", i%20), 1)
+				many[i].RateKeys = []engine.RateKey{{Key: "api/global", Cost: 1}}
+			}
+			many[i].Priority = i % 3
+		}
+		enqueue(t, s, t0, many...)
+		_, err := s.DB().Exec(ctx, "UPDATE sluice_jobs SET state = 'parked', wait_key = 'api/global'")
+		require.NoError(t, err)
+		text, args := s.SQL().LockParked("api/global", 10)
+		stmts := map[string]func() (string, []any){"LockParked": func() (string, []any) { return text, args }}
+		name := s.Dialect().Name()
+		for stmt, via := range plansOf(t, s, stmts) {
+			require.Len(t, via, 2, "%s: %s reads sluice_jobs twice: %v", name, stmt, via)
+			require.Contains(t, via[0]+via[1], "sluice_jobs_parked_fair", "%s: %v", name, via)
+			for _, v := range via {
+				require.Contains(t, v, "sluice_jobs_parked", "%s: %s", name, stmt)
+			}
+			t.Logf("%s: %v", name, via)
+		}
+		require.False(t, sorts(t, s, text, args), "%s: LockParked sorts", name)
+	})
+}
+
+// sorts reports whether the database's plan for text sorts rows (on
+// PostgreSQL, its generic plan), rather than reading them in index order.
+func sorts(t *testing.T, s *engine.Store, text string, args []any) bool {
+	t.Helper()
+	ctx := context.Background()
+	switch name := s.Dialect().Name(); name {
+	case "postgres":
+		return strings.Contains(postgresGenericPlanJSON(t, s, text, len(args)), `"Node Type": "Sort"`)
+	case "sqlite":
+		rows, err := s.DB().Query(ctx, "EXPLAIN QUERY PLAN "+text, args...)
+		require.NoError(t, err)
+		defer rows.Close()
+		sorted := false
+		for rows.Next() {
+			var id, parent, unused int
+			var detail string
+			require.NoError(t, rows.Scan(&id, &parent, &unused, &detail))
+			sorted = sorted || strings.Contains(detail, "TEMP B-TREE")
+		}
+		require.NoError(t, rows.Err())
+		return sorted
+	case "mysql":
+		rows, err := s.DB().Query(ctx, "EXPLAIN FORMAT=JSON "+text, args...)
+		require.NoError(t, err)
+		defer rows.Close()
+		var out string
+		for rows.Next() {
+			require.NoError(t, rows.Scan(&out))
+		}
+		require.NoError(t, rows.Err())
+		return strings.Contains(out, "filesort")
+	default:
+		t.Fatalf("no plan reader for %s", name)
+		return false
+	}
 }

@@ -67,8 +67,11 @@ func (q *SQL) ReadRepriced(target, after string, interval int64, burst, limit in
 	return q.readRepriced.bind(target, prefix, past, after, interval, int32(burst), limit)
 }
 
-// LockParked selects and locks, skipping locked rows, the first parked
-// jobs of a budget by priority then id. Columns: id, rate_keys, priority.
+// LockParked selects and locks, skipping locked rows, up to limit parked
+// jobs of a budget from each stream: those without a fairness key by
+// priority then id, and fair ones by priority, virtual start, then id
+// (mergeParked merges them). Columns: id, rate_keys, priority, fair_start,
+// fair (1 for a fair job, else 0).
 func (q *SQL) LockParked(key string, limit int) (string, []any) {
 	return q.lockParked.bind(key, limit)
 }

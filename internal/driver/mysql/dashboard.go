@@ -57,10 +57,20 @@ func (Dialect) ReadyAhead(queue string, priority int, id int64, limit int) (stri
 		[]any{queue, priority, priority, id, limit, queue, priority, priority, id, limit, queue, priority, priority, id, limit}
 }
 
-// ParkedAhead counts the jobs parked on a budget before (priority, id).
+// ParkedAhead counts the jobs parked on a budget that get slots before
+// the job (priority, id), in the two parked keys: the budget's jobs
+// without a fairness key before (priority, id), and its fair jobs before
+// the job's (priority, fair_start, id) when it is fair, else before
+// (priority, id). (Unparking merges the two streams at their heads: an
+// estimate, as ReadyAhead's.)
 func (Dialect) ParkedAhead(key string, priority int, id int64, limit int) (string, []any) {
-	return `SELECT count(*) FROM (SELECT 1 FROM sluice_jobs WHERE parked_key = ?
-  AND (priority < ? OR (priority = ? AND id < ?)) LIMIT ?) c`, []any{key, priority, priority, id, limit}
+	return `SELECT (SELECT count(*) FROM (SELECT 1 FROM sluice_jobs WHERE parked_plain = ?
+    AND (priority < ? OR (priority = ? AND id < ?)) LIMIT ?) a)
+  + (SELECT count(*) FROM (SELECT 1 FROM sluice_jobs f JOIN sluice_jobs me ON me.id = ?
+    WHERE f.parked_fair = ? AND f.priority <= ?
+    AND (f.priority < ? OR IF(me.fair_key IS NULL, f.id < ?,
+      f.fair_start < me.fair_start OR (f.fair_start = me.fair_start AND f.id < ?))) LIMIT ?) b)`,
+		[]any{key, priority, priority, id, limit, id, key, priority, priority, id, id, limit}
 }
 
 // SlotsAhead counts the jobs holding a budget's slots before (run_at,

@@ -20,8 +20,8 @@ func (Dialect) Capabilities() engine.Capabilities {
 
 // Replacements replaces the predicates that say a job is in a state with
 // reads of the generated key columns that hold a value only in that state
-// (migrations 007, 010, 013 and 014), each with an index of its own; and its
-// migrations table, lock and progress.
+// (migrations 007, 010, 013, 014 and 016), each with an index of its own;
+// and its migrations table, lock and progress.
 func (Dialect) Replacements() string { return replacements }
 
 const replacements = `
@@ -63,11 +63,17 @@ j.due_at
 -- fragment: ScheduledKey
 j.scheduled_key
 
--- fragment: ParkedJob
-j.parked_key IS NOT NULL
+-- fragment: ParkedPlainJob
+j.parked_plain IS NOT NULL
 
--- fragment: ParkedKey
-j.parked_key
+-- fragment: ParkedPlainKey
+j.parked_plain
+
+-- fragment: ParkedFairJob
+j.parked_fair IS NOT NULL
+
+-- fragment: ParkedFairKey
+j.parked_fair
 
 -- fragment: BlockedJob
 j.blocked_key IS NOT NULL

@@ -57,10 +57,19 @@ func (Dialect) ReadyAhead(queue string, priority int, id int64, limit int) (stri
     AND (priority, id) < ($2, $3) LIMIT $4) c)`, []any{queue, priority, id, limit}
 }
 
-// ParkedAhead counts the jobs parked on a budget before (priority, id).
+// ParkedAhead counts the jobs parked on a budget that get slots before
+// the job (priority, id), in the two parked indexes: the budget's jobs
+// without a fairness key before (priority, id), and its fair jobs before
+// the job's (priority, fair_start, id) when it is fair, else before
+// (priority, id). (Unparking merges the two streams at their heads: an
+// estimate, as ReadyAhead's.)
 func (Dialect) ParkedAhead(key string, priority int, id int64, limit int) (string, []any) {
-	return `SELECT count(*) FROM (SELECT 1 FROM sluice_jobs WHERE state = 'parked' AND wait_key = $1
-  AND (priority, id) < ($2, $3) LIMIT $4) c`, []any{key, priority, id, limit}
+	return `SELECT (SELECT count(*) FROM (SELECT 1 FROM sluice_jobs WHERE state = 'parked' AND fair_key IS NULL AND wait_key = $1
+    AND (priority, id) < ($2, $3) LIMIT $4) a)
+  + (SELECT count(*) FROM (SELECT 1 FROM sluice_jobs f JOIN sluice_jobs me ON me.id = $3
+    WHERE f.state = 'parked' AND f.fair_key IS NOT NULL AND f.wait_key = $1 AND f.priority <= $2
+    AND (f.priority < $2 OR CASE WHEN me.fair_key IS NULL THEN f.id < $3 ELSE (f.fair_start, f.id) < (me.fair_start, $3) END) LIMIT $4) b)`,
+		[]any{key, priority, id, limit}
 }
 
 // SlotsAhead counts the jobs holding a budget's slots before (run_at,

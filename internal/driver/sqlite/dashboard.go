@@ -57,10 +57,20 @@ func (Dialect) ReadyAhead(queue string, priority int, id int64, limit int) (stri
     AND (priority < ?2 OR (priority = ?2 AND id < ?3)) LIMIT ?4))`, []any{queue, priority, id, limit}
 }
 
-// ParkedAhead counts the jobs parked on a budget before (priority, id).
+// ParkedAhead counts the jobs parked on a budget that get slots before
+// the job (priority, id), in the two parked indexes: the budget's jobs
+// without a fairness key before (priority, id), and its fair jobs before
+// the job's (priority, fair_start, id) when it is fair, else before
+// (priority, id). (Unparking merges the two streams at their heads: an
+// estimate, as ReadyAhead's.)
 func (Dialect) ParkedAhead(key string, priority int, id int64, limit int) (string, []any) {
-	return `SELECT count(*) FROM (SELECT 1 FROM sluice_jobs WHERE state = 'parked' AND wait_key = ?1
-  AND (priority < ?2 OR (priority = ?2 AND id < ?3)) LIMIT ?4)`, []any{key, priority, id, limit}
+	return `SELECT (SELECT count(*) FROM (SELECT 1 FROM sluice_jobs WHERE state = 'parked' AND fair_key IS NULL AND wait_key = ?1
+    AND (priority < ?2 OR (priority = ?2 AND id < ?3)) LIMIT ?4))
+  + (SELECT count(*) FROM (SELECT 1 FROM sluice_jobs f JOIN sluice_jobs me ON me.id = ?3
+    WHERE f.state = 'parked' AND f.fair_key IS NOT NULL AND f.wait_key = ?1 AND f.priority <= ?2
+    AND (f.priority < ?2 OR CASE WHEN me.fair_key IS NULL THEN f.id < ?3
+      ELSE f.fair_start < me.fair_start OR (f.fair_start = me.fair_start AND f.id < ?3) END) LIMIT ?4))`,
+		[]any{key, priority, id, limit}
 }
 
 // SlotsAhead counts the jobs holding a budget's slots before (run_at,

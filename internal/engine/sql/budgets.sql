@@ -63,9 +63,19 @@ WHERE parked > 0 AND (name = :target OR (name {Bytewise} >= :prefix AND name {By
 ORDER BY name {Bytewise} LIMIT :limit;
 
 -- name: LockParked
--- A budget's first parked jobs.
-SELECT id, rate_keys, priority FROM sluice_jobs j WHERE {ParkedJob} AND {ParkedKey} = :key
-ORDER BY priority, id LIMIT :limit FOR UPDATE SKIP LOCKED;
+-- A budget's first parked jobs of each stream, each read through its own
+-- index: up to :limit without a fairness key (fair 0), by priority and id,
+-- and up to :limit fair ones (fair 1), by priority and virtual start. The
+-- store merges the two at their heads, as a claim merges its streams, and
+-- unparks the first :limit; the others stay parked, locked until the
+-- transaction ends. (Each locking read sits in a derived table: PostgreSQL
+-- refuses one in a branch of a UNION.)
+SELECT id, rate_keys, priority, fair_start, 0 AS fair FROM (
+  SELECT j.id, j.rate_keys, j.priority, j.fair_start FROM sluice_jobs j WHERE {ParkedPlainJob} AND {ParkedPlainKey} = :key
+  ORDER BY j.priority, j.id LIMIT :limit FOR UPDATE SKIP LOCKED) p
+UNION ALL SELECT id, rate_keys, priority, fair_start, 1 FROM (
+  SELECT j.id, j.rate_keys, j.priority, j.fair_start FROM sluice_jobs j WHERE {ParkedFairJob} AND {ParkedFairKey} = :key
+  ORDER BY j.priority, j.fair_start, j.id LIMIT :limit FOR UPDATE SKIP LOCKED) f;
 
 -- name: LockSlotted
 -- A budget's earliest slotted jobs from :from on that are less urgent than
@@ -76,8 +86,10 @@ WHERE {ScheduledJob} AND {ScheduledKey} = :key AND {DueAt} >= :from AND j.priori
 ORDER BY {DueAt}, id LIMIT :limit FOR UPDATE SKIP LOCKED;
 
 -- name: CountParked
--- A budget's parked jobs, whether or not another transaction holds them.
-SELECT count(*) FROM sluice_jobs j WHERE {ParkedJob} AND {ParkedKey} = :key;
+-- A budget's parked jobs, whether or not another transaction holds them:
+-- both streams.
+SELECT (SELECT count(*) FROM sluice_jobs j WHERE {ParkedPlainJob} AND {ParkedPlainKey} = :key)
+  + (SELECT count(*) FROM sluice_jobs j WHERE {ParkedFairJob} AND {ParkedFairKey} = :key);
 
 -- name: LockIdleBudgets
 -- Budgets whose times have passed and on which no job is parked. (MySQL

@@ -206,12 +206,14 @@ SELECT queue, state, count(*) FROM sluice_jobs GROUP BY queue, state ORDER BY qu
 
 -- name: UnfinishedByState
 -- Each state through its own index, so finished jobs are never read.
--- Ready jobs come in three rows: plain, rate-limited and fair.
+-- Ready jobs come in three rows: plain, rate-limited and fair; parked
+-- ones in two: plain and fair.
 SELECT {ReadyPlainQueue}, 'ready', count(*) FROM sluice_jobs j WHERE {ReadyPlainJob} GROUP BY {ReadyPlainQueue}
 UNION ALL SELECT {ReadyLimitedQueue}, 'ready', count(*) FROM sluice_jobs j WHERE {ReadyLimitedJob} GROUP BY {ReadyLimitedQueue}
 UNION ALL SELECT {ReadyFairQueue}, 'ready', count(*) FROM sluice_jobs j WHERE {ReadyFairJob} GROUP BY {ReadyFairQueue}
 UNION ALL SELECT j.queue, 'scheduled', count(*) FROM sluice_jobs j WHERE {ScheduledJob} GROUP BY j.queue
-UNION ALL SELECT j.queue, 'parked', count(*) FROM sluice_jobs j WHERE {ParkedJob} GROUP BY j.queue
+UNION ALL SELECT j.queue, 'parked', count(*) FROM sluice_jobs j WHERE {ParkedPlainJob} GROUP BY j.queue
+UNION ALL SELECT j.queue, 'parked', count(*) FROM sluice_jobs j WHERE {ParkedFairJob} GROUP BY j.queue
 UNION ALL SELECT j.queue, 'blocked', count(*) FROM sluice_jobs j WHERE {BlockedJob} GROUP BY j.queue
 UNION ALL SELECT j.queue, 'running', count(*) FROM sluice_jobs j WHERE {RunningJob} GROUP BY j.queue
 UNION ALL SELECT {FailedQueue}, 'failed', count(*) FROM sluice_jobs j WHERE {FailedJob} GROUP BY {FailedQueue}

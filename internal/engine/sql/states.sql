@@ -40,10 +40,20 @@ j.run_at
 -- The budget a scheduled job holds a slot of.
 j.wait_key
 
--- fragment: ParkedJob
-j.state = 'parked'
+-- fragment: ParkedPlainJob
+-- A budget's parked jobs are two streams, as ready ones are: those without
+-- a fairness key, unparked by priority and id, and fair ones, unparked by
+-- priority and virtual start.
+j.state = 'parked' AND j.fair_key IS NULL
 
--- fragment: ParkedKey
+-- fragment: ParkedPlainKey
+-- The budget a parked job waits on.
+j.wait_key
+
+-- fragment: ParkedFairJob
+j.state = 'parked' AND j.fair_key IS NOT NULL
+
+-- fragment: ParkedFairKey
 j.wait_key
 
 -- fragment: BlockedJob
