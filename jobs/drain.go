@@ -99,7 +99,7 @@ func (w *Worker) Drain(ctx context.Context) (DrainResult, error) {
 			return out, nil
 		}
 		for i, j := range res.Jobs {
-			beat.BeatIfDue(ctx)
+			beat.BeatIfDue(beatCtx)
 			if w.pid.Load() != pid {
 				// Presumed dead (the drain stalled past DeadAfter) and
 				// registered again: the jobs of the claim not run yet went
