@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"runtime/debug"
 	"sort"
 	"strings"
 	"time"
@@ -91,14 +92,21 @@ type task struct {
 	// promotions and the other tasks keep their pace. busy is set while it
 	// runs there.
 	background, busy bool
+	// owed is the tick of a task that records its ticks whose work failed
+	// after this dispatcher recorded it: the tick is this dispatcher's,
+	// and no other runs it, so this one runs its work again on the next
+	// round, without recording it again, until the work succeeds or a
+	// later tick comes. Zero when nothing is owed.
+	owed time.Time
 }
 
 // taskDone is what a task run in the background reports to the next
 // round of ticks.
 type taskDone struct {
-	t   *task
-	now time.Time
-	err error
+	t    *task
+	now  time.Time
+	owed time.Time
+	err  error
 }
 
 // compileTasks checks every task and built-in, failing with the name of
@@ -217,16 +225,21 @@ func (d *Dispatcher) runTasks(ctx context.Context, now time.Time) (int, error) {
 			continue
 		}
 		tick := latestTick(t.schedule, t.next, now)
+		owed := t.owed
+		if !owed.Equal(tick) {
+			owed = time.Time{} // a later tick came: it is recorded anew
+		}
 		if t.background && d.done != nil {
-			d.inBackground(ctx, t, tick, now)
+			d.inBackground(ctx, t, tick, owed, now)
 			continue
 		}
-		ok, err := d.runTick(ctx, t, tick, now)
+		ok, err := d.runTick(ctx, t, tick, owed, now)
 		if err != nil {
+			t.owed = owedAfter(t, tick, ok)
 			errs = append(errs, err)
 			continue // the same tick is tried again on the next round
 		}
-		t.next = t.schedule.Next(now)
+		t.next, t.owed = t.schedule.Next(now), time.Time{}
 		if ok {
 			ran++
 		}
@@ -234,16 +247,31 @@ func (d *Dispatcher) runTasks(ctx context.Context, now time.Time) (int, error) {
 	return ran, errors.Join(errs...)
 }
 
+// owedAfter is what a task owes after a tick of it failed: the tick, when
+// this dispatcher recorded it (ok) and only its work failed; nothing when
+// the record failed (its transaction rolled back, so that the next round,
+// here or in another dispatcher, records it and runs it).
+func owedAfter(t *task, tick time.Time, ok bool) time.Time {
+	if ok && t.once && t.item == nil {
+		return tick
+	}
+	return time.Time{}
+}
+
 // inBackground runs a task's tick beside the dispatcher's rounds (Run):
 // the round that follows its end moves it to its next tick, or, when it
 // failed, tries the same tick again, as for a task run inline.
-func (d *Dispatcher) inBackground(ctx context.Context, t *task, tick, now time.Time) {
+func (d *Dispatcher) inBackground(ctx context.Context, t *task, tick, owed, now time.Time) {
 	t.busy = true
 	d.background.Add(1)
 	go func() {
 		defer d.background.Done()
-		_, err := d.runTick(ctx, t, tick, now)
-		d.done <- taskDone{t: t, now: now, err: err}
+		ok, err := d.runTick(ctx, t, tick, owed, now)
+		r := taskDone{t: t, now: now, err: err}
+		if err != nil {
+			r.owed = owedAfter(t, tick, ok)
+		}
+		d.done <- r
 	}()
 }
 
@@ -256,9 +284,10 @@ func (d *Dispatcher) finished() {
 			r.t.busy = false
 			if r.err != nil {
 				d.log.Error("sluice: dispatcher task", "task", r.t.key, "err", r.err)
+				r.t.owed = r.owed
 				continue // the same tick is tried again on the next round
 			}
-			r.t.next = r.t.schedule.Next(r.now)
+			r.t.next, r.t.owed = r.t.schedule.Next(r.now), time.Time{}
 		default:
 			return
 		}
@@ -295,11 +324,23 @@ func latestTick(s cron.Schedule, tick, now time.Time) time.Time {
 }
 
 // runTick runs one tick of t: once across dispatchers when t records its
-// ticks. It reports whether it ran.
-func (d *Dispatcher) runTick(ctx context.Context, t *task, tick, now time.Time) (bool, error) {
+// ticks. It reports whether it ran (for a task whose work follows the
+// record of its tick, whether it recorded the tick, even when the work
+// then failed). A tick owed (see task.owed) is not recorded again: its
+// work only runs again.
+func (d *Dispatcher) runTick(ctx context.Context, t *task, tick, owed, now time.Time) (bool, error) {
 	switch {
 	case t.item != nil:
-		return d.store.RunTick(ctx, t.key, tick, now, func(ex engine.Executor) (int64, error) {
+		return d.store.RunTick(ctx, t.key, tick, now, func(ex engine.Executor) (id int64, err error) {
+			// The app's code runs here (enqueue middleware, hooks, a
+			// kind's Cost): one that panics fails the tick, in its
+			// transaction, which rolls back, instead of taking the
+			// dispatcher down at every tick.
+			defer func() {
+				if r := recover(); r != nil {
+					err = fmt.Errorf("enqueue panicked: %v\n%s", r, debug.Stack())
+				}
+			}()
 			res, err := d.cfg.Client.EnqueueIn(ctx, ex, []jobs.Item{*t.item})
 			if err != nil {
 				return 0, err
@@ -307,11 +348,13 @@ func (d *Dispatcher) runTick(ctx context.Context, t *task, tick, now time.Time) 
 			return res[0].ID, nil
 		})
 	case t.once:
-		ok, err := d.store.RunTick(ctx, t.key, tick, now, nil)
-		if err != nil || !ok {
-			return ok, err
+		if owed.IsZero() {
+			ok, err := d.store.RunTick(ctx, t.key, tick, now, nil)
+			if err != nil || !ok {
+				return ok, err
+			}
 		}
-		_, err = t.run(ctx, now)
+		_, err := t.run(ctx, now)
 		return true, err
 	default:
 		_, err := t.run(ctx, now)

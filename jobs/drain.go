@@ -3,8 +3,10 @@ package jobs
 import (
 	"context"
 	"fmt"
+	"time"
 
 	"github.com/sluicequeue/sluice/internal/engine"
+	"github.com/sluicequeue/sluice/internal/heartbeat"
 )
 
 // DrainResult counts what a Drain did.
@@ -30,7 +32,13 @@ func (r DrainResult) Ran() int {
 // slots to parked ones, on the worker's clock, which it never advances:
 // with a fake clock, a test decides when retries and rate-limited jobs come
 // due. Jobs run one at a time in the calling goroutine, with the same
-// claims, limits and outcomes as Run. It is meant for tests and scripts.
+// claims, limits and outcomes as Run; each job's result is written as the
+// job ends. It heartbeats as Run does (every HeartbeatInterval, and before
+// each job once one is due on the worker's clock, so that handlers that
+// advance a fake clock count), so a drain longer than DeadAfter is not
+// presumed dead; one that learns it was anyway (it stalled past DeadAfter)
+// registers again, and claims again instead of running the rest of the
+// claim it had made. It is meant for tests and scripts.
 func (w *Worker) Drain(ctx context.Context) (DrainResult, error) {
 	var out DrainResult
 	if err := w.store.CheckSchema(ctx); err != nil {
@@ -40,6 +48,15 @@ func (w *Worker) Drain(ctx context.Context) (DrainResult, error) {
 		return out, err
 	}
 	defer func() { _ = w.store.DeregisterProcess(context.WithoutCancel(ctx), w.pid.Load()) }()
+	// It heartbeats as Run does, in a goroutine (a handler may run long),
+	// and also before each job: a drain knows when its jobs took time,
+	// even on a fake clock its handlers advance, which the goroutine would
+	// see only when the scheduler gets to it.
+	beat := heartbeat.New(w.store, w.clock, w.storeClock(), w.log, w.cfg.HeartbeatInterval, w.cfg.DeadAfter, &w.pid, w.register)
+	beatCtx, stopBeat := context.WithCancel(context.WithoutCancel(ctx))
+	beaten := make(chan struct{})
+	go func() { defer close(beaten); beat.Run(beatCtx) }()
+	defer func() { stopBeat(); <-beaten }() // before it deregisters
 	for ctx.Err() == nil {
 		now := w.storeClock()
 		if w.limits != nil {
@@ -81,11 +98,23 @@ func (w *Worker) Drain(ctx context.Context) (DrainResult, error) {
 			}
 			return out, nil
 		}
-		batch := make([]result, 0, len(res.Jobs))
-		for _, j := range res.Jobs {
+		for i, j := range res.Jobs {
+			beat.BeatIfDue(beatCtx)
+			if w.pid.Load() != pid {
+				// Presumed dead (the drain stalled past DeadAfter) and
+				// registered again: the jobs of the claim not run yet went
+				// back to ready, and may run elsewhere already. They are
+				// claimed again, not run here under a claim that is no
+				// longer the drain's.
+				w.releaseUnrun(ctx, pid, res.Jobs[i:])
+				break
+			}
 			r := w.execute(ctx, j, &runState{base: w.log, job: j})
 			r.pid = pid
-			batch = append(batch, r)
+			// Written at once, as Run's recorder does: a job that ran is
+			// not left running (to be presumed lost and run again) while
+			// the rest of the claim runs.
+			w.flush([]result{r})
 			switch outcomeOf(r) {
 			case OutcomeCompleted:
 				out.Completed++
@@ -101,7 +130,27 @@ func (w *Worker) Drain(ctx context.Context) (DrainResult, error) {
 				out.Throttled++
 			}
 		}
-		w.flush(batch)
 	}
 	return out, ctx.Err()
+}
+
+// releaseUnrun releases, with their attempts given back, the jobs of a
+// drain's claim under pid that it did not run, once it learned it had been
+// presumed dead: those the reaper released are no longer pid's and stay
+// as they are; those the claim took after the reap, before the drain
+// registered again, would otherwise stay running for a process that no
+// longer exists until presumed lost.
+func (w *Worker) releaseUnrun(ctx context.Context, pid int64, js []*engine.Job) {
+	runs := make([]engine.Run, len(js))
+	ids := make([]int64, len(js))
+	for i, j := range js {
+		runs[i], ids[i] = engine.Run{ID: j.ID, Attempt: j.Attempt}, j.ID
+	}
+	bg, cancel := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Second)
+	defer cancel()
+	if err := w.store.Release(bg, pid, w.storeClock(), runs); err != nil {
+		w.log.Error("sluice: drain: release the jobs of a claim made before this process was presumed dead; they come back when presumed lost", "err", err, "jobs", ids)
+		return
+	}
+	w.log.Warn("sluice: drain: this process was presumed dead; the jobs of its claim not run yet are claimed again", "jobs", ids)
 }

@@ -96,7 +96,23 @@ func (w *Worker) run(ctx context.Context, j *engine.Job, rs *runState) (result, 
 	if err != nil && errors.Is(context.Cause(jctx), ErrJobTimeout) {
 		err = fmt.Errorf("%w after %s: %w", ErrJobTimeout, timeout, err)
 	}
-	return w.outcome(ctx, j, err), err
+	return w.settle(ctx, j, err), err
+}
+
+// settle is outcome, for an error of the handler's: its type's own
+// methods (Error, Unwrap, As, Is), which the outcome calls, may panic — a
+// typed nil pointer returned as an error, say. Such a panic fails the
+// attempt with the panic and its stack, and is logged, instead of taking
+// the process down.
+func (w *Worker) settle(ctx context.Context, j *engine.Job, err error) (res result) {
+	defer func() {
+		if r := recover(); r != nil {
+			perr := fmt.Errorf("the handler returned an error (%T) whose methods panicked: panic: %v\n%s", err, r, debug.Stack())
+			w.log.Error("sluice: a handler's error panicked when read; its attempt fails", "job_id", j.ID, "kind", j.Kind, "attempt", j.Attempt, "err", perr)
+			res = w.failure(j, perr)
+		}
+	}()
+	return w.outcome(ctx, j, err)
 }
 
 // decode reads what the handler of a claimed job is given: its args, its
@@ -196,9 +212,25 @@ func (w *Worker) failure(j *engine.Job, err error) result {
 	}
 	delay := jitter(DefaultBackoff(j.Attempt))
 	if k := w.reg.lookup(j.Kind); k != nil && k.cfg.backoff != nil {
-		delay = k.cfg.backoff(j.Attempt)
+		if d, perr := callBackoff(k.cfg.backoff, j.Attempt); perr != nil {
+			// The kind's own code, as a handler is: it fails nothing more
+			// than the attempt already failed, which is retried after the
+			// default backoff instead (a Backoff that panics on one attempt
+			// likely panics on the next: the job's attempts still run out).
+			w.log.Error("sluice: a kind's Backoff panicked; the job is retried after the default backoff",
+				"job_id", j.ID, "kind", j.Kind, "attempt", j.Attempt, "retry_in", delay, "err", perr)
+		} else {
+			delay = d
+		}
 	}
 	return result{id: j.ID, t: engine.Transition{ID: j.ID, State: engine.StateScheduled, Wait: delay, Error: errorText(err)}}
+}
+
+// callBackoff calls a kind's Backoff, returning its panic, with the stack,
+// as an error.
+func callBackoff(f func(attempt int) time.Duration, attempt int) (d time.Duration, err error) {
+	defer recoverInto(&err)
+	return f(attempt), nil
 }
 
 // errorText is the text kept with a job for err: valid UTF-8 without NUL

@@ -114,8 +114,12 @@ func (rs *runState) logger() *slog.Logger {
 // job that ctx runs while it still runs: its shutdown timeout and grace
 // passed, the job goes back to ready, and its run's outcome will never be
 // recorded. Middleware that opened something for the run (a span) closes
-// it there. The returned stop cancels the call; it reports whether it did
-// (false once f has been called). Outside a run f is never called.
+// it there. The worker calls f once it has written the release (or failed
+// to: the job then comes back when the process is presumed dead); an f
+// that panics is logged with its stack and changes nothing. Registered
+// after the release, f is called at once in a goroutine of its own. The
+// returned stop cancels the call; it reports whether it did (false once f
+// has been called). Outside a run f is never called.
 func OnRelease(ctx context.Context, f func()) (stop func() bool) {
 	rs, ok := ctx.Value(runKey{}).(*runState)
 	if !ok || f == nil {
@@ -124,7 +128,7 @@ func OnRelease(ctx context.Context, f func()) (stop func() bool) {
 	rs.mu.Lock()
 	defer rs.mu.Unlock()
 	if rs.released {
-		go f()
+		go rs.call(f)
 		return func() bool { return false }
 	}
 	i := len(rs.onRelease)
@@ -140,7 +144,7 @@ func OnRelease(ctx context.Context, f func()) (stop func() bool) {
 	}
 }
 
-// release calls the run's release functions.
+// release calls the run's release functions, each under call.
 func (rs *runState) release() {
 	rs.mu.Lock()
 	rs.released = true
@@ -149,7 +153,26 @@ func (rs *runState) release() {
 	rs.mu.Unlock()
 	for _, f := range fs {
 		if f != nil {
-			f()
+			rs.call(f)
 		}
 	}
+}
+
+// call calls a release function; one that panics is logged with its stack,
+// and changes nothing else: the job was released (or its release failed,
+// and is left to the reaper) whatever it does.
+func (rs *runState) call(f func()) {
+	if err := tryCall(f); err != nil {
+		// Not rs.logger(): the attributes middleware added are its code too.
+		j := rs.job
+		rs.base.Error("sluice: a release callback (jobs.OnRelease) panicked; the worker carries on",
+			"job_id", j.ID, "kind", j.Kind, "queue", j.Queue, "attempt", j.Attempt, "err", err)
+	}
+}
+
+// tryCall calls f, and returns its panic, with the stack, as an error.
+func tryCall(f func()) (err error) {
+	defer recoverInto(&err)
+	f()
+	return nil
 }

@@ -139,7 +139,8 @@ type backoffOption func(int) time.Duration
 
 // Backoff replaces the retry delay after a failed attempt (1 for the first
 // failure), used exactly as returned. Defaults to DefaultBackoff with ±10%
-// jitter.
+// jitter, which is also the delay of a retry whose Backoff panicked (the
+// panic is logged with its stack).
 func Backoff(f func(attempt int) time.Duration) RegisterOption { return backoffOption(f) }
 
 func (b backoffOption) applyRegister(c *kindConfig) error {

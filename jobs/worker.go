@@ -891,9 +891,6 @@ func (w *Worker) shutdown(stopJobs context.CancelCauseFunc) {
 		runs = append(runs, &rj.run)
 	}
 	w.mu.Unlock()
-	for _, rs := range runs {
-		rs.release()
-	}
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
 	for pid, rs := range byPID {
@@ -908,6 +905,13 @@ func (w *Worker) shutdown(stopJobs context.CancelCauseFunc) {
 			continue
 		}
 		w.log.Warn("sluice: released jobs still running at shutdown", "jobs", ids)
+	}
+	// Once the releases are written: the callbacks are the app's code
+	// (each guarded: one that panics is logged), and neither their time
+	// nor their panics may keep a job from going back to ready. Their
+	// runs' outcomes are ignored either way, even where a release failed.
+	for _, rs := range runs {
+		rs.release()
 	}
 }
 

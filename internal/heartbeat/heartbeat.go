@@ -6,6 +6,7 @@ package heartbeat
 import (
 	"context"
 	"log/slog"
+	"sync"
 	"sync/atomic"
 	"time"
 
@@ -18,7 +19,41 @@ import (
 // process reaped it, and releases the jobs of processes whose heartbeat is
 // older than deadAfter. It returns when ctx is done.
 func Run(ctx context.Context, s *engine.Store, c clock.Clock, sc engine.Clock, log *slog.Logger, interval, deadAfter time.Duration, pid *atomic.Int64, reregister func(context.Context) error) {
-	t := c.NewTimer(interval)
+	New(s, c, sc, log, interval, deadAfter, pid, reregister).Run(ctx)
+}
+
+// Loop is Run's loop, whose beats may also be asked for between its own
+// (BeatIfDue): by a process that does its work inline, as a drain does,
+// and so knows when time passed for it — on a fake clock a handler that
+// advances it, which the loop's goroutine would see only when the
+// scheduler gets to it. Its beats, whoever asks for them, are one at a
+// time: a process reaped registers again once.
+type Loop struct {
+	s          *engine.Store
+	c          clock.Clock
+	sc         engine.Clock
+	log        *slog.Logger
+	interval   time.Duration
+	deadAfter  time.Duration
+	pid        *atomic.Int64
+	reregister func(context.Context) error
+
+	mu sync.Mutex
+	// next is when the next beat is due: interval after the last began.
+	next time.Time
+}
+
+// New returns the heartbeat loop of the process pid names, just
+// registered (its first beat is due interval from now); see Run.
+func New(s *engine.Store, c clock.Clock, sc engine.Clock, log *slog.Logger, interval, deadAfter time.Duration, pid *atomic.Int64, reregister func(context.Context) error) *Loop {
+	return &Loop{s: s, c: c, sc: sc, log: log, interval: interval, deadAfter: deadAfter, pid: pid, reregister: reregister,
+		next: c.Now().Add(interval)}
+}
+
+// Run beats every interval until ctx is done; a beat BeatIfDue made
+// meanwhile puts its next one off.
+func (l *Loop) Run(ctx context.Context) {
+	t := l.c.NewTimer(l.interval)
 	defer t.Stop()
 	for {
 		select {
@@ -26,9 +61,23 @@ func Run(ctx context.Context, s *engine.Store, c clock.Clock, sc engine.Clock, l
 			return
 		case <-t.C():
 		}
-		Beat(ctx, s, sc, log, deadAfter, pid, reregister)
-		t.Reset(interval)
+		t.Reset(l.BeatIfDue(ctx))
 	}
+}
+
+// BeatIfDue beats now if a beat is due (interval has passed since the
+// last one began), after any beat under way, and returns how long until
+// the next one is.
+func (l *Loop) BeatIfDue(ctx context.Context) time.Duration {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	now := l.c.Now()
+	if now.Before(l.next) {
+		return l.next.Sub(now)
+	}
+	Beat(ctx, l.s, l.sc, l.log, l.deadAfter, l.pid, l.reregister)
+	l.next = now.Add(l.interval)
+	return l.interval
 }
 
 // Beat is one round of Run.

@@ -11,14 +11,14 @@ import (
 	"github.com/sluicequeue/sluice/internal/testdb"
 )
 
-// Probe (passes): guarantees.md, "A worker that dies": "Any live worker or
+// guarantees.md, "A worker that dies": "Any live worker or
 // dispatcher that finds a heartbeat older than 5 minutes (DeadAfter)
 // releases that process's running jobs back to ready, counting the lost
 // run as an attempt"; scaling.md/operations.md: several processes run
 // against one database. Two processes, on their own pools, reaping the
 // same dead process at once release each of its jobs once and count one
 // attempt each.
-func TestReviewTwoReapersAtOnceReleaseEachLostJobOnce(t *testing.T) {
+func TestTwoReapersAtOnceReleaseEachLostJobOnce(t *testing.T) {
 	testdb.EachPool(t, func(t *testing.T, s *engine.Store, open func() *engine.Store) {
 		ctx := context.Background()
 		other := open()

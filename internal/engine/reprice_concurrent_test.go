@@ -14,16 +14,16 @@ import (
 	"github.com/sluicequeue/sluice/ratelimit"
 )
 
-// reviewLimits are the limits a walk switches k between.
-var reviewLimits = []struct {
+// walkLimits are the limits a walk switches k between.
+var walkLimits = []struct {
 	to    int
 	per   time.Duration
 	burst int
 }{{2, time.Second, 1}, {6, time.Second, 3}, {1, 2 * time.Second, 1}, {0, time.Second, 1}, {4, time.Second, 4}, {3, 500 * time.Millisecond, 2}}
 
-// reviewAdmission is one charge of a budget, with the version of the limit
+// walkAdmission is one charge of a budget, with the version of the limit
 // the claim decided under.
-type reviewAdmission struct {
+type walkAdmission struct {
 	at      time.Time
 	version int
 }
@@ -44,7 +44,7 @@ type reviewAdmission struct {
 // under each limit no window of its Per holds more than its To on any
 // budget ("At most To claims in any window of length Per", checked under
 // one limit at a time, as the model test checks it).
-func TestReviewRepriceBesideConcurrentClaimsLosesNothingAndKeepsTheBound(t *testing.T) {
+func TestRepriceBesideConcurrentClaimsLosesNothingAndKeepsTheBound(t *testing.T) {
 	testdb.EachPool(t, func(t *testing.T, s *engine.Store, open func() *engine.Store) {
 		ctx := context.Background()
 		keys := []string{"k/a", "k/b", "k/c", "k/d"}
@@ -73,7 +73,7 @@ func TestReviewRepriceBesideConcurrentClaimsLosesNothingAndKeepsTheBound(t *test
 
 		var mu sync.Mutex
 		claimedBy := map[int64]int{}
-		admits := map[string][]reviewAdmission{}
+		admits := map[string][]walkAdmission{}
 		var errs []error
 		fail := func(what string, err error) {
 			mu.Lock()
@@ -82,7 +82,7 @@ func TestReviewRepriceBesideConcurrentClaimsLosesNothingAndKeepsTheBound(t *test
 		}
 		hints := make([][]string, len(claimers))
 		limitOf := func(v int) (limits, ratelimit.Spec) {
-			c := reviewLimits[v%len(reviewLimits)]
+			c := walkLimits[v%len(walkLimits)]
 			sp := spec(t, "k", c.to, c.per, c.burst)
 			return limits{"k": sp}, sp
 		}
@@ -121,7 +121,7 @@ func TestReviewRepriceBesideConcurrentClaimsLosesNothingAndKeepsTheBound(t *test
 							claimedBy[j.ID]++
 							done = append(done, engine.Run{ID: j.ID, Attempt: j.Attempt})
 							for _, rk := range j.RateKeys {
-								admits[rk.Key] = append(admits[rk.Key], reviewAdmission{at: res.DecidedAt, version: v})
+								admits[rk.Key] = append(admits[rk.Key], walkAdmission{at: res.DecidedAt, version: v})
 							}
 						}
 						mu.Unlock()
@@ -152,7 +152,7 @@ func TestReviewRepriceBesideConcurrentClaimsLosesNothingAndKeepsTheBound(t *test
 		}
 		// Then a limit loose enough to drain the rest (choice 4: 4 a
 		// second at once, switched to only after the walk).
-		last := 150/15 + len(reviewLimits) - (150/15)%len(reviewLimits) + 4
+		last := 150/15 + len(walkLimits) - (150/15)%len(walkLimits) + 4
 		for ; step < 2000 && func() bool { mu.Lock(); defer mu.Unlock(); return completed < total && len(errs) == 0 }(); step++ {
 			round(step, last)
 		}

@@ -17,8 +17,8 @@ import (
 // comes back for its rate-limit slot to find its key's slot taken (the job
 // its slot went to still runs) is blocked, in the claim that promotes it,
 // and spends nothing of its budget; once the slot comes back it runs,
-// charged once. (It passes.)
-func TestReviewAJobBlockedOnItsSlotSpendsNoRateBudget(t *testing.T) {
+// charged once.
+func TestAJobBlockedOnItsSlotSpendsNoRateBudget(t *testing.T) {
 	testdb.Each(t, func(t *testing.T, s *engine.Store) {
 		ctx := context.Background()
 		lim := limits{"k": spec(t, "k", 1, 10*time.Second, 1), "o": spec(t, "o", 1, 10*time.Second, 1)}

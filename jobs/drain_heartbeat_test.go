@@ -1,0 +1,170 @@
+package jobs_test
+
+import (
+	"context"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/sluicequeue/sluice/internal/engine"
+	"github.com/sluicequeue/sluice/jobs"
+)
+
+// guarantees.md, "Delivery": "A claimed job runs at least once and, in the
+// normal course, exactly once"; only "A worker that dies ... stops
+// heartbeating" and is presumed dead. Drain (jobs/drain.go: "the same
+// claims, limits and outcomes as Run", for tests and scripts) registered a
+// process but never heartbeat: a drain that lasted longer than DeadAfter
+// while any worker or dispatcher ran was presumed dead. Its claimed batch
+// was released and ran again (here, in the drain itself), and the results
+// of the first runs were ignored. It heartbeats now, before each job too,
+// so that its handlers' time counts on a fake clock as on the system's.
+func TestADrainLongerThanDeadAfterIsNotPresumedDead(t *testing.T) {
+	each(t, func(t *testing.T, h *harness) {
+		ctx := context.Background()
+		var mu sync.Mutex
+		runs := map[int]int{}
+		require.NoError(t, jobs.Register(h.reg, func(_ context.Context, j *jobs.Job[noop]) error {
+			mu.Lock()
+			runs[j.Args.N]++
+			first := runs[j.Args.N] == 1
+			mu.Unlock()
+			if !first {
+				return nil
+			}
+			h.clock.Advance(40 * time.Second) // each job takes 40 s
+			if j.Args.N == 10 {
+				// 6m40s into the drain, a dispatcher's (or a worker's)
+				// heartbeat looks for dead processes.
+				_, err := h.store.ReapDeadProcesses(ctx, engine.HostTime(h.clock.Now), jobs.DefaultDeadAfter)
+				assertNoErr(t, err)
+			}
+			return nil
+		}))
+		for i := 1; i <= 10; i++ {
+			h.enqueue(noop{N: i})
+		}
+		res := h.drain(jobs.WorkerConfig{JobTimeout: -1})
+		mu.Lock()
+		defer mu.Unlock()
+		for i := 1; i <= 10; i++ {
+			require.Equal(t, 1, runs[i], "job %d ran %d times (%d runs completed in all)", i, runs[i], res.Completed)
+		}
+	})
+}
+
+// One job of a drain that runs longer than DeadAfter keeps the drain alive
+// too: its heartbeat goes on beside the handler, as Run's does.
+func TestADrainsJobLongerThanDeadAfterIsNotPresumedDead(t *testing.T) {
+	each(t, func(t *testing.T, h *harness) {
+		ctx := context.Background()
+		runs := 0
+		require.NoError(t, jobs.Register(h.reg, func(context.Context, *jobs.Job[noop]) error {
+			runs++
+			if runs > 1 {
+				return nil
+			}
+			// Seven minutes, one at a time: each minute the drain's
+			// heartbeat beats, then waits for the next.
+			for i := 1; i <= 7; i++ {
+				if !waitTimer(t, h, t0.Add(time.Duration(i)*time.Minute)) {
+					return nil
+				}
+				h.clock.Advance(time.Minute)
+			}
+			if !waitTimer(t, h, t0.Add(8*time.Minute)) { // the last beat is over
+				return nil
+			}
+			n, err := h.store.ReapDeadProcesses(ctx, engine.HostTime(h.clock.Now), jobs.DefaultDeadAfter)
+			assertNoErr(t, err)
+			if n != 0 {
+				t.Errorf("the drain was presumed dead: %d jobs released", n)
+			}
+			return nil
+		}))
+		id := h.enqueue(noop{})
+		res := h.drain(jobs.WorkerConfig{JobTimeout: -1})
+		require.Equal(t, 1, runs, "the job ran once")
+		require.Equal(t, 1, res.Completed)
+		require.Equal(t, engine.StateCompleted, h.job(id).State)
+	})
+}
+
+// waitTimer waits for a timer of h's clock at at, reporting (as an error
+// of t) when none comes.
+func waitTimer(t *testing.T, h *harness, at time.Time) bool {
+	select {
+	case <-h.clock.WaitForTimerAt(at):
+		return true
+	case <-time.After(30 * time.Second):
+		t.Errorf("no timer at %s: the drain does not heartbeat", at.Sub(t0))
+		return false
+	}
+}
+
+// A drain writes each job's result as the job ends, as Run's recorder
+// does: it wrote them only once its whole claim (Concurrency jobs) had
+// run, so a job that had run stayed running meanwhile, to run again if the
+// drain was presumed dead.
+func TestADrainWritesEachResultAsItsJobEnds(t *testing.T) {
+	each(t, func(t *testing.T, h *harness) {
+		var first int64
+		var seen engine.State
+		require.NoError(t, jobs.Register(h.reg, func(_ context.Context, j *jobs.Job[noop]) error {
+			if j.Args.N == 2 {
+				seen = h.job(first).State
+			}
+			return nil
+		}))
+		first = h.enqueue(noop{N: 1})
+		h.enqueue(noop{N: 2})
+		require.Equal(t, 2, h.drain(jobs.WorkerConfig{}).Completed)
+		require.Equal(t, engine.StateCompleted, seen, "the first job's result is written before the second runs")
+	})
+}
+
+// A drain that learns from its heartbeat that it was presumed dead (it
+// stalled past DeadAfter, and another process released its jobs) runs no
+// more of the claim it made before: those jobs went back to ready, and may
+// be running elsewhere already. It claims them again, as the process it
+// registered anew. Each runs once; only the job it was running when
+// presumed dead runs again (at least once).
+func TestADrainPresumedDeadRunsNoMoreOfItsLostClaim(t *testing.T) {
+	each(t, func(t *testing.T, h *harness) {
+		ctx := context.Background()
+		var mu sync.Mutex
+		runs := map[int]int{}
+		require.NoError(t, jobs.Register(h.reg, func(_ context.Context, j *jobs.Job[noop]) error {
+			mu.Lock()
+			runs[j.Args.N]++
+			first := runs[j.Args.N] == 1
+			mu.Unlock()
+			if j.Args.N == 1 && first {
+				// The drain stalls: another process, an hour on, presumes
+				// it dead and releases its claim. A minute later the
+				// drain's heartbeat is due, and tells it.
+				n, err := h.store.ReapDeadProcesses(ctx, engine.At(h.clock.Now().Add(time.Hour)), jobs.DefaultDeadAfter)
+				assertNoErr(t, err)
+				if n != 3 {
+					t.Errorf("the reap released %d jobs, not the claim's 3", n)
+				}
+				h.clock.Advance(time.Minute)
+			}
+			return nil
+		}))
+		var ids []int64
+		for i := 1; i <= 3; i++ {
+			ids = append(ids, h.enqueue(noop{N: i}))
+		}
+		res := h.drain(jobs.WorkerConfig{JobTimeout: -1})
+		mu.Lock()
+		defer mu.Unlock()
+		require.Equal(t, map[int]int{1: 2, 2: 1, 3: 1}, runs, "the claim's jobs not run yet run once, after the drain registered again")
+		require.Equal(t, 4, res.Completed, "Drain counts runs: the lost one completed too")
+		for _, id := range ids {
+			require.Equal(t, engine.StateCompleted, h.job(id).State)
+		}
+	})
+}
