@@ -121,3 +121,27 @@ func TestPropertyALooserLimitKeepsItsToAcrossTheChange(t *testing.T) {
 		}
 	})
 }
+
+// Two workers that see the limit differently (a rolling deploy, or an
+// override one has read and the other not yet) each prepare the budget
+// under their own limit: the looser one converts the debt and records its
+// limit, the tighter one keeps the state and records its own. Sixty
+// claims of each in 60 ms must not wear the debt away: under one per 5 s
+// or one per 6 s, nothing is admitted 60 ms after an admission.
+func TestAlternatingLimitsDoNotWearTheDebtAway(t *testing.T) {
+	old := params(t, 10, time.Minute, 1)    // T = 6 s
+	looser := params(t, 12, time.Minute, 1) // T = 5 s
+	require.True(t, looser.Loosens(old))
+	var s ratelimit.State
+	now := 1000 * sec
+	ok, _ := old.Allow(&s, now, 1)
+	require.True(t, ok)
+	for i := range 60 {
+		at := now + int64(i)*int64(time.Millisecond)
+		looser.CarryDebt(&s, at, old)
+		old.CarryDebt(&s, at, looser)
+	}
+	ok, earliest := looser.Check(s, now+60*int64(time.Millisecond), 1)
+	require.False(t, ok, "admitted again 60 ms later; TAT is %v after the admission", time.Duration(s.TAT-now))
+	require.GreaterOrEqual(t, earliest, now+5*sec, "no sooner than one new interval after the admission")
+}

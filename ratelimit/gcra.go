@@ -113,16 +113,22 @@ func (p Params) Slot(s *State, earliest int64, cost int) int64 {
 // again within that burst's worth of new intervals. After a pause (whose
 // interval says nothing of the admissions before it) the debt is capped at
 // b intervals of p instead, so admissions resume within one new interval.
-// A tighter limit starts from the state as left.
+// A conversion never lowers the debt below that cap (nor raises it above
+// the debt it had), so workers that take turns under two limits cannot
+// wear it away. A tighter limit starts from the state as left.
 func (p Params) CarryDebt(s *State, now int64, prev Params) {
 	if !p.Loosens(prev) || s.TAT <= now {
 		return
 	}
+	capped := min(s.TAT, now+int64(p.Burst)*p.Interval)
 	if prev.Paused {
-		s.TAT = min(s.TAT, now+int64(p.Burst)*p.Interval)
+		s.TAT = capped
 		return
 	}
-	s.TAT = now + scaleUp(uint64(s.TAT-now), uint64(p.Interval), uint64(prev.Interval))
+	// Never below the cap: workers that disagree on the limit (a rolling
+	// deploy, an override not yet read everywhere) take turns converting
+	// the same debt, and each turn would shrink it again.
+	s.TAT = max(capped, now+scaleUp(uint64(s.TAT-now), uint64(p.Interval), uint64(prev.Interval)))
 }
 
 // scaleUp returns ⌈d·num/den⌉ for num < den, without overflow: the result
