@@ -39,3 +39,31 @@ func TestReviewASnoozeWrittenAgainLeavesTheNextRunAtTheSameAttemptAlone(t *testi
 		require.Equal(t, engine.StateRunning, j.State, "the new run goes on; the stale snooze moved it")
 	})
 }
+
+// The same with an upstream's 429, which gives the job's concurrency slot
+// back: written again, it gives the new run's slot away too, and a second
+// job of the key runs beside it under a limit of 1.
+func TestReviewA429WrittenAgainGivesTheNextRunsSlotAway(t *testing.T) {
+	testdb.Each(t, func(t *testing.T, s *engine.Store) {
+		ctx := context.Background()
+		id := enqueue(t, s, t0, slotted("c", 1))[0]
+		pid := register(t, s, t0)
+		require.Len(t, claim(t, s, pid, t0, 1).Jobs, 1)
+		run := engine.Run{ID: id, Attempt: 1}
+		batch := engine.Outcomes{
+			Others:      []engine.Transition{{ID: id, Attempt: 1, State: engine.StateScheduled, AttemptDelta: -1, Error: "429"}},
+			SlotHolders: []engine.Run{run},
+		}
+		require.NoError(t, s.Finish(ctx, pid, engine.At(at(time.Second)), batch))
+		_, _, err := s.Promote(ctx, engine.At(at(2*time.Second)), 10)
+		require.NoError(t, err)
+		again := claim(t, s, pid, at(2*time.Second), 1).Jobs
+		require.Len(t, again, 1)
+		require.Equal(t, 1, again[0].Attempt)
+		other := enqueue(t, s, at(2*time.Second), slotted("c", 1))[0]
+		require.Equal(t, engine.StateBlocked, state(t, s, other).State)
+
+		require.NoError(t, s.Finish(ctx, pid, engine.At(at(3*time.Second)), batch)) // written again
+		require.Equal(t, engine.StateBlocked, state(t, s, other).State, "the new run's slot was given to another job of the key")
+	})
+}
