@@ -38,7 +38,7 @@ func TestAFailedCleanUpIsTriedAgainOnTheNextRound(t *testing.T) {
 		cl, err := s.Claim(ctx, engine.ClaimParams{ProcessID: pid, Queues: []string{"default"}, Max: 1, Clock: engine.At(t0)})
 		require.NoError(t, err)
 		require.Len(t, cl.Jobs, 1)
-		require.NoError(t, s.Finish(ctx, pid, engine.At(t0), engine.Outcomes{Completed: []engine.Run{{ID: id, Attempt: 1}}}))
+		require.NoError(t, s.Finish(ctx, pid, engine.At(t0), engine.Outcomes{Completed: []engine.Run{{ID: id, Claim: 1}}}))
 
 		db := &flakyCleanUpDB{DB: s.DB()}
 		c := clock.NewFake(t0) // 12:00: the first hourly tick is 13:00
@@ -110,7 +110,7 @@ func finishedJob(t *testing.T, s *engine.Store) int64 {
 	cl, err := s.Claim(ctx, engine.ClaimParams{ProcessID: pid, Queues: []string{"default"}, Max: 1, Clock: engine.At(t0)})
 	require.NoError(t, err)
 	require.Len(t, cl.Jobs, 1)
-	require.NoError(t, s.Finish(ctx, pid, engine.At(t0), engine.Outcomes{Completed: []engine.Run{{ID: id, Attempt: 1}}}))
+	require.NoError(t, s.Finish(ctx, pid, engine.At(t0), engine.Outcomes{Completed: []engine.Run{{ID: id, Claim: 1}}}))
 	return id
 }
 

@@ -221,9 +221,9 @@ func TestFinishedJobsAreClearedAfterTheirRetention(t *testing.T) {
 		require.NoError(t, err)
 		_, err = s.Claim(ctx, engine.ClaimParams{ProcessID: pid, Queues: []string{"q"}, Max: 3, Clock: engine.HostTime(c.Now)})
 		require.NoError(t, err)
-		require.NoError(t, s.Finish(ctx, pid, engine.At(t0), engine.Outcomes{Completed: []engine.Run{{ID: res[0].ID, Attempt: 1}},
-			Others: []engine.Transition{{ID: res[1].ID, Attempt: 1, State: engine.StateFailed, Finished: true}}}))
-		require.NoError(t, s.Finish(ctx, pid, engine.At(t0.Add(2*time.Hour)), engine.Outcomes{Completed: []engine.Run{{ID: res[2].ID, Attempt: 1}}}))
+		require.NoError(t, s.Finish(ctx, pid, engine.At(t0), engine.Outcomes{Completed: []engine.Run{{ID: res[0].ID, Claim: 1}},
+			Others: []engine.Transition{{ID: res[1].ID, Claim: 1, State: engine.StateFailed, Finished: true}}}))
+		require.NoError(t, s.Finish(ctx, pid, engine.At(t0.Add(2*time.Hour)), engine.Outcomes{Completed: []engine.Run{{ID: res[2].ID, Claim: 1}}}))
 		d := newDispatcher(t, s, dispatcher.Config{Clock: c, Logger: quiet(), Maintenance: dispatcher.Maintenance{Retention: 24 * time.Hour}})
 		c.Set(t0.Add(25 * time.Hour)) // the 13:00 tick of the next day
 		_, err = d.Tick(ctx)

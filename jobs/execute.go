@@ -25,10 +25,13 @@ const maxBatchErrorBytes = 1 << 20
 type result struct {
 	pid int64
 	id  int64
-	// attempt is the attempt the run was claimed at (Job.Attempt): with
-	// pid, the run its result is for, which counts only while the job
-	// still runs at it (a lost run's does not).
-	attempt  int
+	// attempt is the attempt the run was claimed at (Job.Attempt).
+	attempt int
+	// claim is the claim that made the run (Job.Claims): with pid, the run
+	// its result is for, which counts only while the job still runs under
+	// it (a lost run's does not, nor a result written again once the job
+	// was claimed again, even at the same attempt).
+	claim    int64
 	complete bool
 	t        engine.Transition
 	// holdsSlot is set when the job held a concurrency slot when claimed.
@@ -63,7 +66,7 @@ func (r result) givesSlotBack() bool { return r.final() || r.throttled }
 func (w *Worker) execute(ctx context.Context, j *engine.Job, rs *runState) result {
 	began := time.Now()
 	res, err := w.run(ctx, j, rs)
-	res.attempt, res.holdsSlot, res.withCalls, res.job = j.Attempt, j.HoldsSlot, j.Calls > 1, j
+	res.attempt, res.claim, res.holdsSlot, res.withCalls, res.job = j.Attempt, j.Claims, j.HoldsSlot, j.Calls > 1, j
 	if w.hooks.OnFinish != nil {
 		w.hooks.OnFinish(FinishEvent{
 			JobID: j.ID, Kind: j.Kind, Queue: j.Queue, Attempt: j.Attempt,
@@ -368,7 +371,7 @@ func (w *Worker) refused(r result, dbErr error) result {
 		// Not reached: every result the worker makes carries its job.
 		out = result{id: r.id, t: engine.Transition{ID: r.id, State: engine.StateFailed, Error: err.Error(), Finished: true}}
 	}
-	out.pid, out.attempt, out.holdsSlot, out.withCalls, out.job, out.refused = r.pid, r.attempt, r.holdsSlot, r.withCalls, r.job, true
+	out.pid, out.attempt, out.claim, out.holdsSlot, out.withCalls, out.job, out.refused = r.pid, r.attempt, r.claim, r.holdsSlot, r.withCalls, r.job, true
 	return out
 }
 
@@ -437,7 +440,7 @@ func (rc recorder) split(pid int64, rs []result, err error) {
 func outcomes(rs []result) engine.Outcomes {
 	var o engine.Outcomes
 	for _, r := range rs {
-		run := engine.Run{ID: r.id, Attempt: r.attempt}
+		run := engine.Run{ID: r.id, Claim: r.claim}
 		if r.complete {
 			o.Completed = append(o.Completed, run)
 			if r.withCalls {
@@ -448,7 +451,7 @@ func outcomes(rs []result) engine.Outcomes {
 			}
 		} else {
 			t := r.t
-			t.Attempt = r.attempt
+			t.Claim = r.claim
 			o.Others = append(o.Others, t)
 		}
 		for _, p := range r.pushes {

@@ -807,7 +807,7 @@ func (w *Worker) start(ctx context.Context, j *engine.Job, pid int64) {
 				// its goroutine ends, but its attempt fails and its slot
 				// here is freed, as for an error.
 				res = w.failure(j, errGoexit)
-				res.attempt, res.holdsSlot, res.withCalls, res.job = j.Attempt, j.HoldsSlot, j.Calls > 1, j
+				res.attempt, res.claim, res.holdsSlot, res.withCalls, res.job = j.Attempt, j.Claims, j.HoldsSlot, j.Calls > 1, j
 			}
 			w.ran(rj, res)
 		}()
@@ -887,7 +887,7 @@ func (w *Worker) shutdown(stopJobs context.CancelCauseFunc) {
 	var runs []*runState
 	for rj := range w.running {
 		rj.released = true
-		byPID[rj.pid] = append(byPID[rj.pid], engine.Run{ID: rj.job.ID, Attempt: rj.job.Attempt})
+		byPID[rj.pid] = append(byPID[rj.pid], engine.Run{ID: rj.job.ID, Claim: rj.job.Claims})
 		runs = append(runs, &rj.run)
 	}
 	w.mu.Unlock()

@@ -144,7 +144,7 @@ func TestALostRunsFailureKeepsNoAttemptForAnotherProcesssRun(t *testing.T) {
 
 		// The paused process comes back and writes its lost run's failure.
 		require.NoError(t, s.Finish(ctx, paused, engine.At(at(11*time.Minute)), engine.Outcomes{Others: []engine.Transition{
-			{ID: id, Attempt: 1, State: engine.StateScheduled, RunAt: at(12 * time.Minute), Error: "stale: the lost run failed"},
+			{ID: id, Claim: 1, State: engine.StateScheduled, RunAt: at(12 * time.Minute), Error: "stale: the lost run failed"},
 		}}))
 		j := state(t, s, id)
 		require.Equal(t, engine.StateRunning, j.State)

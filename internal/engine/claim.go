@@ -344,6 +344,7 @@ func (s *Store) claim(ctx context.Context, tx Tx, p ClaimParams, res *ClaimResul
 		for i, j := range admitted {
 			ids[i] = j.ID
 			j.Attempt++
+			j.Claims++
 			j.ClaimedAt = now
 		}
 		if !res.marked {
@@ -575,7 +576,7 @@ func scanJob(rows Rows, extra ...any) (*Job, error) {
 	var created, runAt int64
 	var deferredAt nullInt64
 	dest := append([]any{&j.ID, &j.Kind, &j.Queue, &j.Priority, &args, &j.Attempt, &j.MaxAttempts, &created, &runAt, &rateKeys,
-		&concKey, &j.HoldsSlot, &j.Calls, &waitKey, &metadata, &j.Deferrals, &reason, &deferredAt}, extra...)
+		&concKey, &j.HoldsSlot, &j.Calls, &waitKey, &metadata, &j.Deferrals, &reason, &deferredAt, &j.Claims}, extra...)
 	if err := rows.Scan(dest...); err != nil {
 		return nil, fmt.Errorf("read job: %w", err)
 	}

@@ -170,7 +170,7 @@ func TestConcJobReleasedByItsResultAfterExpiryTakesAFreeSlot(t *testing.T) {
 		require.Equal(t, 1, freed)
 		require.Zero(t, semaphore(t, s, "a").Held)
 
-		release := engine.Transition{ID: got[0], Attempt: 1, State: engine.StateReady, RunAt: at(2 * time.Minute), AttemptDelta: -1}
+		release := engine.Transition{ID: got[0], Claim: 1, State: engine.StateReady, RunAt: at(2 * time.Minute), AttemptDelta: -1}
 		require.NoError(t, s.Finish(ctx, pid, engine.At(at(2*time.Minute)), engine.Outcomes{Others: []engine.Transition{release}}))
 		j := state(t, s, got[0])
 		require.Equal(t, engine.StateReady, j.State)

@@ -44,7 +44,7 @@ func TestAJobBlockedOnItsSlotSpendsNoRateBudget(t *testing.T) {
 		require.Equal(t, engine.StateBlocked, state(t, s, j2).State)
 		require.Equal(t, before.TAT, budgetsByName(t, s)["k/a"].TAT, "a blocked job spends nothing")
 
-		require.NoError(t, s.Finish(ctx, pid, engine.At(at(11*time.Second)), engine.Outcomes{Completed: []engine.Run{{ID: j3, Attempt: 1}}, SlotHolders: []engine.Run{{ID: j3, Attempt: 1}}}))
+		require.NoError(t, s.Finish(ctx, pid, engine.At(at(11*time.Second)), engine.Outcomes{Completed: []engine.Run{{ID: j3, Claim: 1}}, SlotHolders: []engine.Run{{ID: j3, Claim: 1}}}))
 		require.Equal(t, engine.StateReady, state(t, s, j2).State)
 		res = claimLimited(t, s, pid, at(11*time.Second), 5, lim, engine.DefaultHorizon)
 		require.Equal(t, []int64{j2}, ids(res.Jobs), "the budget admits it: nothing was spent while it was blocked")

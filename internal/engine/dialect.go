@@ -36,8 +36,8 @@ type Dialect interface {
 	// failure after which the whole transaction may simply run again.
 	IsRetryable(err error) bool
 	// SetJobs applies transitions to jobs currently in state from (and,
-	// when processID is not 0, claimed by that process, and, for a row
-	// whose Attempt is not 0, at that attempt), in one statement that
+	// when processID is not 0, claimed by that process under the row's
+	// Claim), in one statement that
 	// sets, for each row v of the rows it binds (columns SetJobsColumns),
 	// SetJobsAssignments in the job j it names, where SetJobsCondition
 	// holds; now stamps the deferrals among them.
@@ -47,16 +47,16 @@ type Dialect interface {
 // SetJobsColumns are the columns of the rows a SetJobs statement binds,
 // in SetRow's order, named apart from the jobs' own so that no assignment
 // is ambiguous.
-const SetJobsColumns = "id, new_state, new_run_at, new_wait_key, new_error, attempt_delta, new_finished_at, deferral, deferral_at, run_attempt"
+const SetJobsColumns = "id, new_state, new_run_at, new_wait_key, new_error, attempt_delta, new_finished_at, deferral, deferral_at, run_claim"
 
 // SetJobsCondition is which jobs a SetJobs statement may change: those
 // still in state from and, when processID is not 0, claimed by that
-// process, and, when the row's run_attempt is not 0, at that attempt (the
-// run a result is for); each argument is how the dialect spells that
+// process under the row's run_claim (the run a result or a release is
+// for: a job's claims only ever grow, so a result written again never
+// matches a later run); each argument is how the dialect spells that
 // parameter.
 func SetJobsCondition(from, processID, processIDAgain string) string {
-	return "j.state = " + from + " AND (" + processID + " = 0 OR j.process_id = " + processIDAgain + ")" +
-		" AND (v.run_attempt = 0 OR j.attempt = v.run_attempt)"
+	return "j.state = " + from + " AND (" + processID + " = 0 OR (j.process_id = " + processIDAgain + " AND j.claims = v.run_claim))"
 }
 
 // SetJobsAssignments is what SetJobs sets in each job j from its row v:
@@ -87,7 +87,7 @@ type OverrideRow struct {
 
 // JobColumns are the columns a claim reads, in Job's scan order.
 const JobColumns = "id, kind, queue, priority, args, attempt, max_attempts, created_at, run_at, rate_keys, conc_key, holds_slot, calls, wait_key, " +
-	"metadata, deferrals, deferral_reason, CASE WHEN deferred_at > COALESCE(attempted_at, 0) THEN deferred_at END"
+	"metadata, deferrals, deferral_reason, CASE WHEN deferred_at > COALESCE(attempted_at, 0) THEN deferred_at END, claims"
 
 // JobInfoColumns are the columns an inspection reads, in JobInfo's scan
 // order.
@@ -200,9 +200,10 @@ type SetRow struct {
 	// and deferred_at is stamped with now unless the job has been waiting
 	// on its limits since before (deferred after its last run).
 	Deferral string
-	// Attempt, when not 0, moves the job only while it is at that attempt:
-	// the attempt of the run whose result or release this is.
-	Attempt int
+	// Claim, when SetJobs names a process, moves the job only while it
+	// runs under that claim (its claims as the run was claimed): the run
+	// whose result or release this is.
+	Claim int64
 }
 
 // BudgetRow is a rate-limit budget's stored state.

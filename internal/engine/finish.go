@@ -10,16 +10,20 @@ import (
 	"github.com/sluicequeue/sluice/ratelimit"
 )
 
-// Run is one run of a job: the job, and the attempt its claim counted
-// (Job.Attempt as claimed). What a run's result or release writes changes
-// the job only while the job still runs, for the process that writes it,
-// at that attempt. A process presumed dead may claim the job again, under
-// the same process id, before its heartbeat tells it; the reaper keeps the
-// lost run's attempt and the new claim raises it, so the lost run's result
-// no longer matches.
+// Run is one run of a job: the job, and the claim that made it (Job.Claims
+// as claimed: the job's claims counter, which every claim raises and
+// nothing lowers). What a run's result or release writes changes the job
+// only while the job still runs, for the process that writes it, under
+// that claim. A process presumed dead may claim the job again, under the
+// same process id, before its heartbeat tells it; and a snooze, a 429 or a
+// release gives the attempt back, so the next run of the job may be at
+// the same attempt as the one that ended. Either way the new run is a
+// later claim, so a lost run's result, or a result written again, no
+// longer matches. A run claimed before migration 017 is claim 0, as its
+// job's row says until it is claimed again.
 type Run struct {
-	ID      int64
-	Attempt int
+	ID    int64
+	Claim int64
 }
 
 // Outcomes are what became of the runs a process made.
@@ -27,7 +31,7 @@ type Outcomes struct {
 	// Completed runs' handlers returned nil.
 	Completed []Run
 	// Others move elsewhere: retried, snoozed, failed, cancelled. Each
-	// names the attempt of its run (Transition.Attempt).
+	// names the claim of its run (Transition.Claim).
 	Others []Transition
 	// SlotHolders are the runs among them whose job held a concurrency
 	// slot when claimed and now finish for good (completed, failed,
@@ -60,23 +64,24 @@ type BudgetPush struct {
 	Run Run
 }
 
-// check refuses outcomes that do not name the attempt of each run.
+// check refuses outcomes that name no claim a run can have (claims count
+// from 1; 0 is a run claimed before migration 017).
 func (o Outcomes) check() error {
 	for _, rs := range [][]Run{o.Completed, o.SlotHolders, o.WithCalls, o.WithAttempts} {
 		for _, r := range rs {
-			if r.Attempt < 1 {
-				return fmt.Errorf("job %d: the outcome names no attempt", r.ID)
+			if r.Claim < 0 {
+				return fmt.Errorf("job %d: the outcome names no claim", r.ID)
 			}
 		}
 	}
 	for _, t := range o.Others {
-		if t.Attempt < 1 {
-			return fmt.Errorf("job %d: the outcome names no attempt", t.ID)
+		if t.Claim < 0 {
+			return fmt.Errorf("job %d: the outcome names no claim", t.ID)
 		}
 	}
 	for _, p := range o.Pushes {
-		if p.Run.Attempt < 1 {
-			return fmt.Errorf("job %d: the push of budget %q names no attempt", p.Run.ID, p.Key)
+		if p.Run.Claim < 0 {
+			return fmt.Errorf("job %d: the push of budget %q names no claim", p.Run.ID, p.Key)
 		}
 	}
 	return nil
@@ -104,18 +109,19 @@ func (o Outcomes) toLock(deleteOnComplete bool) []Run {
 }
 
 // Finish records the outcomes of the runs the process made, in one
-// transaction: the completed ones in one statement per attempt (deleted
+// transaction: the completed ones in one statement per claim (deleted
 // instead when DeleteOnComplete is set), the rest as transitions. A run
-// whose job no longer runs for this process at its attempt (released as
+// whose job no longer runs for this process under its claim (released as
 // lost, perhaps claimed again since, or by a shutdown that timed out; or
-// a result already recorded, written again) changes nothing: neither the
+// a result already recorded, written again, even after the job was
+// claimed again at the same attempt) changes nothing: neither the
 // job, nor its slot, nor its budgets, nor its calls and kept attempts, and
 // it keeps no failed attempt.
 //
 // Completions that need nothing more are matched by their statement
 // alone; the runs whose outcome writes more (Outcomes.toLock) are locked
 // first, in one statement, and every write of theirs is limited to those
-// found still running at their attempt.
+// found still running under their claim.
 //
 // c stamps the jobs (finished_at is the caller's time) and decides the
 // budgets held back and the slots given back.
@@ -150,12 +156,12 @@ func (s *Store) Finish(ctx context.Context, processID int64, c Clock, o Outcomes
 				if ids := held.ids(o.WithAttempts); len(ids) > 0 {
 					writes = append(writes, stmt(s.q.DeleteAttempts(ids)))
 				}
-				for _, g := range byAttempt(o.Completed) {
-					writes = append(writes, stmt(s.q.DeleteJobs(g.ids, processID, g.attempt)))
+				for _, g := range byClaim(o.Completed) {
+					writes = append(writes, stmt(s.q.DeleteJobs(g.ids, processID, g.claim)))
 				}
 			} else {
-				for _, g := range byAttempt(o.Completed) {
-					writes = append(writes, stmt(s.q.CompleteJobs(g.ids, processID, g.attempt, nowUS)))
+				for _, g := range byClaim(o.Completed) {
+					writes = append(writes, stmt(s.q.CompleteJobs(g.ids, processID, g.claim, nowUS)))
 				}
 			}
 		}
@@ -201,8 +207,8 @@ func (s *Store) Finish(ctx context.Context, processID int64, c Clock, o Outcomes
 	return nil
 }
 
-// heldRun is a run lockRuns found still running for its process at its
-// attempt, with what its concurrency slot needs.
+// heldRun is a run lockRuns found still running for its process under its
+// claim, with what its concurrency slot needs.
 type heldRun struct {
 	queue     string
 	holdsSlot bool
@@ -214,7 +220,7 @@ type heldRun struct {
 type heldRuns map[Run]heldRun
 
 // lockRuns locks, of runs, the jobs running for processID, and returns
-// those still at their run's attempt.
+// those still under their run's claim.
 func (s *Store) lockRuns(ctx context.Context, ex Executor, processID int64, runs []Run) (heldRuns, error) {
 	held := heldRuns{}
 	if len(runs) == 0 {
@@ -241,7 +247,7 @@ func (s *Store) lockRuns(ctx context.Context, ex Executor, processID int64, runs
 		var key nullString
 		var limit int
 		var duration int64
-		if err := rows.Scan(&r.ID, &r.Attempt, &h.queue, &h.holdsSlot, &key, &limit, &duration); err != nil {
+		if err := rows.Scan(&r.ID, &r.Claim, &h.queue, &h.holdsSlot, &key, &limit, &duration); err != nil {
 			return nil, fmt.Errorf("lock running jobs: %w", err)
 		}
 		if !want[r] {
@@ -291,28 +297,28 @@ func (held heldRuns) pushes(ps []BudgetPush) []BudgetPush {
 	return out
 }
 
-// attemptGroup is the jobs of runs claimed at one attempt.
-type attemptGroup struct {
-	attempt int
-	ids     []int64
+// claimGroup is the jobs of runs made by the claims counted one number.
+type claimGroup struct {
+	claim int64
+	ids   []int64
 }
 
-// byAttempt groups runs by attempt, lowest first, each group's ids sorted:
-// one statement matches each group's jobs at its attempt. A batch of
+// byClaim groups runs by claim, lowest first, each group's ids sorted:
+// one statement matches each group's jobs under its claim. A batch of
 // first runs is one group.
-func byAttempt(runs []Run) []attemptGroup {
-	var out []attemptGroup
-	idx := map[int]int{}
+func byClaim(runs []Run) []claimGroup {
+	var out []claimGroup
+	idx := map[int64]int{}
 	for _, r := range runs {
-		i, ok := idx[r.Attempt]
+		i, ok := idx[r.Claim]
 		if !ok {
 			i = len(out)
-			idx[r.Attempt] = i
-			out = append(out, attemptGroup{attempt: r.Attempt})
+			idx[r.Claim] = i
+			out = append(out, claimGroup{claim: r.Claim})
 		}
 		out[i].ids = append(out[i].ids, r.ID)
 	}
-	slices.SortFunc(out, func(a, b attemptGroup) int { return a.attempt - b.attempt })
+	slices.SortFunc(out, func(a, b claimGroup) int { return cmp.Compare(a.claim, b.claim) })
 	for i := range out {
 		slices.Sort(out[i].ids)
 	}
@@ -358,7 +364,7 @@ func (s *Store) pushBudgets(ctx context.Context, tx Tx, c Clock, pushes []Budget
 // giving back the attempt their claim counted. A job that keeps its
 // concurrency slot; one that lost it while it ran (its key expired) takes
 // a free one, or is blocked. A run whose job no longer runs for the
-// process at its attempt (presumed lost, and perhaps claimed again) is
+// process under its claim (presumed lost, and perhaps claimed again) is
 // left alone. A worker shutting down calls it for the runs still going on
 // when its timeout ran out.
 func (s *Store) Release(ctx context.Context, processID int64, c Clock, runs []Run) error {
@@ -410,7 +416,7 @@ func (s *Store) ReleaseStrays(ctx context.Context, processID int64, c Clock, kno
 	return ids, nil
 }
 
-// queryRuns reads rows of id and attempt.
+// queryRuns reads rows of id and claims.
 func queryRuns(ctx context.Context, ex Executor, q string, args []any) ([]Run, error) {
 	rows, err := ex.Query(ctx, q, args...)
 	if err != nil {
@@ -420,7 +426,7 @@ func queryRuns(ctx context.Context, ex Executor, q string, args []any) ([]Run, e
 	var out []Run
 	for rows.Next() {
 		var r Run
-		if err := rows.Scan(&r.ID, &r.Attempt); err != nil {
+		if err := rows.Scan(&r.ID, &r.Claim); err != nil {
 			return nil, err
 		}
 		out = append(out, r)
@@ -428,8 +434,8 @@ func queryRuns(ctx context.Context, ex Executor, q string, args []any) ([]Run, e
 	return out, rows.Err()
 }
 
-// release makes the runs' jobs that still run for the process at their
-// attempt ready again, their attempt given back — blocked instead, those
+// release makes the runs' jobs that still run for the process under their
+// claim ready again, their attempt given back — blocked instead, those
 // that lost their concurrency slot while they ran and find none free —
 // and notifies every queue's listeners (the caller wakes this process's
 // after the commit).
@@ -459,7 +465,7 @@ func (s *Store) release(ctx context.Context, tx Tx, processID int64, c Clock, ru
 	now := c.Host()
 	ts := make([]Transition, len(mine))
 	for i, r := range mine {
-		ts[i] = Transition{ID: r.ID, Attempt: r.Attempt, State: StateReady, RunAt: now, AttemptDelta: -1}
+		ts[i] = Transition{ID: r.ID, Claim: r.Claim, State: StateReady, RunAt: now, AttemptDelta: -1}
 	}
 	if err := s.transition(ctx, tx, StateRunning, processID, Micros(now), block(ts, blocked)); err != nil {
 		return err
@@ -524,7 +530,7 @@ func (s *Store) resolveWaits(ctx context.Context, tx Tx, c Clock, ts []Transitio
 func setRows(ts []Transition, now int64) []SetRow {
 	rows := make([]SetRow, len(ts))
 	for i, t := range ts {
-		rows[i] = SetRow{ID: t.ID, State: t.State, WaitKey: t.WaitKey, Error: t.Error, AttemptDelta: t.AttemptDelta, Attempt: t.Attempt}
+		rows[i] = SetRow{ID: t.ID, State: t.State, WaitKey: t.WaitKey, Error: t.Error, AttemptDelta: t.AttemptDelta, Claim: t.Claim}
 		if !t.RunAt.IsZero() {
 			rows[i].RunAt = Micros(t.RunAt)
 		}
@@ -569,4 +575,4 @@ func failedRuns(ts []Transition) []Run {
 func (t Transition) failed() bool { return t.Error != "" && t.AttemptDelta == 0 }
 
 // run is the run t is the outcome of.
-func (t Transition) run() Run { return Run{ID: t.ID, Attempt: t.Attempt} }
+func (t Transition) run() Run { return Run{ID: t.ID, Claim: t.Claim} }

@@ -39,9 +39,9 @@ func BenchmarkFinishBatch(b *testing.B) {
 						var o engine.Outcomes
 						for i, j := range res.Jobs {
 							if kind == "completed" || kind == "mixed" && i%100 != 0 {
-								o.Completed = append(o.Completed, engine.Run{ID: j.ID, Attempt: j.Attempt})
+								o.Completed = append(o.Completed, engine.Run{ID: j.ID, Claim: j.Claims})
 							} else {
-								o.Others = append(o.Others, engine.Transition{ID: j.ID, Attempt: j.Attempt, State: engine.StateScheduled, RunAt: t0.Add(time.Hour), Error: "upstream 503"})
+								o.Others = append(o.Others, engine.Transition{ID: j.ID, Claim: j.Claims, State: engine.StateScheduled, RunAt: t0.Add(time.Hour), Error: "upstream 503"})
 							}
 						}
 						b.StartTimer()

@@ -62,12 +62,12 @@ func ids(jobs []*engine.Job) []int64 {
 func runsOf(jobs []*engine.Job) []engine.Run {
 	out := make([]engine.Run, len(jobs))
 	for i, j := range jobs {
-		out[i] = engine.Run{ID: j.ID, Attempt: j.Attempt}
+		out[i] = engine.Run{ID: j.ID, Claim: j.Claims}
 	}
 	return out
 }
 
-// runs are the runs the listed jobs make now: each at the attempt its job
+// runs are the runs the listed jobs make now: each under the claim its job
 // is at.
 func runs(t testing.TB, s *engine.Store, ids ...int64) []engine.Run {
 	t.Helper()
@@ -75,7 +75,7 @@ func runs(t testing.TB, s *engine.Store, ids ...int64) []engine.Run {
 	for i, id := range ids {
 		j, err := s.GetJob(context.Background(), id)
 		require.NoError(t, err)
-		out[i] = engine.Run{ID: id, Attempt: j.Attempt}
+		out[i] = engine.Run{ID: id, Claim: j.Claims}
 	}
 	return out
 }
@@ -86,7 +86,7 @@ func ran(t testing.TB, s *engine.Store, ts ...engine.Transition) []engine.Transi
 	t.Helper()
 	out := make([]engine.Transition, len(ts))
 	for i, tr := range ts {
-		tr.Attempt = runs(t, s, tr.ID)[0].Attempt
+		tr.Claim = runs(t, s, tr.ID)[0].Claim
 		out[i] = tr
 	}
 	return out

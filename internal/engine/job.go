@@ -189,9 +189,13 @@ type Job struct {
 	Args        []byte
 	Attempt     int
 	MaxAttempts int
-	CreatedAt   time.Time
-	RunAt       time.Time
-	RateKeys    []RateKey
+	// Claims counts the job's claims, this one included: unlike Attempt,
+	// which a snooze, a 429 or a release gives back, it never goes back,
+	// so it names the run (Run.Claim).
+	Claims    int64
+	CreatedAt time.Time
+	RunAt     time.Time
+	RateKeys  []RateKey
 	// ConcKey is the job's concurrency key, and HoldsSlot whether it holds
 	// one of the key's slots.
 	ConcKey   string
@@ -260,9 +264,9 @@ type Transition struct {
 	AttemptDelta int
 	// Finished stamps finished_at with the transition's time.
 	Finished bool
-	// Attempt is, for the outcome of a run (Finish), the attempt the run
-	// was claimed at (Job.Attempt as claimed): the job moves only while it
-	// still runs at it. 0 (any attempt) is for the transitions of jobs the
-	// caller has locked.
-	Attempt int
+	// Claim is, for the outcome of a run (Finish, Release), the claim the
+	// run was made by (Job.Claims as claimed): the job moves only while it
+	// still runs under it. Transitions that name no process (of jobs the
+	// caller has locked) ignore it.
+	Claim int64
 }

@@ -582,7 +582,7 @@ func (w *walk) finish(o op) error {
 	}
 	slices.Sort(ids)
 	j := w.running[pid][ids[o.b%len(ids)]]
-	run := engine.Run{ID: j.ID, Attempt: j.Attempt}
+	run := engine.Run{ID: j.ID, Claim: j.Claims}
 	var out engine.Outcomes
 	holder := func() {
 		if j.HoldsSlot {
@@ -626,7 +626,7 @@ func (w *walk) finish(o op) error {
 		holder()
 	}
 	for i := range out.Others {
-		out.Others[i].Attempt = j.Attempt
+		out.Others[i].Claim = j.Claims
 	}
 	if err := w.s.Finish(w.ctx, pid, w.clock(), out); err != nil {
 		return err

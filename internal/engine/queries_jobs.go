@@ -84,16 +84,17 @@ func (q *SQL) MarkRunning(ids []int64, processID, now int64) (string, []any) {
 	return q.markRunning.bind(processID, now, ids)
 }
 
-// CompleteJobs marks completed the jobs that still run for a process at
-// attempt: the runs it claimed at that attempt.
-func (q *SQL) CompleteJobs(ids []int64, processID int64, attempt int, now int64) (string, []any) {
-	return q.completeJobs.bind(now, ids, processID, int32(attempt), string(StateRunning))
+// CompleteJobs marks completed the jobs that still run for a process
+// under claim (the job's claims as its run was claimed): the runs it made
+// under that claim.
+func (q *SQL) CompleteJobs(ids []int64, processID, claim, now int64) (string, []any) {
+	return q.completeJobs.bind(now, ids, processID, claim, string(StateRunning))
 }
 
-// DeleteJobs deletes the jobs that still run for a process at attempt
+// DeleteJobs deletes the jobs that still run for a process under claim
 // (a completion that keeps nothing).
-func (q *SQL) DeleteJobs(ids []int64, processID int64, attempt int) (string, []any) {
-	return q.deleteJobs.bind(ids, processID, int32(attempt), string(StateRunning))
+func (q *SQL) DeleteJobs(ids []int64, processID, claim int64) (string, []any) {
+	return q.deleteJobs.bind(ids, processID, claim, string(StateRunning))
 }
 
 // SetJobs applies transitions to jobs currently in state from (and, when
@@ -152,7 +153,7 @@ func (q *SQL) LockRunningOf(processID int64, limit int) (string, []any) {
 }
 
 // LockRuns selects and locks, of the listed jobs, those running for
-// processID, at whatever attempt. Columns: id, attempt, queue, holds_slot,
+// processID, under whatever claim. Columns: id, claims, queue, holds_slot,
 // conc_key, conc_limit, conc_duration.
 func (q *SQL) LockRuns(ids []int64, processID int64) (string, []any) {
 	return q.lockRuns.bind(ids, string(StateRunning), processID)

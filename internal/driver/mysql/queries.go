@@ -156,12 +156,12 @@ func (Dialect) Now() string {
 func (Dialect) SetJobs(from engine.State, processID, now int64, rows []engine.SetRow) (string, []any) {
 	args := make([]any, 0, len(rows)*10+3)
 	for _, r := range rows {
-		args = append(args, r.ID, string(r.State), r.RunAt, r.WaitKey, r.Error, r.AttemptDelta, r.FinishedAt, r.Deferral, now, r.Attempt)
+		args = append(args, r.ID, string(r.State), r.RunAt, r.WaitKey, r.Error, r.AttemptDelta, r.FinishedAt, r.Deferral, now, r.Claim)
 	}
 	args = append(args, string(from), processID, processID)
 	return `UPDATE sluice_jobs j JOIN (
   SELECT ? AS id, ? AS new_state, ? AS new_run_at, ? AS new_wait_key, ? AS new_error, ? AS attempt_delta, ? AS new_finished_at,
-    ? AS deferral, ? AS deferral_at, ? AS run_attempt` +
+    ? AS deferral, ? AS deferral_at, ? AS run_claim` +
 		strings.Repeat("\n  UNION ALL SELECT ?, ?, ?, ?, ?, ?, ?, ?, ?, ?", len(rows)-1) + `) v ON j.id = v.id
 SET ` + engine.SetJobsAssignments + `
 WHERE ` + engine.SetJobsCondition("?", "?", "?"), args

@@ -86,17 +86,17 @@ func (Dialect) SetJobs(from engine.State, processID, now int64, rows []engine.Se
 	n := len(rows)
 	ids, runAt, finished := make([]int64, n), make([]int64, n), make([]int64, n)
 	states, waitKeys, errs, deferrals := make([]string, n), make([]string, n), make([]string, n), make([]string, n)
-	deltas, nows, attempts := make([]int32, n), make([]int64, n), make([]int32, n)
+	deltas, nows, claims := make([]int32, n), make([]int64, n), make([]int64, n)
 	for i, r := range rows {
 		ids[i], runAt[i], finished[i] = r.ID, r.RunAt, r.FinishedAt
 		states[i], waitKeys[i], errs[i], deferrals[i] = string(r.State), r.WaitKey, r.Error, r.Deferral
-		deltas[i], nows[i], attempts[i] = int32(r.AttemptDelta), now, int32(r.Attempt)
+		deltas[i], nows[i], claims[i] = int32(r.AttemptDelta), now, r.Claim
 	}
-	return setJobs, []any{ids, states, runAt, waitKeys, errs, deltas, finished, deferrals, nows, attempts, string(from), processID}
+	return setJobs, []any{ids, states, runAt, waitKeys, errs, deltas, finished, deferrals, nows, claims, string(from), processID}
 }
 
 var setJobs = `UPDATE sluice_jobs j SET
   ` + engine.SetJobsAssignments + `
-FROM unnest($1::bigint[], $2::text[], $3::bigint[], $4::text[], $5::text[], $6::int[], $7::bigint[], $8::text[], $9::bigint[], $10::int[])
+FROM unnest($1::bigint[], $2::text[], $3::bigint[], $4::text[], $5::text[], $6::int[], $7::bigint[], $8::text[], $9::bigint[], $10::bigint[])
   AS v(` + engine.SetJobsColumns + `)
 WHERE j.id = v.id AND ` + engine.SetJobsCondition("$11", "$12::bigint", "$12")

@@ -32,7 +32,7 @@ func (Dialect) Now() string { return "" }
 func (Dialect) SetJobs(from engine.State, processID, now int64, rows []engine.SetRow) (string, []any) {
 	args := make([]any, 0, len(rows)*10+3)
 	for _, r := range rows {
-		args = append(args, r.ID, string(r.State), r.RunAt, r.WaitKey, r.Error, r.AttemptDelta, r.FinishedAt, r.Deferral, now, r.Attempt)
+		args = append(args, r.ID, string(r.State), r.RunAt, r.WaitKey, r.Error, r.AttemptDelta, r.FinishedAt, r.Deferral, now, r.Claim)
 	}
 	args = append(args, string(from), processID, processID)
 	return `WITH v(` + engine.SetJobsColumns + `) AS (VALUES ` +

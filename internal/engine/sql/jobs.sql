@@ -90,23 +90,26 @@ WHERE {ReadyLimited} AND j.rate_keys = :rate_keys AND j.kind = :kind
 ORDER BY priority DESC, id DESC LIMIT 1;
 
 -- name: MarkRunning
-UPDATE sluice_jobs SET state = 'running', attempt = attempt + 1, process_id = :process_id, attempted_at = :now, wait_key = NULL,
+-- Counts the claim in claims, which nothing takes back (a run is matched
+-- by it), and in attempt, which a snooze, a 429 or a release gives back.
+UPDATE sluice_jobs SET state = 'running', attempt = attempt + 1, claims = claims + 1, process_id = :process_id, attempted_at = :now, wait_key = NULL,
   coalesce_key = NULL
 WHERE id IN (:ids);
 
 -- name: CompleteJobs
--- The listed jobs, of runs claimed at :attempt, that still run for the
--- process at it: a run presumed lost (the job released, and perhaps
--- claimed again by the same process, at a later attempt) no longer
--- matches. :running is 'running' (see "A list finds its rows by key" in
--- README.md).
+-- The listed jobs, of runs made by the claim counted :claim, that still
+-- run for the process under that claim: a run presumed lost, or one whose
+-- result is written again (the job released, snoozed or turned away by a
+-- 429, and perhaps claimed again by the same process, at the same attempt
+-- but a later claim) no longer matches. :running is 'running' (see "A
+-- list finds its rows by key" in README.md).
 UPDATE sluice_jobs SET state = 'completed', finished_at = :now
-WHERE id IN (:ids) AND state = :running AND process_id = :process_id AND attempt = :attempt;
+WHERE id IN (:ids) AND state = :running AND process_id = :process_id AND claims = :claim;
 
 -- name: DeleteJobs
--- The listed jobs that still run for the process at :attempt, as in
--- CompleteJobs; :running is 'running'.
-DELETE FROM sluice_jobs WHERE id IN (:ids) AND state = :running AND process_id = :process_id AND attempt = :attempt;
+-- The listed jobs that still run for the process under the claim counted
+-- :claim, as in CompleteJobs; :running is 'running'.
+DELETE FROM sluice_jobs WHERE id IN (:ids) AND state = :running AND process_id = :process_id AND claims = :claim;
 
 -- name: LockDue
 SELECT id, queue, conc_key, conc_limit, conc_duration, conc_discard, holds_slot, attempted_at, deferrals FROM sluice_jobs j
@@ -137,18 +140,18 @@ WHERE {RunningJob}
 ORDER BY {RunningProcess}, id LIMIT :limit FOR UPDATE SKIP LOCKED;
 
 -- name: LockRunningOf
--- The jobs running for one process, with the attempt each runs at.
-SELECT id, attempt FROM sluice_jobs j WHERE {RunningJob} AND {RunningProcess} = :process_id
+-- The jobs running for one process, with the claim each runs under.
+SELECT id, claims FROM sluice_jobs j WHERE {RunningJob} AND {RunningProcess} = :process_id
 ORDER BY id LIMIT :limit FOR UPDATE SKIP LOCKED;
 
 -- name: LockRuns
--- Of the listed jobs, those running for :process_id, with the attempt
--- each runs at (the caller keeps the runs its results or its release are
+-- Of the listed jobs, those running for :process_id, with the claim each
+-- runs under (the caller keeps the runs its results or its release are
 -- for) and what its concurrency slot needs: whether it holds one, its key
 -- and limit. :running is 'running', as in CompleteJobs; the key is not
 -- tested here, which would lead MySQL to the index of keys instead of the
 -- listed ids.
-SELECT id, attempt, queue, holds_slot, conc_key, conc_limit, conc_duration FROM sluice_jobs
+SELECT id, claims, queue, holds_slot, conc_key, conc_limit, conc_duration FROM sluice_jobs
 WHERE id IN (:ids) AND state = :running AND process_id = :process_id
 ORDER BY id FOR UPDATE;
 
@@ -177,7 +180,7 @@ DELETE FROM sluice_jobs WHERE id IN (:ids);
 -- Keeps the error of the run that just failed, for each of the jobs: its
 -- attempt and the error SetJobs stored, in the same transaction. The
 -- caller lists only the jobs whose run it moved (locked, and found still
--- running at that run's attempt), so that a result written again, or one
+-- running under that run's claim), so that a result written again, or one
 -- of a run presumed lost, keeps nothing.
 INSERT INTO sluice_attempts (job_id, attempt, error, failed_at)
 SELECT id, attempt, last_error, :now FROM sluice_jobs WHERE id IN (:ids) AND last_error IS NOT NULL;

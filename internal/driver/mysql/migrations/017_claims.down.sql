@@ -1,0 +1,1 @@
+ALTER TABLE sluice_jobs DROP COLUMN claims;
