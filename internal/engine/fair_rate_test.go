@@ -19,8 +19,8 @@ import (
 // docs/rate-limits.md's bound ("At most To claims in any window of length
 // Per ... across any number of workers"): a fair kind whose jobs draw on
 // one budget shared by every key (api/global, 10 a second, burst 3) and on
-// a budget of their key (api/KEY, 4 a second, burst 2); key a floods (300
-// jobs), b, c and d have 15 each. Three workers, each on its own pool,
+// a budget of their key (api/KEY, 4 a second, burst 2); key a floods (100
+// jobs), b, c and d have 8 each. Three workers, each on its own pool,
 // claim in rounds of 50 ms of the fake clock, with the dispatcher's
 // promotion and unparking between rounds.
 //
@@ -43,9 +43,9 @@ func TestFairKeysUnderASharedRateLimitKeepTheBoundAcrossWorkers(t *testing.T) {
 				keyOf[id] = key
 			}
 		}
-		add("a", 300)
+		add("a", 100)
 		for _, k := range []string{"b", "c", "d"} {
-			add(k, 15)
+			add(k, 8)
 		}
 		total := len(keyOf)
 

@@ -49,7 +49,7 @@ func TestRepriceBesideConcurrentClaimsLosesNothingAndKeepsTheBound(t *testing.T)
 		ctx := context.Background()
 		keys := []string{"k/a", "k/b", "k/c", "k/d"}
 		var jobs []engine.NewJob
-		for i := range 240 {
+		for i := range 120 {
 			j := job("k", "default", i%3)
 			a, b := keys[i%4], keys[(i/4)%4]
 			j.RateKeys = []engine.RateKey{{Key: a, Cost: 1}}
