@@ -144,7 +144,7 @@ func (w *Worker) releaseUnrun(ctx context.Context, pid int64, js []*engine.Job) 
 	runs := make([]engine.Run, len(js))
 	ids := make([]int64, len(js))
 	for i, j := range js {
-		runs[i], ids[i] = engine.Run{ID: j.ID, Claim: j.Claims}, j.ID
+		runs[i], ids[i] = j.Run(), j.ID
 	}
 	bg, cancel := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Second)
 	defer cancel()

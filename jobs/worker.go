@@ -882,12 +882,12 @@ func (w *Worker) shutdown(stopJobs context.CancelCauseFunc) {
 	// By the process id each was claimed under: a worker registered again
 	// after being presumed dead may still run jobs claimed under its old
 	// one. (A job's lost run and its new one are two runs of one id, at
-	// two attempts: only the one the job still runs at is released.)
+	// two claims: only the one the job still runs under is released.)
 	byPID := map[int64][]engine.Run{}
 	var runs []*runState
 	for rj := range w.running {
 		rj.released = true
-		byPID[rj.pid] = append(byPID[rj.pid], engine.Run{ID: rj.job.ID, Claim: rj.job.Claims})
+		byPID[rj.pid] = append(byPID[rj.pid], rj.job.Run())
 		runs = append(runs, &rj.run)
 	}
 	w.mu.Unlock()

@@ -262,7 +262,7 @@ func TestSlotsStayWithinBoundsUnderConcurrency(t *testing.T) {
 					var holders []engine.Run
 					for _, j := range res.Jobs {
 						if j.HoldsSlot {
-							holders = append(holders, engine.Run{ID: j.ID, Claim: j.Claims})
+							holders = append(holders, j.Run())
 						}
 					}
 					if !assertNoErr(t, s.Finish(ctx, pid, engine.At(t0), engine.Outcomes{Completed: runsOf(res.Jobs), SlotHolders: holders})) {

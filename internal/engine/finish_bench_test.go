@@ -39,7 +39,7 @@ func BenchmarkFinishBatch(b *testing.B) {
 						var o engine.Outcomes
 						for i, j := range res.Jobs {
 							if kind == "completed" || kind == "mixed" && i%100 != 0 {
-								o.Completed = append(o.Completed, engine.Run{ID: j.ID, Claim: j.Claims})
+								o.Completed = append(o.Completed, j.Run())
 							} else {
 								o.Others = append(o.Others, engine.Transition{ID: j.ID, Claim: j.Claims, State: engine.StateScheduled, RunAt: t0.Add(time.Hour), Error: "upstream 503"})
 							}

@@ -62,7 +62,7 @@ func ids(jobs []*engine.Job) []int64 {
 func runsOf(jobs []*engine.Job) []engine.Run {
 	out := make([]engine.Run, len(jobs))
 	for i, j := range jobs {
-		out[i] = engine.Run{ID: j.ID, Claim: j.Claims}
+		out[i] = j.Run()
 	}
 	return out
 }

@@ -230,6 +230,10 @@ type Job struct {
 	Hold time.Duration
 }
 
+// Run is the run this claim of the job makes: what its result or release
+// names (Outcomes, Store.Release).
+func (j *Job) Run() Run { return Run{ID: j.ID, Claim: j.Claims} }
+
 // JobInfo is a stored job with everything an operator may want to see.
 type JobInfo struct {
 	Job

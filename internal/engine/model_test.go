@@ -582,7 +582,7 @@ func (w *walk) finish(o op) error {
 	}
 	slices.Sort(ids)
 	j := w.running[pid][ids[o.b%len(ids)]]
-	run := engine.Run{ID: j.ID, Claim: j.Claims}
+	run := j.Run()
 	var out engine.Outcomes
 	holder := func() {
 		if j.HoldsSlot {

@@ -119,7 +119,7 @@ func TestRepriceBesideConcurrentClaimsLosesNothingAndKeepsTheBound(t *testing.T)
 						mu.Lock()
 						for _, j := range res.Jobs {
 							claimedBy[j.ID]++
-							done = append(done, engine.Run{ID: j.ID, Claim: j.Claims})
+							done = append(done, j.Run())
 							for _, rk := range j.RateKeys {
 								admits[rk.Key] = append(admits[rk.Key], walkAdmission{at: res.DecidedAt, version: v})
 							}

@@ -116,7 +116,7 @@ func TestWithoutNotificationsOrAdvisoryLocks(t *testing.T) {
 	var runs []engine.Run
 	for _, j := range claimed.Jobs {
 		done = append(done, j.ID)
-		runs = append(runs, engine.Run{ID: j.ID, Claim: j.Claims})
+		runs = append(runs, j.Run())
 	}
 	require.NoError(t, s.Finish(ctx, pid, engine.At(now.Add(3*time.Minute)), engine.Outcomes{Completed: runs}))
 	for _, id := range done {
