@@ -10,6 +10,8 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/sluicequeue/sluice/coalesce"
+	"github.com/sluicequeue/sluice/concurrency"
+	"github.com/sluicequeue/sluice/dispatcher"
 	"github.com/sluicequeue/sluice/internal/engine"
 	"github.com/sluicequeue/sluice/jobs"
 )
@@ -177,5 +179,61 @@ func TestCancellingADebouncedJobReleasesItsKey(t *testing.T) {
 		next := h.enqueued(refresh{Shop: 1})
 		require.False(t, next.Joined)
 		require.NotEqual(t, first.ID, next.ID)
+	})
+}
+
+// slotHolder shares refresh's concurrency Group, to hold its slot.
+type slotHolder struct{ Shop int }
+
+func (slotHolder) Kind() string { return "slot_holder" }
+
+// docs/coalesce.md: "`Debounce` | Delays the job to `Debounce` after the
+// latest call (trailing edge)", and "With `Debounce`, the job moves to
+// now + `Debounce` ..., but never past `MaxDelay` after the first call
+// and never earlier than the time its rate limit gave it"; a blocked job
+// "still holds its key".
+//
+// A debounced job that came due while its concurrency slot was taken is
+// blocked. A call that joins it does not move it (join debounces only a
+// ready or scheduled job): once the slot frees, the job runs at once, in
+// the same instant as the latest call, not Debounce after it.
+func TestACallThatJoinsABlockedDebouncedJobStillDelaysItByTheDebounce(t *testing.T) {
+	each(t, func(t *testing.T, h *harness) {
+		var ranAt []time.Time
+		require.NoError(t, jobs.Register(h.reg, func(context.Context, *jobs.Job[refresh]) error {
+			ranAt = append(ranAt, h.clock.Now())
+			return nil
+		},
+			jobs.Coalesce(coalesce.Rule[refresh]{Key: byShop, Debounce: time.Minute}),
+			jobs.ConcurrencyLimit(concurrency.Limit[refresh]{Key: byShop, Group: "shop_sync"})))
+		require.NoError(t, jobs.Register(h.reg, func(context.Context, *jobs.Job[slotHolder]) error { return nil },
+			jobs.ConcurrencyLimit(concurrency.Limit[slotHolder]{Key: func(a slotHolder) any { return a.Shop }, Group: "shop_sync"})))
+
+		holder := h.enqueued(slotHolder{Shop: 1}) // ready: it takes shop 1's one slot
+		require.Equal(t, engine.StateReady, holder.State)
+		id := h.enqueued(refresh{Shop: 1}).ID // scheduled, a minute out
+		h.clock.Advance(time.Minute)
+		d := newDispatcher(t, h.store, dispatcher.Config{Clock: h.clock, Logger: quiet()})
+		_, err := d.Tick(context.Background())
+		require.NoError(t, err)
+		require.Equal(t, engine.StateBlocked, h.job(id).State, "due, but the slot is taken")
+
+		latest := h.clock.Now()
+		joined := h.enqueued(refresh{Shop: 1})
+		require.True(t, joined.Joined)
+		require.Equal(t, id, joined.ID)
+
+		// The holder runs and gives its slot back; the refresh job may
+		// not run before a minute after the latest call.
+		for i := 0; i < 3; i++ {
+			h.drain(jobs.WorkerConfig{})
+			_, err := d.Tick(context.Background())
+			require.NoError(t, err)
+		}
+		t.Logf("latest call at %s; refresh ran at %v; job now %s run_at %s", latest.Format(time.TimeOnly), ranAt, h.job(id).State, h.job(id).RunAt.Format(time.TimeOnly))
+		for _, at := range ranAt {
+			require.False(t, at.Before(latest.Add(time.Minute)),
+				"the job ran at %s, %s after the latest call, inside its 1m debounce", at.Format(time.TimeOnly), at.Sub(latest))
+		}
 	})
 }
