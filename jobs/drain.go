@@ -111,6 +111,7 @@ func (w *Worker) Drain(ctx context.Context) (DrainResult, error) {
 			}
 			r := w.execute(ctx, j, &runState{base: w.log, job: j})
 			r.pid = pid
+			w.finished(j, r)
 			// Written at once, as Run's recorder does: a job that ran is
 			// not left running (to be presumed lost and run again) while
 			// the rest of the claim runs.

@@ -16,10 +16,32 @@ import (
 type Hooks struct {
 	// OnClaim is called after every claim.
 	OnClaim func(ClaimEvent)
-	// OnDefer is called, once per kind, for each claim that deferred jobs
-	// of that kind over a rate limit, or would have in shadow mode.
+	// OnDefer is called for every deferral a rate limit makes: once per
+	// kind for each claim that deferred jobs of that kind (or would have,
+	// in shadow mode), and once for each batch of jobs the worker's sweep
+	// defers in bulk behind a full budget (DeferEvent.Swept), so that the
+	// events count every deferral the jobs record. Sweeps run in
+	// goroutines of their own: OnDefer may be called from several at once.
 	OnDefer func(DeferEvent)
-	// OnFinish is called when a job's run ends.
+	// OnFinish is called once for each run the worker starts, when it
+	// ends: when its handler returns, with the outcome the worker decided
+	// (Classify's); or, for a run the worker releases at shutdown while
+	// its handler still runs, with OutcomeReleased as soon as the release
+	// is written (or failed), before Run returns — not when the handler
+	// returns, which is then reported no more (the process may exit
+	// first). It reports what the worker decided, before the result is
+	// written, not what the store made of it: a run whose process was
+	// presumed dead while it ran (a lost run) is reported as it ended
+	// here, though the store ignores its result or its release (the
+	// reaper had released the job, counting the lost run as a failed
+	// attempt, which no hook reports); and a result the database refuses
+	// is reported as the handler ended it, not as the failed attempt
+	// recorded instead. (Telling which results a batch's write ignored
+	// would cost a completion a statement more: a completion is matched by
+	// its own statement alone.) Jobs marked running for the worker that it
+	// never started (a drain's claim made before it was presumed dead, or
+	// a failed claim's strays, all released unrun) are no runs, and are
+	// not reported.
 	OnFinish func(FinishEvent)
 }
 
@@ -100,7 +122,8 @@ type ClaimEvent struct {
 	DecidedAt time.Time
 }
 
-// DeferEvent describes the jobs of one kind a claim deferred.
+// DeferEvent describes the jobs of one kind a claim deferred, or one batch
+// of jobs a sweep deferred (Swept).
 type DeferEvent struct {
 	// Kind is the deferred jobs' kind.
 	Kind string
@@ -120,6 +143,12 @@ type DeferEvent struct {
 	// Shadow is set when the limits were in shadow mode: these jobs would
 	// have been deferred (would_defer) and ran anyway.
 	Shadow bool
+	// Swept is set when the worker's sweep deferred these jobs in bulk,
+	// not a claim: a batch of a flood's jobs, all of one kind, queue and
+	// budget (Keys holds that one), moved out of the ready queue in one
+	// transaction after a claim found the budget full (a claim's real
+	// deferral starts a sweep: Shadow is never set with it).
+	Swept bool
 }
 
 // Outcome is how a job's run ended.
@@ -150,9 +179,11 @@ type FinishEvent struct {
 	Attempt int
 	// Outcome is what became of the run.
 	Outcome Outcome
-	// Err is the handler's error, if any.
+	// Err is the handler's error, if any; nil for a run released while
+	// its handler still ran (it had returned nothing).
 	Err error
-	// Duration is how long the handler ran.
+	// Duration is how long the handler ran; for a run released while it
+	// still ran, until the release.
 	Duration time.Duration
 }
 
@@ -187,6 +218,17 @@ func deferEvents(ds []engine.Deferral, shadow bool) []DeferEvent {
 		}
 	}
 	return out
+}
+
+// sweepEvent is the deferral event of one batch of a sweep: ids, of o's
+// kind, deferred on o's budget, parked of them past the horizon.
+func sweepEvent(o engine.Overflow, ids []int64, parked int) DeferEvent {
+	n := len(ids)
+	return DeferEvent{
+		Kind: o.Kind, Keys: []string{o.Key}, JobIDs: ids, Count: n, Parked: parked,
+		PerLimit: map[string]int{ratelimit.ScopeOf(o.Key): n}, PerKey: map[string]int{o.Key: n},
+		Swept: true,
+	}
 }
 
 // report delivers a claim's deferral events to the hook and the debug log.

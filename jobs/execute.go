@@ -47,6 +47,10 @@ type result struct {
 	job *engine.Job
 	// refused is set on that outcome.
 	refused bool
+	// err is the error the run ended with, and took how long its handler
+	// ran: what OnFinish reports (see Worker.finished).
+	err  error
+	took time.Duration
 }
 
 // final reports whether the outcome ends the job.
@@ -62,18 +66,27 @@ func (r result) final() bool {
 // OnConflict). A retry or a snooze keeps its slot while it waits.
 func (r result) givesSlotBack() bool { return r.final() || r.throttled }
 
-// execute runs one claimed job and decides what becomes of it.
+// execute runs one claimed job and decides what becomes of it. It reports
+// nothing: the caller reports the run to OnFinish (finished) once it knows
+// the result is the run's to report, as it is not for a run the worker
+// released while it ran (Worker.ran).
 func (w *Worker) execute(ctx context.Context, j *engine.Job, rs *runState) result {
 	began := time.Now()
 	res, err := w.run(ctx, j, rs)
 	res.attempt, res.claim, res.holdsSlot, res.withCalls, res.job = j.Attempt, j.Claims, j.HoldsSlot, j.Calls > 1, j
+	res.err, res.took = err, time.Since(began)
+	return res
+}
+
+// finished reports a run's result to OnFinish, with the outcome the worker
+// decided for it.
+func (w *Worker) finished(j *engine.Job, res result) {
 	if w.hooks.OnFinish != nil {
 		w.hooks.OnFinish(FinishEvent{
 			JobID: j.ID, Kind: j.Kind, Queue: j.Queue, Attempt: j.Attempt,
-			Outcome: outcomeOf(res), Err: err, Duration: time.Since(began),
+			Outcome: outcomeOf(res), Err: res.err, Duration: res.took,
 		})
 	}
-	return res
 }
 
 func (w *Worker) run(ctx context.Context, j *engine.Job, rs *runState) (result, error) {

@@ -48,8 +48,9 @@ type JobInfo struct {
 	// ClaimedAt is when the claim took the job, on the claim's clock (the
 	// database's, by default).
 	ClaimedAt time.Time
-	// Deferrals counts the times a claim deferred the job on a rate limit,
-	// over its whole life (this attempt's wait and earlier ones).
+	// Deferrals counts the times a rate limit deferred the job (a claim,
+	// or a worker's sweep of a flood), over its whole life (this attempt's
+	// wait and earlier ones).
 	Deferrals int
 	// DeferralReason says why the job was last deferred ("rate limit"
 	// and the budget key); empty when it never was.

@@ -194,8 +194,11 @@ type runningJob struct {
 	job *engine.Job
 	// pid is the process id the job was claimed under: its result and its
 	// release at shutdown count only for it.
-	pid      int64
-	run      runState
+	pid int64
+	run runState
+	// began is when its handler was to start (after the job's Hold): a
+	// run released while it ran reports how long it had run by then.
+	began    time.Time
 	released bool
 }
 
@@ -661,9 +664,13 @@ func (w *Worker) sweep(ctx context.Context, overflows []engine.Overflow) {
 			// are not held up by one large statement at once.
 			for batch := firstSweepBatch; ctx.Err() == nil; batch = min(2*batch, sweepBatch) {
 				began := time.Now()
-				n, slots, err := w.store.DeferOverflow(ctx, w.storeClock(), o, w.cfg.Horizon, batch)
+				ids, slots, err := w.store.DeferOverflow(ctx, w.storeClock(), o, w.cfg.Horizon, batch)
 				w.slots.addAll(slots)
+				n := len(ids)
 				total += n
+				if n > 0 && w.hooks.OnDefer != nil {
+					w.hooks.OnDefer(sweepEvent(o, ids, n-len(slots)))
+				}
 				if err != nil {
 					if ctx.Err() == nil {
 						w.log.Warn("sluice: defer the jobs behind a full budget", "budget", o.Key, "err", err)
@@ -788,7 +795,7 @@ func (w *Worker) free() int {
 
 // start runs a job claimed under pid in its own goroutine.
 func (w *Worker) start(ctx context.Context, j *engine.Job, pid int64) {
-	rj := &runningJob{job: j, pid: pid, run: runState{base: w.log, job: j}}
+	rj := &runningJob{job: j, pid: pid, run: runState{base: w.log, job: j}, began: time.Now().Add(j.Hold)}
 	rs := &rj.run
 	w.mu.Lock()
 	w.running[rj] = struct{}{}
@@ -808,6 +815,7 @@ func (w *Worker) start(ctx context.Context, j *engine.Job, pid int64) {
 				// here is freed, as for an error.
 				res = w.failure(j, errGoexit)
 				res.attempt, res.claim, res.holdsSlot, res.withCalls, res.job = j.Attempt, j.Claims, j.HoldsSlot, j.Calls > 1, j
+				res.err, res.took = errGoexit, max(time.Since(rj.began), 0)
 			}
 			w.ran(rj, res)
 		}()
@@ -828,8 +836,12 @@ func (w *Worker) start(ctx context.Context, j *engine.Job, pid int64) {
 // errGoexit fails the attempt of a handler that called runtime.Goexit.
 var errGoexit = errors.New("the handler called runtime.Goexit (t.FailNow?) instead of returning")
 
-// ran hands a run's result to the recorder, unless its job was released,
-// and frees its slot.
+// ran reports a run's result to OnFinish and hands it to the recorder,
+// unless its job was released (the shutdown reported the run as released
+// then, and its result is ignored), and frees its slot. Whether a run was
+// released is decided under w.mu, by whichever comes first: ran taking
+// the run out of running, or shutdown marking it released. So each run is
+// reported once.
 func (w *Worker) ran(rj *runningJob, res result) {
 	res.pid = rj.pid
 	w.mu.Lock()
@@ -841,6 +853,7 @@ func (w *Worker) ran(rj *runningJob, res result) {
 	}
 	w.mu.Unlock()
 	if !released {
+		w.finished(rj.job, res)
 		w.results <- res
 		w.sending.Done()
 	}
@@ -884,11 +897,11 @@ func (w *Worker) shutdown(stopJobs context.CancelCauseFunc) {
 	// one. (A job's lost run and its new one are two runs of one id, at
 	// two claims: only the one the job still runs under is released.)
 	byPID := map[int64][]engine.Run{}
-	var runs []*runState
+	var runs []*runningJob
 	for rj := range w.running {
 		rj.released = true
 		byPID[rj.pid] = append(byPID[rj.pid], rj.job.Run())
-		runs = append(runs, &rj.run)
+		runs = append(runs, rj)
 	}
 	w.mu.Unlock()
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
@@ -906,12 +919,16 @@ func (w *Worker) shutdown(stopJobs context.CancelCauseFunc) {
 		}
 		w.log.Warn("sluice: released jobs still running at shutdown", "jobs", ids)
 	}
-	// Once the releases are written: the callbacks are the app's code
-	// (each guarded: one that panics is logged), and neither their time
-	// nor their panics may keep a job from going back to ready. Their
-	// runs' outcomes are ignored either way, even where a release failed.
-	for _, rs := range runs {
-		rs.release()
+	// Once the releases are written: the hooks and the callbacks are the
+	// app's code (each guarded: one that panics is logged), and neither
+	// their time nor their panics may keep a job from going back to ready.
+	// Their runs' outcomes are ignored either way, even where a release
+	// failed. Each run is reported now, as released, not when its handler
+	// returns: the process may well exit first, and ran reports nothing
+	// for a released run.
+	for _, rj := range runs {
+		w.finished(rj.job, result{id: rj.job.ID, t: engine.Transition{State: engine.StateReady}, took: max(time.Since(rj.began), 0)})
+		rj.run.release()
 	}
 }
 

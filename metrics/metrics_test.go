@@ -92,10 +92,10 @@ sluice_jobs_enqueued_total{kind="ping",result="blocked"} 1
 sluice_jobs_enqueued_total{kind="ping",result="created"} 1
 sluice_jobs_enqueued_total{kind="refresh",result="created"} 1
 sluice_jobs_enqueued_total{kind="refresh",result="joined"} 1
-# HELP sluice_jobs_deferred_total Jobs a rate limit sent back to wait, by kind and by the limit (group or kind) that held them.
+# HELP sluice_jobs_deferred_total Jobs a rate limit sent back to wait, by a claim or by a worker's sweep of a flood, by kind and by the limit (group or kind) that held them.
 # TYPE sluice_jobs_deferred_total counter
 sluice_jobs_deferred_total{kind="charge",limit="Stripe"} 1
-# HELP sluice_jobs_finished_total Runs that ended, by kind and outcome: completed, retried, failed, cancelled, snoozed or released.
+# HELP sluice_jobs_finished_total Runs that ended, by kind and outcome: completed, retried, failed, cancelled, snoozed, throttled or released (at shutdown, while the handler still ran: counted once, at the release).
 # TYPE sluice_jobs_finished_total counter
 sluice_jobs_finished_total{kind="charge",outcome="completed"} 1
 sluice_jobs_finished_total{kind="ping",outcome="completed"} 1

@@ -43,8 +43,8 @@ const (
 	// none limits the job.
 	BudgetsKey        = attribute.Key("sluice.budgets")
 	ConcurrencyKeyKey = attribute.Key("sluice.concurrency_key")
-	// DeferralsKey counts the times a claim deferred the job on a rate
-	// limit, over its life; absent (with DeferralReasonKey and
+	// DeferralsKey counts the times a rate limit deferred the job (a
+	// claim, or a worker's sweep of a flood), over its life; absent (with DeferralReasonKey and
 	// LimitWaitKey) when it never was.
 	DeferralsKey      = attribute.Key("sluice.deferrals")
 	DeferralReasonKey = attribute.Key("sluice.deferral_reason")
@@ -151,7 +151,7 @@ func New(cfg Config) (*Integration, error) {
 	o.latency, errs[2] = m.Float64Histogram("sluice.job.latency", metric.WithUnit("s"),
 		metric.WithDescription("From enqueue to the claim that started the run, by queue and kind: rate-limit waits, delays and retries' backoff included."))
 	o.deferred, errs[3] = m.Int64Counter("sluice.jobs.deferred", metric.WithUnit("{job}"),
-		metric.WithDescription("Jobs a claim deferred on a rate limit, by kind and limit (its group, or the kind); shadow mode's would-be deferrals carry sluice.shadow."))
+		metric.WithDescription("Jobs a rate limit deferred, by a claim or by a worker's sweep of a flood, by kind and limit (its group, or the kind); shadow mode's would-be deferrals carry sluice.shadow."))
 	if err := errors.Join(errs[:]...); err != nil {
 		return nil, err
 	}

@@ -157,7 +157,8 @@ func TestDeferOverflowCountsItsDeferrals(t *testing.T) {
 		pid := register(t, s, t0)
 		res := claimLimited(t, s, pid, t0, 2, lim, 3*time.Minute)
 		require.Len(t, res.Overflows, 1)
-		n, _, err := s.DeferOverflow(context.Background(), engine.At(t0), res.Overflows[0], 3*time.Minute, 20)
+		swept, _, err := s.DeferOverflow(context.Background(), engine.At(t0), res.Overflows[0], 3*time.Minute, 20)
+		n := len(swept)
 		require.NoError(t, err)
 		require.Positive(t, n)
 		for _, id := range got[1:] {

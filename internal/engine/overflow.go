@@ -36,8 +36,11 @@ func (res *ClaimResult) noteOverflow(o Overflow) {
 // moves once. It stops when the budget has room again (the claims admit
 // what comes next), and moves nothing of a paused queue (its jobs stay
 // where they are until it resumes; a sweep that began before the pause
-// ends). It returns the jobs it deferred and the slots it handed out:
-// fewer jobs than batch when the flood is out of the way.
+// ends). It returns the ids of the jobs it deferred (those it read to
+// defer them: it runs no statement more for them) and the slots it handed
+// out, one each to the jobs it scheduled, in order; the rest, past the
+// horizon, it parked. Fewer jobs than batch when the flood is out of the
+// way.
 // Callers repeat it, pausing between batches so that the claims around
 // them keep their pace.
 //
@@ -45,7 +48,7 @@ func (res *ClaimResult) noteOverflow(o Overflow) {
 // the jobs, and moves the budget's slot cursor only if no claim moved it
 // meanwhile (a compare-and-set at the very end, so claims wait for it no
 // longer than its commit); if one did, it starts the batch again.
-func (s *Store) DeferOverflow(ctx context.Context, c Clock, o Overflow, horizon time.Duration, batch int) (int, []time.Time, error) {
+func (s *Store) DeferOverflow(ctx context.Context, c Clock, o Overflow, horizon time.Duration, batch int) ([]int64, []time.Time, error) {
 	if horizon <= 0 {
 		horizon = DefaultHorizon
 	}
@@ -54,16 +57,16 @@ func (s *Store) DeferOverflow(ctx context.Context, c Clock, o Overflow, horizon 
 	}
 	cost := costOn(o.RateKeys, o.Key)
 	for range maxCursorRaces {
-		n, slots, err := s.deferOverflow(ctx, c, o, horizon, batch, cost)
+		ids, slots, err := s.deferOverflow(ctx, c, o, horizon, batch, cost)
 		if errors.Is(err, errCursorMoved) {
 			continue
 		}
 		if err != nil {
-			return 0, nil, s.wrap(fmt.Errorf("defer the overflow of %s: %w", o.Key, err))
+			return nil, nil, s.wrap(fmt.Errorf("defer the overflow of %s: %w", o.Key, err))
 		}
-		return n, slots, nil
+		return ids, slots, nil
 	}
-	return 0, nil, nil // the claims are busy with the budget: leave it to them
+	return nil, nil, nil // the claims are busy with the budget: leave it to them
 }
 
 // maxCursorRaces bounds the batches DeferOverflow starts again after a
@@ -72,11 +75,11 @@ const maxCursorRaces = 3
 
 var errCursorMoved = errors.New("the budget's slot cursor moved")
 
-func (s *Store) deferOverflow(ctx context.Context, c Clock, o Overflow, horizon time.Duration, batch, cost int) (int, []time.Time, error) {
-	var n int
+func (s *Store) deferOverflow(ctx context.Context, c Clock, o Overflow, horizon time.Duration, batch, cost int) ([]int64, []time.Time, error) {
+	var deferred []int64
 	var slots []time.Time
 	err := s.inTx(ctx, func(tx Tx) error {
-		n, slots = 0, nil
+		deferred, slots = nil, nil
 		at, err := s.now(ctx, tx, c)
 		if err != nil {
 			return err
@@ -126,10 +129,13 @@ func (s *Store) deferOverflow(ctx context.Context, c Clock, o Overflow, horizon 
 		if err == nil && moved.RowsAffected != 1 {
 			err = errCursorMoved
 		}
-		n = len(ids)
+		deferred = ids
 		return err
 	})
-	return n, slots, err
+	if err != nil {
+		return nil, nil, err
+	}
+	return deferred, slots, nil
 }
 
 // queryIDPriorities reads rows of id and priority.

@@ -83,7 +83,8 @@ func TestASweepLeavesAPausedQueuesJobsWhereTheyAre(t *testing.T) {
 		require.False(t, ok, "a paused queue has nothing to sweep: a worker's sweep ends before it begins")
 		moved := 0
 		for {
-			n, _, err := s.DeferOverflow(ctx, engine.At(t0), res.Overflows[0], time.Minute, 10)
+			swept, _, err := s.DeferOverflow(ctx, engine.At(t0), res.Overflows[0], time.Minute, 10)
+			n := len(swept)
 			require.NoError(t, err)
 			moved += n
 			if n < 10 {
@@ -117,7 +118,8 @@ func TestASweepLeavesAPausedQueuesJobsWhereTheyAre(t *testing.T) {
 		_, ok, err = s.OverflowSpan(ctx, res.Overflows[0])
 		require.NoError(t, err)
 		require.True(t, ok)
-		n, slots, err := s.DeferOverflow(ctx, engine.At(at(1600*time.Millisecond)), res.Overflows[0], time.Minute, 10)
+		swept, slots, err := s.DeferOverflow(ctx, engine.At(at(1600*time.Millisecond)), res.Overflows[0], time.Minute, 10)
+		n := len(swept)
 		require.NoError(t, err)
 		require.Equal(t, 10, n)
 		require.Equal(t, at(3*time.Second), slots[0])

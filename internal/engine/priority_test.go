@@ -251,7 +251,8 @@ func TestDeferOverflowLeavesUrgentJobsToTheClaims(t *testing.T) {
 		require.Len(t, res.Deferred, 2)
 		urgent := enqueue(t, s, t0, prioritized(0), prioritized(1))
 		o := engine.Overflow{Queue: "default", Kind: "k", RateKeys: engine.EncodeRateKeys([]engine.RateKey{{Key: "k/x", Cost: 1}}), Key: "k/x"}
-		n, slots, err := s.DeferOverflow(ctx, engine.At(t0), o, time.Minute, 100)
+		swept, slots, err := s.DeferOverflow(ctx, engine.At(t0), o, time.Minute, 100)
+		n := len(swept)
 		require.NoError(t, err)
 		require.Equal(t, 1, n, "only the routine job is deferred in bulk")
 		require.Equal(t, []time.Time{at(3 * time.Second)}, slots)

@@ -628,7 +628,8 @@ func TestDeferOverflowDefersTheJobsBehindAFullBudget(t *testing.T) {
 		var slots []time.Time
 		total := 0
 		for _, want := range []int{20, 20, 8} {
-			n, ss, err := s.DeferOverflow(ctx, engine.At(t0), o, 5*time.Minute, 20)
+			swept, ss, err := s.DeferOverflow(ctx, engine.At(t0), o, 5*time.Minute, 20)
+			n := len(swept)
 			require.NoError(t, err)
 			require.Equal(t, want, n, "every ready job like it, in batches of 20")
 			total += n
@@ -645,7 +646,8 @@ func TestDeferOverflowDefersTheJobsBehindAFullBudget(t *testing.T) {
 		require.Equal(t, 44, budgetNamed(t, s, "k/x").Parked)
 
 		enqueue(t, s, t0, limited("k", "k/x"))
-		n, _, err := s.DeferOverflow(ctx, engine.At(at(time.Hour)), o, 5*time.Minute, 20)
+		swept, _, err := s.DeferOverflow(ctx, engine.At(at(time.Hour)), o, 5*time.Minute, 20)
+		n := len(swept)
 		require.NoError(t, err)
 		require.Zero(t, n, "an hour on, the budget has room: nothing is deferred")
 	})

@@ -251,7 +251,8 @@ func claimsBesideASweep(t *testing.T, b testdb.Backend) {
 			return
 		}
 		for time.Now().Before(deadline) {
-			n, _, err := ss.DeferOverflow(ctx, clk, o, horizon, batch)
+			swept, _, err := ss.DeferOverflow(ctx, clk, o, horizon, batch)
+			n := len(swept)
 			mu.Lock()
 			moved += n
 			mu.Unlock()
