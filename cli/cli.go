@@ -490,10 +490,17 @@ func noMoreArgs(fs *flag.FlagSet, n int) error {
 	if fs.NArg() <= n {
 		return nil
 	}
-	if n == 0 {
-		return Usagef("%s takes no arguments, got %q", fs.Name(), strings.Join(fs.Args(), " "))
+	// The flag set is named "PROGRAM COMMAND"; the error is printed after
+	// the program's name already, so it names the command alone, as the
+	// verbs' errors do ("sluice check: check takes no arguments").
+	name := fs.Name()
+	if _, cmd, ok := strings.Cut(name, " "); ok {
+		name = cmd
 	}
-	return Usagef("%s takes %d argument(s), got %q", fs.Name(), n, strings.Join(fs.Args(), " "))
+	if n == 0 {
+		return Usagef("%s takes no arguments, got %q", name, strings.Join(fs.Args(), " "))
+	}
+	return Usagef("%s takes %d argument(s), got %q", name, n, strings.Join(fs.Args(), " "))
 }
 
 // openEngine is Open for the commands that read and change the database

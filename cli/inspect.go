@@ -354,6 +354,9 @@ func runQueues(ctx context.Context, env *Env, args []string) error {
 		if err != nil {
 			return err
 		}
+		if *asJSON {
+			return printJSON(env, map[string]any{"name": q, "paused": verb == "pause"})
+		}
 		fmt.Fprintf(env.Stdout, "queue %s is %sd\n", q, verb)
 		return nil
 	}
@@ -388,6 +391,9 @@ func runBudgets(ctx context.Context, env *Env, args []string) error {
 		n, err := s.ClearIdleBudgets(ctx, engine.DatabaseTime(time.Now), *batch, *pause)
 		if err != nil {
 			return err
+		}
+		if *asJSON {
+			return printJSON(env, map[string]any{"cleared": n})
 		}
 		fmt.Fprintf(env.Stdout, "cleared %d idle budgets\n", n)
 		return nil

@@ -68,11 +68,17 @@ func runLimits(ctx context.Context, env *Env, args []string) error {
 		if err != nil {
 			return err
 		}
+		if *asJSON {
+			return printJSON(env, overrideJSON(o))
+		}
 		fmt.Fprintf(env.Stdout, "%s: %d per %s, burst %d (workers apply it within seconds)\n", o.Target, o.To, o.Per, o.Burst)
 		return nil
 	case "clear":
 		if err := s.ClearOverride(ctx, target); err != nil {
 			return err
+		}
+		if *asJSON {
+			return printJSON(env, map[string]any{"target": target, "cleared": true})
 		}
 		fmt.Fprintf(env.Stdout, "%s: the declared limit applies again\n", target)
 		return nil
@@ -84,7 +90,7 @@ func runLimits(ctx context.Context, env *Env, args []string) error {
 	if *asJSON {
 		out := make([]map[string]any, len(list))
 		for i, o := range list {
-			out[i] = map[string]any{"target": o.Target, "to": o.To, "per": o.Per.String(), "burst": o.Burst, "updated_at": o.UpdatedAt}
+			out[i] = overrideJSON(o)
 		}
 		return printJSON(env, out)
 	}
@@ -93,6 +99,11 @@ func runLimits(ctx context.Context, env *Env, args []string) error {
 		rows[i] = []string{o.Target, strconv.Itoa(o.To), o.Per.String(), strconv.Itoa(o.Burst), fmtIn(o.UpdatedAt, time.Now())}
 	}
 	return table(env, "TARGET\tTO\tPER\tBURST\tSET", rows)
+}
+
+// overrideJSON is an override as limits --json prints it, listed or set.
+func overrideJSON(o engine.Override) map[string]any {
+	return map[string]any{"target": o.Target, "to": o.To, "per": o.Per.String(), "burst": o.Burst, "updated_at": o.UpdatedAt}
 }
 
 // setFlags returns the names of the flags the command line set.

@@ -85,5 +85,8 @@ func TestCheckAndRecurringRefuseStrayArguments(t *testing.T) {
 		code, _, stderr := run(t, append(args, "--database-url", "sqlite:"+t.TempDir()+"/x.db")...)
 		require.Equal(t, 2, code, "%v: %s", args, stderr)
 		require.Contains(t, stderr, `takes no arguments, got "extra"`)
+		// Named once: "sluice check: check takes …", not "sluice check: sluice check takes …".
+		require.Equal(t, 1, strings.Count(stderr, args[0]+" takes"), "%v: %s", args, stderr)
+		require.NotContains(t, stderr, "myapp "+args[0]+" takes", "%v: the program named twice", args)
 	}
 }

@@ -37,11 +37,34 @@ func TestVerbCommandsTakeFlagsBeforeOrAfterTheVerb(t *testing.T) {
 		}
 		ok("cleared 0 idle budgets", "budgets", "--batch-size", "5", "--pause", "0s", "clear-idle")
 		ok("cleared 0 idle budgets", "budgets", "clear-idle", "--batch-size", "5")
-		ok("queue mail is paused", "queues", "--json", "pause", "mail")
-		ok("queue mail is resumed", "queues", "resume", "--json", "mail")
+		ok("queue mail is paused", "queues", "pause", "mail")
+		ok("queue mail is resumed", "queues", "resume", "mail")
 		ok("ping/x: 5 per 1s, burst 2", "limits", "--to", "5", "--per", "1s", "--burst", "2", "set", "ping/x")
 		ok("ping/x: 6 per 1s, burst 1", "limits", "set", "--to", "6", "ping/x", "--per", "1s")
-		ok("ping/x: the declared limit applies again", "limits", "--json", "clear", "ping/x")
+		ok("ping/x: the declared limit applies again", "limits", "clear", "ping/x")
+
+		// --json goes with every verb: the ones that change something print
+		// what they did as one JSON object, not their sentence.
+		object := func(want map[string]any, args ...string) {
+			t.Helper()
+			code, out, stderr := run(t, append(args, db)...)
+			var v map[string]any
+			if code != 0 || json.Unmarshal([]byte(out), &v) != nil {
+				t.Errorf("%q: exit %d, stdout %q, stderr %q; want a JSON object", args, code, out, stderr)
+				return
+			}
+			for k, w := range want {
+				if v[k] != w {
+					t.Errorf("%q: %s is %v in %s; want %v", args, k, v[k], out, w)
+				}
+			}
+		}
+		object(map[string]any{"name": "mail", "paused": true}, "queues", "--json", "pause", "mail")
+		object(map[string]any{"name": "mail", "paused": false}, "queues", "resume", "--json", "mail")
+		object(map[string]any{"target": "ping/x", "to": 5.0, "per": "1s", "burst": 2.0},
+			"limits", "--json", "--to", "5", "--per", "1s", "--burst", "2", "set", "ping/x")
+		object(map[string]any{"target": "ping/x", "cleared": true}, "limits", "--json", "clear", "ping/x")
+		object(map[string]any{"cleared": 0.0}, "budgets", "clear-idle", "--json")
 
 		for _, c := range []struct {
 			args []string
