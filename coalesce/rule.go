@@ -58,7 +58,9 @@ type Rule[T any] struct {
 	// turns coalescing off.
 	Key any
 	// Group shares keys between every kind that names it. Without it the
-	// keys belong to the kind.
+	// keys belong to the kind. Only Discard keys are shared, and the kinds
+	// of one Group declare one Debounce and MaxDelay: registration refuses
+	// a kind that does not agree with one registered before.
 	Group string
 	// OnConflict is Discard (the default), Replace or Collect.
 	OnConflict OnConflict
@@ -69,7 +71,9 @@ type Rule[T any] struct {
 	OnFull OnFull
 	// Debounce delays the job to d after the latest call (trailing edge):
 	// every call moves it to now + d, but never earlier than the time its
-	// rate limit gave it.
+	// rate limit gave it. A call moves a job blocked on its concurrency
+	// slot back to scheduled too; it does not move a job parked on its
+	// rate limit, which runs when its budget hands it a slot.
 	Debounce time.Duration
 	// MaxDelay, with Debounce, caps how far calls can push the job: it runs
 	// at most MaxDelay after the first call, even under a steady stream.

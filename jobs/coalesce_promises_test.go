@@ -3,6 +3,8 @@ package jobs_test
 import (
 	"context"
 	"fmt"
+	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -191,5 +193,61 @@ func TestACallWhileTheJobRetriesStartsANewJob(t *testing.T) {
 		h.clock.Advance(time.Minute)
 		require.Equal(t, 1, h.drain(jobs.WorkerConfig{}).Completed)
 		require.Equal(t, [][]string{{"a", "b"}, {"c"}, {"a", "b"}}, runs)
+	})
+}
+
+// A batch (EnqueueMany) of calls with one key: the first
+// creates the job, the rest join it, and a Collect handler gets every
+// call, oldest (batch order) first, even when the batch interleaves keys.
+func TestABatchOfCallsWithRepeatedKeysCollectsEveryCallInOrder(t *testing.T) {
+	each(t, func(t *testing.T, h *harness) {
+		got := map[int][]string{}
+		var mu sync.Mutex
+		require.NoError(t, jobs.RegisterCalls(h.reg, func(_ context.Context, j *jobs.Job[pushSKU], calls []pushSKU) error {
+			mu.Lock()
+			defer mu.Unlock()
+			for _, c := range calls {
+				got[c.Shop] = append(got[c.Shop], c.SKU)
+			}
+			return nil
+		}, jobs.Coalesce(coalesce.Rule[pushSKU]{Key: byShopP, OnConflict: coalesce.Collect})))
+		var items []jobs.Item
+		for _, c := range []pushSKU{{2, "b1"}, {1, "a1"}, {2, "b2"}, {1, "a2"}, {1, "a3"}, {2, "b3"}} {
+			items = append(items, jobs.Item{Args: c})
+		}
+		res, err := h.client.EnqueueMany(context.Background(), items)
+		require.NoError(t, err)
+		require.False(t, res[0].Joined)
+		require.False(t, res[1].Joined)
+		for i := 2; i < len(res); i++ {
+			require.True(t, res[i].Joined, "item %d", i)
+		}
+		require.Equal(t, 2, h.drain(jobs.WorkerConfig{}).Completed)
+		require.Equal(t, []string{"a1", "a2", "a3"}, got[1])
+		require.Equal(t, []string{"b1", "b2", "b3"}, got[2])
+	})
+}
+
+// A key with a NUL byte, or past 255 bytes once scoped, is
+// refused at enqueue, and nothing is written: no job, no join.
+func TestACoalesceKeyWithANulOrTooLongIsRefusedAndWritesNothing(t *testing.T) {
+	each(t, func(t *testing.T, h *harness) {
+		require.NoError(t, jobs.Register(h.reg, func(context.Context, *jobs.Job[refresh]) error { return nil },
+			jobs.Coalesce(coalesce.Rule[refresh]{Key: func(a refresh) any { return a.Note }})))
+		ok := h.enqueued(refresh{Note: "fine"})
+		_, err := h.client.Enqueue(context.Background(), refresh{Note: "a\x00b"})
+		require.Error(t, err)
+		// "refresh/" is 8 bytes: 247 more make 255, 248 make 256.
+		fits := h.enqueued(refresh{Note: strings.Repeat("k", 247)})
+		require.False(t, fits.Joined)
+		_, err = h.client.Enqueue(context.Background(), refresh{Note: strings.Repeat("k", 248)})
+		require.Error(t, err)
+		st, err := h.store.Stats(context.Background())
+		require.NoError(t, err)
+		var total int64
+		for _, q := range st {
+			total += q.Counts[engine.StateReady]
+		}
+		require.EqualValues(t, 2, total, "only the two good calls wrote jobs (ids %d, %d)", ok.ID, fits.ID)
 	})
 }

@@ -35,6 +35,10 @@ type Registry struct {
 	// fair is set once any kind declares a fairness key; until then claims
 	// take no fair stream.
 	fair bool
+	// coalescing lists, by coalesce scope (a Group, or a kind's own
+	// name), the kinds that share it, sorted. A slice is never changed
+	// once stored: registration stores a new one.
+	coalescing map[string][]string
 }
 
 // kind is one registered kind, with its type erased.
@@ -61,6 +65,41 @@ type coalesceRule struct {
 	key  func(args any) (string, error)
 }
 
+// sharesWith says why kind k, whose rule c is, cannot share its coalesce
+// scope (its Group) with the registered kind other, or returns nil when it
+// can. A call joins the pending job that holds its key, whatever its kind,
+// and applies its own rule to it, so the kinds must declare the same rule.
+// Only Discard keys are shared: a Replace or Collect call gives the job its
+// args, and another kind's handler would decode them as its own args or
+// drop them (each kind has its own args type).
+func (c *coalesceRule) sharesWith(k, other *kind) error {
+	mine, theirs := c.spec, other.coalesce.spec
+	where := fmt.Sprintf("Coalesce Group %q is used by kind %s", mine.Scope, other.name)
+	if mine.Scope == k.name || mine.Scope == other.name {
+		// A kind without a Group scopes its keys by its name.
+		where = fmt.Sprintf("Coalesce keys of scope %q are used by kind %s", mine.Scope, other.name)
+	}
+	if mine.OnConflict != coalesce.Discard || theirs.OnConflict != coalesce.Discard {
+		return fmt.Errorf("%s, with OnConflict: %s (args %s); %s declares OnConflict: %s (args %s). "+
+			"Only Discard keys are shared between kinds: a Replace or Collect call gives its args to the pending job of its key, "+
+			"whose handler, another kind's, would decode them as its own or drop them; give each kind its own Group",
+			where, theirs.OnConflict, other.argsType, k.name, mine.OnConflict, k.argsType)
+	}
+	var diffs []string
+	if mine.Debounce != theirs.Debounce {
+		diffs = append(diffs, fmt.Sprintf("Debounce %s, not %s", mine.Debounce, theirs.Debounce))
+	}
+	if mine.MaxDelay != theirs.MaxDelay {
+		diffs = append(diffs, fmt.Sprintf("MaxDelay %s, not %s", mine.MaxDelay, theirs.MaxDelay))
+	}
+	if len(diffs) > 0 {
+		return fmt.Errorf("%s with another rule: %s declares %s. A call joins the pending job of any kind of its Group "+
+			"and delays it by its own rule: give the kinds of one Group the same Debounce and MaxDelay, or each rule its own Group",
+			where, k.name, strings.Join(diffs, " and "))
+	}
+	return nil
+}
+
 // rateRule is a compiled rate limit with its type erased.
 type rateRule struct {
 	spec ratelimit.Spec
@@ -76,7 +115,7 @@ type concRule struct {
 
 // NewRegistry returns an empty registry.
 func NewRegistry() *Registry {
-	return &Registry{kinds: map[string]*kind{}, queues: map[string][]engine.QueueLimit{}}
+	return &Registry{kinds: map[string]*kind{}, queues: map[string][]engine.QueueLimit{}, coalescing: map[string][]string{}}
 }
 
 // LimitQueue declares a rate limit on a whole queue: every job claimed from
@@ -255,6 +294,15 @@ func register[T Args](r *Registry, h Handler[T], calls CallsHandler[T], opts []R
 	defer r.mu.Unlock()
 	if _, dup := r.kinds[name]; dup {
 		return fail(errors.New("the kind is already registered"))
+	}
+	if k.coalesce != nil {
+		scope := k.coalesce.spec.Scope
+		for _, other := range r.coalescing[scope] {
+			if err := k.coalesce.sharesWith(k, r.kinds[other]); err != nil {
+				return fail(err)
+			}
+		}
+		r.coalescing[scope] = slices.Sorted(slices.Values(append(slices.Clone(r.coalescing[scope]), name)))
 	}
 	r.kinds[name] = k
 	r.limited = r.limited || len(k.rules) > 0

@@ -34,6 +34,8 @@ func (s *Store) enqueueTx(ctx context.Context, ex Executor, c Clock, jobs []NewJ
 	nowUS := Micros(now)
 	out := make([]Enqueued, len(rows))
 	created := map[int]bool{}
+	alone := map[int]bool{} // coalescing calls inserted as plain jobs
+	plainRow := func(i int) bool { return jobs[i].Coalesce == nil || alone[i] }
 	var dispatched []DueRow
 	var dispatchedAt []int
 	var order []int
@@ -49,18 +51,22 @@ func (s *Store) enqueueTx(ctx context.Context, ex Executor, c Clock, jobs []NewJ
 			return nil, err
 		}
 		out[i], created[i] = co.Enqueued, co.created
+		if co.alone {
+			alone[i] = true
+		}
 		if co.dispatch != nil {
 			dispatched, dispatchedAt = append(dispatched, *co.dispatch), append(dispatchedAt, i)
 		}
 	}
 
 	// Slots for the full jobs calls dispatched, and for the jobs that are
-	// ready on arrival: plain ones before they are inserted, coalescing
-	// ones just created. Every job enqueued (not a call that joined a
+	// ready on arrival: plain ones (and calls that could not join the
+	// pending job of their key) before they are inserted, coalescing ones
+	// just created. Every job enqueued (not a call that joined a
 	// pending job) declares its limit, a delayed one too.
 	keys := slotKeys(dispatched)
 	declares := func(i int) bool {
-		return rows[i].ConcKey != "" && (jobs[i].Coalesce == nil || created[i])
+		return rows[i].ConcKey != "" && (plainRow(i) || created[i])
 	}
 	for i, r := range rows {
 		if declares(i) {
@@ -126,8 +132,8 @@ func (s *Store) enqueueTx(ctx context.Context, ex Executor, c Clock, jobs []NewJ
 
 	var plain []InsertRow
 	var at []int
-	for i, j := range jobs {
-		if j.Coalesce == nil {
+	for i := range jobs {
+		if plainRow(i) {
 			plain = append(plain, rows[i])
 			at = append(at, i)
 		}
@@ -149,10 +155,13 @@ func (s *Store) enqueueTx(ctx context.Context, ex Executor, c Clock, jobs []NewJ
 
 // coalesced is what a coalescing call did: the job it joined or created,
 // whether it created it, and, when the call filled a waiting job that
-// dispatches once full, that job to promote.
+// dispatches once full, that job to promote. A call that may not join the
+// pending job of its key (Coalesce.joins) is alone: enqueueTx inserts it
+// as a job that holds no key.
 type coalesced struct {
 	Enqueued
 	created  bool
+	alone    bool
 	dispatch *DueRow
 }
 
@@ -172,6 +181,13 @@ func (s *Store) coalesceOne(ctx context.Context, ex Executor, now time.Time, j N
 		if err != nil {
 			return coalesced{}, err
 		}
+		if p != nil && !j.Coalesce.joins(j.Kind, p.Kind) {
+			// Replace or Collect would hand this kind's args to another
+			// kind's handler, which may drop them: the call makes a job
+			// of its own, without the key (enqueueTx inserts it).
+			row.CoalesceKey, row.FirstCallAt = "", 0
+			return coalesced{alone: true}, nil
+		}
 		if p != nil {
 			state, dispatch, err := s.join(ctx, ex, now, rule, p, row)
 			co := coalesced{Enqueued: Enqueued{ID: p.ID, Joined: true, State: state}}
@@ -188,6 +204,17 @@ func (s *Store) coalesceOne(ctx context.Context, ex Executor, now time.Time, j N
 		// Another enqueue created the pending job since we looked: join it.
 	}
 	return coalesced{}, fmt.Errorf("coalesce %s: the pending job kept changing under this call; try again", j.Coalesce.Key)
+}
+
+// joins reports whether a call of kind may join the pending job of the
+// kind pending. A Discard call joins any job that holds its key, as the
+// kinds of one Group share keys. A Replace or Collect call joins only a job
+// of its own kind: it gives the job its args, which another kind's handler
+// would decode as its own or drop. Registration refuses such a Group
+// (jobs.Register), but processes that run different registries, during a
+// deploy, may still meet on one key: the call then makes a job of its own.
+func (c *Coalesce) joins(kind, pending string) bool {
+	return c.Rule.OnConflict == coalesce.Discard || pending == kind
 }
 
 // lockPending locks the pending job that holds key, or returns nil.
@@ -222,7 +249,8 @@ func (s *Store) insertCoalescing(ctx context.Context, ex Executor, row InsertRow
 // join applies one call to the pending job p and returns its state after,
 // and whether the call filled it and it is to be dispatched: made ready at
 // once, which enqueueTx does with the semaphores it locks (the state is
-// then scheduled, due now).
+// then scheduled, due now). A debounce moves a ready, scheduled or blocked
+// job, not a parked one.
 func (s *Store) join(ctx context.Context, ex Executor, now time.Time, rule coalesce.Spec, p *PendingRow, row *InsertRow) (State, bool, error) {
 	nowUS := Micros(now)
 	u := CoalesceUpdate{ID: p.ID, Calls: p.Calls, State: p.State}
@@ -242,7 +270,12 @@ func (s *Store) join(ctx context.Context, ex Executor, now time.Time, rule coale
 	switch {
 	case dispatch:
 		u.State, u.RunAt = StateScheduled, nowUS
-	case rule.Debounce > 0 && (p.State == StateReady || p.State == StateScheduled):
+	case rule.Debounce > 0 && (p.State == StateReady || p.State == StateScheduled || p.State == StateBlocked):
+		// A blocked job holds no slot and waits in its key's line by
+		// priority and id: it goes back to scheduled like a ready one,
+		// and takes its slot, or its place in that line again, when it
+		// comes due. A parked job is left where its budget counts it
+		// (docs/coalesce.md).
 		var rateSlot time.Time
 		if p.State == StateScheduled && p.WaitKey != "" {
 			rateSlot = p.RunAt
