@@ -15,7 +15,7 @@ import (
 	"github.com/sluicequeue/sluice/jobs"
 )
 
-// probe: passes. docs/recurring.md: "one that catches up after a long
+// docs/recurring.md: "one that catches up after a long
 // stall runs only the latest tick that has passed (if nobody ran it),
 // never a backlog of them". A dispatcher stalled for an hour while
 // another ran every tick enqueues nothing when it catches up, and the two
@@ -53,7 +53,7 @@ type digest struct{ Team string }
 
 func (digest) Kind() string { return "digest" }
 
-// probe: passes. A recurring task of a coalescing kind: a tick whose job
+// A recurring task of a coalescing kind: a tick whose job
 // is still pending from the last tick joins it (one pending job), and
 // every tick is still recorded once, naming that job.
 func TestATickOfACoalescingKindJoinsItsPendingJob(t *testing.T) {
