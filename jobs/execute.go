@@ -223,10 +223,43 @@ func (w *Worker) failure(j *engine.Job, err error) result {
 			w.log.Error("sluice: a kind's Backoff panicked; the job is retried after the default backoff",
 				"job_id", j.ID, "kind", j.Kind, "attempt", j.Attempt, "retry_in", delay, "err", perr)
 		} else {
-			delay = d
+			delay = w.boundBackoff(j, d, delay)
 		}
 	}
 	return result{id: j.ID, t: engine.Transition{ID: j.ID, State: engine.StateScheduled, Wait: delay, Error: errorText(err)}}
+}
+
+// boundBackoff is the delay a retry waits when the kind's Backoff returned
+// d: d itself, unless it is negative (an overflowed exponential, say),
+// which waits fallback (the default backoff) rather than running the job
+// again at once, attempt after attempt; or longer than MaxBackoff, or than
+// what reaches engine.MaxRunAt from now, which is cut to it. Either is
+// logged once per kind.
+func (w *Worker) boundBackoff(j *engine.Job, d, fallback time.Duration) time.Duration {
+	if d < 0 {
+		if _, seen := w.badBackoff.LoadOrStore(backoffWarning{j.Kind, false}, true); !seen {
+			w.log.Warn("sluice: a kind's Backoff returned a negative delay; its retries wait the default backoff instead (logged once per kind)",
+				"kind", j.Kind, "job_id", j.ID, "attempt", j.Attempt, "backoff", d, "retry_in", fallback)
+		}
+		return fallback
+	}
+	// Sub saturates, and MaxRunAt is far past any clock's now: no overflow.
+	limit := min(MaxBackoff, max(engine.MaxRunAt.Sub(w.clock.Now()), 0))
+	if d > limit {
+		if _, seen := w.badBackoff.LoadOrStore(backoffWarning{j.Kind, true}, true); !seen {
+			w.log.Warn("sluice: a kind's Backoff returned a delay longer than sluice keeps; its retries wait the longest instead (logged once per kind)",
+				"kind", j.Kind, "job_id", j.ID, "attempt", j.Attempt, "backoff", d, "retry_in", limit)
+		}
+		return limit
+	}
+	return d
+}
+
+// backoffWarning names a warning boundBackoff logs once per kind: a
+// negative delay, or one too long.
+type backoffWarning struct {
+	kind    string
+	tooLong bool
 }
 
 // callBackoff calls a kind's Backoff, returning its panic, with the stack,

@@ -505,7 +505,9 @@ func (s *Store) transition(ctx context.Context, tx Executor, from State, process
 // resolveWaits gives the scheduled transitions that carry a Wait instead
 // of a RunAt their run time: Wait after at, c's time in tx, which it reads
 // when at is zero (one round trip on the database's clock, only when some
-// transition waits and no push has read it).
+// transition waits and no push has read it). A negative Wait waits none,
+// and no run time is after MaxRunAt (time.Time.Add saturates: no Wait
+// overflows).
 func (s *Store) resolveWaits(ctx context.Context, tx Tx, c Clock, ts []Transition, at time.Time) ([]Transition, error) {
 	waits := func(t Transition) bool { return t.State == StateScheduled && t.RunAt.IsZero() }
 	if !slices.ContainsFunc(ts, waits) {
@@ -520,7 +522,9 @@ func (s *Store) resolveWaits(ctx context.Context, tx Tx, c Clock, ts []Transitio
 	out := slices.Clone(ts)
 	for i, t := range out {
 		if waits(t) {
-			out[i].RunAt = at.Add(t.Wait)
+			if out[i].RunAt = at.Add(max(t.Wait, 0)); out[i].RunAt.After(MaxRunAt) {
+				out[i].RunAt = MaxRunAt
+			}
 		}
 	}
 	return out, nil
