@@ -49,6 +49,16 @@ type result struct {
 	refused bool
 }
 
+// ranBefore reports whether the job ran before this run, so that it may
+// have failed runs kept (engine.Attempts), which DeleteOnComplete deletes
+// with it. The attempt does not tell: an operator's retry sets it back to 0
+// and keeps the failed runs, so a retried job completes at attempt 1 with
+// its old failures kept. The claims counter tells, as nothing sets it back:
+// a job's first run is its first claim, and a completion at its first claim
+// (most of them) costs no statement more. A claim counted before migration
+// 017 is 0, which may have run before.
+func (r result) ranBefore() bool { return r.claim != 1 || r.attempt > 1 }
+
 // final reports whether the outcome ends the job.
 func (r result) final() bool {
 	return r.complete || r.t.State == engine.StateFailed || r.t.State == engine.StateCancelled
@@ -479,7 +489,7 @@ func outcomes(rs []result) engine.Outcomes {
 			if r.withCalls {
 				o.WithCalls = append(o.WithCalls, run)
 			}
-			if r.attempt > 1 {
+			if r.ranBefore() {
 				o.WithAttempts = append(o.WithAttempts, run)
 			}
 		} else {

@@ -41,9 +41,10 @@ type Outcomes struct {
 	// WithCalls are the completed runs whose job collected calls: with
 	// DeleteOnComplete their calls are deleted with it.
 	WithCalls []Run
-	// WithAttempts are the completed runs whose job ran more than once:
-	// with DeleteOnComplete the errors kept of its failed runs are
-	// deleted with it.
+	// WithAttempts are the completed runs whose job ran before (claimed
+	// more than once; the attempt does not tell, as an operator's retry
+	// sets it back to 0 and keeps the failed runs): with DeleteOnComplete
+	// the errors kept of its failed runs are deleted with it.
 	WithAttempts []Run
 	// Pushes hold budgets back after an upstream asked to wait (a 429):
 	// none of their jobs is admitted before Until.
