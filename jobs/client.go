@@ -42,7 +42,10 @@ type ClientConfig struct {
 	MaxArgsBytes int
 	// OnEnqueue, if set, is called for each job an enqueue wrote or
 	// joined, after it was written (for EnqueueTx, before the caller's
-	// commit).
+	// commit). One that panics does not keep the other jobs from their
+	// calls, and the enqueue returns its jobs with an error wrapping
+	// ErrOnEnqueuePanicked, which names the job's kind: the jobs were
+	// written (with EnqueueTx, they go with your transaction).
 	OnEnqueue func(EnqueueEvent)
 	// Middleware wraps every enqueue, outermost first: it may read the
 	// context and set the jobs' metadata (see EnqueueMiddleware). Defaults
@@ -116,11 +119,17 @@ type Item struct {
 // Enqueue adds one job and says what became of it: its id, and, for a
 // kind that coalesces, whether it joined a pending job.
 func (c *Client) Enqueue(ctx context.Context, args Args, opts ...EnqueueOption) (Enqueued, error) {
-	res, err := c.enqueue(ctx, nil, []Item{{Args: args, Options: opts}})
-	if err != nil {
+	return first(c.enqueue(ctx, nil, []Item{{Args: args, Options: opts}}))
+}
+
+// first is an enqueue of one job: its result, with the error. An error
+// comes with the job only when it was written all the same
+// (ErrOnEnqueuePanicked).
+func first(res []Enqueued, err error) (Enqueued, error) {
+	if len(res) == 0 {
 		return Enqueued{}, err
 	}
-	return res[0], nil
+	return res[0], err
 }
 
 // EnqueueTx adds one job inside the caller's transaction, so that it
@@ -131,11 +140,7 @@ func (c *Client) EnqueueTx(ctx context.Context, tx any, args Args, opts ...Enque
 	if err != nil {
 		return Enqueued{}, err
 	}
-	res, err := c.enqueue(ctx, ex, []Item{{Args: args, Options: opts}})
-	if err != nil {
-		return Enqueued{}, err
-	}
-	return res[0], nil
+	return first(c.enqueue(ctx, ex, []Item{{Args: args, Options: opts}}))
 }
 
 // EnqueueMany adds jobs in as few statements as the database allows (one
@@ -217,11 +222,45 @@ func (c *Client) enqueue(ctx context.Context, ex engine.Executor, items []Item) 
 		c.wakeReady(rows, res)
 	}
 	if c.onEnqueue != nil {
-		for i, r := range rows {
-			c.onEnqueue(EnqueueEvent{Kind: r.Kind, Queue: r.Queue, Enqueued: res[i]})
+		if err := c.notify(rows, res); err != nil {
+			return res, err
 		}
 	}
 	return res, nil
+}
+
+// ErrOnEnqueuePanicked is returned, wrapped, by an enqueue whose
+// ClientConfig.OnEnqueue panicked. The hook runs once the jobs are
+// written, so they were: the enqueue returns them with the error. Do not
+// enqueue them again. With EnqueueTx and EnqueueManyTx they commit or roll
+// back with your transaction, as you decide.
+var ErrOnEnqueuePanicked = errors.New("OnEnqueue panicked; the jobs were enqueued")
+
+// notify calls OnEnqueue for each job written, each call guarded: one
+// that panics does not keep the others from theirs, and the first panic
+// is returned as an error naming its job's kind.
+func (c *Client) notify(rows []engine.NewJob, res []Enqueued) error {
+	var panicked error
+	for i, r := range rows {
+		func() {
+			defer func() {
+				if p := recover(); p != nil && panicked == nil {
+					panicked = fmt.Errorf("jobs: enqueue: %w: ClientConfig.OnEnqueue panicked for a job of kind %s (id %d): %v", ErrOnEnqueuePanicked, r.Kind, res[i].ID, p)
+				}
+			}()
+			c.onEnqueue(EnqueueEvent{Kind: r.Kind, Queue: r.Queue, Enqueued: res[i]})
+		}()
+	}
+	return panicked
+}
+
+// recoverAs turns a panic of the app's code called at enqueue (what names
+// it) into *err, as a key function's panic is: the enqueue fails with it
+// before anything is written. Deferred directly: recover works only there.
+func recoverAs(err *error, what string) {
+	if r := recover(); r != nil {
+		*err = fmt.Errorf("%s panicked: %v", what, r)
+	}
 }
 
 // wakeReady wakes this process's workers for the queues that gained ready
@@ -237,12 +276,25 @@ func (c *Client) wakeReady(rows []engine.NewJob, res []Enqueued) {
 }
 
 // newJob checks one item and computes everything stored with it: encoded
-// args, queue, priority, run time and rate-limit keys.
-func (c *Client) newJob(it Item, now time.Time) (engine.NewJob, error) {
+// args, queue, priority, run time and rate-limit keys. The app's code it
+// calls (the kind's key, Cost, Fair and FairWeight functions, the args'
+// own methods) may panic: the panic fails the item, as an error naming
+// the kind and what panicked, before anything is written.
+func (c *Client) newJob(it Item, now time.Time) (j engine.NewJob, err error) {
 	if it.Args == nil || isNilPointer(it.Args) {
 		return engine.NewJob{}, errors.New("args are nil")
 	}
-	name := it.Args.Kind()
+	name, err := kindOf(it.Args)
+	if err != nil {
+		return engine.NewJob{}, err
+	}
+	// What no closer guard names: the args' own MarshalJSON or
+	// MarshalText, say.
+	defer func() {
+		if r := recover(); r != nil {
+			j, err = engine.NewJob{}, fmt.Errorf("%s: the args' own code panicked while the job was prepared: %v", name, r)
+		}
+	}()
 	k := c.reg.lookup(name)
 	if k == nil {
 		return engine.NewJob{}, fmt.Errorf("%w: %q (register it, or Declare it where another process runs it)", ErrUnknownKind, name)
@@ -301,7 +353,7 @@ func (c *Client) newJob(it Item, now time.Time) (engine.NewJob, error) {
 	if err != nil {
 		return engine.NewJob{}, fmt.Errorf("%s: %w", name, err)
 	}
-	j := engine.NewJob{
+	j = engine.NewJob{
 		Kind: name, Queue: k.cfg.queue, Priority: k.cfg.priority, Args: body,
 		MaxAttempts: k.cfg.maxAttempts, RateKeys: rateKeys, Conc: conc, Coalesce: co,
 		FairKey: fairKey, FairWeight: fairWeight,
@@ -328,6 +380,12 @@ func (c *Client) newJob(it Item, now time.Time) (engine.NewJob, error) {
 		return engine.NewJob{}, fmt.Errorf("%s: the run time %s is after %s; schedule it earlier", name, j.RunAt.UTC().Format(time.RFC3339), engine.MaxRunAt.Format(time.RFC3339))
 	}
 	return j, nil
+}
+
+// kindOf returns args' Kind, or its panic as an error.
+func kindOf(args Args) (name string, err error) {
+	defer recoverAs(&err, fmt.Sprintf("%T: Kind", args))
+	return args.Kind(), nil
 }
 
 // encodeArgs encodes args to JSON, refusing args that the encoding would

@@ -46,6 +46,12 @@ func DefaultBackoff(attempt int) time.Duration {
 	return min(time.Duration(1<<max(attempt, 1))*time.Second, 24*time.Hour)
 }
 
+// MaxBackoff is the longest a retry waits after a kind's Backoff: a longer
+// delay (a time.Duration that overflowed, say) is cut to it, and logged
+// once per kind. Nor does a retry wait past the end of the year 9999, the
+// latest time a job may be enqueued for.
+const MaxBackoff = 365 * 24 * time.Hour
+
 // jitter spreads d by ±10%, so that jobs that failed together do not retry
 // together.
 func jitter(d time.Duration) time.Duration {

@@ -53,6 +53,16 @@ type result struct {
 	took time.Duration
 }
 
+// ranBefore reports whether the job ran before this run, so that it may
+// have failed runs kept (engine.Attempts), which DeleteOnComplete deletes
+// with it. The attempt does not tell: an operator's retry sets it back to 0
+// and keeps the failed runs, so a retried job completes at attempt 1 with
+// its old failures kept. The claims counter tells, as nothing sets it back:
+// a job's first run is its first claim, and a completion at its first claim
+// (most of them) costs no statement more. A claim counted before migration
+// 017 is 0, which may have run before.
+func (r result) ranBefore() bool { return r.claim != 1 || r.attempt > 1 }
+
 // final reports whether the outcome ends the job.
 func (r result) final() bool {
 	return r.complete || r.t.State == engine.StateFailed || r.t.State == engine.StateCancelled
@@ -236,10 +246,43 @@ func (w *Worker) failure(j *engine.Job, err error) result {
 			w.log.Error("sluice: a kind's Backoff panicked; the job is retried after the default backoff",
 				"job_id", j.ID, "kind", j.Kind, "attempt", j.Attempt, "retry_in", delay, "err", perr)
 		} else {
-			delay = d
+			delay = w.boundBackoff(j, d, delay)
 		}
 	}
 	return result{id: j.ID, t: engine.Transition{ID: j.ID, State: engine.StateScheduled, Wait: delay, Error: errorText(err)}}
+}
+
+// boundBackoff is the delay a retry waits when the kind's Backoff returned
+// d: d itself, unless it is negative (an overflowed exponential, say),
+// which waits fallback (the default backoff) rather than running the job
+// again at once, attempt after attempt; or longer than MaxBackoff, or than
+// what reaches engine.MaxRunAt from now, which is cut to it. Either is
+// logged once per kind.
+func (w *Worker) boundBackoff(j *engine.Job, d, fallback time.Duration) time.Duration {
+	if d < 0 {
+		if _, seen := w.badBackoff.LoadOrStore(backoffWarning{j.Kind, false}, true); !seen {
+			w.log.Warn("sluice: a kind's Backoff returned a negative delay; its retries wait the default backoff instead (logged once per kind)",
+				"kind", j.Kind, "job_id", j.ID, "attempt", j.Attempt, "backoff", d, "retry_in", fallback)
+		}
+		return fallback
+	}
+	// Sub saturates, and MaxRunAt is far past any clock's now: no overflow.
+	limit := min(MaxBackoff, max(engine.MaxRunAt.Sub(w.clock.Now()), 0))
+	if d > limit {
+		if _, seen := w.badBackoff.LoadOrStore(backoffWarning{j.Kind, true}, true); !seen {
+			w.log.Warn("sluice: a kind's Backoff returned a delay longer than sluice keeps; its retries wait the longest instead (logged once per kind)",
+				"kind", j.Kind, "job_id", j.ID, "attempt", j.Attempt, "backoff", d, "retry_in", limit)
+		}
+		return limit
+	}
+	return d
+}
+
+// backoffWarning names a warning boundBackoff logs once per kind: a
+// negative delay, or one too long.
+type backoffWarning struct {
+	kind    string
+	tooLong bool
 }
 
 // callBackoff calls a kind's Backoff, returning its panic, with the stack,
@@ -459,7 +502,7 @@ func outcomes(rs []result) engine.Outcomes {
 			if r.withCalls {
 				o.WithCalls = append(o.WithCalls, run)
 			}
-			if r.attempt > 1 {
+			if r.ranBefore() {
 				o.WithAttempts = append(o.WithAttempts, run)
 			}
 		} else {

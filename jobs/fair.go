@@ -68,7 +68,10 @@ func compileFair[T Args](cfg kindConfig) (*fairRule, error) {
 		return nil, errors.New("Fair: the key function is nil")
 	}
 	rule := &fairRule{
-		key: func(a any) (string, error) { return fairKeyString(key(a.(T))) },
+		key: func(a any) (k string, err error) {
+			defer recoverAs(&err, "Fair: key function")
+			return fairKeyString(key(a.(T)))
+		},
 		weight: func(any) (int, error) {
 			return 1, nil
 		},
@@ -81,8 +84,9 @@ func compileFair[T Args](cfg kindConfig) (*fairRule, error) {
 		if weight == nil {
 			return nil, errors.New("FairWeight: the weight function is nil")
 		}
-		rule.weight = func(a any) (int, error) {
-			w := weight(a.(T))
+		rule.weight = func(a any) (w int, err error) {
+			defer recoverAs(&err, "FairWeight: weight function")
+			w = weight(a.(T))
 			if w < 1 || w > MaxFairWeight {
 				return 0, fmt.Errorf("FairWeight returned %d; a weight must be between 1 and %d", w, MaxFairWeight)
 			}

@@ -138,9 +138,14 @@ func (t timeoutOption) applyRegister(c *kindConfig) error {
 type backoffOption func(int) time.Duration
 
 // Backoff replaces the retry delay after a failed attempt (1 for the first
-// failure), used exactly as returned. Defaults to DefaultBackoff with ±10%
-// jitter, which is also the delay of a retry whose Backoff panicked (the
-// panic is logged with its stack).
+// failure), used as returned (0 retries at once), within bounds: a delay
+// longer than MaxBackoff (a year), or than what reaches the end of the year
+// 9999 (the latest time a job may run at), is cut to it. Defaults to
+// DefaultBackoff with ±10% jitter, which is also the delay of a retry whose
+// Backoff panicked (the panic is logged with its stack) or returned a
+// negative delay (an exponential that overflowed, say; so that the job does
+// not run again at once, attempt after attempt). A delay out of range is
+// logged once per kind, as a warning.
 func Backoff(f func(attempt int) time.Duration) RegisterOption { return backoffOption(f) }
 
 func (b backoffOption) applyRegister(c *kindConfig) error {

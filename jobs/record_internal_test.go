@@ -343,3 +343,18 @@ func FuzzEncodeArgs(f *testing.F) {
 		require.Equal(t, in, out, "the args decode to what was enqueued")
 	})
 }
+
+// A completion at its job's first claim (most of them) asks Finish for no
+// kept attempts to delete, so that DeleteOnComplete costs no statement
+// more; any later claim does, whatever the attempt says (an operator's
+// retry sets it back to 0), and so does a claim counted before migration
+// 017 (0).
+func TestOnlyACompletionAfterAnEarlierRunDeletesKeptAttempts(t *testing.T) {
+	o := outcomes([]result{
+		{id: 1, complete: true, attempt: 1, claim: 1},
+		{id: 2, complete: true, attempt: 1, claim: 3},
+		{id: 3, complete: true, attempt: 2, claim: 2},
+		{id: 4, complete: true, attempt: 1, claim: 0},
+	})
+	require.Equal(t, []engine.Run{{ID: 2, Claim: 3}, {ID: 3, Claim: 2}, {ID: 4, Claim: 0}}, o.WithAttempts)
+}

@@ -151,6 +151,9 @@ type Worker struct {
 	results chan result
 
 	unknown sync.Map // kinds already logged as unknown
+	// badBackoff holds the kinds whose Backoff returned a delay out of
+	// range, already logged (backoffWarning).
+	badBackoff sync.Map
 
 	// limits is what claims decide against; nil when no limit is declared.
 	limits *limitsView

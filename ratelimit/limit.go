@@ -59,8 +59,9 @@ type Limit[T any] struct {
 	Group string
 	// Cost charges a job more than one token, computed from its args at
 	// enqueue (for example the number of items in a bulk call). A cost
-	// above Burst could never be admitted and is refused at enqueue.
-	// Defaults to 1 for every job.
+	// above Burst could never be admitted and is refused at enqueue, as is
+	// a job whose Cost panics (with an error naming it). Defaults to 1 for
+	// every job.
 	Cost func(T) int
 	// Shadow computes and records every decision, and lets the job run
 	// anyway. The budget's state advances as if the limit were enforced.
@@ -200,12 +201,18 @@ func (r *Rule[T]) BudgetKey(args T) (string, error) {
 }
 
 // Cost returns what admitting a job with these args charges, checked
-// against the burst.
-func (r *Rule[T]) Cost(args T) (int, error) {
+// against the burst. A Cost function that panics returns an error with
+// the panic, as a key function does.
+func (r *Rule[T]) Cost(args T) (c int, err error) {
 	if r.cost == nil {
 		return 1, nil
 	}
-	c := r.cost(args)
+	defer func() {
+		if p := recover(); p != nil {
+			c, err = 0, fmt.Errorf("rate limit %s: RateLimit.Cost: cost function panicked: %v", r.Scope, p)
+		}
+	}()
+	c = r.cost(args)
 	switch {
 	case c < 1:
 		return 0, fmt.Errorf("rate limit %s: cost is %d; it must be at least 1", r.Scope, c)

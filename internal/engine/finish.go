@@ -41,9 +41,10 @@ type Outcomes struct {
 	// WithCalls are the completed runs whose job collected calls: with
 	// DeleteOnComplete their calls are deleted with it.
 	WithCalls []Run
-	// WithAttempts are the completed runs whose job ran more than once:
-	// with DeleteOnComplete the errors kept of its failed runs are
-	// deleted with it.
+	// WithAttempts are the completed runs whose job ran before (claimed
+	// more than once; the attempt does not tell, as an operator's retry
+	// sets it back to 0 and keeps the failed runs): with DeleteOnComplete
+	// the errors kept of its failed runs are deleted with it.
 	WithAttempts []Run
 	// Pushes hold budgets back after an upstream asked to wait (a 429):
 	// none of their jobs is admitted before Until.
@@ -505,7 +506,9 @@ func (s *Store) transition(ctx context.Context, tx Executor, from State, process
 // resolveWaits gives the scheduled transitions that carry a Wait instead
 // of a RunAt their run time: Wait after at, c's time in tx, which it reads
 // when at is zero (one round trip on the database's clock, only when some
-// transition waits and no push has read it).
+// transition waits and no push has read it). A negative Wait waits none,
+// and no run time is after MaxRunAt (time.Time.Add saturates: no Wait
+// overflows).
 func (s *Store) resolveWaits(ctx context.Context, tx Tx, c Clock, ts []Transition, at time.Time) ([]Transition, error) {
 	waits := func(t Transition) bool { return t.State == StateScheduled && t.RunAt.IsZero() }
 	if !slices.ContainsFunc(ts, waits) {
@@ -520,7 +523,9 @@ func (s *Store) resolveWaits(ctx context.Context, tx Tx, c Clock, ts []Transitio
 	out := slices.Clone(ts)
 	for i, t := range out {
 		if waits(t) {
-			out[i].RunAt = at.Add(t.Wait)
+			if out[i].RunAt = at.Add(max(t.Wait, 0)); out[i].RunAt.After(MaxRunAt) {
+				out[i].RunAt = MaxRunAt
+			}
 		}
 	}
 	return out, nil
