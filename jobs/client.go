@@ -196,19 +196,15 @@ func (c *Client) enqueue(ctx context.Context, ex engine.Executor, items []Item) 
 	if clock.IsSystem(c.clock) {
 		sc = engine.DatabaseTime(func() time.Time { return now })
 	}
-	write := func(ctx context.Context) ([]Enqueued, error) {
-		res, err := c.store.Enqueue(ctx, ex, sc, rows)
-		if err != nil {
-			return nil, fmt.Errorf("jobs: %w", err)
-		}
-		return res, nil
-	}
 	var res []Enqueued
 	var err error
 	if len(c.middleware) == 0 {
-		res, err = write(ctx)
+		res, err = c.store.Enqueue(ctx, ex, sc, rows)
+		if err != nil {
+			err = fmt.Errorf("jobs: %w", err)
+		}
 	} else {
-		res, err = c.enqueueThrough(ctx, rows, write)
+		res, err = c.enqueueThrough(ctx, ex, sc, rows)
 	}
 	if err != nil {
 		return nil, err

