@@ -255,6 +255,9 @@ func (c *Client) newJob(it Item, now time.Time) (engine.NewJob, error) {
 			return engine.NewJob{}, fmt.Errorf("%s: %w", name, err)
 		}
 	}
+	if cfg.runAtSet && cfg.delaySet {
+		return engine.NewJob{}, fmt.Errorf("%s: both Delay and RunAt were given; pass one (RunAt(t.Add(d)) to wait d after t)", name)
+	}
 	body, err := encodeArgs(it.Args)
 	if err != nil {
 		return engine.NewJob{}, fmt.Errorf("%s: %w", name, err)
