@@ -36,7 +36,8 @@ type ClientConfig struct {
 	// are stamped on the database's clock; with another, on Clock.
 	Clock clock.Clock
 	// MaxArgsBytes caps the encoded size of one job's args. Defaults to
-	// DefaultMaxArgsBytes (1 MiB). Whatever it says, args over what the
+	// DefaultMaxArgsBytes (1 MiB) when 0; a negative one is refused (see
+	// NewClient). Whatever it says, args over what the
 	// database server carries in one statement (on MySQL, about half its
 	// max_allowed_packet) are refused.
 	MaxArgsBytes int
@@ -77,15 +78,23 @@ type Client struct {
 }
 
 // NewClient returns a client that enqueues into s the kinds reg knows. A
-// nil entry in cfg.Middleware makes every enqueue fail with an error that
-// names it.
+// config it cannot use (a nil entry in cfg.Middleware, a negative
+// MaxArgsBytes) makes every enqueue, and Check, fail with an error that
+// names the field.
 func NewClient(s *store.Store, reg *Registry, cfg ClientConfig) *Client {
+	var errs []error
+	if err := checkMiddleware("ClientConfig.Middleware", cfg.Middleware); err != nil {
+		errs = append(errs, err)
+	}
+	if cfg.MaxArgsBytes < 0 {
+		errs = append(errs, fmt.Errorf("ClientConfig.MaxArgsBytes is %d; it must be positive, or 0 for the default (%d)", cfg.MaxArgsBytes, DefaultMaxArgsBytes))
+	}
 	if cfg.MaxArgsBytes <= 0 {
 		cfg.MaxArgsBytes = DefaultMaxArgsBytes
 	}
 	c := &Client{pub: s, store: engine.From(s), reg: reg, clock: clock.OrSystem(cfg.Clock), maxArgs: cfg.MaxArgsBytes, onEnqueue: cfg.OnEnqueue,
 		middleware: cfg.Middleware}
-	if err := checkMiddleware("ClientConfig.Middleware", cfg.Middleware); err != nil {
+	if err := errors.Join(errs...); err != nil {
 		c.cfgErr = fmt.Errorf("jobs: NewClient: %w", err)
 	}
 	return c
@@ -99,6 +108,9 @@ func (c *Client) Store() *store.Store { return c.pub }
 // callers that declare jobs ahead of enqueuing them, such as a
 // dispatcher's recurring tasks.
 func (c *Client) Check(it Item) error {
+	if c.cfgErr != nil {
+		return c.cfgErr
+	}
 	_, err := c.newJob(it, c.clock.Now())
 	return err
 }
@@ -201,19 +213,15 @@ func (c *Client) enqueue(ctx context.Context, ex engine.Executor, items []Item) 
 	if clock.IsSystem(c.clock) {
 		sc = engine.DatabaseTime(func() time.Time { return now })
 	}
-	write := func(ctx context.Context) ([]Enqueued, error) {
-		res, err := c.store.Enqueue(ctx, ex, sc, rows)
-		if err != nil {
-			return nil, fmt.Errorf("jobs: %w", err)
-		}
-		return res, nil
-	}
 	var res []Enqueued
 	var err error
 	if len(c.middleware) == 0 {
-		res, err = write(ctx)
+		res, err = c.store.Enqueue(ctx, ex, sc, rows)
+		if err != nil {
+			err = fmt.Errorf("jobs: %w", err)
+		}
 	} else {
-		res, err = c.enqueueThrough(ctx, rows, write)
+		res, err = c.enqueueThrough(ctx, ex, sc, rows)
 	}
 	if err != nil {
 		return nil, err
@@ -310,6 +318,9 @@ func (c *Client) newJob(it Item, now time.Time) (j engine.NewJob, err error) {
 		if err := o.applyEnqueue(&cfg); err != nil {
 			return engine.NewJob{}, fmt.Errorf("%s: %w", name, err)
 		}
+	}
+	if cfg.runAtSet && cfg.delaySet {
+		return engine.NewJob{}, fmt.Errorf("%s: both Delay and RunAt were given; pass one (RunAt(t.Add(d)) to wait d after t)", name)
 	}
 	body, err := encodeArgs(it.Args)
 	if err != nil {

@@ -2,6 +2,7 @@ package jobs
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"maps"
 	"time"
@@ -48,6 +49,20 @@ func (m metadataOption) applyEnqueue(c *enqueueConfig) error {
 // of it. One call covers the whole batch of an EnqueueMany. Middleware
 // declared first runs outermost. Metadata it sets is checked, and refused
 // with ErrInvalidMetadata, before anything is written.
+//
+// The enqueue stays all or nothing. Without a caller's transaction
+// (Enqueue, EnqueueMany) the chain is one transaction: next begins it and
+// writes the jobs, and it commits only once the outermost middleware
+// returns nil having called next exactly once; an error, a panic, a
+// second call of next or none rolls it back, and nothing is written. So
+// work a middleware does after next runs while that transaction is open
+// (on SQLite, while it holds the database's one write lock): keep it
+// short, and do not enqueue from it. A deadlock or serialization failure
+// in the write is retried inside next, in a new transaction: the
+// middleware runs once per enqueue, never again for a retry. In a
+// caller's transaction (EnqueueTx, EnqueueManyTx) next writes into it, and
+// the caller's commit or rollback decides: after a failed enqueue, roll
+// it back.
 type EnqueueMiddleware func(ctx context.Context, jobs []*EnqueueJob, next func(ctx context.Context) error) error
 
 // EnqueueJob is one job an enqueue is about to write, as enqueue
@@ -76,16 +91,33 @@ func (j *EnqueueJob) SetMetadata(key, value string) {
 	j.Metadata[key] = value
 }
 
-// enqueueThrough runs the client's enqueue middleware around write, which
-// writes rows: each row takes the metadata its job ended with.
-func (c *Client) enqueueThrough(ctx context.Context, rows []engine.NewJob, write func(ctx context.Context) ([]Enqueued, error)) ([]Enqueued, error) {
+// enqueueThrough runs the client's enqueue middleware around the write
+// of rows: each row takes the metadata its job ended with. Through ex (the
+// caller's transaction) the write joins it. Without one, the whole chain
+// is one transaction: the first next begins it and writes the rows (a
+// deadlock or serialization failure writes them again in a new one, the
+// middleware running once), and it commits only when the outermost
+// middleware returns nil having called next exactly once. Otherwise, a
+// panic included, it is rolled back and nothing is written.
+func (c *Client) enqueueThrough(ctx context.Context, ex engine.Executor, sc engine.Clock, rows []engine.NewJob) (_ []Enqueued, err error) {
 	jobs := make([]*EnqueueJob, len(rows))
 	for i, r := range rows {
 		jobs[i] = &EnqueueJob{Kind: r.Kind, Queue: r.Queue, Priority: r.Priority, RunAt: r.RunAt, Metadata: maps.Clone(r.Metadata)}
 	}
-	var res []Enqueued
-	called := false
-	inner := func(ctx context.Context) error {
+	var (
+		res      []Enqueued
+		open     engine.Tx // the chain's transaction, until it commits
+		called   bool
+		writeErr error
+	)
+	defer func() {
+		if open != nil {
+			if e := open.Rollback(context.WithoutCancel(ctx)); e != nil && err != nil {
+				err = errors.Join(err, fmt.Errorf("jobs: enqueue: roll back: %w", e))
+			}
+		}
+	}()
+	inner := func(nctx context.Context) error {
 		if called {
 			return fmt.Errorf("jobs: an enqueue middleware called next twice; the jobs are written once")
 		}
@@ -94,9 +126,16 @@ func (c *Client) enqueueThrough(ctx context.Context, rows []engine.NewJob, write
 			rows[i].Metadata = j.Metadata
 		}
 		var err error
-		res, err = write(ctx)
+		if ex != nil {
+			res, err = c.store.Enqueue(nctx, ex, sc, rows)
+		} else {
+			// Begun with the enqueue's own context, which outlives the
+			// commit, whatever context the middleware passes next.
+			open, res, err = c.store.EnqueueOpen(ctx, nctx, sc, rows)
+		}
 		if err != nil {
-			return err
+			res, writeErr = nil, fmt.Errorf("jobs: %w", err)
+			return writeErr
 		}
 		for i, r := range res {
 			jobs[i].Result = r
@@ -106,8 +145,18 @@ func (c *Client) enqueueThrough(ctx context.Context, rows []engine.NewJob, write
 	if err := chain(ctx, c.middleware, jobs, inner); err != nil {
 		return nil, err
 	}
-	if res == nil {
+	switch {
+	case !called:
 		return nil, fmt.Errorf("jobs: enqueue: a middleware returned without writing the jobs (it did not call next)")
+	case writeErr != nil:
+		return nil, fmt.Errorf("%w (a middleware returned nil after next failed)", writeErr)
+	}
+	if open != nil {
+		tx := open
+		open = nil
+		if err := tx.Commit(ctx); err != nil {
+			return nil, fmt.Errorf("jobs: enqueue: commit: %w", err)
+		}
 	}
 	return res, nil
 }

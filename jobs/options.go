@@ -59,7 +59,10 @@ type enqueueConfig struct {
 	maxAttempts int
 	runAt       time.Time
 	delay       time.Duration
-	metadata    map[string]string
+	// runAtSet and delaySet say whether RunAt and Delay were given: not
+	// both (see RunAt).
+	runAtSet, delaySet bool
+	metadata           map[string]string
 }
 
 type queueOption string
@@ -197,14 +200,16 @@ type runAtOption time.Time
 
 // RunAt schedules the job to run no earlier than t. A time that is not
 // after now (or the zero time) runs the job now. t must not be after the
-// end of the year 9999 (engine.MaxRunAt).
+// end of the year 9999 (engine.MaxRunAt). An enqueue given both RunAt and
+// Delay is refused, naming both, whatever their values: neither would be
+// obviously the one meant (for a delay after a time, pass RunAt(t.Add(d))).
 func RunAt(t time.Time) EnqueueOption { return runAtOption(t) }
 
 func (r runAtOption) applyEnqueue(c *enqueueConfig) error {
 	if t := time.Time(r); t.After(engine.MaxRunAt) {
 		return fmt.Errorf("RunAt is %s; it must not be after %s", t.UTC().Format(time.RFC3339), engine.MaxRunAt.Format(time.RFC3339))
 	}
-	c.runAt = time.Time(r)
+	c.runAt, c.runAtSet = time.Time(r), true
 	return nil
 }
 
@@ -213,13 +218,13 @@ type delayOption time.Duration
 // Delay schedules the job to run no earlier than d from now. A negative d
 // is refused (it is more likely a bug than a wish to run now; pass 0, or
 // no option, for now), and so is a d that lands after the end of the year
-// 9999.
+// 9999, or a Delay given with RunAt (see there).
 func Delay(d time.Duration) EnqueueOption { return delayOption(d) }
 
 func (d delayOption) applyEnqueue(c *enqueueConfig) error {
 	if d < 0 {
 		return fmt.Errorf("Delay is %s; it must not be negative", time.Duration(d))
 	}
-	c.delay = time.Duration(d)
+	c.delay, c.delaySet = time.Duration(d), true
 	return nil
 }

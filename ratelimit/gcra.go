@@ -55,18 +55,41 @@ type State struct {
 // Check reports whether a job of the given cost is admitted at now, and
 // if not, the earliest time it could be, state unchanged. The earliest time
 // is tight: the job is denied one nanosecond before it and admitted at it.
-// A paused limit, or a cost the limit can never admit (see Fits), gives
-// Never.
+// A paused limit, a cost the limit can never admit (see Fits), or a budget
+// held back to Never (see Hold) gives Never.
 func (p Params) Check(s State, now int64, cost int) (ok bool, earliest int64) {
-	if p.Paused || cost > p.Burst {
+	if p.Paused || cost > p.Burst || s.TAT == Never {
 		return false, Never
 	}
-	c := int64(cost)
-	base := max(s.TAT, now)
-	if base+c*p.Interval-now <= int64(p.Burst)*p.Interval {
+	// max(TAT, t) + c·T − t ≤ b·T, written so that a TAT as late as
+	// Never (a budget held back by Hold for longer than the times reach)
+	// does not wrap round.
+	if max(s.TAT, now)-now <= int64(p.Burst-cost)*p.Interval {
 		return true, now
 	}
 	return false, s.TAT - int64(p.Burst-cost)*p.Interval
+}
+
+// Later returns t + d in nanoseconds, saturating at Never (and, for a
+// negative d, at the earliest int64) rather than wrapping round: a wait
+// longer than the times reach (past 2262) is as long as they reach.
+func Later(t, d int64) int64 {
+	switch {
+	case d > 0 && t > Never-d:
+		return Never
+	case d < 0 && t < math.MinInt64-d:
+		return math.MinInt64
+	}
+	return t + d
+}
+
+// Hold moves s so that nothing is admitted before until (an upstream
+// asked to wait till then): its TAT to until plus the tolerance, its next
+// slot to until, neither moved back. An until whose TAT would lie past
+// what the times reach (past 2262) sets it to Never, which admits nothing.
+func (p Params) Hold(s *State, until int64) {
+	s.TAT = max(s.TAT, Later(until, p.Tolerance()))
+	s.NextSlot = max(s.NextSlot, until)
 }
 
 // Fits reports whether a job of the given cost can ever be admitted: a
@@ -98,7 +121,7 @@ func (p Params) Slot(s *State, earliest int64, cost int) int64 {
 	if p.Paused {
 		step = 1
 	}
-	s.NextSlot = slot + int64(cost)*step
+	s.NextSlot = Later(slot, int64(cost)*step)
 	return slot
 }
 

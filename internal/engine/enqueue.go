@@ -95,6 +95,35 @@ func (s *Store) Enqueue(ctx context.Context, ex Executor, c Clock, jobs []NewJob
 	return out, nil
 }
 
+// EnqueueOpen is Enqueue in a transaction of the store's own that it
+// leaves open: the caller commits it once the rest of its work succeeded
+// (enqueue middleware that runs after the write), or rolls it back. The
+// jobs are written as Enqueue writes them in a caller's transaction. A
+// deadlock or serialization failure rolls the transaction back and writes
+// the jobs again in a new one, as Enqueue does in its own; a failure of
+// the caller's commit is not retried. The transaction begins with txCtx,
+// which must outlive the commit (database/sql rolls a transaction back
+// when the context it began with ends); its statements run with ctx.
+func (s *Store) EnqueueOpen(txCtx, ctx context.Context, c Clock, jobs []NewJob) (Tx, []Enqueued, error) {
+	var out []Enqueued
+	begin := func(context.Context) (Tx, error) {
+		tx, err := s.db.Begin(txCtx)
+		if err != nil {
+			return nil, fmt.Errorf("enqueue: begin: %w", err)
+		}
+		return tx, nil
+	}
+	tx, err := s.openTx(ctx, begin, func(tx Tx) error {
+		var err error
+		out, err = s.Enqueue(ctx, tx, c, jobs)
+		return err
+	})
+	if err != nil {
+		return nil, nil, err // Enqueue's errors say what failed
+	}
+	return tx, out, nil
+}
+
 // blame finds which of rows the database refused, after a multi-row insert
 // through ex failed with err: it inserts halves in transactions that always
 // roll back, down to one row, and names it. A failure that is not a row's

@@ -329,7 +329,8 @@ func byClaim(runs []Run) []claimGroup {
 // pushBudgets locks the pushed budgets (in key order), reads c's time
 // after the locks, and moves each budget so that nothing is admitted
 // before now + Wait: its TAT to that time plus the tolerance, and its slot
-// cursor to that time. It returns the statement that saves them, and the
+// cursor to that time (ratelimit's Hold), a wait past what the times reach
+// holding it as long as they do. It returns the statement that saves them, and the
 // time it read. A looser limit it meets is prepared as a claim would,
 // with the default horizon (a push does not know the worker's).
 func (s *Store) pushBudgets(ctx context.Context, tx Tx, c Clock, pushes []BudgetPush) (Stmt, time.Time, error) {
@@ -352,9 +353,7 @@ func (s *Store) pushBudgets(ctx context.Context, tx Tx, c Clock, pushes []Budget
 	for _, k := range keys {
 		p, b := byKey[k], budgets[k]
 		b.prepare(p.Params, now, now+DefaultHorizon.Nanoseconds())
-		until := now + p.Wait.Nanoseconds()
-		b.state.TAT = max(b.state.TAT, until+p.Params.Tolerance())
-		b.state.NextSlot = max(b.state.NextSlot, until)
+		p.Params.Hold(&b.state, ratelimit.Later(now, p.Wait.Nanoseconds()))
 		b.dirty = true
 	}
 	st, _ := s.saveBudgets(budgets, Micros(at))

@@ -87,7 +87,7 @@ func (s *Store) applyLimits(ctx context.Context, tx Tx, p ClaimParams, cands []*
 	res.DecidedAt = at
 	now := Nanos(at)
 	horizon := horizonOr(p.Horizon)
-	until := now + horizon.Nanoseconds()
+	until := ratelimit.Later(now, horizon.Nanoseconds())
 
 	admitted := make([]*Job, 0, min(len(cands), p.Max))
 	var deferred, failed, displaced []SetRow
@@ -223,7 +223,7 @@ func (s *Store) applyLimits(ctx context.Context, tx Tx, p ClaimParams, cands []*
 			gives[j.ID] = j.ConcKey
 		}
 	}
-	unparked, err := s.unparkLocked(ctx, tx, keys, budgets, now, until+horizon.Nanoseconds()/10, res)
+	unparked, err := s.unparkLocked(ctx, tx, keys, budgets, now, ratelimit.Later(until, horizon.Nanoseconds()/10), res)
 	if err != nil {
 		return nil, nil, nil, err
 	}
@@ -296,7 +296,7 @@ func imminent(p ClaimParams, cands []*Job, checks [][]check, budgets map[string]
 		return 0
 	}
 	var wait int64
-	until := now + horizonOr(p.Horizon).Nanoseconds()
+	until := ratelimit.Later(now, horizonOr(p.Horizon).Nanoseconds())
 	for i, j := range cands {
 		if j.WaitKey == "" {
 			continue
@@ -429,7 +429,7 @@ func (s *Store) Unpark(ctx context.Context, c Clock, horizon time.Duration, limi
 			return err
 		}
 		now := Nanos(at)
-		until := now + horizon.Nanoseconds()
+		until := ratelimit.Later(now, horizon.Nanoseconds())
 		q, args := s.q.LockParkedBudgets(until, limit)
 		rows, err := queryBudgets(ctx, tx, q, args)
 		if err != nil {

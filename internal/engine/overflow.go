@@ -107,7 +107,7 @@ func (s *Store) deferOverflow(ctx context.Context, c Clock, o Overflow, horizon 
 			return err
 		}
 		from := b.state.NextSlot
-		until := now + horizon.Nanoseconds()
+		until := ratelimit.Later(now, horizon.Nanoseconds())
 		jobs := make([]SetRow, len(ids))
 		parked := 0
 		for i, id := range ids {

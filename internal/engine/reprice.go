@@ -108,7 +108,7 @@ func (s *Store) repriceBatch(ctx context.Context, c Clock, r Repricing, after st
 			return err
 		}
 		now := Nanos(at)
-		until := now + horizonOr(r.Horizon).Nanoseconds()
+		until := ratelimit.Later(now, horizonOr(r.Horizon).Nanoseconds())
 		budgets := make(map[string]*budget, len(rows))
 		for _, row := range rows {
 			if row.Parked == 0 || (row.IntervalNS == interval && row.Burst == burst) || slices.Contains(r.Except, row.Name) {

@@ -81,9 +81,40 @@ func (s *Store) inTx(ctx context.Context, fn func(tx Tx) error) error {
 // inTxOn is inTx with transactions that begin, which may start them on
 // one connection of the pool (a migrator's Session) instead of any.
 func (s *Store) inTxOn(ctx context.Context, begin func(context.Context) (Tx, error), fn func(tx Tx) error) error {
+	return s.retryTx(ctx, func() error { return s.tryTx(ctx, begin, fn) })
+}
+
+// openTx is inTxOn that leaves open the transaction fn succeeded in, for
+// the caller to commit or roll back: a failed attempt is rolled back and
+// run again as inTx runs it, but a failure of the caller's commit is the
+// caller's to handle.
+func (s *Store) openTx(ctx context.Context, begin func(context.Context) (Tx, error), fn func(tx Tx) error) (Tx, error) {
+	var open Tx
+	err := s.retryTx(ctx, func() error {
+		tx, err := begin(ctx)
+		if err != nil {
+			return err
+		}
+		if err := fn(tx); err != nil {
+			_ = tx.Rollback(context.WithoutCancel(ctx))
+			return err
+		}
+		open = tx
+		return nil
+	})
+	if err != nil {
+		return nil, err
+	}
+	return open, nil
+}
+
+// retryTx runs try, which runs one transaction, again after a deadlock or
+// serialization failure, up to maxRetries times in all, and after a
+// report of missingBudgets once it has created them.
+func (s *Store) retryTx(ctx context.Context, try func() error) error {
 	var err error
 	for attempt := 0; attempt < maxRetries; attempt++ {
-		err = s.tryTx(ctx, begin, fn)
+		err = try()
 		var missing missingBudgets
 		if errors.As(err, &missing) && ctx.Err() == nil {
 			if err = s.createBudgets(ctx, missing); err != nil {

@@ -1,0 +1,170 @@
+package jobs_test
+
+import (
+	"context"
+	"errors"
+	"testing"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/sluicequeue/sluice/concurrency"
+	"github.com/sluicequeue/sluice/internal/engine"
+	"github.com/sluicequeue/sluice/internal/testdb"
+	"github.com/sluicequeue/sluice/jobs"
+)
+
+// Enqueue middleware and "Enqueue is all or nothing" (docs/guarantees.md):
+// without a caller's transaction the whole middleware chain is one
+// transaction, which commits only when the chain succeeds, so that a
+// caller that retries a failed enqueue creates no duplicates.
+
+type mwAtomic struct{ N int }
+
+func (mwAtomic) Kind() string { return "mw_atomic" }
+
+type mwAtomicSlot struct{ Account int }
+
+func (mwAtomicSlot) Kind() string { return "mw_atomic_slot" }
+
+// countJobs counts every job of the store, whatever its state.
+func countJobs(t *testing.T, s *engine.Store) int {
+	t.Helper()
+	st, err := s.Stats(context.Background())
+	require.NoError(t, err)
+	n := 0
+	for _, q := range st {
+		for _, c := range q.Counts {
+			n += int(c)
+		}
+	}
+	return n
+}
+
+// atomicClient is a client of s whose enqueues run through mw.
+func atomicClient(t *testing.T, s *engine.Store, mw ...jobs.EnqueueMiddleware) *jobs.Client {
+	t.Helper()
+	reg := jobs.NewRegistry()
+	require.NoError(t, jobs.Declare[mwAtomic](reg))
+	require.NoError(t, jobs.Declare[mwAtomicSlot](reg,
+		jobs.ConcurrencyLimit(concurrency.Limit[mwAtomicSlot]{Key: func(a mwAtomicSlot) any { return a.Account }})))
+	return jobs.NewClient(testdb.Public(s), reg, jobs.ClientConfig{Middleware: mw})
+}
+
+// A middleware that calls next twice makes the enqueue fail (as
+// documented), and the first next's write is rolled back with it.
+func TestAnEnqueueWhoseMiddlewareCalledNextTwiceWritesNothing(t *testing.T) {
+	testdb.Each(t, func(t *testing.T, s *engine.Store) {
+		twice := func(ctx context.Context, _ []*jobs.EnqueueJob, next func(context.Context) error) error {
+			if err := next(ctx); err != nil {
+				return err
+			}
+			return next(ctx) // a retry loop gone wrong
+		}
+		c := atomicClient(t, s, twice)
+		_, err := c.Enqueue(context.Background(), mwAtomic{N: 1})
+		require.ErrorContains(t, err, "called next twice", "the enqueue fails, as documented")
+		require.Zero(t, countJobs(t, s), "the enqueue failed, yet its job was written: a caller's retry duplicates it")
+	})
+}
+
+// A middleware that returns an error after next wrote the jobs (an audit
+// write that failed, say) fails the enqueue, and nothing is written: not
+// the plain jobs of an EnqueueMany, nor a job that took a concurrency slot
+// (whose slot is not held either).
+func TestAnEnqueueWhoseMiddlewareFailsAfterNextWritesNothing(t *testing.T) {
+	testdb.Each(t, func(t *testing.T, s *engine.Store) {
+		ctx := context.Background()
+		audit := func(ctx context.Context, _ []*jobs.EnqueueJob, next func(context.Context) error) error {
+			if err := next(ctx); err != nil {
+				return err
+			}
+			return errors.New("audit log unavailable")
+		}
+		c := atomicClient(t, s, audit)
+		_, err := c.EnqueueMany(ctx, []jobs.Item{{Args: mwAtomic{N: 1}}, {Args: mwAtomic{N: 2}}})
+		require.ErrorContains(t, err, "audit log unavailable")
+		_, err = c.Enqueue(ctx, mwAtomicSlot{Account: 1})
+		require.ErrorContains(t, err, "audit log unavailable")
+		require.Zero(t, countJobs(t, s), "the enqueues failed, yet their jobs were written: a caller's retry duplicates them")
+		sems, err := s.ListSemaphores(ctx)
+		require.NoError(t, err)
+		for _, sem := range sems {
+			require.Zero(t, sem.Held, "the failed enqueue's slot is not held")
+		}
+	})
+}
+
+// A middleware that panics after next: the panic reaches the caller, the
+// chain's transaction is rolled back (nothing written), and the store is
+// not left waiting on it (SQLite has one connection): the next enqueue
+// goes through.
+func TestAnEnqueueWhoseMiddlewarePanicsAfterNextWritesNothing(t *testing.T) {
+	testdb.Each(t, func(t *testing.T, s *engine.Store) {
+		ctx := context.Background()
+		var boom bool
+		mw := func(ctx context.Context, _ []*jobs.EnqueueJob, next func(context.Context) error) error {
+			if err := next(ctx); err != nil {
+				return err
+			}
+			if boom {
+				panic("middleware after next")
+			}
+			return nil
+		}
+		c := atomicClient(t, s, mw)
+		boom = true
+		require.PanicsWithValue(t, "middleware after next", func() { _, _ = c.Enqueue(ctx, mwAtomic{N: 1}) })
+		require.Zero(t, countJobs(t, s))
+		boom = false
+		res, err := c.Enqueue(ctx, mwAtomic{N: 2})
+		require.NoError(t, err)
+		require.Equal(t, engine.StateReady, res.State)
+		require.Equal(t, 1, countJobs(t, s))
+	})
+}
+
+// A deadlock (or serialization failure) in the write is retried inside
+// next, in a new transaction: the middleware runs once, the job is written
+// once, and next returns its result.
+func TestEnqueueMiddlewareRunsOnceWhenItsWriteIsRetried(t *testing.T) {
+	testdb.Each(t, func(t *testing.T, s *engine.Store) {
+		fs, f := testdb.WithFaults(s)
+		f.FailOnce = "INSERT INTO sluice_jobs"
+		var runs, nexts int
+		var got jobs.Enqueued
+		mw := func(ctx context.Context, js []*jobs.EnqueueJob, next func(context.Context) error) error {
+			runs++
+			err := next(ctx)
+			nexts++
+			got = js[0].Result
+			return err
+		}
+		c := atomicClient(t, fs, mw)
+		res, err := c.Enqueue(context.Background(), mwAtomic{N: 1})
+		require.NoError(t, err)
+		require.False(t, f.Pending())
+		require.Empty(t, f.FailOnce, "the injected deadlock fired")
+		require.Equal(t, 1, runs)
+		require.Equal(t, 1, nexts)
+		require.Equal(t, res, got)
+		require.Equal(t, 1, countJobs(t, s))
+	})
+}
+
+// The chain's transaction lives as long as the enqueue, not as long as
+// the context a middleware gives next: a middleware that cancels that
+// context as soon as next returns (a span's, a timeout's) still has its
+// jobs committed.
+func TestAnEnqueueCommitsWhenMiddlewareEndsTheContextItGaveNext(t *testing.T) {
+	testdb.Each(t, func(t *testing.T, s *engine.Store) {
+		mw := func(ctx context.Context, _ []*jobs.EnqueueJob, next func(context.Context) error) error {
+			nctx, cancel := context.WithCancel(ctx)
+			defer cancel()
+			return next(nctx)
+		}
+		c := atomicClient(t, s, mw)
+		_, err := c.EnqueueMany(context.Background(), []jobs.Item{{Args: mwAtomic{N: 1}}, {Args: mwAtomicSlot{Account: 1}}})
+		require.NoError(t, err)
+		require.Equal(t, 2, countJobs(t, s))
+	})
+}
