@@ -32,7 +32,7 @@ func TestANegativeMaxArgsBytesIsRefusedNamingTheField(t *testing.T) {
 		_, err = c.EnqueueMany(ctx, []jobs.Item{{Args: clientConfigJob{S: "x"}}})
 		require.ErrorContains(t, err, "MaxArgsBytes")
 		require.ErrorContains(t, c.Check(jobs.Item{Args: clientConfigJob{S: "x"}}), "MaxArgsBytes")
-		require.Zero(t, countJobs(t, s))
+		require.Zero(t, countAllJobs(t, s))
 
 		// Both faults are named at once.
 		both := jobs.NewClient(testdb.Public(s), reg, jobs.ClientConfig{MaxArgsBytes: -5, Middleware: []jobs.EnqueueMiddleware{nil}})

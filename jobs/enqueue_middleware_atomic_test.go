@@ -26,8 +26,8 @@ type mwAtomicSlot struct{ Account int }
 
 func (mwAtomicSlot) Kind() string { return "mw_atomic_slot" }
 
-// countJobs counts every job of the store, whatever its state.
-func countJobs(t *testing.T, s *engine.Store) int {
+// countAllJobs counts every job of the store, whatever its state.
+func countAllJobs(t *testing.T, s *engine.Store) int {
 	t.Helper()
 	st, err := s.Stats(context.Background())
 	require.NoError(t, err)
@@ -63,7 +63,7 @@ func TestAnEnqueueWhoseMiddlewareCalledNextTwiceWritesNothing(t *testing.T) {
 		c := atomicClient(t, s, twice)
 		_, err := c.Enqueue(context.Background(), mwAtomic{N: 1})
 		require.ErrorContains(t, err, "called next twice", "the enqueue fails, as documented")
-		require.Zero(t, countJobs(t, s), "the enqueue failed, yet its job was written: a caller's retry duplicates it")
+		require.Zero(t, countAllJobs(t, s), "the enqueue failed, yet its job was written: a caller's retry duplicates it")
 	})
 }
 
@@ -85,7 +85,7 @@ func TestAnEnqueueWhoseMiddlewareFailsAfterNextWritesNothing(t *testing.T) {
 		require.ErrorContains(t, err, "audit log unavailable")
 		_, err = c.Enqueue(ctx, mwAtomicSlot{Account: 1})
 		require.ErrorContains(t, err, "audit log unavailable")
-		require.Zero(t, countJobs(t, s), "the enqueues failed, yet their jobs were written: a caller's retry duplicates them")
+		require.Zero(t, countAllJobs(t, s), "the enqueues failed, yet their jobs were written: a caller's retry duplicates them")
 		sems, err := s.ListSemaphores(ctx)
 		require.NoError(t, err)
 		for _, sem := range sems {
@@ -114,12 +114,12 @@ func TestAnEnqueueWhoseMiddlewarePanicsAfterNextWritesNothing(t *testing.T) {
 		c := atomicClient(t, s, mw)
 		boom = true
 		require.PanicsWithValue(t, "middleware after next", func() { _, _ = c.Enqueue(ctx, mwAtomic{N: 1}) })
-		require.Zero(t, countJobs(t, s))
+		require.Zero(t, countAllJobs(t, s))
 		boom = false
 		res, err := c.Enqueue(ctx, mwAtomic{N: 2})
 		require.NoError(t, err)
 		require.Equal(t, engine.StateReady, res.State)
-		require.Equal(t, 1, countJobs(t, s))
+		require.Equal(t, 1, countAllJobs(t, s))
 	})
 }
 
@@ -147,7 +147,7 @@ func TestEnqueueMiddlewareRunsOnceWhenItsWriteIsRetried(t *testing.T) {
 		require.Equal(t, 1, runs)
 		require.Equal(t, 1, nexts)
 		require.Equal(t, res, got)
-		require.Equal(t, 1, countJobs(t, s))
+		require.Equal(t, 1, countAllJobs(t, s))
 	})
 }
 
@@ -165,6 +165,6 @@ func TestAnEnqueueCommitsWhenMiddlewareEndsTheContextItGaveNext(t *testing.T) {
 		c := atomicClient(t, s, mw)
 		_, err := c.EnqueueMany(context.Background(), []jobs.Item{{Args: mwAtomic{N: 1}}, {Args: mwAtomicSlot{Account: 1}}})
 		require.NoError(t, err)
-		require.Equal(t, 2, countJobs(t, s))
+		require.Equal(t, 2, countAllJobs(t, s))
 	})
 }

