@@ -168,3 +168,24 @@ func TestAnEnqueueCommitsWhenMiddlewareEndsTheContextItGaveNext(t *testing.T) {
 		require.Equal(t, 2, countAllJobs(t, s))
 	})
 }
+
+// A middleware that calls next twice fails the enqueue even when it drops
+// the second call's error (fire-and-forget, or a retry helper that logs
+// instead of returning): the chain's transaction was committed, and the
+// enqueue succeeded, found by a review of the change that made the chain
+// one transaction.
+func TestAMiddlewareThatCallsNextTwiceFailsTheEnqueueEvenIfItDropsTheError(t *testing.T) {
+	testdb.Each(t, func(t *testing.T, s *engine.Store) {
+		twice := func(ctx context.Context, _ []*jobs.EnqueueJob, next func(context.Context) error) error {
+			if err := next(ctx); err != nil {
+				return err
+			}
+			_ = next(ctx) // the second call's error is dropped
+			return nil
+		}
+		c := atomicClient(t, s, twice)
+		_, err := c.Enqueue(context.Background(), mwAtomic{N: 1})
+		require.ErrorContains(t, err, "called next twice")
+		require.Zero(t, countAllJobs(t, s), "nothing is written when next was called twice")
+	})
+}

@@ -55,9 +55,12 @@ func (m metadataOption) applyEnqueue(c *enqueueConfig) error {
 // writes the jobs, and it commits only once the outermost middleware
 // returns nil having called next exactly once; an error, a panic, a
 // second call of next or none rolls it back, and nothing is written. So
-// work a middleware does after next runs while that transaction is open
-// (on SQLite, while it holds the database's one write lock): keep it
-// short, and do not enqueue from it. A deadlock or serialization failure
+// work a middleware does after next runs while that transaction is open:
+// keep it short. On SQLite the transaction holds the store's one
+// connection until the chain returns, so a middleware that uses the store
+// after next (an enqueue, a read, a job's lookup) waits for itself until
+// its context ends: do such work before next, or in ClientConfig.OnEnqueue,
+// which runs after the commit. A deadlock or serialization failure
 // in the write is retried inside next, in a new transaction: the
 // middleware runs once per enqueue, never again for a retry. In a
 // caller's transaction (EnqueueTx, EnqueueManyTx) next writes into it, and
@@ -91,6 +94,10 @@ func (j *EnqueueJob) SetMetadata(key, value string) {
 	j.Metadata[key] = value
 }
 
+// errNextTwice fails an enqueue whose middleware called next more than
+// once.
+var errNextTwice = errors.New("jobs: enqueue: a middleware called next twice")
+
 // enqueueThrough runs the client's enqueue middleware around the write
 // of rows: each row takes the metadata its job ended with. Through ex (the
 // caller's transaction) the write joins it. Without one, the whole chain
@@ -108,6 +115,7 @@ func (c *Client) enqueueThrough(ctx context.Context, ex engine.Executor, sc engi
 		res      []Enqueued
 		open     engine.Tx // the chain's transaction, until it commits
 		called   bool
+		twice    bool // next was called again: the enqueue fails, whatever the chain returns
 		writeErr error
 	)
 	defer func() {
@@ -119,7 +127,8 @@ func (c *Client) enqueueThrough(ctx context.Context, ex engine.Executor, sc engi
 	}()
 	inner := func(nctx context.Context) error {
 		if called {
-			return fmt.Errorf("jobs: an enqueue middleware called next twice; the jobs are written once")
+			twice = true
+			return errNextTwice
 		}
 		called = true
 		for i, j := range jobs {
@@ -146,6 +155,9 @@ func (c *Client) enqueueThrough(ctx context.Context, ex engine.Executor, sc engi
 		return nil, err
 	}
 	switch {
+	case twice:
+		// Even when the middleware dropped the second call's error.
+		return nil, errNextTwice
 	case !called:
 		return nil, fmt.Errorf("jobs: enqueue: a middleware returned without writing the jobs (it did not call next)")
 	case writeErr != nil:
