@@ -91,16 +91,9 @@ func (s *Store) inTxOn(ctx context.Context, begin func(context.Context) (Tx, err
 func (s *Store) openTx(ctx context.Context, begin func(context.Context) (Tx, error), fn func(tx Tx) error) (Tx, error) {
 	var open Tx
 	err := s.retryTx(ctx, func() error {
-		tx, err := begin(ctx)
-		if err != nil {
-			return err
-		}
-		if err := fn(tx); err != nil {
-			_ = tx.Rollback(context.WithoutCancel(ctx))
-			return err
-		}
-		open = tx
-		return nil
+		var err error
+		open, err = runTx(ctx, begin, fn)
+		return err
 	})
 	if err != nil {
 		return nil, err
@@ -144,16 +137,27 @@ func (s *Store) retryable(err error) bool {
 	return s.d.IsRetryable(err) || errors.As(err, &r) && r.Retryable()
 }
 
+// tryTx runs fn in one transaction begin starts, and commits it.
 func (s *Store) tryTx(ctx context.Context, begin func(context.Context) (Tx, error), fn func(tx Tx) error) error {
-	tx, err := begin(ctx)
+	tx, err := runTx(ctx, begin, fn)
 	if err != nil {
 		return err
 	}
+	return tx.Commit(ctx)
+}
+
+// runTx begins a transaction and runs fn in it, returning it open, or
+// rolled back when fn fails.
+func runTx(ctx context.Context, begin func(context.Context) (Tx, error), fn func(tx Tx) error) (Tx, error) {
+	tx, err := begin(ctx)
+	if err != nil {
+		return nil, err
+	}
 	if err := fn(tx); err != nil {
 		_ = tx.Rollback(context.WithoutCancel(ctx))
-		return err
+		return nil, err
 	}
-	return tx.Commit(ctx)
+	return tx, nil
 }
 
 // wrap turns "no such table" into ErrPendingMigrations.
