@@ -83,9 +83,14 @@ func (r result) givesSlotBack() bool { return r.final() || r.throttled }
 func (w *Worker) execute(ctx context.Context, j *engine.Job, rs *runState) result {
 	began := time.Now()
 	res, err := w.run(ctx, j, rs)
-	res.attempt, res.claim, res.holdsSlot, res.withCalls, res.job = j.Attempt, j.Claims, j.HoldsSlot, j.Calls > 1, j
-	res.err, res.took = err, time.Since(began)
-	return res
+	return res.of(j, err, time.Since(began))
+}
+
+// of is r as the result of j's run, which ended with err after took.
+func (r result) of(j *engine.Job, err error, took time.Duration) result {
+	r.attempt, r.claim, r.holdsSlot, r.withCalls, r.job = j.Attempt, j.Claims, j.HoldsSlot, j.Calls > 1, j
+	r.err, r.took = err, took
+	return r
 }
 
 // finished reports a run's result to OnFinish, with the outcome the worker

@@ -35,10 +35,6 @@ type Registry struct {
 	// fair is set once any kind declares a fairness key; until then claims
 	// take no fair stream.
 	fair bool
-	// coalescing lists, by coalesce scope (a Group, or a kind's own
-	// name), the kinds that share it, sorted. A slice is never changed
-	// once stored: registration stores a new one.
-	coalescing map[string][]string
 }
 
 // kind is one registered kind, with its type erased.
@@ -115,7 +111,7 @@ type concRule struct {
 
 // NewRegistry returns an empty registry.
 func NewRegistry() *Registry {
-	return &Registry{kinds: map[string]*kind{}, queues: map[string][]engine.QueueLimit{}, coalescing: map[string][]string{}}
+	return &Registry{kinds: map[string]*kind{}, queues: map[string][]engine.QueueLimit{}}
 }
 
 // LimitQueue declares a rate limit on a whole queue: every job claimed from
@@ -296,13 +292,17 @@ func register[T Args](r *Registry, h Handler[T], calls CallsHandler[T], opts []R
 		return fail(errors.New("the kind is already registered"))
 	}
 	if k.coalesce != nil {
-		scope := k.coalesce.spec.Scope
-		for _, other := range r.coalescing[scope] {
-			if err := k.coalesce.sharesWith(k, r.kinds[other]); err != nil {
+		// The kinds already registered in its coalesce scope (a Group, or
+		// a kind's own name), in name order: the error names the first.
+		for _, other := range slices.Sorted(maps.Keys(r.kinds)) {
+			o := r.kinds[other]
+			if o.coalesce == nil || o.coalesce.spec.Scope != k.coalesce.spec.Scope {
+				continue
+			}
+			if err := k.coalesce.sharesWith(k, o); err != nil {
 				return fail(err)
 			}
 		}
-		r.coalescing[scope] = slices.Sorted(slices.Values(append(slices.Clone(r.coalescing[scope]), name)))
 	}
 	r.kinds[name] = k
 	r.limited = r.limited || len(k.rules) > 0

@@ -816,9 +816,7 @@ func (w *Worker) start(ctx context.Context, j *engine.Job, pid int64) {
 				// The handler called runtime.Goexit (a test's t.FailNow):
 				// its goroutine ends, but its attempt fails and its slot
 				// here is freed, as for an error.
-				res = w.failure(j, errGoexit)
-				res.attempt, res.claim, res.holdsSlot, res.withCalls, res.job = j.Attempt, j.Claims, j.HoldsSlot, j.Calls > 1, j
-				res.err, res.took = errGoexit, max(time.Since(rj.began), 0)
+				res = w.failure(j, errGoexit).of(j, errGoexit, max(time.Since(rj.began), 0))
 			}
 			w.ran(rj, res)
 		}()
