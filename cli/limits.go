@@ -186,6 +186,9 @@ func runCheck(ctx context.Context, env *Env, args []string) error {
 	if err != nil {
 		return err
 	}
+	if len(reg.Kinds()) == 0 {
+		fmt.Fprintf(env.Stdout, "note: %s declares no kinds, so overrides are not checked against declarations; run your app's check for that\n", env.App.Name)
+	}
 	errs, warns := 0, 0
 	for _, f := range findings {
 		fmt.Fprintln(env.Stdout, f)

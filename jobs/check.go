@@ -54,7 +54,9 @@ const (
 	// CodeUnclaimedQueue: a queue has a limit but no running worker claims
 	// it.
 	CodeUnclaimedQueue = "W003"
-	// CodeStrayOverride: an override names no declared limit.
+	// CodeStrayOverride: an override names no declared limit. Not
+	// reported by a registry that declares no kind and no queue limit
+	// (the plain sluice binary's), which cannot tell.
 	CodeStrayOverride = "W004"
 	// CodeConcurrencyGroupMismatch: kinds in one concurrency group declare
 	// different limits.
@@ -220,7 +222,13 @@ func Check(ctx context.Context, r *Registry, pub *store.Store) ([]Finding, error
 	if err != nil {
 		return nil, err
 	}
+	// A registry that declares nothing (the plain sluice binary's) cannot
+	// tell a stray override from one the app's workers apply.
+	declares := len(r.Kinds()) > 0 || len(queues) > 0
 	for _, o := range overrides {
+		if !declares {
+			break
+		}
 		if _, ok := scopes[o.Target]; ok {
 			continue
 		}

@@ -296,6 +296,9 @@ func (e *Explanation) reason(f *engine.ExplainFacts, binding *engine.BudgetFacts
 		e.Summary = fmt.Sprintf("parked on rate limit %s (%s): %s parked job(s) of the budget get slots before it%s",
 			j.WaitKey, limitText(limit), countText(e.Ahead), paused)
 		e.estimateParked(binding, limit)
+		if f.QueuePaused {
+			e.EstimatedStart, e.EstimateBasis = time.Time{}, "not before the queue is resumed"
+		}
 	case engine.StateScheduled:
 		switch {
 		case j.WaitKey != "":
