@@ -3,6 +3,7 @@ package jobs
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"time"
 
@@ -11,9 +12,12 @@ import (
 
 // Perform runs the handler registered for the kind of args directly, as
 // the first attempt of a job: no database, no claim, no limits, no
-// retries. The args go through the same JSON encoding a stored job's do,
-// so a field that would not survive storage fails here too. Tests use it
-// to exercise a handler.
+// retries, no middleware (a worker's). The args go through the same JSON
+// encoding a stored job's do, so a field that would not survive storage
+// fails here too. The kind's Timeout applies, on the real clock, as a
+// worker applies it: the handler's context ends with ErrJobTimeout as its
+// cause, and an error returned after that wraps ErrJobTimeout. Tests use
+// it to exercise a handler.
 func Perform[T Args](ctx context.Context, r *Registry, args T) error {
 	k := r.lookup(args.Kind())
 	if k == nil || k.work == nil {
@@ -29,5 +33,14 @@ func Perform[T Args](ctx context.Context, r *Registry, args T) error {
 	}
 	j := &engine.Job{Kind: k.name, Queue: k.cfg.queue, Priority: k.cfg.priority, Args: body,
 		Attempt: 1, MaxAttempts: k.cfg.maxAttempts, CreatedAt: time.Now()}
-	return call(ctx, k, j, nil, decoded, nil, nil, JobInfo{}, nil)
+	if k.cfg.timeout <= 0 {
+		return call(ctx, k, j, nil, decoded, nil, nil, JobInfo{}, nil)
+	}
+	jctx, cancel := context.WithTimeoutCause(ctx, k.cfg.timeout, ErrJobTimeout)
+	defer cancel()
+	err = call(jctx, k, j, nil, decoded, nil, nil, JobInfo{}, nil)
+	if err != nil && errors.Is(context.Cause(jctx), ErrJobTimeout) {
+		err = fmt.Errorf("%w after %s: %w", ErrJobTimeout, k.cfg.timeout, err)
+	}
+	return err
 }
