@@ -60,8 +60,15 @@ func (s *Store) Enqueue(ctx context.Context, ex Executor, c Clock, jobs []NewJob
 	case plain:
 		var ids []int64
 		switch {
+		case s.batchEnd(rows, 0) == len(rows) && ex == s.db:
+			// One statement: all or nothing as it is, and written again
+			// after a deadlock or serialization failure, as a transaction
+			// of the store's is.
+			err = s.retryTx(ctx, func() error {
+				ids, err = s.insertAll(ctx, ex, rows)
+				return err
+			})
 		case s.batchEnd(rows, 0) == len(rows):
-			// One statement: all or nothing as it is.
 			ids, err = s.insertAll(ctx, ex, rows)
 		case ex == s.db:
 			err = s.inTx(ctx, func(tx Tx) error {
