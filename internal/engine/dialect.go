@@ -238,5 +238,8 @@ type JobFilter struct {
 	State State
 	Kind  string
 	Queue string
-	Limit int
+	// Before, when not 0, lists only jobs of lower ids: the page after
+	// one whose last job had that id.
+	Before int64
+	Limit  int
 }

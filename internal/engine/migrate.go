@@ -189,7 +189,25 @@ func (s *Store) checkSchema(ctx context.Context, ex Executor) error {
 	if s.schemaOK.Load() {
 		return nil
 	}
-	st, err := s.migrationStatus(ctx, ex)
+	var st []MigrationStatus
+	read := func() (err error) {
+		st, err = s.migrationStatus(ctx, ex)
+		return err
+	}
+	var err error
+	if ex == s.db {
+		err = read()
+	} else {
+		// In the caller's transaction, under a savepoint it always rolls
+		// back to (the read writes nothing): a read of a table that is not
+		// there aborts a PostgreSQL transaction, even where the read
+		// takes the error for "nothing applied", and the transaction must
+		// go on after the enqueue is refused.
+		var ran bool
+		if ran, err = s.underSavepoint(ctx, ex, true, read); !ran {
+			err = read()
+		}
+	}
 	if err != nil {
 		return s.wrap(err)
 	}

@@ -85,7 +85,9 @@ func (s *Store) DeregisterProcess(ctx context.Context, id int64) error {
 // ReapDeadProcesses finds processes whose heartbeat is older than
 // threshold, releases the jobs they were running back to ready (the lost
 // run counts as an attempt, and is kept as a failed one with LostError; a
-// job with none left fails), and removes them.
+// job with none left fails), and removes them once none of their jobs
+// runs: one call releases at most 1000 jobs, and the next finds the rest
+// by the process's row.
 // A released job keeps its concurrency slot; one that lost it when its key
 // expired takes a free one, or is blocked.
 // Running jobs whose process row is gone are released the same way once

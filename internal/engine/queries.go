@@ -167,7 +167,7 @@ func NewSQL(d Dialect) (*SQL, error) {
 		{&q.deleteAttempts, "DeleteAttempts", []string{"job_ids"}},
 		{&q.getJob, "GetJob", []string{"id"}},
 		{&q.lockJob, "LockJob", []string{"id"}},
-		{&q.listJobs, "ListJobs", []string{"state", "kind", "queue", "limit"}},
+		{&q.listJobs, "ListJobs", []string{"state", "kind", "queue", "before", "limit"}},
 
 		{&q.insertProcess, "InsertProcess", []string{"kind", "name", "hostname", "pid", "queues", "started_at", "heartbeat_at"}},
 		{&q.heartbeat, "Heartbeat", []string{"now", "id"}},

@@ -177,7 +177,7 @@ func (q *SQL) LockJob(id int64) (string, []any) { return q.lockJob.bind(id) }
 // ListJobs lists jobs, newest first, filtered by whichever of state, kind
 // and queue are set. Columns: JobInfoColumns.
 func (q *SQL) ListJobs(f JobFilter) (string, []any) {
-	return q.listJobs.bind(string(f.State), f.Kind, f.Queue, f.Limit)
+	return q.listJobs.bind(string(f.State), f.Kind, f.Queue, f.Before, f.Limit)
 }
 
 // JobsByState counts jobs per queue and state. Columns: queue, state,

@@ -24,7 +24,8 @@ func (q *SQL) LockDeadProcesses(before int64, limit int) (string, []any) {
 	return q.lockDeadProcesses.bind(before, limit)
 }
 
-// DeleteProcesses removes processes by id.
+// DeleteProcesses removes the processes of ids that no running job is
+// claimed under.
 func (q *SQL) DeleteProcesses(ids []int64) (string, []any) { return q.deleteProcesses.bind(ids) }
 
 // ListProcesses lists processes. Columns: ProcessColumns.

@@ -5,11 +5,14 @@
 package jobstest
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"fmt"
 	"io"
 	"log/slog"
+	"math/big"
+	"strings"
 	"testing"
 
 	"github.com/sluicequeue/sluice/clock"
@@ -29,16 +32,32 @@ type Job[T jobs.Args] struct {
 // (up to 1000), read through tx when it is not nil (a pgx.Tx or *sql.Tx
 // that may not have committed) or else through the client's pool.
 func Enqueued[T jobs.Args](ctx context.Context, c *jobs.Client, tx any) ([]Job[T], error) {
-	var zero T
+	s, ex, err := via(c, tx)
+	if err != nil {
+		return nil, err
+	}
+	return enqueuedBelow[T](ctx, ex, s, 0, 1000)
+}
+
+// via is the store of c and what to read it through: tx when it is not
+// nil, else the client's pool.
+func via(c *jobs.Client, tx any) (*engine.Store, engine.Executor, error) {
 	s := engine.From(c.Store())
 	var ex engine.Executor = s.DB()
 	if tx != nil {
 		var err error
 		if ex, err = s.DB().WrapTx(tx); err != nil {
-			return nil, err
+			return nil, nil, err
 		}
 	}
-	infos, err := s.ListJobsVia(ctx, ex, engine.JobFilter{Kind: zero.Kind(), Limit: 1000})
+	return s, ex, nil
+}
+
+// enqueuedBelow returns up to limit jobs of T's kind with ids below
+// before (0: any), newest first.
+func enqueuedBelow[T jobs.Args](ctx context.Context, ex engine.Executor, s *engine.Store, before int64, limit int) ([]Job[T], error) {
+	var zero T
+	infos, err := s.ListJobsVia(ctx, ex, engine.JobFilter{Kind: zero.Kind(), Before: before, Limit: limit})
 	if err != nil {
 		return nil, err
 	}
@@ -65,11 +84,13 @@ type Want struct {
 }
 
 // RequireEnqueued fails the test unless a job of T's kind was enqueued
-// whose args equal args (compared as JSON) and that matches want, and
-// returns it. tx is as for Enqueued.
+// whose args equal args (compared as JSON, numbers by their exact value)
+// and that matches want, and returns the newest such job. It searches
+// every job of the kind, however many; tx is as for Enqueued.
 func RequireEnqueued[T jobs.Args](t testing.TB, c *jobs.Client, tx any, args T, want ...Want) Job[T] {
 	t.Helper()
-	got, err := Enqueued[T](context.Background(), c, tx)
+	ctx := context.Background()
+	s, ex, err := via(c, tx)
 	if err != nil {
 		t.Fatalf("jobstest: list enqueued %s jobs: %v", args.Kind(), err)
 	}
@@ -81,13 +102,49 @@ func RequireEnqueued[T jobs.Args](t testing.TB, c *jobs.Client, tx any, args T, 
 	if len(want) > 0 {
 		w = want[0]
 	}
-	for _, j := range got {
-		if equalJSON(j.JobInfo.Args, wantArgs) && w.matches(j.JobInfo) {
-			return j
+	var newest []Job[T]
+	for before := int64(0); ; {
+		page, err := enqueuedBelow[T](ctx, ex, s, before, 1000)
+		if err != nil {
+			t.Fatalf("jobstest: list enqueued %s jobs: %v", args.Kind(), err)
 		}
+		if newest == nil {
+			newest = page
+		}
+		for _, j := range page {
+			if equalJSON(j.JobInfo.Args, wantArgs) && w.matches(j.JobInfo) {
+				return j
+			}
+		}
+		if len(page) < 1000 {
+			break
+		}
+		before = page[len(page)-1].ID
 	}
-	t.Fatalf("jobstest: no %s job enqueued with args %s and %+v; enqueued: %s", args.Kind(), wantArgs, w, describe(got))
+	t.Fatalf("jobstest: no %s job enqueued with args %s and %s; enqueued: %s", args.Kind(), wantArgs, w, describe(newest))
 	return Job[T]{}
+}
+
+// String describes w as a failure message names it: the fields it
+// checks.
+func (w Want) String() string {
+	var parts []string
+	if w.Queue != "" {
+		parts = append(parts, "queue "+w.Queue)
+	}
+	if w.Priority != nil {
+		parts = append(parts, fmt.Sprintf("priority %d", *w.Priority))
+	}
+	if w.State != "" {
+		parts = append(parts, "state "+string(w.State))
+	}
+	if w.MaxAttempts != 0 {
+		parts = append(parts, fmt.Sprintf("max attempts %d", w.MaxAttempts))
+	}
+	if len(parts) == 0 {
+		return "any queue, priority and state"
+	}
+	return strings.Join(parts, ", ")
 }
 
 func (w Want) matches(j *engine.JobInfo) bool {
@@ -97,14 +154,49 @@ func (w Want) matches(j *engine.JobInfo) bool {
 		(w.MaxAttempts == 0 || w.MaxAttempts == j.MaxAttempts)
 }
 
+// equalJSON reports whether a and b hold the same JSON value: objects
+// whatever their keys' order, numbers by their exact value (an int64 past
+// 2^53 is not rounded to a float64, and 1.0 equals 1).
 func equalJSON(a, b []byte) bool {
-	var x, y any
-	if json.Unmarshal(a, &x) != nil || json.Unmarshal(b, &y) != nil {
-		return false
+	x, errX := canonicalJSON(a)
+	y, errY := canonicalJSON(b)
+	return errX == nil && errY == nil && x == y
+}
+
+// canonicalJSON renders b with sorted object keys and each number in one
+// spelling of its exact value.
+func canonicalJSON(b []byte) (string, error) {
+	d := json.NewDecoder(bytes.NewReader(b))
+	d.UseNumber()
+	var v any
+	if err := d.Decode(&v); err != nil {
+		return "", err
 	}
-	xa, _ := json.Marshal(x)
-	ya, _ := json.Marshal(y)
-	return string(xa) == string(ya)
+	out, err := json.Marshal(exactNumbers(v))
+	return string(out), err
+}
+
+// exactNumbers replaces each json.Number of v by its value's one
+// spelling (a big.Float of ample precision, printed in its shortest exact
+// form), so that numbers spelled differently compare by value.
+func exactNumbers(v any) any {
+	switch v := v.(type) {
+	case json.Number:
+		f, _, err := big.ParseFloat(v.String(), 10, 1024, big.ToNearestEven)
+		if err != nil {
+			return v.String()
+		}
+		return json.Number(f.Text('g', -1))
+	case map[string]any:
+		for k, e := range v {
+			v[k] = exactNumbers(e)
+		}
+	case []any:
+		for i, e := range v {
+			v[i] = exactNumbers(e)
+		}
+	}
+	return v
 }
 
 func describe[T jobs.Args](js []Job[T]) string {

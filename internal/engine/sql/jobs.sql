@@ -212,9 +212,11 @@ SELECT {JobInfoColumns} FROM sluice_jobs WHERE id = :id;
 SELECT {JobInfoColumns} FROM sluice_jobs WHERE id = :id FOR UPDATE;
 
 -- name: ListJobs
--- Newest first, filtered by whichever of state, kind and queue are set.
+-- Newest first, filtered by whichever of state, kind and queue are set,
+-- and below the id before when it is not 0 (the next page).
 SELECT {JobInfoColumns} FROM sluice_jobs
 WHERE (:state = '' OR state = :state) AND (:kind = '' OR kind = :kind) AND (:queue = '' OR queue = :queue)
+AND (:before = 0 OR id < :before)
 ORDER BY id DESC LIMIT :limit;
 
 -- name: JobsByState

@@ -19,7 +19,12 @@ DELETE FROM sluice_processes WHERE id = :id;
 SELECT id FROM sluice_processes WHERE heartbeat_at < :before ORDER BY id LIMIT :limit FOR UPDATE SKIP LOCKED;
 
 -- name: DeleteProcesses
-DELETE FROM sluice_processes WHERE id IN (:ids);
+-- The listed processes that no job still runs under: a dead process with
+-- more running jobs than one reap releases (or some another transaction
+-- held) keeps its row, so that the next reap finds them by it at once
+-- rather than as orphans claimed long enough ago.
+DELETE FROM sluice_processes WHERE id IN (:ids)
+AND NOT EXISTS (SELECT 1 FROM sluice_jobs j WHERE {RunningJob} AND {RunningProcess} = sluice_processes.id);
 
 -- name: ListProcesses
 SELECT {ProcessColumns} FROM sluice_processes ORDER BY id;
