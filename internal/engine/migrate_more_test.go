@@ -240,3 +240,51 @@ func snapshotAll(t *testing.T, s *engine.Store) map[int64]string {
 	}
 	return out
 }
+
+// Passes (probe of operations.md "Every replica may run `migrate up` as it
+// boots: one applies the migrations while the others wait … and then find
+// nothing left to do"): four migrators started at once on an empty
+// database all succeed, and between them apply each migration once.
+func TestFourMigratorsAtOnceOnAnEmptyDatabase(t *testing.T) {
+	for _, b := range testdb.Backends(t) {
+		t.Run(b.Name, func(t *testing.T) {
+			ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+			defer cancel()
+			open := testdb.Opener(t, b.URL(t))
+			var stores []*engine.Store
+			for range 4 {
+				stores = append(stores, open())
+			}
+			start := make(chan struct{})
+			var wg sync.WaitGroup
+			var mu sync.Mutex
+			applied := map[int]int{}
+			var errs []error
+			for _, s := range stores {
+				wg.Add(1)
+				go func() {
+					defer wg.Done()
+					<-start
+					done, err := s.MigrateUp(ctx, 0)
+					mu.Lock()
+					defer mu.Unlock()
+					if err != nil {
+						errs = append(errs, err)
+					}
+					for _, m := range done {
+						applied[m.Version]++
+					}
+				}()
+			}
+			close(start)
+			wg.Wait()
+			require.Empty(t, errs)
+			all, err := stores[0].Migrations()
+			require.NoError(t, err)
+			for _, m := range all {
+				require.Equal(t, 1, applied[m.Version], "migration %03d applied %d times", m.Version, applied[m.Version])
+			}
+			require.NoError(t, stores[0].CheckSchema(ctx))
+		})
+	}
+}
