@@ -113,7 +113,15 @@ func runMigrate(ctx context.Context, env *Env, args []string) error {
 			fmt.Fprintf(env.Stdout, "applied %03d_%s\n", m.Version, m.Name)
 		}
 		if err == nil && len(done) == 0 {
-			fmt.Fprintln(env.Stdout, "up to date")
+			newer, nerr := s.NewerMigrations(ctx)
+			if nerr != nil {
+				return nerr
+			}
+			if len(newer) > 0 {
+				fmt.Fprintf(env.Stdout, "up to date, and newer: %s\n", newerNote(ms, newer))
+			} else {
+				fmt.Fprintln(env.Stdout, "up to date")
+			}
 		}
 		return err
 	case "down":
@@ -138,7 +146,40 @@ func runMigrate(ctx context.Context, env *Env, args []string) error {
 	for _, m := range st {
 		fmt.Fprintf(tw, "%03d\t%s\t%s\n", m.Version, m.Name, m.State())
 	}
-	return tw.Flush()
+	newer, err := s.NewerMigrations(ctx)
+	if err != nil {
+		return err
+	}
+	for _, v := range newer {
+		fmt.Fprintf(tw, "%03d\t?\tapplied by a newer sluice (unknown to this one)\n", v)
+	}
+	if err := tw.Flush(); err != nil {
+		return err
+	}
+	if len(newer) > 0 {
+		ms, err := s.Migrations()
+		if err != nil {
+			return err
+		}
+		fmt.Fprintln(env.Stdout, newerNote(ms, newer))
+	}
+	return nil
+}
+
+// newerNote says that the database has migrations newer than this
+// version of sluice knows, and what that means for it.
+func newerNote(ms []engine.Migration, newer []int) string {
+	vs := make([]string, len(newer))
+	for i, v := range newer {
+		vs[i] = fmt.Sprintf("%03d", v)
+	}
+	latest := 0
+	if len(ms) > 0 {
+		latest = ms[len(ms)-1].Version
+	}
+	return fmt.Sprintf("the database has %s applied, newer than this sluice knows (its newest is %03d): "+
+		"a newer sluice migrated it; this one runs beside it but reverts nothing (migrate down) until that sluice reverts %s",
+		strings.Join(vs, ", "), latest, map[bool]string{true: "it", false: "them"}[len(newer) == 1])
 }
 
 // checkDownCount refuses to revert more migrations than are applied: a

@@ -36,6 +36,12 @@ var ErrPendingMigrations = engine.ErrPendingMigrations
 // other is done.
 var ErrMigrationLocked = engine.ErrMigrationLocked
 
+// ErrNewerMigrations is returned by MigrateDown, and by MigrateUp when it
+// has migrations to apply, while the database records a migration newer
+// than this build knows (a newer sluice migrated it): they applied and
+// reverted nothing.
+var ErrNewerMigrations = engine.ErrNewerMigrations
+
 // Migration is one numbered schema change: its version, name, and the SQL
 // that applies and reverts it.
 type Migration = engine.Migration
@@ -58,13 +64,19 @@ func (s *Store) Close() error { return s.e.Close() }
 // MigrateUp applies the pending migrations up to version target (0: all)
 // and returns those it applied. Several processes may run it at once: one
 // applies while the others wait (on MySQL, a minute at most; then they
-// fail with ErrMigrationLocked). On MySQL, whose DDL commits at once, a
-// migration that failed part way resumes after the statements that ran.
+// fail with ErrMigrationLocked), and each chooses what to apply once it
+// holds the lock. On MySQL, whose DDL commits at once, a migration that
+// failed part way resumes after the statements that ran.
 func (s *Store) MigrateUp(ctx context.Context, target int) ([]Migration, error) {
 	return s.e.MigrateUp(ctx, target)
 }
 
 // MigrateDown reverts the last steps applied migrations and returns them.
+// What it reverts is chosen once it holds the migration lock: at most
+// steps migrations, newest first, and none at or below the one that was
+// steps below the newest when it was called, so that two run at once
+// revert the newest steps once. It reverts nothing (ErrNewerMigrations)
+// while the database records a migration newer than this build knows.
 func (s *Store) MigrateDown(ctx context.Context, steps int) ([]Migration, error) {
 	return s.e.MigrateDown(ctx, steps)
 }
@@ -74,6 +86,12 @@ func (s *Store) MigrateDown(ctx context.Context, steps int) ([]Migration, error)
 func (s *Store) MigrationStatus(ctx context.Context) ([]MigrationStatus, error) {
 	return s.e.MigrationStatus(ctx)
 }
+
+// NewerMigrations returns the versions the database records as applied
+// that are newer than every migration this build knows: a newer sluice
+// migrated the database. MigrateDown refuses to revert anything while
+// there are any.
+func (s *Store) NewerMigrations(ctx context.Context) ([]int, error) { return s.e.NewerMigrations(ctx) }
 
 // CheckSchema returns ErrPendingMigrations unless the database has every
 // migration this build knows.

@@ -2,6 +2,7 @@ package engine
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"io/fs"
 	"regexp"
@@ -220,10 +221,16 @@ func (s *Store) checkSchema(ctx context.Context, ex Executor) error {
 
 // MigrateUp applies every pending migration up to and including target
 // (0: all of them), under the migration lock, and returns those it
-// applied. Each runs in a transaction of its own, or, where DDL commits at
-// once (MySQL), statement by statement, resuming one that failed part way
-// after the statements that ran. A target that is no migration's version
-// is refused before anything is applied.
+// applied. Each runs in a transaction of its own (a savepoint of the
+// run's transaction, where the lock belongs to one), or, where DDL
+// commits at once (MySQL), statement by statement, resuming one that
+// failed part way after the statements that ran. A target that is no
+// migration's version is refused before anything is applied.
+//
+// What to apply is decided once the lock is held, from what is applied
+// then. While the database records a migration newer than this version of
+// sluice knows (ErrNewerMigrations), MigrateUp applies nothing: it
+// succeeds if nothing of its own is pending, and refuses otherwise.
 func (s *Store) MigrateUp(ctx context.Context, target int) ([]Migration, error) {
 	ms, err := s.Migrations()
 	if err != nil {
@@ -232,20 +239,23 @@ func (s *Store) MigrateUp(ctx context.Context, target int) ([]Migration, error) 
 	if err := CheckTarget(ms, target); err != nil {
 		return nil, err
 	}
-	rec, err := s.prepareMigrations(ctx)
-	if err != nil {
-		return nil, err
-	}
-	var todo []Migration
-	for _, m := range ms {
-		if target > 0 && m.Version > target {
-			break
+	plan := func(rec recorded) ([]Migration, error) {
+		var todo []Migration
+		for _, m := range ms {
+			if target > 0 && m.Version > target {
+				break
+			}
+			if rec.needs(m.Version, true) {
+				todo = append(todo, m)
+			}
 		}
-		if rec.needs(m.Version, true) {
-			todo = append(todo, m)
+		if newer := rec.newer(ms); len(todo) > 0 && len(newer) > 0 {
+			return nil, fmt.Errorf("migrate up: %w; it would apply %s below %s: upgrade sluice, whose newer version has them",
+				newerError(ms, newer), names(todo), plural(newer, "it", "them"))
 		}
+		return todo, nil
 	}
-	return s.migrate(ctx, todo, true, len(todo))
+	return s.migrate(ctx, true, plan)
 }
 
 // CheckTarget refuses a migration target that is neither 0 (the newest)
@@ -262,28 +272,117 @@ func CheckTarget(ms []Migration, target int) error {
 
 // MigrateDown reverts the newest steps applied migrations and returns
 // those it reverted, as MigrateUp applies them.
+//
+// It takes the database back steps migrations from where it finds it
+// when called: once it holds the migration lock it reverts, newest
+// first, at most steps of the migrations applied then, and none at or
+// below the one that was steps below the newest when it was called. A
+// migrator that reverted some of them meanwhile leaves it less to do (two
+// MigrateDown(ctx, 1) at once revert the newest once); one that applied
+// more meanwhile has its newest reverted first, so the migrations applied
+// always stay the oldest ones.
+//
+// While the database records a migration newer than this version of
+// sluice knows, MigrateDown reverts nothing and fails with
+// ErrNewerMigrations: the newest applied is one it cannot revert.
 func (s *Store) MigrateDown(ctx context.Context, steps int) ([]Migration, error) {
 	ms, err := s.Migrations()
 	if err != nil {
 		return nil, err
 	}
-	rec, err := s.prepareMigrations(ctx)
+	if steps <= 0 {
+		return nil, nil
+	}
+	defer s.schemaOK.Store(false)
+	floor := -1 // unknown until the first plan, made before the lock
+	plan := func(rec recorded) ([]Migration, error) {
+		if newer := rec.newer(ms); len(newer) > 0 {
+			them := plural(newer, "it", "them")
+			return nil, fmt.Errorf("migrate down: %w; revert %s first with the sluice that applied %s: this one reverts nothing from under %s",
+				newerError(ms, newer), them, them, them)
+		}
+		var applied []Migration
+		for i := len(ms) - 1; i >= 0; i-- {
+			if rec.needs(ms[i].Version, false) {
+				applied = append(applied, ms[i])
+			}
+		}
+		if floor < 0 {
+			floor = 0
+			if steps < len(applied) {
+				floor = applied[steps].Version
+			}
+		}
+		var todo []Migration
+		for _, m := range applied {
+			if m.Version <= floor || len(todo) == steps {
+				break
+			}
+			todo = append(todo, m)
+		}
+		return todo, nil
+	}
+	return s.migrate(ctx, false, plan)
+}
+
+// ErrNewerMigrations is returned by MigrateDown, and by MigrateUp when it
+// has migrations to apply, while the database records as applied a
+// migration newer than this version of sluice knows: a newer sluice
+// migrated it.
+var ErrNewerMigrations = errors.New("the database has migrations newer than this version of sluice knows")
+
+// newerError names the versions newer than ms that the database records.
+func newerError(ms []Migration, newer []int) error {
+	vs := make([]string, len(newer))
+	for i, v := range newer {
+		vs[i] = fmt.Sprintf("%03d", v)
+	}
+	latest := 0
+	if len(ms) > 0 {
+		latest = ms[len(ms)-1].Version
+	}
+	return fmt.Errorf("%w: %s %s applied, and this one's newest is %03d (a newer sluice migrated the database)",
+		ErrNewerMigrations, plural(newer, "migration", "migrations"), strings.Join(vs, ", ")+plural(newer, " is", " are"), latest)
+}
+
+// plural returns one if vs has one element, else many.
+func plural(vs []int, one, many string) string {
+	if len(vs) == 1 {
+		return one
+	}
+	return many
+}
+
+// names lists ms as "016_parked_fair, 017_claims".
+func names(ms []Migration) string {
+	out := make([]string, len(ms))
+	for i, m := range ms {
+		out[i] = fmt.Sprintf("%03d_%s", m.Version, m.Name)
+	}
+	return strings.Join(out, ", ")
+}
+
+// NewerMigrations returns the versions the database records as applied
+// that are newer than every migration this version of sluice knows: a
+// newer sluice applied them. `migrate status` and `sluice check` report
+// them; MigrateDown refuses to revert anything while there are any.
+func (s *Store) NewerMigrations(ctx context.Context) ([]int, error) {
+	ms, err := s.Migrations()
 	if err != nil {
 		return nil, err
 	}
-	var todo []Migration
-	for i := len(ms) - 1; i >= 0; i-- {
-		if rec.needs(ms[i].Version, false) {
-			todo = append(todo, ms[i])
-		}
+	rec, err := s.readRecorded(ctx, s.db)
+	if err != nil {
+		return nil, fmt.Errorf("read applied migrations: %w", err)
 	}
-	defer s.schemaOK.Store(false)
-	return s.migrate(ctx, todo, false, steps)
+	return rec.newer(ms), nil
 }
 
 // prepareMigrations creates the migrator's tables unless they exist and
 // reads what they record, before any lock is taken: a migrator with
-// nothing to do never waits for one.
+// nothing to do never waits for one. What it reads only says whether
+// there may be anything to do: the run decides what to do once it holds
+// the lock.
 func (s *Store) prepareMigrations(ctx context.Context) (recorded, error) {
 	for _, q := range []string{s.q.CreateMigrationsTable(), s.q.CreateMigrationProgressTable()} {
 		if err := s.createMigratorTable(ctx, q); err != nil {
@@ -357,6 +456,23 @@ func (r recorded) partly(v int) (progressRow, bool) {
 func (r recorded) needs(v int, up bool) bool {
 	_, partly := r.partly(v)
 	return partly || r.applied[v] != up
+}
+
+// newer returns the versions r records as applied that are newer than
+// the newest of ms, in order.
+func (r recorded) newer(ms []Migration) []int {
+	latest := 0
+	if len(ms) > 0 {
+		latest = ms[len(ms)-1].Version
+	}
+	var out []int
+	for v, ok := range r.applied {
+		if ok && v > latest {
+			out = append(out, v)
+		}
+	}
+	sort.Ints(out)
+	return out
 }
 
 // readRecorded reads the applied migrations and their progress through

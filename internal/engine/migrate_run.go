@@ -23,34 +23,54 @@ var ErrMigrationLocked = errors.New("another migrator holds the migration lock o
 // runs even when the run's context is done.
 const releaseTimeout = 10 * time.Second
 
-// migrationRun is one MigrateUp or MigrateDown under the migration lock.
-// Where the lock belongs to a connection (SessionLock: MySQL), the run
-// takes it once, on a connection it keeps to the end and runs its
-// transactions on, and releases it after they commit, whatever happens;
-// elsewhere each migration's transaction takes it (LockMigrations), and
-// its end ends the lock.
+// migrationRun is one MigrateUp or MigrateDown under the migration lock,
+// which it takes once and holds to its end, on every database:
+//
+//   - where the lock belongs to a connection (SessionLock: MySQL), on a
+//     connection the run keeps to the end and runs its transactions on,
+//     releasing it after they commit, whatever happens;
+//   - elsewhere, in a transaction of the run's (tx) that takes it first
+//     (LockMigrations: PostgreSQL's advisory lock or lock row; SQLite's
+//     write lock, which BEGIN IMMEDIATE takes) and commits at the end;
+//     each migration runs in a savepoint of it, so that one that fails
+//     is undone whole while those before it stay applied.
 type migrationRun struct {
 	s  *Store
 	up bool
 	// sess holds the session's lock; nil unless SessionLock.
 	sess Session
+	// tx is the run's transaction, which holds the lock; nil where sess
+	// holds it.
+	tx Tx
 }
 
-// migrate applies (up) or reverts the first n of ms that still need it,
-// in order, and returns those it ran.
-func (s *Store) migrate(ctx context.Context, ms []Migration, up bool, n int) (done []Migration, err error) {
-	if len(ms) == 0 || n <= 0 {
-		return nil, nil
+// migrate applies (up) or reverts the migrations plan chooses from what
+// the database records, in order, and returns those it ran. plan runs
+// first before the lock, so that a migrator with nothing to do returns
+// without waiting for it, and again once the lock is held: only that
+// choice, from what is applied then, is run.
+func (s *Store) migrate(ctx context.Context, up bool, plan func(recorded) ([]Migration, error)) (done []Migration, err error) {
+	rec, err := s.prepareMigrations(ctx)
+	if err != nil {
+		return nil, err
+	}
+	if todo, err := plan(rec); err != nil || len(todo) == 0 {
+		return nil, err
 	}
 	r, err := s.startMigrationRun(ctx, up)
 	if err != nil {
 		return nil, err
 	}
-	defer func() { err = r.finish(ctx, err) }()
-	for _, m := range ms {
-		if len(done) == n {
-			break
-		}
+	defer func() { done, err = r.finish(ctx, done, err) }()
+	rec, err = s.readRecorded(ctx, r.executor())
+	if err != nil {
+		return nil, fmt.Errorf("read applied migrations: %w", err)
+	}
+	todo, err := plan(rec)
+	if err != nil {
+		return nil, err
+	}
+	for _, m := range todo {
 		ran, err := r.migrateOne(ctx, m)
 		if err != nil {
 			return done, err
@@ -62,11 +82,23 @@ func (s *Store) migrate(ctx context.Context, ms []Migration, up bool, n int) (do
 	return done, nil
 }
 
-// startMigrationRun takes the session's migration lock where the
-// database has one, on a connection of the pool's.
+// startMigrationRun takes the migration lock for a whole run: the
+// session's, on a connection of the pool's, where the database has one;
+// else in the run's transaction.
 func (s *Store) startMigrationRun(ctx context.Context, up bool) (*migrationRun, error) {
 	r := &migrationRun{s: s, up: up}
 	if !s.q.SessionLock() {
+		tx, err := s.db.Begin(ctx)
+		if err != nil {
+			return nil, fmt.Errorf("begin the migration run: %w", err)
+		}
+		if q := s.q.LockMigrations(); q != "" {
+			if _, err := tx.Exec(ctx, q); err != nil {
+				_ = tx.Rollback(context.WithoutCancel(ctx))
+				return nil, fmt.Errorf("lock migrations: %w", err)
+			}
+		}
+		r.tx = tx
 		return r, nil
 	}
 	sn, ok := s.db.(Sessioner)
@@ -83,6 +115,15 @@ func (s *Store) startMigrationRun(ctx context.Context, up bool) (*migrationRun, 
 	}
 	r.sess = sess
 	return r, nil
+}
+
+// executor is where the run reads what the database records under its
+// lock.
+func (r *migrationRun) executor() Executor {
+	if r.sess != nil {
+		return r.sess
+	}
+	return r.tx
 }
 
 // takeMigrationLock takes the session's migration lock on ex, waiting at
@@ -105,33 +146,75 @@ func (s *Store) takeMigrationLock(ctx context.Context, ex Executor) error {
 	return nil
 }
 
-// finish releases the session's lock and gives its connection back; a
-// connection whose lock would not release is closed instead, which ends
-// the lock with it. It returns the run's err, and what went wrong here
-// only if the lock may still be held.
-func (r *migrationRun) finish(ctx context.Context, err error) error {
-	if r.sess == nil {
-		return err
-	}
+// finish ends the run and returns what it ran (done) and its err. A
+// session's lock is released and its connection given back; a connection
+// whose lock would not release is closed instead, which ends the lock
+// with it, and what went wrong there is returned only if the lock may
+// still be held. The run's transaction releases its lock and commits the
+// migrations that ran, even after one failed (its savepoint is undone);
+// if the commit fails, none of them is applied.
+func (r *migrationRun) finish(ctx context.Context, done []Migration, err error) ([]Migration, error) {
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), releaseTimeout)
 	defer cancel()
+	if r.tx != nil {
+		var cerr error
+		if q := r.s.q.UnlockMigrations(); q != "" {
+			_, cerr = r.tx.Exec(ctx, q)
+		}
+		if cerr == nil {
+			cerr = r.tx.Commit(ctx)
+		} else {
+			_ = r.tx.Rollback(ctx)
+		}
+		if cerr != nil {
+			if len(done) > 0 {
+				cerr = fmt.Errorf("commit the migration run (%s rolled back with it): %w", names(done), cerr)
+			} else {
+				cerr = fmt.Errorf("end the migration run: %w", cerr)
+			}
+			return nil, errors.Join(err, cerr)
+		}
+		return done, err
+	}
 	if _, rerr := r.sess.Exec(ctx, r.s.q.ReleaseMigrationLock()); rerr != nil {
 		if derr := r.sess.Discard(); derr != nil {
-			return errors.Join(err, fmt.Errorf("release the migration lock: %w; close its connection: %w", rerr, derr))
+			return done, errors.Join(err, fmt.Errorf("release the migration lock: %w; close its connection: %w", rerr, derr))
 		}
-		return err
+		return done, err
 	}
 	_ = r.sess.Close()
-	return err
+	return done, err
 }
 
 // begin starts a transaction of the run: on its session's connection,
-// where it has one.
+// where it has one, else a savepoint of the run's transaction.
 func (r *migrationRun) begin(ctx context.Context) (Tx, error) {
 	if r.sess != nil {
 		return r.sess.Begin(ctx)
 	}
-	return r.s.db.Begin(ctx)
+	if _, err := r.tx.Exec(ctx, "SAVEPOINT "+savepointName); err != nil {
+		return nil, err
+	}
+	return savepoint{r.tx}, nil
+}
+
+// savepointName names the savepoint each migration runs in.
+const savepointName = "sluice_migration"
+
+// savepoint is a migration's part of the run's transaction: Commit keeps
+// what it did, Rollback undoes it, and the transaction goes on.
+type savepoint struct{ Tx }
+
+func (sp savepoint) Commit(ctx context.Context) error {
+	_, err := sp.Tx.Exec(ctx, "RELEASE SAVEPOINT "+savepointName)
+	return err
+}
+
+func (sp savepoint) Rollback(ctx context.Context) error {
+	if _, err := sp.Tx.Exec(ctx, "ROLLBACK TO SAVEPOINT "+savepointName); err != nil {
+		return err
+	}
+	return sp.Commit(ctx)
 }
 
 // migrateOne applies or reverts m unless that is done, and reports
@@ -143,18 +226,13 @@ func (r *migrationRun) migrateOne(ctx context.Context, m Migration) (bool, error
 	return r.whole(ctx, m)
 }
 
-// whole runs m in one transaction, which takes the transaction's
-// migration lock where the database has one.
+// whole runs m in one transaction of the run's (a savepoint, where the
+// run's transaction holds the lock).
 func (r *migrationRun) whole(ctx context.Context, m Migration) (bool, error) {
 	s := r.s
 	ran := false
 	err := s.inTxOn(ctx, r.begin, func(tx Tx) error {
 		ran = false
-		if q := s.q.LockMigrations(); q != "" {
-			if _, err := tx.Exec(ctx, q); err != nil {
-				return fmt.Errorf("lock migrations: %w", err)
-			}
-		}
 		rec, err := s.readRecorded(ctx, tx)
 		if err != nil {
 			return fmt.Errorf("read applied migrations: %w", err)
@@ -171,7 +249,7 @@ func (r *migrationRun) whole(ctx context.Context, m Migration) (bool, error) {
 			}
 			ran = true
 		}
-		return s.unlockMigrations(ctx, tx)
+		return nil
 	})
 	return ran, err
 }
@@ -280,17 +358,6 @@ func (r *migrationRun) record(ctx context.Context, ex Executor, m Migration) err
 	}
 	if _, err := exec(ctx, ex, q, args); err != nil {
 		return fmt.Errorf("record migration %03d: %w", m.Version, err)
-	}
-	return nil
-}
-
-// unlockMigrations releases the transaction's migration lock before the
-// commit, where the database's needs releasing (a lock row).
-func (s *Store) unlockMigrations(ctx context.Context, tx Tx) error {
-	if q := s.q.UnlockMigrations(); q != "" {
-		if _, err := tx.Exec(ctx, q); err != nil {
-			return fmt.Errorf("unlock migrations: %w", err)
-		}
 	}
 	return nil
 }

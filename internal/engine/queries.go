@@ -55,7 +55,8 @@ type SQL struct {
 // optional are the statements a database may lack (have no default, or
 // replace with an empty one): without Notify and WakeOnInsert workers in
 // other processes poll; without LockMigrations and UnlockMigrations
-// migrators rely on their transactions alone; without GenericPlans a
+// migrators rely on their run's transaction alone (SQLite's BEGIN
+// IMMEDIATE); without GenericPlans a
 // claim around a sweep plans its statements as the database chooses.
 // Only a database whose DDL commits at once (MySQL) has the session's
 // migration lock and the migration progress (see migrationStatements).
@@ -265,7 +266,8 @@ func (q *SQL) migrationStatements() error {
 func (q *SQL) CreateMigrationsTable() string { return q.createMigrationsTable }
 
 // LockMigrations and UnlockMigrations serialize concurrent migrators
-// inside a migration's transaction; either may be empty.
+// inside a migration run's transaction, which each migration runs in a
+// savepoint of; either may be empty.
 func (q *SQL) LockMigrations() string { return q.lockMigrations }
 
 // UnlockMigrations releases what LockMigrations took, before the commit.

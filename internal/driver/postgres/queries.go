@@ -67,7 +67,8 @@ SELECT id FROM ins WHERE (SELECT count(*) FROM woke) >= 0;
 `
 
 // advisoryLock serializes migrators with a transaction-scoped advisory
-// lock, which ends with the transaction.
+// lock, which a migration run's transaction takes first and holds until it
+// ends, each migration running in a savepoint of it.
 const advisoryLock = `
 -- name: LockMigrations
 SELECT pg_advisory_xact_lock(7251002);

@@ -7,8 +7,9 @@ CREATE TABLE IF NOT EXISTS sluice_migrations (
 
 -- name: LockMigrations
 -- Serializes migrators where the database has no lock of its own for it:
--- a lock row (version 0), which a concurrent migrator's insert waits on
--- and which UnlockMigrations deletes before the transaction commits.
+-- a lock row (version 0), which a migration run's transaction inserts
+-- first, which a concurrent migrator's insert waits on, and which
+-- UnlockMigrations deletes before the run's transaction commits.
 INSERT INTO sluice_migrations (version, name, applied_at) VALUES (0, 'lock', 0);
 
 -- name: UnlockMigrations
