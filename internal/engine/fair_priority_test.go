@@ -201,19 +201,29 @@ func TestFairEnqueuesOfDifferentKeysDoNotWait(t *testing.T) {
 // "whatever the number of jobs and keys". tagFair bound every key of a
 // queue in one statement: on SQLite (32,766 parameters at most) an
 // EnqueueMany of more than 10,922 keys failed with "too many SQL
-// variables". The key statements are now split as job inserts are. 16,384
-// keys is the fewest that passes the limit of the statement that inserts
-// the keys' rows (two parameters a key) as well as the one that saves their
-// finishes (three).
+// variables". The key statements are now split as job inserts are. The
+// test crosses a statement's bound lowered to 100 keys (smallBatches) with
+// 250 keys, and checks that each statement carried at most 100 of them
+// and that both the statement that inserts the keys' rows and the one
+// that saves their finishes took three runs: binding every key of the
+// queue in one statement fails it.
 func TestFairEnqueueManyOfMoreKeysThanAStatementBinds(t *testing.T) {
-	testdb.Each(t, func(t *testing.T, s *engine.Store) {
-		const n = 16384
+	testdb.Each(t, func(t *testing.T, base *engine.Store) {
+		const batch, n = 100, 250
+		s, _, log := smallBatches(t, base, batch)
 		jobs := make([]engine.NewJob, n)
 		for i := range jobs {
 			jobs[i] = fairJob(fmt.Sprintf("t%05d", i), 1)
 		}
 		_, err := s.Enqueue(context.Background(), nil, engine.At(t0), jobs)
 		require.NoError(t, err)
+		for _, keys := range log.keys("", "t0") {
+			require.LessOrEqual(t, keys, batch, "a statement carried more keys than it may bind")
+		}
+		require.Equal(t, []int{100, 100, 50}, log.keys("INSERT INTO sluice_fair_keys (queue, priority, fair_key)", "t0"),
+			"the keys' rows were inserted in runs")
+		require.Equal(t, []int{100, 100, 50}, log.keys("INSERT INTO sluice_fair_keys (queue, priority, fair_key, finish)", "t0"),
+			"their finishes were saved in runs")
 		// Every key's row, its finish saved one step after its start.
 		rows, err := s.DB().Query(context.Background(), fmt.Sprintf("SELECT COUNT(*) FROM sluice_fair_keys WHERE finish = %d", engine.FairScale))
 		require.NoError(t, err)

@@ -45,7 +45,13 @@ type Faults struct {
 	// between the failed attempt (rolled back by then) and the store's
 	// retry, where another process's transaction could commit.
 	BeforeRetry func()
-	fired       bool
+	// Observe, when set, is called with every statement counted (its
+	// text and arguments; "" and nil for a commit), pipelined ones too,
+	// before any fault due at it fires: a test's way to see how the store
+	// split its work into statements without changing how they are sent.
+	// Set it before the store runs anything.
+	Observe func(q string, args []any)
+	fired   bool
 }
 
 // WithFaults returns a store over s's database whose statements f counts
@@ -94,6 +100,9 @@ func (f *Faults) next(q string, args []any) error {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	f.n++
+	if f.Observe != nil {
+		f.Observe(q, args)
+	}
 	if f.FailOnce != "" && strings.Contains(q, f.FailOnce) {
 		f.FailOnce = ""
 		f.fired = true
