@@ -287,13 +287,16 @@ func TestAPausingOverrideHoldsSlottedJobsAndClearingItResumes(t *testing.T) {
 		require.Equal(t, 1, h.drain(jobs.WorkerConfig{}).Completed)
 		require.NoError(t, h.store.SetOverride(ctx, engine.Override{Target: "sms", To: 0, Per: time.Second}, h.clock.Now()))
 		d := newDispatcher(t, h.store, dispatcher.Config{Clock: h.clock, Logger: quiet()})
-		steps(t, h, d, func() { h.drain(jobs.WorkerConfig{}) }, 600, time.Second) // 10 minutes paused
+		// 10 minutes paused, and 7 after, in steps of a few seconds: every
+		// waiting job comes due (and is held again) at least once a
+		// step, as with steps of one, at a tenth of the rounds.
+		steps(t, h, d, func() { h.drain(jobs.WorkerConfig{}) }, 60, 10*time.Second)
 		require.Len(t, starts(), 1, "nothing admitted while paused")
 		st, err := h.store.Stats(ctx)
 		require.NoError(t, err)
 		require.Equal(t, int64(19), st[0].Counts[engine.StateScheduled]+st[0].Counts[engine.StateParked], "nothing lost")
 		require.NoError(t, h.store.ClearOverride(ctx, "sms"))
-		steps(t, h, d, func() { h.drain(jobs.WorkerConfig{}) }, 7*60, time.Second)
+		steps(t, h, d, func() { h.drain(jobs.WorkerConfig{}) }, 7*12, 5*time.Second)
 		require.Len(t, starts(), 20, "resumed within the horizon")
 	})
 }
