@@ -80,3 +80,35 @@ func TestFairKeyArrivingWhileTheFloodWaitsOnItsBudgetSharesIt(t *testing.T) {
 		require.LessOrEqual(t, aBefore, 12, "a had %d admissions before b's last (b has 5): order %v", aBefore, order)
 	})
 }
+
+// docs/fairness.md, Guarantees: "Arrival. A key that was idle gets its
+// first job claimed within one round of the active keys of its priority".
+//
+// The same fall-back without any limit: a key whose jobs are all delayed
+// (RunAt a minute ahead) is not "ready", so while it is the only other key
+// the level's virtual time is its latest finish. A light key that enqueues
+// one job meanwhile starts at the flood's last finish (100 steps ahead)
+// and, its next jobs chained from that finish, sorts behind the whole
+// flood once the flood comes due: its job enqueued after the flood is
+// ready waits 100 claims instead of one round.
+func TestFairKeyIsNotChargedForADelayedFloodsFinish(t *testing.T) {
+	testdb.Each(t, func(t *testing.T, s *engine.Store) {
+		ctx := context.Background()
+		r := newFairRig(t, s)
+		r.add("heavy", 1, 100, func(j *engine.NewJob) { j.RunAt = at(time.Minute) })
+		r.add("light", 1, 1, nil)
+		require.Equal(t, []string{"light"}, r.claim(2), "light's job alone is ready")
+		r.now = at(time.Minute)
+		_, _, err := s.Promote(ctx, engine.At(r.now), 500)
+		require.NoError(t, err)
+		require.Equal(t, []string{"heavy", "heavy"}, r.claim(2), "the flood came due")
+		r.add("light", 1, 3, nil) // light was idle: its first job is due within a round
+		var rounds int
+		for rounds = 1; rounds <= 60; rounds++ {
+			if keys := r.claim(2); len(keys) == 0 || keys[0] == "light" || (len(keys) > 1 && keys[1] == "light") {
+				break
+			}
+		}
+		require.LessOrEqual(t, rounds, 2, "light's job, enqueued while the flood was ready, waited %d claim rounds of 2", rounds)
+	})
+}
