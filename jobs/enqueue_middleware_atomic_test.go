@@ -3,6 +3,7 @@ package jobs_test
 import (
 	"context"
 	"errors"
+	"slices"
 	"testing"
 
 	"github.com/stretchr/testify/require"
@@ -45,6 +46,7 @@ func atomicClient(t *testing.T, s *engine.Store, mw ...jobs.EnqueueMiddleware) *
 	t.Helper()
 	reg := jobs.NewRegistry()
 	require.NoError(t, jobs.Declare[mwAtomic](reg))
+	require.NoError(t, jobs.Declare[mwAtomicNote](reg))
 	require.NoError(t, jobs.Declare[mwAtomicSlot](reg,
 		jobs.ConcurrencyLimit(concurrency.Limit[mwAtomicSlot]{Key: func(a mwAtomicSlot) any { return a.Account }})))
 	return jobs.NewClient(testdb.Public(s), reg, jobs.ClientConfig{Middleware: mw})
@@ -187,5 +189,90 @@ func TestAMiddlewareThatCallsNextTwiceFailsTheEnqueueEvenIfItDropsTheError(t *te
 		_, err := c.Enqueue(context.Background(), mwAtomic{N: 1})
 		require.ErrorContains(t, err, "called next twice")
 		require.Zero(t, countAllJobs(t, s), "nothing is written when next was called twice")
+	})
+}
+
+type mwAtomicNote struct{ Note string }
+
+func (mwAtomicNote) Kind() string { return "mw_atomic_note" }
+
+// In the caller's transaction, a failed enqueue through middleware leaves
+// none of its jobs there (EnqueueMiddleware, guarantees.md: "In your
+// transaction a batch the database refused part way leaves none of its
+// jobs behind, should you go on and commit"): whether a middleware fails,
+// panics or calls next twice after the write, or the database refused the
+// write itself (on PostgreSQL too, whose failed statement would abort the
+// transaction). The caller's transaction goes on, an enqueue that
+// succeeds in it commits with it, and no concurrency slot is left held.
+func TestAFailedEnqueueThroughMiddlewareLeavesNothingInTheCallersTransaction(t *testing.T) {
+	each(t, func(t *testing.T, h *harness) {
+		ctx := context.Background()
+		refuseByTrigger(t, h.store)
+		mode := ""
+		mw := func(ctx context.Context, _ []*jobs.EnqueueJob, next func(context.Context) error) error {
+			err := next(ctx)
+			switch {
+			case err != nil:
+				return err
+			case mode == "fail":
+				return errors.New("audit log unavailable")
+			case mode == "panic":
+				panic("middleware after next")
+			case mode == "twice":
+				_ = next(ctx)
+			}
+			return nil
+		}
+		c := atomicClient(t, h.store, mw)
+		for _, m := range []string{"fail", "panic", "twice", "refused"} {
+			t.Run(m, func(t *testing.T) {
+				many := []jobs.Item{{Args: mwAtomic{N: 1}}, {Args: mwAtomicSlot{Account: 7}}, {Args: mwAtomicNote{Note: "fine"}}}
+				tx, commit, rollback := callerTx(t, h.store)
+				done := false
+				defer func() {
+					if !done {
+						rollback() // a failed assertion must not leave it open
+					}
+					for _, q := range []string{"DELETE FROM sluice_jobs", "DELETE FROM sluice_semaphores"} {
+						_, err := h.store.DB().Exec(ctx, q)
+						require.NoError(t, err)
+					}
+				}()
+				items := many
+				mode = m
+				if m == "refused" {
+					mode = ""
+					items = append(slices.Clone(many), jobs.Item{Args: mwAtomicNote{Note: "REFUSE"}})
+				}
+				if m == "panic" {
+					require.PanicsWithValue(t, "middleware after next", func() { _, _ = c.EnqueueManyTx(ctx, tx, items) })
+				} else {
+					_, err := c.EnqueueManyTx(ctx, tx, items)
+					require.Error(t, err, "the enqueue fails")
+				}
+				mode = ""
+				kept, err := c.EnqueueTx(ctx, tx, mwAtomic{N: 99})
+				require.NoError(t, err, "the caller's transaction goes on")
+				commit()
+				done = true
+
+				rows, err := h.store.DB().Query(ctx, "SELECT id FROM sluice_jobs")
+				require.NoError(t, err)
+				var ids []int64
+				for rows.Next() {
+					var id int64
+					require.NoError(t, rows.Scan(&id))
+					ids = append(ids, id)
+				}
+				require.NoError(t, rows.Err())
+				rows.Close()
+				require.Equal(t, []int64{kept.ID}, ids, "the failed enqueue's jobs were committed with the caller's transaction")
+				sems, err := h.store.ListSemaphores(ctx)
+				require.NoError(t, err)
+				for _, sem := range sems {
+					require.Zero(t, sem.Held, "the failed enqueue's slot is not held")
+				}
+			})
+		}
 	})
 }

@@ -63,9 +63,12 @@ func (m metadataOption) applyEnqueue(c *enqueueConfig) error {
 // which runs after the commit. A deadlock or serialization failure
 // in the write is retried inside next, in a new transaction: the
 // middleware runs once per enqueue, never again for a retry. In a
-// caller's transaction (EnqueueTx, EnqueueManyTx) next writes into it, and
-// the caller's commit or rollback decides: after a failed enqueue, roll
-// it back.
+// caller's transaction (EnqueueTx, EnqueueManyTx) next writes into it
+// under a savepoint, which the same failures roll back to: after a failed
+// enqueue your transaction holds none of its jobs, and may go on and
+// commit (on PostgreSQL too, the savepoint undoing a failed statement's
+// abort); the jobs of an enqueue that succeeded commit or roll back with
+// it.
 type EnqueueMiddleware func(ctx context.Context, jobs []*EnqueueJob, next func(ctx context.Context) error) error
 
 // EnqueueJob is one job an enqueue is about to write, as enqueue
@@ -105,7 +108,10 @@ var errNextTwice = errors.New("jobs: enqueue: a middleware called next twice")
 // deadlock or serialization failure writes them again in a new one, the
 // middleware running once), and it commits only when the outermost
 // middleware returns nil having called next exactly once. Otherwise, a
-// panic included, it is rolled back and nothing is written.
+// panic included, it is rolled back and nothing is written. In the
+// caller's transaction the first next sets a savepoint before the write,
+// which the same failures roll back to: the caller's transaction holds
+// none of the jobs, should it commit anyway.
 func (c *Client) enqueueThrough(ctx context.Context, ex engine.Executor, sc engine.Clock, rows []engine.NewJob) (_ []Enqueued, err error) {
 	jobs := make([]*EnqueueJob, len(rows))
 	for i, r := range rows {
@@ -113,7 +119,8 @@ func (c *Client) enqueueThrough(ctx context.Context, ex engine.Executor, sc engi
 	}
 	var (
 		res      []Enqueued
-		open     engine.Tx // the chain's transaction, until it commits
+		open     engine.Tx    // the chain's transaction, until it commits
+		mark     *engine.Mark // the savepoint in the caller's, until kept
 		called   bool
 		twice    bool // next was called again: the enqueue fails, whatever the chain returns
 		writeErr error
@@ -122,6 +129,11 @@ func (c *Client) enqueueThrough(ctx context.Context, ex engine.Executor, sc engi
 		if open != nil {
 			if e := open.Rollback(context.WithoutCancel(ctx)); e != nil && err != nil {
 				err = errors.Join(err, fmt.Errorf("jobs: enqueue: roll back: %w", e))
+			}
+		}
+		if mark != nil {
+			if e := mark.Undo(ctx); e != nil && err != nil {
+				err = errors.Join(err, fmt.Errorf("jobs: %w", e))
 			}
 		}
 	}()
@@ -136,7 +148,11 @@ func (c *Client) enqueueThrough(ctx context.Context, ex engine.Executor, sc engi
 		}
 		var err error
 		if ex != nil {
-			res, err = c.store.Enqueue(nctx, ex, sc, rows)
+			var m engine.Mark
+			if m, err = c.store.MarkTx(nctx, ex); err == nil {
+				mark = &m
+				res, err = c.store.Enqueue(nctx, ex, sc, rows)
+			}
 		} else {
 			// Begun with the enqueue's own context, which outlives the
 			// commit, whatever context the middleware passes next.
@@ -168,6 +184,13 @@ func (c *Client) enqueueThrough(ctx context.Context, ex engine.Executor, sc engi
 		open = nil
 		if err := tx.Commit(ctx); err != nil {
 			return nil, fmt.Errorf("jobs: enqueue: commit: %w", err)
+		}
+	}
+	if mark != nil {
+		m := mark
+		mark = nil
+		if err := m.Keep(ctx); err != nil {
+			return nil, fmt.Errorf("jobs: %w", err)
 		}
 	}
 	return res, nil

@@ -124,6 +124,43 @@ func (s *Store) EnqueueOpen(txCtx, ctx context.Context, c Clock, jobs []NewJob) 
 	return tx, out, nil
 }
 
+// Mark is a savepoint in a caller's transaction, set by MarkTx: Undo
+// rolls the transaction back to it, Keep forgets it and keeps what ran
+// since.
+type Mark struct {
+	s  *Store
+	ex Executor
+}
+
+// MarkTx sets a savepoint in the caller's transaction ex before an
+// enqueue whose fate is decided after its write (enqueue middleware that
+// runs after next), so that a failure can leave the transaction as it
+// was, the jobs gone from it (and, on PostgreSQL, a failed statement's
+// abort undone). One mark at a time per transaction.
+func (s *Store) MarkTx(ctx context.Context, ex Executor) (Mark, error) {
+	if _, err := ex.Exec(ctx, s.q.chainSavepoint); err != nil {
+		return Mark{}, s.wrap(fmt.Errorf("enqueue: savepoint: %w", err))
+	}
+	return Mark{s: s, ex: ex}, nil
+}
+
+// Undo rolls the transaction back to the mark and forgets it.
+func (m Mark) Undo(ctx context.Context) error {
+	ctx = context.WithoutCancel(ctx)
+	if _, err := m.ex.Exec(ctx, m.s.q.rollbackToChainSavepoint); err != nil {
+		return m.s.wrap(fmt.Errorf("enqueue: roll back to the savepoint: %w", err))
+	}
+	return m.Keep(ctx)
+}
+
+// Keep forgets the mark, keeping what ran since it.
+func (m Mark) Keep(ctx context.Context) error {
+	if _, err := m.ex.Exec(context.WithoutCancel(ctx), m.s.q.releaseChainSavepoint); err != nil {
+		return m.s.wrap(fmt.Errorf("enqueue: release the savepoint: %w", err))
+	}
+	return nil
+}
+
 // blame finds which of rows the database refused, after a multi-row insert
 // through ex failed with err: it inserts halves in transactions that always
 // roll back, down to one row, and names it. A failure that is not a row's

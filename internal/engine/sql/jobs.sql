@@ -169,6 +169,19 @@ ROLLBACK TO SAVEPOINT sluice_enqueue;
 -- Forgets the savepoint, keeping what ran since.
 RELEASE SAVEPOINT sluice_enqueue;
 
+-- name: ChainSavepoint
+-- Marks the caller's transaction before enqueue middleware's next writes
+-- into it, so that a chain that fails after the write leaves nothing of
+-- it. Named apart from sluice_enqueue, which the write may set inside it:
+-- MySQL replaces a savepoint of the same name instead of nesting it.
+SAVEPOINT sluice_enqueue_chain;
+
+-- name: RollbackToChainSavepoint
+ROLLBACK TO SAVEPOINT sluice_enqueue_chain;
+
+-- name: ReleaseChainSavepoint
+RELEASE SAVEPOINT sluice_enqueue_chain;
+
 -- name: LockFinished
 SELECT id, calls FROM sluice_jobs j WHERE {DoneJob} AND {DoneAt} < :before
 LIMIT :limit FOR UPDATE SKIP LOCKED;
