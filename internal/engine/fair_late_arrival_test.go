@@ -2,6 +2,7 @@ package engine_test
 
 import (
 	"context"
+	"slices"
 	"testing"
 	"time"
 
@@ -110,5 +111,32 @@ func TestFairKeyIsNotChargedForADelayedFloodsFinish(t *testing.T) {
 			}
 		}
 		require.LessOrEqual(t, rounds, 2, "light's job, enqueued while the flood was ready, waited %d claim rounds of 2", rounds)
+	})
+}
+
+// docs/fairness.md, How it works: with no fair job of the level ready, the
+// virtual time is held back by the lowest start of its waiting jobs only
+// as far as the finish of the keys that have none waiting. A job delayed a
+// day (start 0) must not pin the virtual time of a drained level while
+// another key keeps running: a key that arrives then would start at 0,
+// behind nothing, and the key that ran — its finish 20 steps on — would
+// then wait for 20 of the newcomer's jobs.
+func TestFairWaitingJobDoesNotHoldBackADrainedLevelsVirtualTime(t *testing.T) {
+	testdb.Each(t, func(t *testing.T, s *engine.Store) {
+		r := newFairRig(t, s)
+		r.add("later", 1, 1, func(j *engine.NewJob) { j.RunAt = at(24 * time.Hour) })
+		for range 20 { // y runs alone, the queue drained between its jobs
+			r.add("y", 1, 1, nil)
+			require.Equal(t, []string{"y"}, r.claim(2))
+		}
+		r.add("x", 1, 30, nil) // x arrives with a burst while nothing is ready
+		r.add("y", 1, 1, nil)
+		var rounds int
+		for rounds = 1; rounds <= 30; rounds++ {
+			if keys := r.claim(2); len(keys) == 0 || slices.Contains(keys, "y") {
+				break
+			}
+		}
+		require.LessOrEqual(t, rounds, 2, "y's job, enqueued beside x's burst, waited %d claim rounds of 2", rounds)
 	})
 }

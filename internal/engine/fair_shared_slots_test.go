@@ -70,3 +70,44 @@ func TestFairKeysSharingAConcurrencyKeyShareItsSlots(t *testing.T) {
 		require.LessOrEqual(t, aBefore, 5, "a had %d slots before b's last (b has 3): order %v", aBefore, order)
 	})
 }
+
+// docs/fairness.md, Approximations: a concurrency key's freed slot goes
+// to its first blocked job by priority and id, and when that one is fair,
+// to the fair job of its priority with the lowest start. So the jobs
+// without a fairness key keep their place by id (fair ones neither jump
+// nor starve them), and among the fair ones the keys take turns.
+func TestAFreedSlotGoesToTheFairJobWithTheLowestStartInAFairJobsPlace(t *testing.T) {
+	testdb.Each(t, func(t *testing.T, s *engine.Store) {
+		ctx := context.Background()
+		conc := &engine.Conc{Key: "export/global", To: 1, Duration: time.Hour}
+		name := map[int64]string{}
+		add := func(label string, j engine.NewJob) {
+			j.Conc = conc
+			name[enqueue(t, s, t0, j)[0]] = label
+		}
+		add("a1", fairJob("a", 1))
+		add("a2", fairJob("a", 1))
+		add("a3", fairJob("a", 1))
+		add("p1", job("p", "default", 0))
+		add("b1", fairJob("b", 1))
+		add("p2", job("p", "default", 0))
+		pid := register(t, s, t0)
+		var order []string
+		for n := 0; n < 20 && len(order) < 6; n++ {
+			now := at(time.Duration(n) * time.Second)
+			res, err := s.Claim(ctx, engine.ClaimParams{ProcessID: pid, Queues: []string{"default"}, Max: 2, Clock: engine.At(now), Fair: true})
+			require.NoError(t, err)
+			for _, j := range res.Jobs {
+				order = append(order, name[j.ID])
+			}
+			if len(res.Jobs) > 0 {
+				require.NoError(t, s.Finish(ctx, pid, engine.At(now), engine.Outcomes{Completed: runsOf(res.Jobs), SlotHolders: runsOf(res.Jobs)}))
+			}
+		}
+		// a1 took the slot at enqueue. The places after it by id are a2,
+		// a3 (fair), p1, b1 (fair), p2: b1 (start 0, beside a1's) takes the
+		// first fair place, a2 and a3 the next two, and p1 and p2 keep
+		// theirs.
+		require.Equal(t, []string{"a1", "b1", "a2", "a3", "p1", "p2"}, order)
+	})
+}
