@@ -42,7 +42,9 @@ type DashboardDialect interface {
 	// budget whose slot comes before (runAt, id). Columns: count.
 	SlotsAhead(key string, runAt, id int64, limit int) (string, []any)
 	// BlockedAhead counts, up to limit, the jobs blocked on a concurrency
-	// key that get a slot before (priority, id). Columns: count.
+	// key that get a slot before (priority, id). Columns: count. (A fair
+	// job's place by (priority, id) goes to the blocked fair job of its
+	// priority with the lowest start: for a fair job, an estimate.)
 	BlockedAhead(key string, priority int, id int64, limit int) (string, []any)
 	// GetSemaphore reads one semaphore. Columns: SemaphoreColumns.
 	GetSemaphore(key string) (string, []any)

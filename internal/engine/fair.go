@@ -158,11 +158,14 @@ func (s *Store) keyRuns(keys []string) iter.Seq2[[]string, bool] {
 	}
 }
 
-// PruneFairKeys deletes the fairness keys whose last finish is behind the
-// virtual time of their queue's priority level: such a key's next job of
-// that priority starts at the virtual time whether its row is there or
-// not, so this changes no start time (while the virtual time does not go
-// back, which only a retried job with an old start can make it do, by less
+// PruneFairKeys deletes the fairness keys whose last finish is behind both
+// the virtual time of their queue's priority level and the start of each
+// of its waiting fair jobs (FairWaitingStart): such a key has no job
+// waiting (its finish is past its jobs' starts), and its next job of that
+// priority starts at the virtual time whether its row is there or not, so
+// this changes no start time — while the virtual time does not go back
+// below the bound, which only a job that was running can make it do,
+// coming back with its old start (a retry, a snooze, a release; by less
 // than its level's backlog). It returns how many it deleted.
 func (s *Store) PruneFairKeys(ctx context.Context) (int, error) {
 	var levels []fairLevel
@@ -191,7 +194,13 @@ func (s *Store) PruneFairKeys(ctx context.Context) (int, error) {
 			if err != nil || len(vts) == 0 {
 				return err
 			}
-			q, args = s.q.DeleteFairKeys(l.queue, l.priority, vts[0])
+			q, args = s.q.FairWaitingStart(l.queue, l.priority)
+			waiting, err := queryInt64s(ctx, tx, q, args)
+			if err != nil {
+				return err
+			}
+			before := slices.Min(append(waiting, vts[0]))
+			q, args = s.q.DeleteFairKeys(l.queue, l.priority, before)
 			res, err := exec(ctx, tx, q, args)
 			if err != nil {
 				return err

@@ -4,8 +4,11 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"regexp"
+	"slices"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/stretchr/testify/require"
 
@@ -247,27 +250,48 @@ func TestTheJobsAroundASweptFloodAreReadAsIndexRanges(t *testing.T) {
 
 // The virtual time of a fair priority level, which every fair enqueue
 // reads, is one read of the index of ready fair jobs bounded by queue and
-// priority: its first entry, whatever the backlog of the level or of the
-// levels more urgent than it.
+// priority (its first entry, whatever the backlog of the level or of the
+// levels more urgent than it) and, for when none is ready (migration 018),
+// one of the index of waiting fair jobs bounded the same way, and probes
+// of the index of waiting fair jobs by key (one per key looked at, at
+// most 16, fairServedKeys). The prune's read of the lowest waiting
+// start is the second read alone.
 func TestTheFairVirtualTimeIsReadAtTheHeadOfItsLevel(t *testing.T) {
 	testdb.Each(t, func(t *testing.T, s *engine.Store) {
-		many := make([]engine.NewJob, 2000)
+		many := make([]engine.NewJob, 4000)
 		for i := range many {
 			many[i] = fairJob(fmt.Sprintf("k%02d", i%20), 1)
 			many[i].Priority = i % 2
+			if i >= 2000 {
+				many[i].RunAt = at(time.Hour)
+			}
 		}
 		enqueue(t, s, t0, many...)
 		stmts := map[string]func() (string, []any){
-			"FairVirtualTime": func() (string, []any) { return s.SQL().FairVirtualTime("default", 1) },
+			"FairVirtualTime":  func() (string, []any) { return s.SQL().FairVirtualTime("default", 1) },
+			"FairWaitingStart": func() (string, []any) { return s.SQL().FairWaitingStart("default", 1) },
 		}
 		name := s.Dialect().Name()
 		for stmt, via := range plansOf(t, s, stmts) {
-			require.Len(t, via, 1, "%s: one read of sluice_jobs", stmt)
-			require.Contains(t, via[0], "sluice_jobs_ready_fair", "%s: %s", name, stmt)
-			if name != "mysql" { // MySQL's JSON plan names the index and its access only
-				require.Contains(t, via[0], "priority", "%s: %s bounds the priority", name, stmt)
+			t.Logf("%s: %s: %v", name, stmt, via)
+			indexes := []string{"sluice_jobs_ready_fair", "sluice_jobs_waiting_fair", "sluice_jobs_waiting_fair_key"}
+			if stmt == "FairWaitingStart" {
+				indexes = indexes[1:2]
 			}
-			t.Logf("%s: %s", name, via[0])
+			require.Len(t, via, len(indexes), "%s: %s reads sluice_jobs once per index: %v", name, stmt, via)
+			for _, index := range indexes {
+				named := regexp.MustCompile(`(^|[^a-z_])` + index + `([^a-z_]|$)`)
+				require.True(t, slices.ContainsFunc(via, named.MatchString), "%s: %s reads %s: %v", name, stmt, index, via)
+			}
+			for _, v := range via {
+				if name != "mysql" { // MySQL's JSON plan names the index and its access only
+					require.Contains(t, v, "priority", "%s: %s bounds the priority", name, stmt)
+				}
+			}
+		}
+		for _, stmt := range []string{"FairVirtualTime", "FairWaitingStart"} {
+			text, args := stmts[stmt]()
+			require.False(t, sorts(t, s, text, args), "%s: %s sorts", name, stmt)
 		}
 	})
 }
@@ -303,6 +327,39 @@ func TestParkedJobsAreUnparkedThroughTheirIndexes(t *testing.T) {
 			t.Logf("%s: %v", name, via)
 		}
 		require.False(t, sorts(t, s, text, args), "%s: LockParked sorts", name)
+	})
+}
+
+// A concurrency key's blocked jobs are handed a freed slot through two
+// indexes, one read of each bounded by the key, in index order (no sort):
+// the first blocked jobs by priority and id, and the first fair ones by
+// priority and start (migration 018). A handoff costs the slots it hands,
+// whatever the backlog blocked behind them, and the fair read is an empty
+// range where no job is fair.
+func TestBlockedJobsAreHandedSlotsThroughTheirIndexes(t *testing.T) {
+	testdb.Each(t, func(t *testing.T, s *engine.Store) {
+		many := make([]engine.NewJob, 2000)
+		for i := range many {
+			many[i] = job("p", "default", 0)
+			if i%2 == 0 {
+				many[i] = fairJob(fmt.Sprintf("k%02d", i%20), 1)
+			}
+			many[i].Conc = &engine.Conc{Key: "export/global", To: 1, Duration: time.Hour}
+			many[i].Priority = i % 3
+		}
+		enqueue(t, s, t0, many...)
+		text, args := s.SQL().LockBlocked("export/global", 10)
+		stmts := map[string]func() (string, []any){"LockBlocked": func() (string, []any) { return text, args }}
+		name := s.Dialect().Name()
+		for stmt, via := range plansOf(t, s, stmts) {
+			t.Logf("%s: %v", name, via)
+			require.Len(t, via, 2, "%s: %s reads sluice_jobs twice: %v", name, stmt, via)
+			require.Contains(t, via[0]+via[1], "sluice_jobs_blocked_fair", "%s: %v", name, via)
+			for _, v := range via {
+				require.Contains(t, v, "sluice_jobs_blocked", "%s: %s", name, stmt)
+			}
+		}
+		require.False(t, sorts(t, s, text, args), "%s: LockBlocked sorts", name)
 	})
 }
 

@@ -47,9 +47,9 @@ type SQL struct {
 
 	insertTick, setTickJob, deleteTicks *sqlStatement
 
-	lockReadyFair, insertFairKeys, lockFairKeys, fairVirtualTime, saveFairKeys, deleteFairKeys *sqlStatement
-	fairLevels                                                                                 string
-	lastTicks                                                                                  string
+	lockReadyFair, insertFairKeys, lockFairKeys, fairVirtualTime, fairWaitingStart, saveFairKeys, deleteFairKeys *sqlStatement
+	fairLevels                                                                                                   string
+	lastTicks                                                                                                    string
 }
 
 // optional are the statements a database may lack (have no default, or
@@ -222,7 +222,8 @@ func NewSQL(d Dialect) (*SQL, error) {
 		{&q.lockReadyFair, "LockReadyFair", []string{"queue", "limited", "limit"}},
 		{&q.insertFairKeys, "InsertFairKeys", []string{"rows"}},
 		{&q.lockFairKeys, "LockFairKeys", []string{"queue", "priority", "keys"}},
-		{&q.fairVirtualTime, "FairVirtualTime", []string{"queue", "priority"}},
+		{&q.fairVirtualTime, "FairVirtualTime", []string{"queue", "priority", "keys"}},
+		{&q.fairWaitingStart, "FairWaitingStart", []string{"queue", "priority"}},
 		{&q.saveFairKeys, "SaveFairKeys", []string{"rows"}},
 		{&q.deleteFairKeys, "DeleteFairKeys", []string{"queue", "priority", "before"}},
 	}

@@ -24,10 +24,27 @@ func (q *SQL) LockFairKeys(queue string, priority int, keys []string) (string, [
 	return q.lockFairKeys.bind(queue, int32(priority), keys)
 }
 
-// FairVirtualTime reads the virtual time of a queue's priority level.
-// Columns: one bigint.
+// fairServedKeys is how many of a level's keys, latest finish first, its
+// virtual time looks at for one with no job waiting, when none of its fair
+// jobs is ready: each costs one probe of the index of waiting fair jobs.
+const fairServedKeys = 16
+
+// FairVirtualTime reads the virtual time of a queue's priority level: the
+// start of its first ready fair job or, with none ready, the lower of the
+// lowest start of its waiting fair jobs (FairWaitingStart) and the latest
+// finish of its keys, raised to the latest finish of the keys with no job
+// waiting among the fairServedKeys keys with the latest finishes (0 for a new
+// level). Columns: one bigint.
 func (q *SQL) FairVirtualTime(queue string, priority int) (string, []any) {
-	return q.fairVirtualTime.bind(queue, int32(priority))
+	return q.fairVirtualTime.bind(queue, int32(priority), fairServedKeys)
+}
+
+// FairWaitingStart reads the lowest start of the fair jobs of a queue's
+// priority level that wait to be ready: scheduled (delayed, or deferred
+// by a rate limit), parked or blocked. Columns: one bigint; no row when
+// none waits.
+func (q *SQL) FairWaitingStart(queue string, priority int) (string, []any) {
+	return q.fairWaitingStart.bind(queue, int32(priority))
 }
 
 // SaveFairKeys writes the last finish of the keys of a queue's priority

@@ -130,8 +130,11 @@ func (q *SQL) SaveSemaphores(rows []SemaphoreRow) (string, []any) {
 	return q.saveSemaphores.bind(columns{names, held, limit, dur, exp, upd})
 }
 
-// LockBlocked selects and locks, skipping locked rows, the first blocked
-// jobs of a key by priority then id. Columns: id, queue.
+// LockBlocked selects and locks, skipping locked rows, up to limit of the
+// first blocked jobs of a key by priority then id (stream 0), and up to
+// limit of its first blocked fair jobs by priority, virtual start then id
+// (stream 1). Columns: id, queue, priority, fair (1 for a fair job, else
+// 0), stream.
 func (q *SQL) LockBlocked(key string, limit int) (string, []any) {
 	return q.lockBlocked.bind(key, limit)
 }

@@ -1,6 +1,7 @@
 package engine
 
 import (
+	"cmp"
 	"context"
 	"fmt"
 	"slices"
@@ -272,7 +273,10 @@ func (sl *slots) fill(ctx context.Context, key string) error {
 }
 
 // lockBlocked locks up to n of key's first blocked jobs, noting their
-// queues.
+// queues: the first n by priority and id, except that each fair one's
+// slot goes to the fair job of its priority with the lowest virtual start
+// (then id), so fair jobs take the slots they would by id, and among
+// them, the keys' turns go in fair order (docs/fairness.md).
 func (sl *slots) lockBlocked(ctx context.Context, key string, n int) ([]int64, error) {
 	q, args := sl.q.LockBlocked(key, n)
 	rows, err := sl.ex.Query(ctx, q, args...)
@@ -280,19 +284,60 @@ func (sl *slots) lockBlocked(ctx context.Context, key string, n int) ([]int64, e
 		return nil, fmt.Errorf("lock blocked jobs of %s: %w", key, err)
 	}
 	defer rows.Close()
-	var ids []int64
+	type blocked struct {
+		id       int64
+		queue    string
+		priority int64
+		fair     bool
+	}
+	var first []blocked
+	fair := map[int64][]blocked{} // by priority, in fair order
 	for rows.Next() {
-		var id int64
-		var queue string
-		if err := rows.Scan(&id, &queue); err != nil {
+		var b blocked
+		var isFair, stream int64
+		if err := rows.Scan(&b.id, &b.queue, &b.priority, &isFair, &stream); err != nil {
 			return nil, err
 		}
-		ids = append(ids, id)
-		if !slices.Contains(sl.queues, queue) {
-			sl.queues = append(sl.queues, queue)
+		b.fair = isFair != 0
+		if stream == 0 {
+			first = append(first, b)
+		} else {
+			fair[b.priority] = append(fair[b.priority], b)
 		}
 	}
-	return ids, rows.Err()
+	if err := rows.Err(); err != nil {
+		return nil, err
+	}
+	// Each read comes in its index's order; the union of the two need not.
+	slices.SortStableFunc(first, func(a, b blocked) int {
+		return cmp.Or(cmp.Compare(a.priority, b.priority), cmp.Compare(a.id, b.id))
+	})
+	taken := make(map[int64]bool, len(first))
+	var ids []int64
+	for _, b := range first {
+		if b.fair {
+			// The fair job of its priority with the lowest start; itself
+			// when the fair read found none left (rows another
+			// transaction locked in between).
+			for len(fair[b.priority]) > 0 {
+				next := fair[b.priority][0]
+				fair[b.priority] = fair[b.priority][1:]
+				if !taken[next.id] {
+					b = next
+					break
+				}
+			}
+		}
+		if taken[b.id] {
+			continue
+		}
+		taken[b.id] = true
+		ids = append(ids, b.id)
+		if !slices.Contains(sl.queues, b.queue) {
+			sl.queues = append(sl.queues, b.queue)
+		}
+	}
+	return ids, nil
 }
 
 // writes returns the statements that save the changed semaphores and

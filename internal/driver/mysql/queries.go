@@ -20,7 +20,7 @@ func (Dialect) Capabilities() engine.Capabilities {
 
 // Replacements replaces the predicates that say a job is in a state with
 // reads of the generated key columns that hold a value only in that state
-// (migrations 007, 010, 013, 014 and 016), each with an index of its own;
+// (migrations 007, 010, 013, 014, 016 and 018), each with an index of its own;
 // and its migrations table, lock and progress.
 func (Dialect) Replacements() string { return replacements }
 
@@ -75,11 +75,26 @@ j.parked_fair IS NOT NULL
 -- fragment: ParkedFairKey
 j.parked_fair
 
+-- fragment: WaitingFairJob
+j.waiting_fair IS NOT NULL
+
+-- fragment: WaitingFairQueue
+j.waiting_fair
+
+-- fragment: WaitingFair
+j.waiting_fair = :queue
+
 -- fragment: BlockedJob
 j.blocked_key IS NOT NULL
 
 -- fragment: BlockedKey
 j.blocked_key
+
+-- fragment: BlockedFairJob
+j.blocked_fair IS NOT NULL
+
+-- fragment: BlockedFairKey
+j.blocked_fair
 
 -- fragment: RunningJob
 j.running_process IS NOT NULL

@@ -14,12 +14,29 @@ SELECT fair_key, finish FROM sluice_fair_keys WHERE queue = :queue AND priority 
 
 -- name: FairVirtualTime
 -- The virtual time of a queue's priority level: the start of the fair job
--- of that priority it claims next or, with none ready, the latest finish
--- of the level's keys (0 for a new level).
+-- of that priority it claims next. With none ready: the lower of the
+-- lowest start of the level's waiting fair jobs (scheduled, parked or
+-- blocked) and the latest finish of its keys — a key's finish counts its
+-- waiting jobs, so the latest one alone would start a key that arrives
+-- behind all of them —, but no lower than the latest finish of the keys
+-- that have no job waiting, among the :keys keys with the latest finishes
+-- (a key that ran while an old job waits is not charged for it). 0 for a
+-- new level.
 SELECT COALESCE(
   (SELECT j.fair_start FROM sluice_jobs j WHERE {ReadyFair} AND j.priority = :priority ORDER BY j.fair_start, j.id LIMIT 1),
-  (SELECT MAX(finish) FROM sluice_fair_keys WHERE queue = :queue AND priority = :priority),
+  (SELECT MAX(v) FROM (
+    SELECT (SELECT MIN(w) FROM (
+      SELECT (SELECT j.fair_start FROM sluice_jobs j WHERE {WaitingFair} AND j.priority = :priority ORDER BY j.fair_start LIMIT 1) AS w
+      UNION ALL SELECT (SELECT MAX(finish) FROM sluice_fair_keys WHERE queue = :queue AND priority = :priority)) l) AS v
+    UNION ALL SELECT (SELECT MAX(k.finish) FROM (
+      SELECT fair_key, finish FROM sluice_fair_keys WHERE queue = :queue AND priority = :priority ORDER BY finish DESC LIMIT :keys) k
+      WHERE NOT EXISTS (SELECT 1 FROM sluice_jobs j WHERE {WaitingFair} AND j.priority = :priority AND j.fair_key = k.fair_key))) t),
   0);
+
+-- name: FairWaitingStart
+-- The lowest start of a queue's priority level's waiting fair jobs
+-- (scheduled, parked or blocked): no row, or one bigint.
+SELECT j.fair_start FROM sluice_jobs j WHERE {WaitingFair} AND j.priority = :priority ORDER BY j.fair_start LIMIT 1;
 
 -- name: SaveFairKeys
 INSERT INTO sluice_fair_keys (queue, priority, fair_key, finish) VALUES :rows(text, int, text, bigint)
@@ -31,7 +48,8 @@ ON CONFLICT (queue, priority, fair_key) DO UPDATE SET finish = EXCLUDED.finish;
 SELECT DISTINCT queue, priority FROM sluice_fair_keys;
 
 -- name: DeleteFairKeys
--- The keys of a queue's priority level whose last finish is behind its
--- virtual time: a key's next job starts at the virtual time whether its
--- row is there or not.
+-- The keys of a queue's priority level whose last finish is before
+-- :before (PruneFairKeys: behind its virtual time and the start of each of
+-- its waiting jobs): a key's next job starts at the virtual time whether
+-- its row is there or not.
 DELETE FROM sluice_fair_keys WHERE queue = :queue AND priority = :priority AND finish < :before;

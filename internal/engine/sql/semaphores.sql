@@ -24,9 +24,22 @@ ON CONFLICT (name) DO UPDATE SET held = EXCLUDED.held, limit_to = EXCLUDED.limit
   expires_at = EXCLUDED.expires_at, updated_at = EXCLUDED.updated_at;
 
 -- name: LockBlocked
--- A key's first blocked jobs.
-SELECT id, queue FROM sluice_jobs j WHERE {BlockedJob} AND {BlockedKey} = :key
-ORDER BY priority, id LIMIT :limit FOR UPDATE SKIP LOCKED;
+-- A key's first blocked jobs, two reads each through its own index: up to
+-- :limit of all of them (stream 0) by priority and id, whether each is
+-- fair, and up to :limit fair ones (stream 1) by priority, virtual start
+-- and id. The store hands each slot to the next job of the first stream,
+-- except that a fair one's goes to the fair job of its priority with the
+-- lowest start (docs/fairness.md); the others stay blocked, locked until
+-- the transaction ends. The fair read is an empty range where no job is
+-- fair. (Each locking read sits in a derived table: PostgreSQL refuses
+-- one in a branch of a UNION.)
+SELECT id, queue, priority, fair, 0 AS stream FROM (
+  SELECT j.id, j.queue, j.priority, CASE WHEN j.fair_key IS NULL THEN 0 ELSE 1 END AS fair FROM sluice_jobs j
+  WHERE {BlockedJob} AND {BlockedKey} = :key
+  ORDER BY j.priority, j.id LIMIT :limit FOR UPDATE SKIP LOCKED) b
+UNION ALL SELECT id, queue, priority, 1, 1 FROM (
+  SELECT j.id, j.queue, j.priority FROM sluice_jobs j WHERE {BlockedFairJob} AND {BlockedFairKey} = :key
+  ORDER BY j.priority, j.fair_start, j.id LIMIT :limit FOR UPDATE SKIP LOCKED) f;
 
 -- name: MarkSlots
 UPDATE sluice_jobs SET holds_slot = :holds WHERE id IN (:ids);

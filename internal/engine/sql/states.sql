@@ -56,10 +56,29 @@ j.state = 'parked' AND j.fair_key IS NOT NULL
 -- fragment: ParkedFairKey
 j.wait_key
 
+-- fragment: WaitingFairJob
+-- Fair jobs waiting to be ready: delayed, deferred or parked by a rate
+-- limit, blocked on a concurrency slot. A level's virtual time, with none
+-- of its fair jobs ready, is no later than the lowest start among them.
+j.state IN ('scheduled', 'parked', 'blocked') AND j.fair_key IS NOT NULL
+
+-- fragment: WaitingFairQueue
+j.queue
+
+-- fragment: WaitingFair
+{WaitingFairJob} AND {WaitingFairQueue} = :queue
+
 -- fragment: BlockedJob
 j.state = 'blocked'
 
 -- fragment: BlockedKey
+j.conc_key
+
+-- fragment: BlockedFairJob
+-- Blocked fair jobs: a freed slot of their key goes to them by start.
+j.state = 'blocked' AND j.fair_key IS NOT NULL
+
+-- fragment: BlockedFairKey
 j.conc_key
 
 -- fragment: RunningJob
