@@ -44,7 +44,8 @@ type DashboardDialect interface {
 	// BlockedAhead counts, up to limit, the jobs blocked on a concurrency
 	// key that get a slot before (priority, id). Columns: count. (A fair
 	// job's place by (priority, id) goes to the blocked fair job of its
-	// priority with the lowest start: for a fair job, an estimate.)
+	// queue and priority with the lowest start: for a fair job, an
+	// estimate.)
 	BlockedAhead(key string, priority int, id int64, limit int) (string, []any)
 	// GetSemaphore reads one semaphore. Columns: SemaphoreColumns.
 	GetSemaphore(key string) (string, []any)

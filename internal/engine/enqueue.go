@@ -5,6 +5,8 @@ import (
 	"errors"
 	"fmt"
 	"slices"
+	"strconv"
+	"strings"
 	"time"
 	"unicode/utf8"
 )
@@ -137,24 +139,35 @@ func (s *Store) EnqueueOpen(txCtx, ctx context.Context, c Clock, jobs []NewJob) 
 type Mark struct {
 	s  *Store
 	ex Executor
+	// n names the savepoint apart from any other mark (sluice_enqueue_chain_n):
+	// marks nest, in an enqueue that middleware makes inside another's, on
+	// MySQL too, which replaces a savepoint of the same name instead.
+	n uint64
 }
 
 // MarkTx sets a savepoint in the caller's transaction ex before an
 // enqueue whose fate is decided after its write (enqueue middleware that
 // runs after next), so that a failure can leave the transaction as it
 // was, the jobs gone from it (and, on PostgreSQL, a failed statement's
-// abort undone). One mark at a time per transaction.
+// abort undone). Marks nest: each has a savepoint of its own.
 func (s *Store) MarkTx(ctx context.Context, ex Executor) (Mark, error) {
-	if _, err := ex.Exec(ctx, s.q.chainSavepoint); err != nil {
+	m := Mark{s: s, ex: ex, n: s.marks.Add(1)}
+	if _, err := ex.Exec(ctx, m.named(s.q.chainSavepoint)); err != nil {
 		return Mark{}, s.wrap(fmt.Errorf("enqueue: savepoint: %w", err))
 	}
-	return Mark{s: s, ex: ex}, nil
+	return m, nil
+}
+
+// named is a savepoint statement of the catalog (which ends with the
+// savepoint's name) for this mark's own savepoint.
+func (m Mark) named(stmt string) string {
+	return strings.TrimRight(stmt, "; \n") + "_" + strconv.FormatUint(m.n, 10)
 }
 
 // Undo rolls the transaction back to the mark and forgets it.
 func (m Mark) Undo(ctx context.Context) error {
 	ctx = context.WithoutCancel(ctx)
-	if _, err := m.ex.Exec(ctx, m.s.q.rollbackToChainSavepoint); err != nil {
+	if _, err := m.ex.Exec(ctx, m.named(m.s.q.rollbackToChainSavepoint)); err != nil {
 		return m.s.wrap(fmt.Errorf("enqueue: roll back to the savepoint: %w", err))
 	}
 	return m.Keep(ctx)
@@ -162,7 +175,7 @@ func (m Mark) Undo(ctx context.Context) error {
 
 // Keep forgets the mark, keeping what ran since it.
 func (m Mark) Keep(ctx context.Context) error {
-	if _, err := m.ex.Exec(context.WithoutCancel(ctx), m.s.q.releaseChainSavepoint); err != nil {
+	if _, err := m.ex.Exec(context.WithoutCancel(ctx), m.named(m.s.q.releaseChainSavepoint)); err != nil {
 		return m.s.wrap(fmt.Errorf("enqueue: release the savepoint: %w", err))
 	}
 	return nil

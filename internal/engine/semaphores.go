@@ -285,43 +285,54 @@ func (sl *slots) lockBlocked(ctx context.Context, key string, n int) ([]int64, e
 	}
 	defer rows.Close()
 	type blocked struct {
-		id       int64
+		id              int64
+		queue           string
+		priority, start int64
+		fair            bool
+	}
+	type level struct {
 		queue    string
 		priority int64
-		fair     bool
 	}
 	var first []blocked
-	fair := map[int64][]blocked{} // by priority, in fair order
+	fair := map[level][]blocked{} // by level, in fair order
 	for rows.Next() {
 		var b blocked
 		var isFair, stream int64
-		if err := rows.Scan(&b.id, &b.queue, &b.priority, &isFair, &stream); err != nil {
+		if err := rows.Scan(&b.id, &b.queue, &b.priority, &isFair, &b.start, &stream); err != nil {
 			return nil, err
 		}
 		b.fair = isFair != 0
 		if stream == 0 {
 			first = append(first, b)
 		} else {
-			fair[b.priority] = append(fair[b.priority], b)
+			l := level{b.queue, b.priority}
+			fair[l] = append(fair[l], b)
 		}
 	}
 	if err := rows.Err(); err != nil {
 		return nil, err
 	}
-	// Each read comes in its index's order; the union of the two need not.
+	// A union's rows need not come in either read's order.
 	slices.SortStableFunc(first, func(a, b blocked) int {
 		return cmp.Or(cmp.Compare(a.priority, b.priority), cmp.Compare(a.id, b.id))
 	})
+	for _, bs := range fair {
+		slices.SortStableFunc(bs, func(a, b blocked) int {
+			return cmp.Or(cmp.Compare(a.start, b.start), cmp.Compare(a.id, b.id))
+		})
+	}
 	taken := make(map[int64]bool, len(first))
 	var ids []int64
 	for _, b := range first {
 		if b.fair {
-			// The fair job of its priority with the lowest start; itself
+			// The fair job of its level with the lowest start; itself
 			// when the fair read found none left (rows another
-			// transaction locked in between).
-			for len(fair[b.priority]) > 0 {
-				next := fair[b.priority][0]
-				fair[b.priority] = fair[b.priority][1:]
+			// transaction locked in between, or past its limit).
+			l := level{b.queue, b.priority}
+			for len(fair[l]) > 0 {
+				next := fair[l][0]
+				fair[l] = fair[l][1:]
 				if !taken[next.id] {
 					b = next
 					break

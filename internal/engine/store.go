@@ -25,6 +25,7 @@ type Store struct {
 	q        *SQL
 	db       DB
 	schemaOK atomic.Bool
+	marks    atomic.Uint64 // the last Mark's number
 	wake     wakeHub
 	sweeps   sweepHub
 	// DeleteOnComplete deletes jobs when they complete instead of keeping

@@ -172,8 +172,11 @@ RELEASE SAVEPOINT sluice_enqueue;
 -- name: ChainSavepoint
 -- Marks the caller's transaction before enqueue middleware's next writes
 -- into it, so that a chain that fails after the write leaves nothing of
--- it. Named apart from sluice_enqueue, which the write may set inside it:
--- MySQL replaces a savepoint of the same name instead of nesting it.
+-- it. The store appends _n, the mark's own number, to the name (in the
+-- three statements): MySQL replaces a savepoint of the same name instead
+-- of nesting it, and an enqueue that middleware makes in the same
+-- transaction sets a mark inside this one (as the write may set
+-- sluice_enqueue).
 SAVEPOINT sluice_enqueue_chain;
 
 -- name: RollbackToChainSavepoint

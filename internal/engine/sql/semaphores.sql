@@ -28,17 +28,19 @@ ON CONFLICT (name) DO UPDATE SET held = EXCLUDED.held, limit_to = EXCLUDED.limit
 -- :limit of all of them (stream 0) by priority and id, whether each is
 -- fair, and up to :limit fair ones (stream 1) by priority, virtual start
 -- and id. The store hands each slot to the next job of the first stream,
--- except that a fair one's goes to the fair job of its priority with the
+-- except that a fair one's goes to the fair job of its level (its queue
+-- and priority: starts of different levels do not compare) with the
 -- lowest start (docs/fairness.md); the others stay blocked, locked until
 -- the transaction ends. The fair read is an empty range where no job is
 -- fair. (Each locking read sits in a derived table: PostgreSQL refuses
--- one in a branch of a UNION.)
-SELECT id, queue, priority, fair, 0 AS stream FROM (
+-- one in a branch of a UNION.) Columns: id, queue, priority, fair,
+-- fair_start (0 in stream 0), stream.
+SELECT id, queue, priority, fair, 0 AS fair_start, 0 AS stream FROM (
   SELECT j.id, j.queue, j.priority, CASE WHEN j.fair_key IS NULL THEN 0 ELSE 1 END AS fair FROM sluice_jobs j
   WHERE {BlockedJob} AND {BlockedKey} = :key
   ORDER BY j.priority, j.id LIMIT :limit FOR UPDATE SKIP LOCKED) b
-UNION ALL SELECT id, queue, priority, 1, 1 FROM (
-  SELECT j.id, j.queue, j.priority FROM sluice_jobs j WHERE {BlockedFairJob} AND {BlockedFairKey} = :key
+UNION ALL SELECT id, queue, priority, 1, fair_start, 1 FROM (
+  SELECT j.id, j.queue, j.priority, j.fair_start FROM sluice_jobs j WHERE {BlockedFairJob} AND {BlockedFairKey} = :key
   ORDER BY j.priority, j.fair_start, j.id LIMIT :limit FOR UPDATE SKIP LOCKED) f;
 
 -- name: MarkSlots
