@@ -256,16 +256,7 @@ func TestAFailedEnqueueThroughMiddlewareLeavesNothingInTheCallersTransaction(t *
 				commit()
 				done = true
 
-				rows, err := h.store.DB().Query(ctx, "SELECT id FROM sluice_jobs")
-				require.NoError(t, err)
-				var ids []int64
-				for rows.Next() {
-					var id int64
-					require.NoError(t, rows.Scan(&id))
-					ids = append(ids, id)
-				}
-				require.NoError(t, rows.Err())
-				rows.Close()
+				ids := jobIDs(t, h.store, "SELECT id FROM sluice_jobs")
 				require.Equal(t, []int64{kept.ID}, ids, "the failed enqueue's jobs were committed with the caller's transaction")
 				sems, err := h.store.ListSemaphores(ctx)
 				require.NoError(t, err)

@@ -39,6 +39,22 @@ func refuseByTrigger(t *testing.T, s *engine.Store) {
 	}
 }
 
+// jobIDs runs q, a query of job ids, on s and returns them.
+func jobIDs(t *testing.T, s *engine.Store, q string) []int64 {
+	t.Helper()
+	rows, err := s.DB().Query(context.Background(), q)
+	require.NoError(t, err)
+	defer rows.Close()
+	var ids []int64
+	for rows.Next() {
+		var id int64
+		require.NoError(t, rows.Scan(&id))
+		ids = append(ids, id)
+	}
+	require.NoError(t, rows.Err())
+	return ids
+}
+
 // guarantees.md, "Nothing lost": "Every job is checked before anything is
 // written, and an error names the job's index; if the database itself
 // refuses a job, sluice finds which (in transactions it rolls back) and
@@ -73,16 +89,7 @@ func TestEnqueueManyTxNamesTheJobTheDatabaseRefuses(t *testing.T) {
 		kept, err := h.client.EnqueueTx(ctx, tx, email{To: "kept"})
 		require.NoError(t, err)
 		commit()
-		rows, err := h.store.DB().Query(ctx, "SELECT id FROM sluice_jobs WHERE kind = 'email'")
-		require.NoError(t, err)
-		var ids []int64
-		for rows.Next() {
-			var id int64
-			require.NoError(t, rows.Scan(&id))
-			ids = append(ids, id)
-		}
-		require.NoError(t, rows.Err())
-		rows.Close()
+		ids := jobIDs(t, h.store, "SELECT id FROM sluice_jobs WHERE kind = 'email'")
 		require.Equal(t, []int64{kept.ID}, ids)
 	})
 }
@@ -181,16 +188,7 @@ func TestEnqueueManyTxOfSeveralStatementsLeavesNoneWhenOneIsRefused(t *testing.T
 		require.NoError(t, err, "the transaction goes on")
 		commit()
 		committed = true
-		rows, err := h.store.DB().Query(ctx, "SELECT id FROM sluice_jobs WHERE kind = 'email'")
-		require.NoError(t, err)
-		var ids []int64
-		for rows.Next() {
-			var id int64
-			require.NoError(t, rows.Scan(&id))
-			ids = append(ids, id)
-		}
-		require.NoError(t, rows.Err())
-		rows.Close()
+		ids := jobIDs(t, h.store, "SELECT id FROM sluice_jobs WHERE kind = 'email'")
 		require.Equal(t, []int64{kept.ID}, ids, "none of the refused batch's jobs")
 	})
 }
