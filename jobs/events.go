@@ -18,9 +18,11 @@ type Hooks struct {
 	OnClaim func(ClaimEvent)
 	// OnDefer is called for every deferral a rate limit makes: once per
 	// kind for each claim that deferred jobs of that kind (or would have,
-	// in shadow mode), and once for each batch of jobs the worker's sweep
-	// defers in bulk behind a full budget (DeferEvent.Swept), so that the
-	// events count every deferral the jobs record. Sweeps run in
+	// in shadow mode), once per kind for the waiting jobs a claim sent to
+	// later slots to make room for more urgent ones (DeferEvent.Displaced),
+	// and once for each batch of jobs the worker's sweep defers in bulk
+	// behind a full budget (DeferEvent.Swept), so that the events count
+	// every deferral the jobs record. Sweeps run in
 	// goroutines of their own: OnDefer may be called from several at once.
 	OnDefer func(DeferEvent)
 	// OnFinish is called once for each run the worker starts, when it
@@ -149,6 +151,10 @@ type DeferEvent struct {
 	// transaction after a claim found the budget full (a claim's real
 	// deferral starts a sweep: Shadow is never set with it).
 	Swept bool
+	// Displaced is set when these jobs were waiting for slots that the
+	// claim gave to more urgent jobs it deferred, and were sent to later
+	// slots (or parked): each records one more deferral.
+	Displaced bool
 }
 
 // Outcome is how a job's run ended.
@@ -188,7 +194,7 @@ type FinishEvent struct {
 }
 
 // deferEvents groups a claim's deferrals by kind, in the order they came.
-func deferEvents(ds []engine.Deferral, shadow bool) []DeferEvent {
+func deferEvents(ds []engine.Deferral, shadow, displaced bool) []DeferEvent {
 	var out []DeferEvent
 	index := map[string]int{}
 	for _, d := range ds {
@@ -196,7 +202,7 @@ func deferEvents(ds []engine.Deferral, shadow bool) []DeferEvent {
 		if !ok {
 			i = len(out)
 			index[d.Kind] = i
-			out = append(out, DeferEvent{Kind: d.Kind, Shadow: shadow})
+			out = append(out, DeferEvent{Kind: d.Kind, Shadow: shadow, Displaced: displaced})
 		}
 		e := &out[i]
 		e.JobIDs = append(e.JobIDs, d.JobID)
@@ -238,13 +244,13 @@ func (w *Worker) report(res *engine.ClaimResult) {
 			"job_id", u.JobID, "kind", u.Kind, "budget", u.Key, "cost", u.Cost, "burst", u.Burst)
 	}
 	for _, batch := range []struct {
-		ds     []engine.Deferral
-		shadow bool
-	}{{res.Deferred, false}, {res.Shadowed, true}} {
+		ds                []engine.Deferral
+		shadow, displaced bool
+	}{{res.Deferred, false, false}, {res.Displaced, false, true}, {res.Shadowed, true, false}} {
 		if len(batch.ds) == 0 {
 			continue
 		}
-		events := deferEvents(batch.ds, batch.shadow)
+		events := deferEvents(batch.ds, batch.shadow, batch.displaced)
 		for _, e := range events {
 			if w.hooks.OnDefer != nil {
 				w.hooks.OnDefer(e)
