@@ -133,27 +133,28 @@ func (s *Store) EnqueueOpen(txCtx, ctx context.Context, c Clock, jobs []NewJob) 
 	return tx, out, nil
 }
 
-// Mark is a savepoint in a caller's transaction, set by MarkTx: Undo
-// rolls the transaction back to it, Keep forgets it and keeps what ran
-// since.
+// Mark is a savepoint in a transaction, set by MarkTx: Undo rolls the
+// transaction back to it, Keep forgets it and keeps what ran since.
 type Mark struct {
 	s  *Store
 	ex Executor
-	// n names the savepoint apart from any other mark (sluice_enqueue_chain_n):
-	// marks nest, in an enqueue that middleware makes inside another's, on
-	// MySQL too, which replaces a savepoint of the same name instead.
+	// n names the savepoint apart from any other mark (sluice_mark_n), so
+	// that marks nest — an enqueue that middleware makes inside another's,
+	// a batch's savepoint inside the middleware's — on MySQL too, which
+	// replaces a savepoint of the same name instead.
 	n uint64
 }
 
-// MarkTx sets a savepoint in the caller's transaction ex before an
-// enqueue whose fate is decided after its write (enqueue middleware that
-// runs after next), so that a failure can leave the transaction as it
-// was, the jobs gone from it (and, on PostgreSQL, a failed statement's
-// abort undone). Marks nest: each has a savepoint of its own.
+// MarkTx sets a savepoint in the transaction ex: before an enqueue whose
+// fate is decided after its write (enqueue middleware that runs after
+// next), before the statements of an enqueue in the caller's transaction
+// or of a migration in a run's, so that a failure can leave the
+// transaction as it was (and, on PostgreSQL, a failed statement's abort
+// undone). Marks nest: each has a savepoint of its own.
 func (s *Store) MarkTx(ctx context.Context, ex Executor) (Mark, error) {
 	m := Mark{s: s, ex: ex, n: s.marks.Add(1)}
-	if _, err := ex.Exec(ctx, m.named(s.q.chainSavepoint)); err != nil {
-		return Mark{}, s.wrap(fmt.Errorf("enqueue: savepoint: %w", err))
+	if _, err := ex.Exec(ctx, m.named(s.q.savepoint)); err != nil {
+		return Mark{}, s.wrap(fmt.Errorf("savepoint: %w", err))
 	}
 	return m, nil
 }
@@ -167,16 +168,16 @@ func (m Mark) named(stmt string) string {
 // Undo rolls the transaction back to the mark and forgets it.
 func (m Mark) Undo(ctx context.Context) error {
 	ctx = context.WithoutCancel(ctx)
-	if _, err := m.ex.Exec(ctx, m.named(m.s.q.rollbackToChainSavepoint)); err != nil {
-		return m.s.wrap(fmt.Errorf("enqueue: roll back to the savepoint: %w", err))
+	if _, err := m.ex.Exec(ctx, m.named(m.s.q.rollbackToSavepoint)); err != nil {
+		return m.s.wrap(fmt.Errorf("roll back to the savepoint: %w", err))
 	}
 	return m.Keep(ctx)
 }
 
 // Keep forgets the mark, keeping what ran since it.
 func (m Mark) Keep(ctx context.Context) error {
-	if _, err := m.ex.Exec(context.WithoutCancel(ctx), m.named(m.s.q.releaseChainSavepoint)); err != nil {
-		return m.s.wrap(fmt.Errorf("enqueue: release the savepoint: %w", err))
+	if _, err := m.ex.Exec(context.WithoutCancel(ctx), m.named(m.s.q.releaseSavepoint)); err != nil {
+		return m.s.wrap(fmt.Errorf("release the savepoint: %w", err))
 	}
 	return nil
 }
@@ -255,17 +256,18 @@ func (s *Store) insertAllIn(ctx context.Context, tx Executor, rows []InsertRow) 
 // the transaction refuses a savepoint (PostgreSQL's after a failed
 // statement).
 func (s *Store) underSavepoint(ctx context.Context, tx Executor, undo bool, fn func() error) (bool, error) {
-	if _, err := tx.Exec(ctx, s.q.savepoint); err != nil {
+	m, err := s.MarkTx(ctx, tx)
+	if err != nil {
 		return false, err
 	}
-	err := fn()
-	bg := context.WithoutCancel(ctx)
+	err = fn()
 	if err != nil || undo {
-		if _, e := tx.Exec(bg, s.q.rollbackToSavepoint); e != nil {
-			return true, errors.Join(err, fmt.Errorf("roll back to the savepoint: %w", e))
+		if e := m.Undo(ctx); e != nil {
+			return true, errors.Join(err, e)
 		}
+		return true, err
 	}
-	_, _ = tx.Exec(bg, s.q.releaseSavepoint)
+	_ = m.Keep(ctx) // a savepoint left behind ends with the transaction
 	return true, err
 }
 

@@ -131,10 +131,18 @@ func (s *Store) Migrations() ([]Migration, error) { return LoadMigrations(s.d.Mi
 // LatestVersion returns the newest migration this version of sluice has.
 func (s *Store) LatestVersion() (int, error) {
 	ms, err := s.Migrations()
-	if err != nil || len(ms) == 0 {
+	if err != nil {
 		return 0, err
 	}
-	return ms[len(ms)-1].Version, nil
+	return latestOf(ms), nil
+}
+
+// latestOf is the newest version of ms (in order), 0 for none.
+func latestOf(ms []Migration) int {
+	if len(ms) == 0 {
+		return 0
+	}
+	return ms[len(ms)-1].Version
 }
 
 // MigrationStatus lists every migration and whether it is applied.
@@ -337,12 +345,8 @@ func newerError(ms []Migration, newer []int) error {
 	for i, v := range newer {
 		vs[i] = fmt.Sprintf("%03d", v)
 	}
-	latest := 0
-	if len(ms) > 0 {
-		latest = ms[len(ms)-1].Version
-	}
 	return fmt.Errorf("%w: %s %s applied, and this one's newest is %03d (a newer sluice migrated the database)",
-		ErrNewerMigrations, plural(newer, "migration", "migrations"), strings.Join(vs, ", ")+plural(newer, " is", " are"), latest)
+		ErrNewerMigrations, plural(newer, "migration", "migrations"), strings.Join(vs, ", ")+plural(newer, " is", " are"), latestOf(ms))
 }
 
 // plural returns one if vs has one element, else many.
@@ -461,10 +465,7 @@ func (r recorded) needs(v int, up bool) bool {
 // newer returns the versions r records as applied that are newer than
 // the newest of ms, in order.
 func (r recorded) newer(ms []Migration) []int {
-	latest := 0
-	if len(ms) > 0 {
-		latest = ms[len(ms)-1].Version
-	}
+	latest := latestOf(ms)
 	var out []int
 	for v, ok := range r.applied {
 		if ok && v > latest {

@@ -192,30 +192,22 @@ func (r *migrationRun) begin(ctx context.Context) (Tx, error) {
 	if r.sess != nil {
 		return r.sess.Begin(ctx)
 	}
-	if _, err := r.tx.Exec(ctx, "SAVEPOINT "+savepointName); err != nil {
+	m, err := r.s.MarkTx(ctx, r.tx)
+	if err != nil {
 		return nil, err
 	}
-	return savepoint{r.tx}, nil
+	return savepoint{r.tx, m}, nil
 }
-
-// savepointName names the savepoint each migration runs in.
-const savepointName = "sluice_migration"
 
 // savepoint is a migration's part of the run's transaction: Commit keeps
 // what it did, Rollback undoes it, and the transaction goes on.
-type savepoint struct{ Tx }
-
-func (sp savepoint) Commit(ctx context.Context) error {
-	_, err := sp.Tx.Exec(ctx, "RELEASE SAVEPOINT "+savepointName)
-	return err
+type savepoint struct {
+	Tx
+	m Mark
 }
 
-func (sp savepoint) Rollback(ctx context.Context) error {
-	if _, err := sp.Tx.Exec(ctx, "ROLLBACK TO SAVEPOINT "+savepointName); err != nil {
-		return err
-	}
-	return sp.Commit(ctx)
-}
+func (sp savepoint) Commit(ctx context.Context) error   { return sp.m.Keep(ctx) }
+func (sp savepoint) Rollback(ctx context.Context) error { return sp.m.Undo(ctx) }
 
 // migrateOne applies or reverts m unless that is done, and reports
 // whether it ran.

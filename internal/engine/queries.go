@@ -27,7 +27,6 @@ type SQL struct {
 	recordAttempts, loadAttempts, deleteAttempts                                                         *sqlStatement
 	jobsByState, unfinishedByState, oldestWaiting                                                        string
 	savepoint, rollbackToSavepoint, releaseSavepoint                                                     string
-	chainSavepoint, rollbackToChainSavepoint, releaseChainSavepoint                                      string
 
 	insertProcess, heartbeat, processExists, deleteProcess, lockDeadProcesses, deleteProcesses *sqlStatement
 	listProcesses                                                                              string
@@ -116,8 +115,6 @@ func NewSQL(d Dialect) (*SQL, error) {
 		{&q.fairLevels, "FairLevels"}, {&q.releaseMigrationLock, "ReleaseMigrationLock"},
 		{&q.createMigrationProgressTable, "CreateMigrationProgressTable"}, {&q.migrationProgress, "MigrationProgress"},
 		{&q.savepoint, "Savepoint"}, {&q.rollbackToSavepoint, "RollbackToSavepoint"}, {&q.releaseSavepoint, "ReleaseSavepoint"},
-		{&q.chainSavepoint, "ChainSavepoint"}, {&q.rollbackToChainSavepoint, "RollbackToChainSavepoint"},
-		{&q.releaseChainSavepoint, "ReleaseChainSavepoint"},
 	}
 	for _, t := range texts {
 		if *t.dst, err = render(t.name); err != nil {

@@ -156,34 +156,22 @@ WHERE id IN (:ids) AND state = :running AND process_id = :process_id
 ORDER BY id FOR UPDATE;
 
 -- name: Savepoint
--- Marks the caller's transaction before an enqueue of several statements
--- in it, so that a failure leaves nothing of them, and before the inserts
--- that find which job the database refused.
-SAVEPOINT sluice_enqueue;
+-- Marks a transaction (Store.MarkTx): the caller's, before an enqueue of
+-- several statements in it, the inserts that find which job the database
+-- refused, a schema check, or enqueue middleware's write, so that a
+-- failure leaves nothing of them; or a migration run's, before each
+-- migration. The store appends _n, the mark's own number, to the name in
+-- the three statements, so that marks nest on every database (MySQL
+-- replaces a savepoint of the same name instead of nesting it).
+SAVEPOINT sluice_mark;
 
 -- name: RollbackToSavepoint
 -- Undoes what ran since the savepoint, keeping it.
-ROLLBACK TO SAVEPOINT sluice_enqueue;
+ROLLBACK TO SAVEPOINT sluice_mark;
 
 -- name: ReleaseSavepoint
 -- Forgets the savepoint, keeping what ran since.
-RELEASE SAVEPOINT sluice_enqueue;
-
--- name: ChainSavepoint
--- Marks the caller's transaction before enqueue middleware's next writes
--- into it, so that a chain that fails after the write leaves nothing of
--- it. The store appends _n, the mark's own number, to the name (in the
--- three statements): MySQL replaces a savepoint of the same name instead
--- of nesting it, and an enqueue that middleware makes in the same
--- transaction sets a mark inside this one (as the write may set
--- sluice_enqueue).
-SAVEPOINT sluice_enqueue_chain;
-
--- name: RollbackToChainSavepoint
-ROLLBACK TO SAVEPOINT sluice_enqueue_chain;
-
--- name: ReleaseChainSavepoint
-RELEASE SAVEPOINT sluice_enqueue_chain;
+RELEASE SAVEPOINT sluice_mark;
 
 -- name: LockFinished
 SELECT id, calls FROM sluice_jobs j WHERE {DoneJob} AND {DoneAt} < :before
