@@ -123,11 +123,17 @@ func (w *Worker) run(ctx context.Context, j *engine.Job, rs *runState) (result, 
 		info = w.jobInfo(j, md)
 	}
 	rs.Context = jctx
-	err := call(rs, k, j, md, args, more, mw, info, bad)
-	if err != nil && errors.Is(context.Cause(jctx), ErrJobTimeout) {
-		err = fmt.Errorf("%w after %s: %w", ErrJobTimeout, timeout, err)
-	}
+	err := timedOut(jctx, timeout, call(rs, k, j, md, args, more, mw, info, bad))
 	return w.settle(ctx, j, err), err
+}
+
+// timedOut is err, the error of a run whose context is jctx, wrapped in
+// ErrJobTimeout when jctx ended for the run's timeout.
+func timedOut(jctx context.Context, timeout time.Duration, err error) error {
+	if err != nil && errors.Is(context.Cause(jctx), ErrJobTimeout) {
+		return fmt.Errorf("%w after %s: %w", ErrJobTimeout, timeout, err)
+	}
+	return err
 }
 
 // settle is outcome, for an error of the handler's: its type's own

@@ -3,7 +3,6 @@ package jobs
 import (
 	"context"
 	"encoding/json"
-	"errors"
 	"fmt"
 	"time"
 
@@ -38,9 +37,5 @@ func Perform[T Args](ctx context.Context, r *Registry, args T) error {
 	}
 	jctx, cancel := context.WithTimeoutCause(ctx, k.cfg.timeout, ErrJobTimeout)
 	defer cancel()
-	err = call(jctx, k, j, nil, decoded, nil, nil, JobInfo{}, nil)
-	if err != nil && errors.Is(context.Cause(jctx), ErrJobTimeout) {
-		err = fmt.Errorf("%w after %s: %w", ErrJobTimeout, k.cfg.timeout, err)
-	}
-	return err
+	return timedOut(jctx, k.cfg.timeout, call(jctx, k, j, nil, decoded, nil, nil, JobInfo{}, nil))
 }
