@@ -206,9 +206,20 @@ func (a *App) Run(ctx context.Context, args []string) int {
 		fmt.Fprintf(env.Stderr, "%s %s: %s\n", name, cmd.Name, a.ownName(oneLine(env.redact(err))))
 		return 2
 	default:
-		fmt.Fprintf(env.Stderr, "%s %s: %s\n", name, cmd.Name, a.ownName(oneLine(env.redact(err))))
+		for _, e := range each(err) {
+			fmt.Fprintf(env.Stderr, "%s %s: %s\n", name, cmd.Name, a.ownName(oneLine(env.redact(e))))
+		}
 		return 1
 	}
+}
+
+// each splits an error that joins several (errors.Join: an operator's
+// action refused for some of its jobs) into its parts, a line each.
+func each(err error) []error {
+	if j, ok := err.(interface{ Unwrap() []error }); ok {
+		return j.Unwrap()
+	}
+	return []error{err}
 }
 
 // ownName makes the commands an error suggests (the store's "run `sluice

@@ -270,7 +270,7 @@ func parseIDs(args []string) ([]int64, error) {
 
 func runRetry(ctx context.Context, env *Env, args []string) error {
 	fs, url := env.FlagSet("retry", "retry ID... [flags]")
-	return operateJobs(ctx, env, fs, url, args, "ready", func(s *engine.Store, ids []int64) ([]int64, error) {
+	return operateJobs(ctx, env, fs, url, args, func(s *engine.Store, ids []int64) ([]engine.Moved, error) {
 		return s.RetryJobs(ctx, engine.DatabaseTime(time.Now), ids)
 	})
 }
@@ -278,15 +278,16 @@ func runRetry(ctx context.Context, env *Env, args []string) error {
 func runCancel(ctx context.Context, env *Env, args []string) error {
 	fs, url := env.FlagSet("cancel", "cancel ID... [--reason TEXT] [flags]")
 	reason := fs.String("reason", "cancelled by an operator", "recorded as the job's last error")
-	return operateJobs(ctx, env, fs, url, args, "cancelled", func(s *engine.Store, ids []int64) ([]int64, error) {
+	return operateJobs(ctx, env, fs, url, args, func(s *engine.Store, ids []int64) ([]engine.Moved, error) {
 		return s.CancelJobs(ctx, engine.DatabaseTime(time.Now), ids, *reason)
 	})
 }
 
 // operateJobs runs an operator's action on the job ids among args and
-// says, per job, what it became.
-func operateJobs(ctx context.Context, env *Env, fs *flag.FlagSet, url *string, args []string, became string,
-	op func(*engine.Store, []int64) ([]int64, error)) error {
+// says, per job moved, what it became; the error names each job refused
+// (the others are still acted on).
+func operateJobs(ctx context.Context, env *Env, fs *flag.FlagSet, url *string, args []string,
+	op func(*engine.Store, []int64) ([]engine.Moved, error)) error {
 	if err := Parse(fs, args); err != nil {
 		return err
 	}
@@ -299,9 +300,9 @@ func operateJobs(ctx context.Context, env *Env, fs *flag.FlagSet, url *string, a
 		return err
 	}
 	defer s.Close()
-	done, err := op(s, ids)
-	for _, id := range done {
-		fmt.Fprintf(env.Stdout, "job %d is %s\n", id, became)
+	moved, err := op(s, ids)
+	for _, m := range moved {
+		fmt.Fprintf(env.Stdout, "job %d is %s\n", m.ID, m.State)
 	}
 	return err
 }

@@ -50,7 +50,7 @@ func TestAnOperatorsRetryThenDeleteOnCompleteLeavesNoAttempts(t *testing.T) {
 				// sluice retry, then a run that completes at attempt 1.
 				retried, err := h.store.RetryJobs(ctx, engine.HostTime(h.clock.Now), []int64{id})
 				require.NoError(t, err)
-				require.Equal(t, []int64{id}, retried)
+				require.Equal(t, []engine.Moved{{ID: id, State: engine.StateReady}}, retried)
 				require.Equal(t, 0, h.job(id).Attempt)
 				fail = false
 				require.Equal(t, 1, h.drain(jobs.WorkerConfig{}).Completed)

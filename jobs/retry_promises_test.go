@@ -108,7 +108,7 @@ func TestCancelNilRecordsAReasonAndARetryRunsItAgain(t *testing.T) {
 
 		moved, err := h.store.RetryJobs(context.Background(), engine.At(h.clock.Now()), []int64{id})
 		require.NoError(t, err)
-		require.Equal(t, []int64{id}, moved)
+		require.Equal(t, []engine.Moved{{ID: id, State: engine.StateReady}}, moved)
 		require.Equal(t, 0, h.job(id).Attempt)
 		require.Equal(t, 1, h.drain(jobs.WorkerConfig{}).Completed)
 		require.Equal(t, engine.StateCompleted, h.job(id).State)

@@ -86,10 +86,10 @@ func (s *server) bulkAction(w http.ResponseWriter, r *http.Request) {
 		s.back(w, r, back, err.Error(), true)
 		return
 	}
-	var done []int64
+	var done []engine.Moved
 	var errs []string
 	for _, id := range ids {
-		var ok []int64
+		var ok []engine.Moved
 		var err error
 		if action == "retry" {
 			ok, err = s.store.RetryJobs(ctx, s.storeClock(), []int64{id})

@@ -2,6 +2,7 @@ package ui_test
 
 import (
 	"context"
+	"fmt"
 	"io"
 	"net/http"
 	"net/http/cookiejar"
@@ -206,7 +207,7 @@ func TestActionsNeedTheTokenAndAreRefusedReadOnly(t *testing.T) {
 		require.Equal(t, http.StatusSeeOther, code)
 		code, loc, _ = c.post(cancel, url.Values{"csrf": {tok}})
 		require.Equal(t, http.StatusSeeOther, code)
-		require.Contains(t, c.follow(cancel, loc), "it is cancelled (only ready, scheduled, parked, blocked, failed jobs can be)")
+		require.Contains(t, c.follow(cancel, loc), fmt.Sprintf("cannot cancel job %d: it is cancelled, and only ready, scheduled, parked, blocked or failed jobs can be cancelled", f.Failed))
 
 		// Pause and resume a queue whose name holds quotes.
 		code, loc, _ = c.post("/queues/pause", url.Values{"csrf": {tok}, "queue": {`ev'il"q`}})

@@ -252,7 +252,7 @@ func TestAnActionOnAJobThatDoesNotExistIsA404(t *testing.T) {
 		for _, a := range []string{"retry", "cancel"} {
 			code, _, body := c.post("/jobs/9223372036854775807/"+a, url.Values{"csrf": {tok}})
 			require.Equal(t, http.StatusNotFound, code, a)
-			require.Contains(t, body, a+": job 9223372036854775807: not found")
+			require.Contains(t, body, "cannot "+a+" job 9223372036854775807: not found")
 			code, _, body = c.post("/jobs/9223372036854775808/"+a, url.Values{"csrf": {tok}})
 			require.Equal(t, http.StatusBadRequest, code, a)
 			require.Contains(t, body, "not a job id")

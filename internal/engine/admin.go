@@ -200,17 +200,18 @@ func (s *Store) queryJobInfosExtra(ctx context.Context, ex Executor, q string, a
 // RetryJobs makes failed, cancelled, scheduled or parked jobs ready now,
 // and resets the attempts of those (and of ready ones). A job with a concurrency limit
 // takes a slot (unless it holds one), or is blocked. Running and completed
-// jobs are refused. It returns the jobs it moved.
-func (s *Store) RetryJobs(ctx context.Context, c Clock, ids []int64) ([]int64, error) {
+// jobs are refused. It returns the jobs it moved, each with the state it
+// is now in (ready or blocked); see operate for refusals.
+func (s *Store) RetryJobs(ctx context.Context, c Clock, ids []int64) ([]Moved, error) {
 	now := c.Host()
-	return s.operate(ctx, ids, "retry", []State{StateFailed, StateCancelled, StateScheduled, StateParked, StateReady},
-		func(ctx context.Context, tx Tx, j *JobInfo) ([]Stmt, error) {
+	return s.operate(ctx, ids, "retry", "retried", []State{StateFailed, StateCancelled, StateScheduled, StateParked, StateReady},
+		func(ctx context.Context, tx Tx, j *JobInfo) ([]Stmt, State, error) {
 			t := Transition{ID: j.ID, State: StateReady, RunAt: now, AttemptDelta: -j.Attempt}
 			var writes []Stmt
 			if j.Conc != nil && !j.HoldsSlot {
 				sl, err := s.lockSlots(ctx, tx, []string{j.Conc.Key}, c)
 				if err != nil {
-					return nil, err
+					return nil, "", err
 				}
 				if sl.take(j.Conc) {
 					writes = append(writes, stmt(s.q.MarkSlots([]int64{j.ID}, true)))
@@ -219,14 +220,14 @@ func (s *Store) RetryJobs(ctx context.Context, c Clock, ids []int64) ([]int64, e
 				}
 				writes = append(writes, sl.writes()...)
 			}
-			return append([]Stmt{stmt(s.q.SetJobs(j.State, 0, Micros(now), setRows([]Transition{t}, Micros(now))))}, writes...), nil
+			return append([]Stmt{stmt(s.q.SetJobs(j.State, 0, Micros(now), setRows([]Transition{t}, Micros(now))))}, writes...), t.State, nil
 		})
 }
 
 // CancelJobs discards jobs that have not finished and are not running,
 // recording reason; a job that held a concurrency slot gives it back. It
-// returns the jobs it moved.
-func (s *Store) CancelJobs(ctx context.Context, c Clock, ids []int64, reason string) ([]int64, error) {
+// returns the jobs it moved; see operate for refusals.
+func (s *Store) CancelJobs(ctx context.Context, c Clock, ids []int64, reason string) ([]Moved, error) {
 	if reason == "" {
 		reason = "cancelled by an operator"
 	}
@@ -234,24 +235,57 @@ func (s *Store) CancelJobs(ctx context.Context, c Clock, ids []int64, reason str
 		return nil, fmt.Errorf("cancel: %w", err)
 	}
 	now := c.Host()
-	return s.operate(ctx, ids, "cancel", []State{StateReady, StateScheduled, StateParked, StateBlocked, StateFailed},
-		func(ctx context.Context, tx Tx, j *JobInfo) ([]Stmt, error) {
+	return s.operate(ctx, ids, "cancel", "cancelled", []State{StateReady, StateScheduled, StateParked, StateBlocked, StateFailed},
+		func(ctx context.Context, tx Tx, j *JobInfo) ([]Stmt, State, error) {
 			t := Transition{ID: j.ID, State: StateCancelled, Error: reason, Finished: true}
 			writes := []Stmt{stmt(s.q.SetJobs(j.State, 0, Micros(now), setRows([]Transition{t}, Micros(now))))}
 			if !j.HoldsSlot {
-				return writes, nil
+				return writes, StateCancelled, nil
 			}
 			gives, _, err := s.giveBack(ctx, tx, c, holders{j.ID: j.ConcKey})
-			return append(writes, gives...), err
+			return append(writes, gives...), StateCancelled, err
 		})
 }
 
+// Moved is a job an operator's action moved, and the state it is now in.
+type Moved struct {
+	ID    int64
+	State State
+}
+
+// ErrNotAllowed is returned for a job whose state an operator's action
+// does not apply to: a running job cannot be retried, a completed one
+// cannot be cancelled.
+var ErrNotAllowed = errors.New("not allowed in its state")
+
+// notAllowed is an ErrNotAllowed that says which job, in which state.
+type notAllowed string
+
+func (e notAllowed) Error() string        { return string(e) }
+func (e notAllowed) Is(target error) bool { return target == ErrNotAllowed }
+
+// orStates lists states as "a, b or c".
+func orStates(ss []State) string {
+	s := joinStates(ss[:len(ss)-1])
+	if s == "" {
+		return string(ss[len(ss)-1])
+	}
+	return s + " or " + string(ss[len(ss)-1])
+}
+
 // operate applies an operator's action to each job in turn, each in its
-// own transaction, refusing the first one that is not in an allowed state.
-func (s *Store) operate(ctx context.Context, ids []int64, verb string, allowed []State,
-	act func(context.Context, Tx, *JobInfo) ([]Stmt, error)) ([]int64, error) {
-	var done []int64
+// own transaction. A job that does not exist (ErrNotFound) or whose state
+// the action does not apply to (ErrNotAllowed) is refused, and the others
+// are still acted on: the error joins one error per refused job, each
+// naming it. Any other error stops at the job it happened on. It returns
+// the jobs it moved, in the order given, with their new states.
+func (s *Store) operate(ctx context.Context, ids []int64, verb, done string, allowed []State,
+	act func(context.Context, Tx, *JobInfo) ([]Stmt, State, error)) ([]Moved, error) {
+	var moved []Moved
+	var refused []error
+	var stopped error
 	for _, id := range ids {
+		var to State
 		err := s.inTx(ctx, func(tx Tx) error {
 			q, args := s.q.LockJob(id)
 			js, err := s.queryJobInfos(ctx, tx, q, args)
@@ -259,27 +293,36 @@ func (s *Store) operate(ctx context.Context, ids []int64, verb string, allowed [
 				return err
 			}
 			if len(js) == 0 {
-				return fmt.Errorf("job %d: %w", id, ErrNotFound)
+				return fmt.Errorf("cannot %s job %d: %w", verb, id, ErrNotFound)
 			}
 			if j := js[0]; !slices.Contains(allowed, j.State) {
-				return fmt.Errorf("job %d: it is %s (only %s jobs can be)", id, j.State, joinStates(allowed))
+				return notAllowed(fmt.Sprintf("cannot %s job %d: it is %s, and only %s jobs can be %s",
+					verb, id, j.State, orStates(allowed), done))
 			}
-			writes, err := act(ctx, tx, js[0])
+			writes, state, err := act(ctx, tx, js[0])
 			if err != nil {
 				return err
 			}
+			to = state
 			return pipeline(ctx, tx, writes, nil)
 		})
-		if err != nil {
-			return done, s.wrap(fmt.Errorf("%s: %w", verb, err))
+		switch {
+		case err == nil:
+			moved = append(moved, Moved{ID: id, State: to})
+		case errors.Is(err, ErrNotFound) || errors.Is(err, ErrNotAllowed):
+			refused = append(refused, err)
+		default:
+			stopped = s.wrap(fmt.Errorf("%s job %d: %w", verb, id, err))
 		}
-		done = append(done, id)
+		if stopped != nil {
+			break
+		}
 	}
-	if len(done) > 0 {
+	if len(moved) > 0 {
 		s.Wake("*")
-		if err := s.notify(ctx, s.db, []string{"*"}); err != nil {
-			return done, err
+		if err := s.notify(ctx, s.db, []string{"*"}); err != nil && stopped == nil {
+			stopped = err
 		}
 	}
-	return done, nil
+	return moved, errors.Join(append(refused, stopped)...)
 }

@@ -35,7 +35,7 @@ func TestACancelReasonTheDatabaseCannotStoreIsRefused(t *testing.T) {
 		long := strings.Repeat("é", engine.MaxReasonBytes/2)
 		done, err := s.CancelJobs(ctx, engine.At(t0), []int64{id}, long)
 		require.NoError(t, err)
-		require.Equal(t, []int64{id}, done)
+		require.Equal(t, []engine.Moved{{ID: id, State: engine.StateCancelled}}, done)
 		j, err := s.GetJob(ctx, id)
 		require.NoError(t, err)
 		require.Equal(t, engine.StateCancelled, j.State)

@@ -524,7 +524,7 @@ func (w *walk) apply(o op) error {
 		} else {
 			_, err = w.s.CancelJobs(w.ctx, w.clock(), []int64{id}, "")
 		}
-		if err != nil && strings.Contains(err.Error(), "only ") {
+		if errors.Is(err, engine.ErrNotAllowed) {
 			return nil // refused for its state: running or finished
 		}
 		return err
