@@ -390,6 +390,11 @@ func (c *Client) newJob(it Item, now time.Time) (j engine.NewJob, err error) {
 	if j.RunAt.After(engine.MaxRunAt) {
 		return engine.NewJob{}, fmt.Errorf("%s: the run time %s is after %s; schedule it earlier", name, j.RunAt.UTC().Format(time.RFC3339), engine.MaxRunAt.Format(time.RFC3339))
 	}
+	if co != nil && co.Rule.Debounce > 0 && now.Add(co.Rule.Debounce).After(engine.MaxRunAt) {
+		// The call would move its job (a new one or the pending one it
+		// joins) to a debounce after now.
+		return engine.NewJob{}, fmt.Errorf("%s: its debounce of %s would run the job at %s, after %s", name, co.Rule.Debounce, now.Add(co.Rule.Debounce).UTC().Format(time.RFC3339), engine.MaxRunAt.Format(time.RFC3339))
+	}
 	return j, nil
 }
 

@@ -2,7 +2,6 @@ package jobs
 
 import (
 	"context"
-	"encoding/json"
 	"fmt"
 	"time"
 
@@ -22,9 +21,9 @@ func Perform[T Args](ctx context.Context, r *Registry, args T) error {
 	if k == nil || k.work == nil {
 		return fmt.Errorf("jobs: perform: %w: no handler for %q", ErrUnknownKind, args.Kind())
 	}
-	body, err := json.Marshal(args)
+	body, err := encodeArgs(args)
 	if err != nil {
-		return fmt.Errorf("jobs: perform %s: encode args: %w", args.Kind(), err)
+		return fmt.Errorf("jobs: perform %s: %w", args.Kind(), err)
 	}
 	decoded, err := k.decode(body)
 	if err != nil {

@@ -6,6 +6,7 @@ package keys
 import (
 	"errors"
 	"fmt"
+	"math"
 	"reflect"
 	"strconv"
 	"strings"
@@ -86,7 +87,10 @@ var ErrUnsupported = errors.New("unsupported key value")
 //   - nil (or a nil pointer) gives "";
 //   - a Keyer gives its SluiceKey;
 //   - strings, integers, unsigned integers and booleans give their text, so
-//     1 and "1" give the same key;
+//     1 and "1" give the same key; so does a float that holds a whole
+//     number within the int64 range (what encoding/json decodes a number
+//     into as any), so 42.0 gives "42"; any other float is an error, since
+//     its text would not name one key for one number;
 //   - a slice or array gives its items joined with "/";
 //   - a struct (or pointer to one) with an exported field named ID gives
 //     "TypeName/ID";
@@ -114,6 +118,12 @@ func Join(v any) (string, error) {
 		return strconv.FormatInt(rv.Int(), 10), nil
 	case reflect.Uint, reflect.Uint8, reflect.Uint16, reflect.Uint32, reflect.Uint64, reflect.Uintptr:
 		return strconv.FormatUint(rv.Uint(), 10), nil
+	case reflect.Float32, reflect.Float64:
+		f := rv.Float()
+		if f != math.Trunc(f) || f < -(1<<63) || f >= 1<<63 {
+			return "", fmt.Errorf("%w: the float %v (a float key must be a whole number within the int64 range; return an integer or a string)", ErrUnsupported, f)
+		}
+		return strconv.FormatInt(int64(f), 10), nil
 	case reflect.String:
 		return rv.String(), nil
 	case reflect.Slice, reflect.Array:

@@ -2,6 +2,7 @@ package keys_test
 
 import (
 	"errors"
+	"math"
 	"testing"
 
 	"github.com/stretchr/testify/require"
@@ -38,6 +39,12 @@ func TestJoin(t *testing.T) {
 		{(*Account)(nil), ""},
 		{shop("x"), "Shop/x"},
 		{[]any{Account{ID: 1}, "eu"}, "Account/1/eu"},
+		// What encoding/json decodes a number into: a whole float is
+		// the number's key.
+		{float64(42), "42"},
+		{float32(-3), "-3"},
+		{float64(-(1 << 63)), "-9223372036854775808"},
+		{[]any{float64(1), "a"}, "1/a"},
 	}
 	for _, c := range cases {
 		got, err := keys.Join(c.in)
@@ -47,10 +54,12 @@ func TestJoin(t *testing.T) {
 }
 
 func TestJoinRefusesUnsupported(t *testing.T) {
-	for _, in := range []any{map[string]int{"a": 1}, func() {}, noID{Name: "x"}, 1.5} {
+	for _, in := range []any{map[string]int{"a": 1}, func() {}, noID{Name: "x"}, 1.5, math.NaN(), math.Inf(1), float64(1 << 63), 1e300} {
 		_, err := keys.Join(in)
 		require.ErrorIs(t, err, keys.ErrUnsupported, "%#v", in)
 	}
+	_, err := keys.Join(42.5)
+	require.ErrorContains(t, err, "the float 42.5 (a float key must be a whole number")
 }
 
 type args struct{ Account int }
