@@ -129,3 +129,49 @@ func TestPerformRunsAFirstAttempt(t *testing.T) {
 		t.Fatalf("unknown kind: %v", err)
 	}
 }
+
+type rvStripe struct{ N int }
+
+func (rvStripe) Kind() string { return "rv_stripe" }
+
+// Drain without queues drains the queues the registry's kinds go to, and
+// the default queue: a kind registered with jobs.Queue("stripe") is run
+// without naming its queue (it used to drain only "default", and such a
+// test saw nothing run and no error).
+func TestDrainWithoutQueuesDrainsTheKindsQueues(t *testing.T) {
+	testdb.EachPublic(t, func(t *testing.T, s *store.Store) {
+		ctx := context.Background()
+		clk := clock.NewFake(time.Date(2030, 1, 1, 0, 0, 0, 0, time.UTC))
+		reg := jobs.NewRegistry()
+		var stripe, plain int
+		if err := jobs.Register(reg, func(ctx context.Context, j *jobs.Job[rvStripe]) error {
+			stripe++
+			return nil
+		}, jobs.Queue("stripe")); err != nil {
+			t.Fatal(err)
+		}
+		if err := jobs.Register(reg, func(ctx context.Context, j *jobs.Job[rvFlaky]) error {
+			plain++
+			return nil
+		}); err != nil {
+			t.Fatal(err)
+		}
+		c := jobs.NewClient(s, reg, jobs.ClientConfig{Clock: clk})
+		for _, a := range []jobs.Args{rvStripe{N: 1}, rvFlaky{N: 1}} {
+			if _, err := c.Enqueue(ctx, a); err != nil {
+				t.Fatal(err)
+			}
+		}
+		// A job sent to a queue no kind names is left for a drain that
+		// names it.
+		if _, err := c.Enqueue(ctx, rvFlaky{N: 2}, jobs.Queue("elsewhere")); err != nil {
+			t.Fatal(err)
+		}
+		if res := jobstest.Drain(ctx, t, s, reg, clk); res.Completed != 2 || stripe != 1 || plain != 1 {
+			t.Fatalf("drained %+v, stripe ran %d, default ran %d; want both queues' jobs run once", res, stripe, plain)
+		}
+		if res := jobstest.Drain(ctx, t, s, reg, clk, "elsewhere"); res.Completed != 1 || plain != 2 {
+			t.Fatalf("drained %+v of elsewhere; want its one job", res)
+		}
+	})
+}
