@@ -27,37 +27,6 @@ func heldMatchesHolders(t *testing.T, s *engine.Store, key string) engine.Semaph
 	return sem
 }
 
-// A fairness key whose flood an operator cancelled has used none of its
-// share: its next job should start beside the other keys' next ones
-// (docs/fairness.md, Arrival: "A key that was idle gets its first job
-// claimed within one round of the active keys"), not behind the virtual
-// finish of jobs that never ran.
-func TestReviewAdminCancellingAFairKeysFloodDoesNotStarveItsNextJob(t *testing.T) {
-	testdb.Each(t, func(t *testing.T, s *engine.Store) {
-		ctx := context.Background()
-		r := newFairRig(t, s)
-		flood := r.add("runaway", 1, 80, nil)
-		r.add("steady", 1, 30, nil)
-		// The operator cancels the runaway key's flood, as the dashboard's
-		// "Cancel all matching" does, one job at a time.
-		done, err := s.CancelJobs(ctx, engine.At(r.now), flood, "runaway tenant")
-		require.NoError(t, err)
-		require.Len(t, done, len(flood))
-		// The tenant's next, legitimate job.
-		next := r.add("runaway", 1, 1, nil)[0]
-		round := 0
-		for round = 1; round <= 40; round++ {
-			keys := r.claim(1)
-			require.Len(t, keys, 1)
-			if keys[0] == "runaway" {
-				break
-			}
-		}
-		// Within one round of the one active key: the first or second claim.
-		require.LessOrEqual(t, round, 2, "the cancelled key's next job %d was claimed in round %d, after %d of the other key's jobs (it has 30): it waited behind the virtual finish of 80 cancelled jobs that never ran", next, round, round-1)
-	})
-}
-
 // Retrying or cancelling a running job is refused with an error that
 // names the job and its state, and changes nothing: the worker's result
 // still lands.
@@ -418,41 +387,5 @@ func TestReviewAdminBackoffHolderRetriedThenCancelledGivesItsSlotBackOnce(t *tes
 		require.ErrorContains(t, err, "it is cancelled")
 		require.Equal(t, engine.StateBlocked, state(t, s, got[2]).State, "a second cancel gives nothing back")
 		require.Equal(t, 1, heldMatchesHolders(t, s, "bo/a").Held)
-	})
-}
-
-// Related to the cancelled flood: jobs a concurrency limit discards at
-// enqueue (Discard) never run either, yet advance their fairness key's
-// finish as if they had.
-func TestReviewAdminDiscardedFairJobsDoNotStarveTheirKeysNextJob(t *testing.T) {
-	testdb.Each(t, func(t *testing.T, s *engine.Store) {
-		ctx := context.Background()
-		r := newFairRig(t, s)
-		discard := func(j *engine.NewJob) { j.Conc = &engine.Conc{Key: "d/1", To: 1, Duration: time.Minute, Discard: true} }
-		flood := r.add("runaway", 1, 100, discard)
-		r.add("steady", 1, 50, nil)
-		discarded := 0
-		for _, id := range flood {
-			if state(t, s, id).State == engine.StateCancelled {
-				discarded++
-			}
-		}
-		require.Equal(t, 99, discarded)
-		// The one that took the slot runs and finishes.
-		res, err := s.Claim(ctx, engine.ClaimParams{ProcessID: r.pid, Queues: []string{"default"}, Max: 1, Clock: engine.At(r.now), Fair: true})
-		require.NoError(t, err)
-		require.Equal(t, flood[:1], ids(res.Jobs))
-		require.NoError(t, s.Finish(ctx, r.pid, engine.At(r.now), engine.Outcomes{Completed: runsOf(res.Jobs), SlotHolders: runsOf(res.Jobs)}))
-		next := r.add("runaway", 1, 1, discard)[0]
-		require.Equal(t, engine.StateReady, state(t, s, next).State)
-		round := 0
-		for round = 1; round <= 60; round++ {
-			keys := r.claim(1)
-			require.Len(t, keys, 1)
-			if keys[0] == "runaway" {
-				break
-			}
-		}
-		require.LessOrEqual(t, round, 2, "the key's next job %d was claimed in round %d, behind %d of the other key's jobs: charged for 99 discarded jobs", next, round, round-1)
 	})
 }
