@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"maps"
 	"slices"
 	"time"
 )
@@ -178,11 +179,13 @@ func (s *Store) queryJobInfosExtra(ctx context.Context, ex Executor, q string, a
 		var concLimit int
 		var concDuration int64
 		var concDiscard bool
-		j, err := scanJob(rows, append([]any{&state, &attempted, &finished, &pid, &lastErr, &concLimit, &concDuration, &concDiscard}, extra...)...)
+		var fairKey nullString
+		var fairStart nullInt64
+		j, err := scanJob(rows, append([]any{&state, &attempted, &finished, &pid, &lastErr, &concLimit, &concDuration, &concDiscard, &fairKey, &fairStart}, extra...)...)
 		if err != nil {
 			return nil, err
 		}
-		info := &JobInfo{Job: *j, State: State(state), ProcessID: pid.Int64, LastError: lastErr.String}
+		info := &JobInfo{Job: *j, State: State(state), ProcessID: pid.Int64, LastError: lastErr.String, FairKey: fairKey.String, FairStart: fairStart.Int64}
 		if j.ConcKey != "" {
 			info.Conc = &Conc{Key: j.ConcKey, To: concLimit, Duration: time.Duration(concDuration) * time.Microsecond, Discard: concDiscard}
 		}
@@ -225,8 +228,10 @@ func (s *Store) RetryJobs(ctx context.Context, c Clock, ids []int64) ([]Moved, e
 }
 
 // CancelJobs discards jobs that have not finished and are not running,
-// recording reason; a job that held a concurrency slot gives it back. It
-// returns the jobs it moved; see operate for refusals.
+// recording reason; a job that held a concurrency slot gives it back. A
+// fair job that was never claimed gives back its key's charge, once the
+// jobs are cancelled (refundFair). It returns the jobs it moved; see
+// operate for refusals.
 func (s *Store) CancelJobs(ctx context.Context, c Clock, ids []int64, reason string) ([]Moved, error) {
 	if reason == "" {
 		reason = "cancelled by an operator"
@@ -235,8 +240,12 @@ func (s *Store) CancelJobs(ctx context.Context, c Clock, ids []int64, reason str
 		return nil, fmt.Errorf("cancel: %w", err)
 	}
 	now := c.Host()
-	return s.operate(ctx, ids, "cancel", "cancelled", []State{StateReady, StateScheduled, StateParked, StateBlocked, StateFailed},
+	unclaimed := map[int64]*JobInfo{} // fair jobs that never ran, by id
+	moved, err := s.operate(ctx, ids, "cancel", "cancelled", []State{StateReady, StateScheduled, StateParked, StateBlocked, StateFailed},
 		func(ctx context.Context, tx Tx, j *JobInfo) ([]Stmt, State, error) {
+			if j.FairKey != "" && j.Claims == 0 {
+				unclaimed[j.ID] = j
+			}
 			t := Transition{ID: j.ID, State: StateCancelled, Error: reason, Finished: true}
 			writes := []Stmt{stmt(s.q.SetJobs(j.State, 0, Micros(now), setRows([]Transition{t}, Micros(now))))}
 			if !j.HoldsSlot {
@@ -245,6 +254,64 @@ func (s *Store) CancelJobs(ctx context.Context, c Clock, ids []int64, reason str
 			gives, _, err := s.giveBack(ctx, tx, c, holders{j.ID: j.ConcKey})
 			return append(writes, gives...), StateCancelled, err
 		})
+	var dead []*JobInfo
+	for _, m := range moved {
+		if j := unclaimed[m.ID]; j != nil {
+			dead = append(dead, j)
+		}
+	}
+	return moved, errors.Join(err, s.refundFair(ctx, dead))
+}
+
+// refundFair gives back the charge of fair jobs cancelled before any
+// claim, which enqueue charged to their keys' finishes
+// (RefundFairKeys): per level and key, from the cancelled job with the
+// lowest start. It runs in a transaction of its own, after the jobs'
+// own have committed, and locks only fairness keys, in the order an
+// enqueue does (levels by queue and priority, keys in byte order):
+// a cancel holds a job's row, and an enqueue that holds a key's row
+// may wait for a job's (the pending job a coalescing call joins), so
+// taking the key in the cancel's transaction could deadlock with it.
+// One statement per level and run of keys (two for a run of several
+// keys: their locks, then the update); none without fair jobs.
+func (s *Store) refundFair(ctx context.Context, dead []*JobInfo) error {
+	if len(dead) == 0 {
+		return nil
+	}
+	first := map[fairLevel]map[string]*JobInfo{}
+	for _, j := range dead {
+		l := fairLevel{j.Queue, j.Priority}
+		if first[l] == nil {
+			first[l] = map[string]*JobInfo{}
+		}
+		if f := first[l][j.FairKey]; f == nil || j.FairStart < f.FairStart {
+			first[l][j.FairKey] = j
+		}
+	}
+	levels := slices.SortedFunc(maps.Keys(first), compareLevels)
+	var stmts []Stmt
+	for _, l := range levels {
+		keys := slices.Sorted(maps.Keys(first[l]))
+		for run := range s.keyRuns(keys) {
+			ids := make([]int64, len(run))
+			for i, k := range run {
+				ids[i] = first[l][k].ID
+			}
+			if len(run) > 1 {
+				// An update locks its rows in no set order: lock them in
+				// key order first.
+				stmts = append(stmts, query(s.q.LockFairKeys(l.queue, l.priority, run)))
+			}
+			stmts = append(stmts, stmt(s.q.RefundFairKeys(l.queue, l.priority, run, ids)))
+		}
+	}
+	err := s.inTx(ctx, func(tx Tx) error {
+		return pipeline(ctx, tx, stmts, func(int, Rows) error { return nil })
+	})
+	if err != nil {
+		return s.wrap(fmt.Errorf("cancel: give back fairness keys' turns: %w", err))
+	}
+	return nil
 }
 
 // Moved is a job an operator's action moved, and the state it is now in.

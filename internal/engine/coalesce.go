@@ -27,7 +27,8 @@ func (s *Store) enqueueTx(ctx context.Context, ex Executor, c Clock, jobs []NewJ
 	for i, j := range jobs {
 		weights[i] = j.FairWeight
 	}
-	if err := s.tagFair(ctx, ex, rows, weights); err != nil {
+	fair, err := s.tagFair(ctx, ex, rows, weights)
+	if err != nil {
 		return nil, err
 	}
 	now := c.Host()
@@ -147,8 +148,14 @@ func (s *Store) enqueueTx(ctx context.Context, ex Executor, c Clock, jobs []NewJ
 			out[i] = Enqueued{ID: ids[k], State: rows[i].State}
 		}
 	}
+	// The fairness keys' finishes, now that it is known which rows will
+	// never run: those a limit discarded, the calls that joined a pending
+	// job.
+	writes = append(writes, fair.saves(s, rows, func(i int) bool {
+		return rows[i].State == StateCancelled || out[i].Joined
+	})...)
 	if err := pipeline(ctx, ex, writes, nil); err != nil {
-		return nil, fmt.Errorf("save semaphores and dispatched jobs: %w", err)
+		return nil, fmt.Errorf("save semaphores, dispatched jobs and fairness keys: %w", err)
 	}
 	return out, nil
 }

@@ -91,7 +91,7 @@ const JobColumns = "id, kind, queue, priority, args, attempt, max_attempts, crea
 
 // JobInfoColumns are the columns an inspection reads, in JobInfo's scan
 // order.
-const JobInfoColumns = JobColumns + ", state, attempted_at, finished_at, process_id, last_error, conc_limit, conc_duration, conc_discard"
+const JobInfoColumns = JobColumns + ", state, attempted_at, finished_at, process_id, last_error, conc_limit, conc_duration, conc_discard, fair_key, fair_start"
 
 // BudgetColumns are a budget row's columns, in BudgetRow's scan order.
 const BudgetColumns = "name, tat_ns, next_slot_ns, interval_ns, burst, parked, updated_at, slotted_priority"

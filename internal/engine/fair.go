@@ -55,11 +55,13 @@ type fairLevel struct {
 // priority order), it locks the rows of the batch's keys (in key order),
 // reads the level's virtual time, and starts each key's jobs, in the order
 // given, at max(virtual time, the key's last finish at that level), one
-// step of FairScale/weight apart; then it saves each key's new finish.
-// Concurrent enqueues of one key and level wait for each other on its row.
-// The keys' statements are split as job inserts are (keyRuns), in key
-// order, so a batch of any number of keys fits a statement's parameters.
-func (s *Store) tagFair(ctx context.Context, ex Executor, rows []InsertRow, weights []int) error {
+// step of FairScale/weight apart. It returns what the keys' new finishes
+// are computed from, for fairTags.saves to write once the enqueue knows
+// which rows it kept (nil when no row is fair). Concurrent enqueues of one
+// key and level wait for each other on its row. The keys' statements are
+// split as job inserts are (keyRuns), in key order, so a batch of any
+// number of keys fits a statement's parameters.
+func (s *Store) tagFair(ctx context.Context, ex Executor, rows []InsertRow, weights []int) (*fairTags, error) {
 	byLevel := map[fairLevel]map[string][]int{}
 	for i := range rows {
 		r := &rows[i]
@@ -73,16 +75,14 @@ func (s *Store) tagFair(ctx context.Context, ex Executor, rows []InsertRow, weig
 		byLevel[l][r.FairKey] = append(byLevel[l][r.FairKey], i)
 	}
 	if len(byLevel) == 0 {
-		return nil
+		return nil, nil
 	}
 	levels := make([]fairLevel, 0, len(byLevel))
 	for l := range byLevel {
 		levels = append(levels, l)
 	}
-	slices.SortFunc(levels, func(a, b fairLevel) int {
-		return cmp.Or(cmp.Compare(a.queue, b.queue), cmp.Compare(a.priority, b.priority))
-	})
-	var writes []Stmt
+	slices.SortFunc(levels, compareLevels)
+	t := &fairTags{weights: weights}
 	for _, l := range levels {
 		groups := byLevel[l]
 		keys := make([]string, 0, len(groups))
@@ -114,31 +114,79 @@ func (s *Store) tagFair(ctx context.Context, ex Executor, rows []InsertRow, weig
 			return nil
 		})
 		if err != nil {
-			return fmt.Errorf("fairness keys of queue %s, priority %d: %w", l.queue, l.priority, err)
+			return nil, fmt.Errorf("fairness keys of queue %s, priority %d: %w", l.queue, l.priority, err)
 		}
-		finish := make([]int64, len(keys))
+		lt := fairLevelTags{fairLevel: l, keys: keys, rows: make([][]int, len(keys)), last: make([]int64, len(keys))}
 		for n, k := range keys {
 			f := max(vt, last[k])
 			for _, i := range groups[k] {
 				step := fairStep(weights[i])
 				if f > math.MaxInt64-step {
-					return fmt.Errorf("fairness key %q of queue %s: its virtual time would overflow", k, l.queue)
+					return nil, fmt.Errorf("fairness key %q of queue %s: its virtual time would overflow", k, l.queue)
 				}
 				rows[i].FairStart = f
 				f += step
 			}
-			finish[n] = f
+			lt.rows[n], lt.last[n] = groups[k], last[k]
+		}
+		t.levels = append(t.levels, lt)
+	}
+	return t, nil
+}
+
+// compareLevels orders levels by queue, then priority: the order in which
+// transactions lock the fairness keys of several levels.
+func compareLevels(a, b fairLevel) int {
+	return cmp.Or(cmp.Compare(a.queue, b.queue), cmp.Compare(a.priority, b.priority))
+}
+
+// fairTags is what tagFair did, level by level: the keys it locked, and
+// for each key the batch's rows in start order and the finish it had.
+type fairTags struct {
+	levels  []fairLevelTags
+	weights []int
+}
+
+type fairLevelTags struct {
+	fairLevel
+	keys []string
+	rows [][]int
+	last []int64
+}
+
+// saves returns the statements that write the keys' new finishes: each
+// key's finish becomes that of its last row the enqueue keeps, or stays
+// as it was when it keeps none. A row dead says will never run (a
+// concurrency limit's Discard cancelled it, or it is a coalescing call
+// that joined a pending job instead of adding one): when it comes after
+// the key's last kept row, the key is not charged for it, as if it had
+// not been enqueued. One that comes before a kept row of its key keeps
+// its step (docs/fairness.md, Approximations). The keys' rows are locked
+// since tagFair, so the finishes are written with the enqueue's last
+// statements, at no extra statement.
+func (t *fairTags) saves(s *Store, rows []InsertRow, dead func(i int) bool) []Stmt {
+	if t == nil {
+		return nil
+	}
+	var writes []Stmt
+	for _, l := range t.levels {
+		finish := make([]int64, len(l.keys))
+		for n := range l.keys {
+			finish[n] = l.last[n]
+			for _, i := range slices.Backward(l.rows[n]) {
+				if !dead(i) {
+					finish[n] = rows[i].FairStart + fairStep(t.weights[i])
+					break
+				}
+			}
 		}
 		start := 0
-		for run := range s.keyRuns(keys) {
+		for run := range s.keyRuns(l.keys) {
 			writes = append(writes, stmt(s.q.SaveFairKeys(l.queue, l.priority, run, finish[start:start+len(run)])))
 			start += len(run)
 		}
 	}
-	if err := pipeline(ctx, ex, writes, nil); err != nil {
-		return fmt.Errorf("save fairness keys: %w", err)
-	}
-	return nil
+	return writes
 }
 
 // keyRuns yields keys (fairness keys, semaphores, budgets) in the runs one

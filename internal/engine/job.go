@@ -244,6 +244,10 @@ type JobInfo struct {
 	LastError   string
 	// Conc is the job's concurrency limit, nil without one.
 	Conc *Conc
+	// FairKey is the job's fairness key ("" without one), and FairStart
+	// its virtual start (docs/fairness.md).
+	FairKey   string
+	FairStart int64
 }
 
 // Transition moves one job to a new state, as a handler's outcome or a

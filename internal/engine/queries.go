@@ -46,9 +46,9 @@ type SQL struct {
 
 	insertTick, setTickJob, deleteTicks *sqlStatement
 
-	lockReadyFair, insertFairKeys, lockFairKeys, fairVirtualTime, fairWaitingStart, saveFairKeys, deleteFairKeys *sqlStatement
-	fairLevels                                                                                                   string
-	lastTicks                                                                                                    string
+	lockReadyFair, insertFairKeys, lockFairKeys, fairVirtualTime, fairWaitingStart, saveFairKeys, deleteFairKeys, refundFairKeys *sqlStatement
+	fairLevels                                                                                                                   string
+	lastTicks                                                                                                                    string
 }
 
 // optional are the statements a database may lack (have no default, or
@@ -223,6 +223,7 @@ func NewSQL(d Dialect) (*SQL, error) {
 		{&q.fairWaitingStart, "FairWaitingStart", []string{"queue", "priority"}},
 		{&q.saveFairKeys, "SaveFairKeys", []string{"rows"}},
 		{&q.deleteFairKeys, "DeleteFairKeys", []string{"queue", "priority", "before"}},
+		{&q.refundFairKeys, "RefundFairKeys", []string{"ids", "queue", "priority", "keys"}},
 	}
 	for _, s := range stmts {
 		text, err := render(s.name)

@@ -66,3 +66,12 @@ func (q *SQL) FairLevels() string { return q.fairLevels }
 func (q *SQL) DeleteFairKeys(queue string, priority int, before int64) (string, []any) {
 	return q.deleteFairKeys.bind(queue, int32(priority), before)
 }
+
+// RefundFairKeys gives back the charge of fair jobs cancelled before any
+// claim to the keys (sorted) of a queue's priority level: ids holds, for
+// each key, its cancelled job with the lowest start (C), in any order.
+// A key's finish becomes C where it is later and the key has no job of
+// the level ready, waiting or running that starts at C or after.
+func (q *SQL) RefundFairKeys(queue string, priority int, keys []string, ids []int64) (string, []any) {
+	return q.refundFairKeys.bind(ids, queue, int32(priority), keys)
+}

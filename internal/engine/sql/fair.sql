@@ -1,6 +1,7 @@
 -- Fair shares across keys: each key's last virtual finish, per queue and
--- priority (docs/fairness.md). Only enqueues write these rows; a claim
--- reads none.
+-- priority (docs/fairness.md). Enqueues write these rows, and an
+-- operator's cancel of fair jobs that never ran gives back their turns
+-- (RefundFairKeys); a claim reads none.
 
 -- name: InsertFairKeys
 -- Rows for the keys (sorted) of a queue's priority level, ignoring those
@@ -53,3 +54,20 @@ SELECT DISTINCT queue, priority FROM sluice_fair_keys;
 -- its waiting jobs): a key's next job starts at the virtual time whether
 -- its row is there or not.
 DELETE FROM sluice_fair_keys WHERE queue = :queue AND priority = :priority AND finish < :before;
+
+-- name: RefundFairKeys
+-- Gives back the charge of fair jobs cancelled before any claim (an
+-- operator's cancel): :ids lists, for each of the keys (sorted) of a
+-- queue's priority level, the one such job with the lowest start, C. The
+-- key's finish becomes C when it is later and the key has no job of the
+-- level ready, waiting (scheduled, parked or blocked) or running that
+-- starts at C or after: a key's starts rise in enqueue order, so its
+-- jobs before C finish by C. A key with such a job keeps its finish.
+-- The jobs are read, not locked (READ COMMITTED on MySQL): the
+-- statement locks only the keys' rows.
+UPDATE sluice_fair_keys SET finish = (SELECT d.fair_start FROM sluice_jobs d WHERE d.id IN (:ids) AND d.fair_key = sluice_fair_keys.fair_key)
+WHERE queue = :queue AND priority = :priority AND fair_key IN (:keys)
+AND EXISTS (SELECT 1 FROM sluice_jobs d WHERE d.id IN (:ids) AND d.fair_key = sluice_fair_keys.fair_key AND d.fair_start < sluice_fair_keys.finish
+  AND NOT EXISTS (SELECT 1 FROM sluice_jobs j WHERE {ReadyFair} AND j.priority = :priority AND j.fair_start >= d.fair_start AND j.fair_start < sluice_fair_keys.finish AND j.fair_key = d.fair_key)
+  AND NOT EXISTS (SELECT 1 FROM sluice_jobs j WHERE {WaitingFair} AND j.priority = :priority AND j.fair_key = d.fair_key AND j.fair_start >= d.fair_start)
+  AND NOT EXISTS (SELECT 1 FROM sluice_jobs j WHERE {RunningJob} AND j.queue = :queue AND j.priority = :priority AND j.fair_key = d.fair_key AND j.fair_start >= d.fair_start));
