@@ -14,6 +14,7 @@ import (
 	"github.com/sluicequeue/sluice/clock"
 	"github.com/sluicequeue/sluice/internal/engine"
 	"github.com/sluicequeue/sluice/internal/keys"
+	"github.com/sluicequeue/sluice/ratelimit"
 	"github.com/sluicequeue/sluice/store"
 )
 
@@ -111,7 +112,7 @@ func (c *Client) Check(it Item) error {
 	if c.cfgErr != nil {
 		return c.cfgErr
 	}
-	_, err := c.newJob(it, c.clock.Now())
+	_, err := c.newJob(it, c.clock.Now(), nil)
 	return err
 }
 
@@ -199,8 +200,20 @@ func (c *Client) enqueue(ctx context.Context, ex engine.Executor, items []Item) 
 	}
 	now := c.clock.Now()
 	rows := make([]engine.NewJob, len(items))
+	var inForce func(kind, key string) (ratelimit.Spec, bool)
 	for i, it := range items {
-		row, err := c.newJob(it, now)
+		row, err := c.newJob(it, now, inForce)
+		var ce *ratelimit.CostError
+		if errors.As(err, &ce) && inForce == nil {
+			// A cost above its declared burst: an override may have
+			// raised the burst. Read them, once, only then.
+			view := &limitsView{reg: c.reg}
+			if lerr := view.load(ctx, c.store); lerr != nil {
+				return nil, fmt.Errorf("jobs: enqueue: %w", lerr)
+			}
+			inForce = view.RateSpec
+			row, err = c.newJob(it, now, inForce)
+		}
 		if err != nil {
 			if len(items) > 1 {
 				return nil, fmt.Errorf("jobs: enqueue item %d: %w", i, err)
@@ -288,7 +301,10 @@ func (c *Client) wakeReady(rows []engine.NewJob, res []Enqueued) {
 // calls (the kind's key, Cost, Fair and FairWeight functions, the args'
 // own methods) may panic: the panic fails the item, as an error naming
 // the kind and what panicked, before anything is written.
-func (c *Client) newJob(it Item, now time.Time) (j engine.NewJob, err error) {
+//
+// A cost above its limit's declared burst is refused unless inForce (the
+// limits with their overrides; nil reads none) admits it.
+func (c *Client) newJob(it Item, now time.Time, inForce func(kind, key string) (ratelimit.Spec, bool)) (j engine.NewJob, err error) {
 	if it.Args == nil || isNilPointer(it.Args) {
 		return engine.NewJob{}, errors.New("args are nil")
 	}
@@ -333,7 +349,11 @@ func (c *Client) newJob(it Item, now time.Time) (j engine.NewJob, err error) {
 		return engine.NewJob{}, fmt.Errorf("%s: %w: %d bytes encoded; the %s server carries at most %d bytes of args in one statement (raise its max_allowed_packet)",
 			name, ErrArgsTooLarge, len(body), c.store.Dialect().Name(), m)
 	}
-	rateKeys, err := k.rateKeys(it.Args)
+	var overridden func(key string) (ratelimit.Spec, bool)
+	if inForce != nil {
+		overridden = func(key string) (ratelimit.Spec, bool) { return inForce(name, key) }
+	}
+	rateKeys, err := k.rateKeys(it.Args, overridden)
 	if err != nil {
 		return engine.NewJob{}, fmt.Errorf("%s: %w", name, err)
 	}

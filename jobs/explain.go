@@ -182,7 +182,7 @@ func Explain(ctx context.Context, pub *store.Store, reg *Registry, id int64, now
 	if reg == nil {
 		reg = NewRegistry()
 	}
-	f, err := s.ExplainFacts(ctx, id, now)
+	f, err := s.ExplainFacts(ctx, id, now, reg.limits())
 	if err != nil {
 		return nil, err
 	}

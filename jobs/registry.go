@@ -492,8 +492,11 @@ func (k *kind) coalesceKey(args any) (*engine.Coalesce, error) {
 	return &engine.Coalesce{Key: key, Rule: k.coalesce.spec}, nil
 }
 
-// rateKeys computes a job's budget keys and costs at enqueue.
-func (k *kind) rateKeys(args any) ([]engine.RateKey, error) {
+// rateKeys computes a job's budget keys and costs at enqueue. A cost above
+// its limit's declared burst is refused (a *ratelimit.CostError) unless
+// inForce, when given, returns for the budget a limit (an override) under
+// which the cost can be admitted.
+func (k *kind) rateKeys(args any, inForce func(key string) (ratelimit.Spec, bool)) ([]engine.RateKey, error) {
 	if len(k.rules) == 0 {
 		return nil, nil
 	}
@@ -504,6 +507,15 @@ func (k *kind) rateKeys(args any) ([]engine.RateKey, error) {
 			return nil, err
 		}
 		cost, err := rule.cost(args)
+		var ce *ratelimit.CostError
+		if errors.As(err, &ce) && inForce != nil {
+			if spec, ok := inForce(key); ok && spec.Burst != ce.Burst {
+				if !spec.Params.Paused && !spec.Shadow && ce.Cost > spec.Burst {
+					return nil, fmt.Errorf("rate limit %s: cost %d is above the burst in force on %s (%d, set by an override), so the job could never be admitted", ce.Scope, ce.Cost, key, spec.Burst)
+				}
+				cost, err = ce.Cost, nil
+			}
+		}
 		if err != nil {
 			return nil, err
 		}

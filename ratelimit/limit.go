@@ -216,10 +216,25 @@ func (r *Rule[T]) Cost(args T) (c int, err error) {
 	switch {
 	case c < 1:
 		return 0, fmt.Errorf("rate limit %s: cost is %d; it must be at least 1", r.Scope, c)
-	case !r.Params.Paused && c > r.Burst:
-		return 0, fmt.Errorf("rate limit %s: cost %d is above the burst (%d), so the job could never be admitted", r.Scope, c, r.Burst)
+	case !r.Params.Paused && !r.Shadow && c > r.Burst:
+		// A shadow limit refuses nothing: such a job runs, recorded as one
+		// it would defer.
+		return 0, &CostError{Scope: r.Scope, Cost: c, Burst: r.Burst}
 	}
 	return c, nil
+}
+
+// CostError is Cost's error for a cost above the limit's burst: a job that
+// costs more than the burst could never be admitted under the limit.
+type CostError struct {
+	// Scope is the limit's scope (a kind, a group, or "@queue").
+	Scope string
+	// Cost is what the job costs, Burst the limit's burst.
+	Cost, Burst int
+}
+
+func (e *CostError) Error() string {
+	return fmt.Sprintf("rate limit %s: cost %d is above the burst (%d), so the job could never be admitted", e.Scope, e.Cost, e.Burst)
 }
 
 // ScopeOf returns the scope part of a stored budget key.

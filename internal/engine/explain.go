@@ -74,9 +74,11 @@ type SemaphoreFacts struct {
 	Ahead Count
 }
 
-// ExplainFacts reads why the job id is where it is. It returns ErrNotFound
-// for an id that does not exist.
-func (s *Store) ExplainFacts(ctx context.Context, id int64, now time.Time) (*ExplainFacts, error) {
+// ExplainFacts reads why the job id is where it is: the budgets it draws
+// on are those of its rate keys and, with lim, of its queue's limits
+// (lim may be nil: then only a queue limit it waits on). It returns
+// ErrNotFound for an id that does not exist.
+func (s *Store) ExplainFacts(ctx context.Context, id int64, now time.Time, lim Limits) (*ExplainFacts, error) {
 	d, err := s.dash()
 	if err != nil {
 		return nil, err
@@ -107,6 +109,13 @@ func (s *Store) ExplainFacts(ctx context.Context, id int64, now time.Time) (*Exp
 	if j.WaitKey != "" && !slices.ContainsFunc(keys, func(k RateKey) bool { return k.Key == j.WaitKey }) {
 		// a queue's limit, or an upstream 429 pushed on a budget
 		keys = append(slices.Clip(keys), RateKey{Key: j.WaitKey, Cost: 1})
+	}
+	if lim != nil {
+		for _, ql := range lim.QueueLimits(j.Queue) {
+			if !slices.ContainsFunc(keys, func(k RateKey) bool { return k.Key == ql.Key }) {
+				keys = append(slices.Clip(keys), RateKey{Key: ql.Key, Cost: 1})
+			}
+		}
 	}
 	for _, rk := range keys {
 		bf := BudgetFacts{Key: rk.Key, Cost: rk.Cost, Waiting: rk.Key == j.WaitKey}

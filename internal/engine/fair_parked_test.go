@@ -159,7 +159,7 @@ func TestExplainCountsAParkedFairJobsPlaceInFairOrder(t *testing.T) {
 		require.NoError(t, err)
 		require.Equal(t, []int64{a[0]}, ids(res.Jobs))
 		ahead := func(id int64) int64 {
-			f, err := s.ExplainFacts(ctx, id, t0)
+			f, err := s.ExplainFacts(ctx, id, t0, nil)
 			require.NoError(t, err)
 			require.Equal(t, engine.StateParked, f.Job.State)
 			for _, bf := range f.Budgets {
