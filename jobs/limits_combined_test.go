@@ -73,7 +73,7 @@ func TestADenialByAKindLimitChargesNoOtherBudget(t *testing.T) {
 	each(t, func(t *testing.T, h *harness) {
 		require.NoError(t, jobs.Register(h.reg, func(context.Context, *jobs.Job[mlJob]) error { return nil },
 			jobs.Queue("mlq"),
-			jobs.RateLimit(ratelimit.Limit[mlJob]{To: 1, Per: time.Minute, Key: mlAcct}),                                    // T = 60 s
+			jobs.RateLimit(ratelimit.Limit[mlJob]{To: 1, Per: time.Minute, Key: mlAcct}),                                   // T = 60 s
 			jobs.RateLimit(ratelimit.Limit[mlJob]{To: 10, Per: time.Minute, Burst: 10, Key: "global", Group: "mlglobal"}))) // T = 60 s
 		require.NoError(t, h.reg.LimitQueue("mlq", ratelimit.QueueLimit{To: 10, Per: 10 * time.Second, Burst: 10})) // T = 10 s
 		for _, a := range []string{"a", "a", "a", "b", "a", "c"} {
@@ -195,7 +195,7 @@ func TestACostIsChargedOnItsOwnBudgetOnly(t *testing.T) {
 	each(t, func(t *testing.T, h *harness) {
 		require.NoError(t, jobs.Register(h.reg, func(context.Context, *jobs.Job[mlJob]) error { return nil },
 			jobs.RateLimit(ratelimit.Limit[mlJob]{To: 5, Per: 50 * time.Second, Burst: 5, Key: "global", Group: "mlitems", Cost: mlItems}), // T = 50 s
-			jobs.RateLimit(ratelimit.Limit[mlJob]{To: 2, Per: 20 * time.Second, Burst: 2, Key: mlAcct})))                                 // T = 20 s
+			jobs.RateLimit(ratelimit.Limit[mlJob]{To: 2, Per: 20 * time.Second, Burst: 2, Key: mlAcct})))                                   // T = 20 s
 		h.enqueue(mlJob{Acct: "a", Items: 3})
 		h.enqueue(mlJob{Acct: "b", Items: 3}) // the items' budget has 2 left: denied
 		h.enqueue(mlJob{Acct: "b", Items: 2}) // admitted
