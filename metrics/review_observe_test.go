@@ -258,7 +258,7 @@ func TestReviewObserveTwoProcessesSweepingOneFloodCountEachDeferralOnce(t *testi
 		jr := jobs.NewRegistry()
 		require.NoError(t, jobs.Register(jr, func(context.Context, *jobs.Job[charge]) error { return nil },
 			jobs.RateLimit(ratelimit.Limit[charge]{To: 1, Per: time.Hour, Key: "global"})))
-		const flood = 400
+		const flood = 200
 		items := make([]jobs.Item, flood)
 		for i := range items {
 			items[i] = jobs.Item{Args: charge{Account: i}}

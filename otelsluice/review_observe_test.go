@@ -173,3 +173,56 @@ func TestReviewObserveRetriedRunsLinkToTheirEnqueueAndLatencyCountsFromIt(t *tes
 		}
 	})
 }
+
+// observability.md, "Side by side with Prometheus": both "count the same:
+// a run released at shutdown counts once, as released, as its span says";
+// and jobs.Classify "says what the worker will make of an error". A run
+// whose kind's Timeout ran out, whose handler was still tidying up when
+// the worker shut down and returned within the shutdown grace, is
+// released: the worker classifies with its own context, whose cause is
+// the shutdown, and the job goes back to ready with its attempt given
+// back (OnFinish and sluice.jobs.finished say released). The span's
+// middleware classifies with the handler's context, whose cause is the
+// timeout that ended it first: it says retried, with an Error status, for
+// a run the database shows was released.
+func TestReviewObserveATimedOutRunReleasedAtShutdownHasAReleasedSpan(t *testing.T) {
+	each(t, otelsluice.Config{}, func(t *testing.T, e *env) {
+		started := make(chan struct{})
+		timedOut := make(chan struct{})
+		unblock := make(chan struct{})
+		require.NoError(t, jobs.Register(e.reg, func(ctx context.Context, j *jobs.Job[reviewMail]) error {
+			close(started)
+			<-ctx.Done() // the timeout
+			close(timedOut)
+			<-unblock // tidying up
+			return ctx.Err()
+		}, jobs.Timeout(10*time.Second)))
+		res, err := e.client.Enqueue(context.Background(), reviewMail{N: 1})
+		require.NoError(t, err)
+		w := e.worker(jobs.WorkerConfig{ShutdownTimeout: 30 * time.Second, PollInterval: time.Hour})
+		ctx, cancel := context.WithCancel(context.Background())
+		done := make(chan error, 1)
+		go func() { done <- w.Run(ctx) }()
+		<-started
+		<-e.clock.WaitForTimerAt(t0.Add(10 * time.Second))
+		e.clock.Advance(10 * time.Second)
+		<-timedOut
+		cancel() // the worker shuts down: it waits up to ShutdownTimeout…
+		<-e.clock.WaitForTimerAt(t0.Add(40 * time.Second))
+		e.clock.Advance(30 * time.Second)
+		// … then cancels the jobs (errShutdown) and gives them a grace.
+		<-e.clock.WaitForTimerAt(t0.Add(41 * time.Second))
+		close(unblock) // the handler returns within the grace
+		require.NoError(t, <-done)
+
+		j, err := engine.From(e.store).GetJob(context.Background(), res.ID)
+		require.NoError(t, err)
+		require.Equal(t, engine.StateReady, j.State, "released back to ready")
+		require.Equal(t, 0, j.Attempt, "its attempt given back")
+		require.Equal(t, map[string]int64{"released": 1}, finishedByOutcome(t, e), "OnFinish says released")
+		run := e.span("process default")
+		t.Logf("span: outcome %q, status %v %q", attrs(run)["sluice.outcome"].AsString(), run.Status().Code, run.Status().Description)
+		require.Equal(t, "released", attrs(run)["sluice.outcome"].AsString(), "the span says what the metric and the database say")
+		require.NotEqual(t, codes.Error, run.Status().Code)
+	})
+}
