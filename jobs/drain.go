@@ -111,7 +111,7 @@ func (w *Worker) Drain(ctx context.Context) (DrainResult, error) {
 				w.releaseUnrun(ctx, pid, res.Jobs[i:])
 				break
 			}
-			r := w.execute(ctx, j, &runState{base: w.log, job: j})
+			r := w.execute(ctx, j, &runState{base: w.log, job: j, now: w.clock.Now})
 			r.pid = pid
 			w.finished(j, r)
 			// Written at once, as Run's recorder does: a job that ran is

@@ -250,8 +250,7 @@ func (w *Worker) outcome(ctx context.Context, j *engine.Job, err error) result {
 // without spending an attempt, and holds back every budget it ran under
 // until then.
 func (w *Worker) waitUpstream(j *engine.Job, e *retryAfterError) result {
-	now := w.clock.Now()
-	wait := min(e.wait(now), w.cfg.MaxRetryAfter)
+	wait := min(e.wait(w.clock.Now()), w.cfg.MaxRetryAfter)
 	t := engine.Transition{ID: j.ID, State: engine.StateScheduled, Wait: wait, AttemptDelta: -1, Error: errorText(e)}
 	var pushes []engine.BudgetPush
 	if w.limits != nil {

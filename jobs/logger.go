@@ -4,6 +4,7 @@ import (
 	"context"
 	"log/slog"
 	"sync"
+	"time"
 
 	"github.com/sluicequeue/sluice/internal/engine"
 )
@@ -27,6 +28,9 @@ type runState struct {
 	parent context.Context
 	base   *slog.Logger
 	job    *engine.Job
+	// now reads the worker's clock: Classify reckons an upstream's
+	// Retry-After date on it, as the worker does.
+	now func() time.Time
 
 	mu sync.Mutex
 	// log is the run's logger once made; extra are the attributes

@@ -198,13 +198,23 @@ func Classify(ctx context.Context, job JobInfo, err error) Verdict {
 	case OutcomeSnoozed:
 		return Verdict{Outcome: k, Wait: s.d, Reason: s.Error()}
 	case OutcomeThrottled:
-		return Verdict{Outcome: k, Wait: r.wait(time.Now()), Reason: r.Error()}
+		return Verdict{Outcome: k, Wait: upstreamWait(ctx, r), Reason: r.Error()}
 	}
 	v := Verdict{Outcome: OutcomeRetried, Reason: err.Error()}
 	if job.Attempt >= job.MaxAttempts {
 		v.Outcome = OutcomeFailed
 	}
 	return v
+}
+
+// upstreamWait is how long r asks the job of ctx to wait, reckoned on the
+// clock of the worker running it (before its MaxRetryAfter cap); outside
+// a worker's run (Perform), on the system clock.
+func upstreamWait(ctx context.Context, r *retryAfterError) time.Duration {
+	if rs, ok := ctx.Value(runKey{}).(*runState); ok && rs.now != nil {
+		return r.wait(rs.now())
+	}
+	return r.wait(time.Now())
 }
 
 // shuttingDown reports whether the worker running the job of ctx (the

@@ -798,7 +798,7 @@ func (w *Worker) free() int {
 
 // start runs a job claimed under pid in its own goroutine.
 func (w *Worker) start(ctx context.Context, j *engine.Job, pid int64) {
-	rj := &runningJob{job: j, pid: pid, run: runState{base: w.log, job: j}, began: time.Now().Add(j.Hold)}
+	rj := &runningJob{job: j, pid: pid, run: runState{base: w.log, job: j, now: w.clock.Now}, began: time.Now().Add(j.Hold)}
 	rs := &rj.run
 	w.mu.Lock()
 	w.running[rj] = struct{}{}
