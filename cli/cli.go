@@ -214,12 +214,18 @@ func (a *App) Run(ctx context.Context, args []string) int {
 }
 
 // each splits an error that joins several (errors.Join: an operator's
-// action refused for some of its jobs) into its parts, a line each.
+// action refused for some of its jobs), and the joins among them, into
+// their parts, a line each.
 func each(err error) []error {
-	if j, ok := err.(interface{ Unwrap() []error }); ok {
-		return j.Unwrap()
+	j, ok := err.(interface{ Unwrap() []error })
+	if !ok {
+		return []error{err}
 	}
-	return []error{err}
+	var out []error
+	for _, e := range j.Unwrap() {
+		out = append(out, each(e)...)
+	}
+	return out
 }
 
 // ownName makes the commands an error suggests (the store's "run `sluice

@@ -206,9 +206,11 @@ func (c *Client) enqueue(ctx context.Context, ex engine.Executor, items []Item) 
 		var ce *ratelimit.CostError
 		if errors.As(err, &ce) && inForce == nil {
 			// A cost above its declared burst: an override may have
-			// raised the burst. Read them, once, only then.
+			// raised the burst. Read them, once, only then, in the
+			// caller's transaction if there is one (on SQLite it holds
+			// the only connection).
 			view := &limitsView{reg: c.reg}
-			if lerr := view.load(ctx, c.store); lerr != nil {
+			if lerr := view.loadIn(ctx, c.store, ex); lerr != nil {
 				return nil, fmt.Errorf("jobs: enqueue: %w", lerr)
 			}
 			inForce = view.RateSpec

@@ -100,7 +100,12 @@ func (v *limitsView) refresh(ctx context.Context, s *engine.Store, c engine.Cloc
 
 // load reads the overrides from the database.
 func (v *limitsView) load(ctx context.Context, s *engine.Store) error {
-	list, err := s.ListOverrides(ctx)
+	return v.loadIn(ctx, s, nil)
+}
+
+// loadIn reads the overrides through ex (nil: the store's pool).
+func (v *limitsView) loadIn(ctx context.Context, s *engine.Store, ex engine.Executor) error {
+	list, err := s.ListOverridesIn(ctx, ex)
 	if err != nil {
 		return err
 	}

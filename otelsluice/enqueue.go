@@ -21,7 +21,9 @@ import (
 // carries). The span ends with the enqueue's outcome (jobs.OnEnqueueDone):
 // after its commit, naming the job (messaging.message.id) when one was
 // enqueued, or with an Error status and the error when the enqueue failed,
-// its commit included, and wrote nothing.
+// its commit included, and wrote nothing. In the caller's transaction
+// (EnqueueTx) the outcome is settled once the rows are written into it:
+// the span ends then, whatever the caller's commit does later.
 func (o *Integration) EnqueueMiddleware() jobs.EnqueueMiddleware {
 	return func(ctx context.Context, js []*jobs.EnqueueJob, next func(context.Context) error) (err error) {
 		if len(js) == 0 {

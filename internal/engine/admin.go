@@ -210,7 +210,7 @@ func (s *Store) queryJobInfosExtra(ctx context.Context, ex Executor, q string, a
 // is now in (ready or blocked); see operate for refusals.
 func (s *Store) RetryJobs(ctx context.Context, c Clock, ids []int64) ([]Moved, error) {
 	now := c.Host()
-	return s.operate(ctx, ids, "retry", "retried", []State{StateFailed, StateCancelled, StateScheduled, StateParked, StateReady},
+	return s.operate(ctx, ids, "retry", "retried", []State{StateFailed, StateCancelled, StateScheduled, StateParked, StateReady}, nil,
 		func(ctx context.Context, tx Tx, j *JobInfo) ([]Stmt, State, error) {
 			t := Transition{ID: j.ID, State: StateReady, RunAt: now, AttemptDelta: -j.Attempt}
 			var writes []Stmt
@@ -244,7 +244,18 @@ func (s *Store) CancelJobs(ctx context.Context, c Clock, ids []int64, reason str
 	}
 	now := c.Host()
 	unclaimed := map[int64]*JobInfo{} // fair jobs that never ran, by id
-	moved, err := s.operate(ctx, ids, "cancel", "cancelled", []State{StateReady, StateScheduled, StateParked, StateBlocked, StateFailed},
+	// A fair job cancelled before, never claimed, is refused again but
+	// still has its turns given back: a refund that failed after its
+	// cancel committed (a crash, a lost connection) is done by cancelling
+	// again. The refund only lowers a key's finish, so doing it twice
+	// changes nothing more.
+	var dead []*JobInfo
+	again := func(j *JobInfo) {
+		if j.State == StateCancelled && j.FairKey != "" && j.Claims == 0 {
+			dead = append(dead, j)
+		}
+	}
+	moved, err := s.operate(ctx, ids, "cancel", "cancelled", []State{StateReady, StateScheduled, StateParked, StateBlocked, StateFailed}, again,
 		func(ctx context.Context, tx Tx, j *JobInfo) ([]Stmt, State, error) {
 			if j.FairKey != "" && j.Claims == 0 {
 				unclaimed[j.ID] = j
@@ -257,13 +268,15 @@ func (s *Store) CancelJobs(ctx context.Context, c Clock, ids []int64, reason str
 			gives, _, err := s.giveBack(ctx, tx, c, holders{j.ID: j.ConcKey})
 			return append(writes, gives...), StateCancelled, err
 		})
-	var dead []*JobInfo
 	for _, m := range moved {
 		if j := unclaimed[m.ID]; j != nil {
 			dead = append(dead, j)
 		}
 	}
-	return moved, errors.Join(err, s.refundFair(ctx, dead))
+	if rerr := s.refundFair(ctx, dead); rerr != nil {
+		return moved, errors.Join(err, rerr)
+	}
+	return moved, err
 }
 
 // refundFair gives back the charge of fair jobs cancelled before any
@@ -300,11 +313,12 @@ func (s *Store) refundFair(ctx context.Context, dead []*JobInfo) error {
 			for i, k := range run {
 				ids[i] = first[l][k].ID
 			}
-			if len(run) > 1 {
-				// An update locks its rows in no set order: lock them in
-				// key order first.
-				stmts = append(stmts, query(s.q.LockFairKeys(l.queue, l.priority, run)))
-			}
+			// Locked first, in key order (an update locks its rows in no
+			// set order), and so that the update, a statement of its
+			// own, sees the jobs an enqueue that held a key committed
+			// meanwhile (in one statement PostgreSQL and MySQL would
+			// read them as of its start).
+			stmts = append(stmts, query(s.q.LockFairKeys(l.queue, l.priority, run)))
 			stmts = append(stmts, stmt(s.q.RefundFairKeys(l.queue, l.priority, run, ids)))
 		}
 	}
@@ -312,7 +326,7 @@ func (s *Store) refundFair(ctx context.Context, dead []*JobInfo) error {
 		return pipeline(ctx, tx, stmts, func(int, Rows) error { return nil })
 	})
 	if err != nil {
-		return s.wrap(fmt.Errorf("cancel: give back fairness keys' turns: %w", err))
+		return s.wrap(fmt.Errorf("cancel: give back fairness keys' turns (cancelling the same jobs again retries it): %w", err))
 	}
 	return nil
 }
@@ -349,7 +363,7 @@ func orStates(ss []State) string {
 // are still acted on: the error joins one error per refused job, each
 // naming it. Any other error stops at the job it happened on. It returns
 // the jobs it moved, in the order given, with their new states.
-func (s *Store) operate(ctx context.Context, ids []int64, verb, done string, allowed []State,
+func (s *Store) operate(ctx context.Context, ids []int64, verb, done string, allowed []State, onRefused func(*JobInfo),
 	act func(context.Context, Tx, *JobInfo) ([]Stmt, State, error)) ([]Moved, error) {
 	var moved []Moved
 	var refused []error
@@ -366,6 +380,9 @@ func (s *Store) operate(ctx context.Context, ids []int64, verb, done string, all
 				return fmt.Errorf("cannot %s job %d: %w", verb, id, ErrNotFound)
 			}
 			if j := js[0]; !slices.Contains(allowed, j.State) {
+				if onRefused != nil {
+					onRefused(j)
+				}
 				return notAllowed(fmt.Sprintf("cannot %s job %d: it is %s, and only %s jobs can be %s",
 					verb, id, j.State, orStates(allowed), done))
 			}

@@ -90,7 +90,17 @@ func (s *Store) ClearOverride(ctx context.Context, target string) error {
 
 // ListOverrides returns every override, by target.
 func (s *Store) ListOverrides(ctx context.Context) ([]Override, error) {
-	rows, err := s.db.Query(ctx, s.q.ListOverrides())
+	return s.ListOverridesIn(ctx, nil)
+}
+
+// ListOverridesIn is ListOverrides through ex (a caller's transaction,
+// which on SQLite holds the one connection); nil reads through the
+// store's pool.
+func (s *Store) ListOverridesIn(ctx context.Context, ex Executor) ([]Override, error) {
+	if ex == nil {
+		ex = s.db
+	}
+	rows, err := ex.Query(ctx, s.q.ListOverrides())
 	if err != nil {
 		return nil, s.wrap(fmt.Errorf("list limit overrides: %w", err))
 	}
