@@ -108,7 +108,6 @@ func TestAPlainCancelRunsNoFairStatement(t *testing.T) {
 	})
 }
 
-
 // the refund runs in a transaction of its own after the
 // cancels committed (refundFair). When it fails (a crash between the two,
 // the operator's Ctrl-C, a lost connection: here the database refuses the
