@@ -23,7 +23,8 @@ import (
 // b is deployed in the middle of the repeated hour (01:10 EST, after the
 // first 01:30 ran), and a third, c, is restarted there too after a's
 // twin went down. Each tick runs once: one nightly job at 01:30 EDT, 50
-// half-hourly jobs, none twice.
+// half-hourly jobs, none twice. The clock moves five minutes a step: every
+// tick (each half hour) and the deploy (01:10 EST) is on the way.
 func TestDSTFallBackWithADispatcherDeployedInTheRepeatedHour(t *testing.T) {
 	ny, err := time.LoadLocation("America/New_York")
 	require.NoError(t, err)
@@ -39,7 +40,7 @@ func TestDSTFallBackWithADispatcherDeployedInTheRepeatedHour(t *testing.T) {
 		ds := []*dispatcher.Dispatcher{newDispatcher(t, s, cfg)}
 		repeated := time.Date(2026, 11, 1, 6, 10, 0, 0, time.UTC) // 01:10 EST
 		for fc.Now().Before(from.Add(25 * time.Hour)) {
-			fc.Advance(time.Minute)
+			fc.Advance(5 * time.Minute)
 			if fc.Now().Equal(repeated) {
 				ds = append(ds, newDispatcher(t, s, cfg), newDispatcher(t, s, cfg))
 			}

@@ -293,8 +293,11 @@ func TestADailyTaskRunsOnceOnDSTDays(t *testing.T) {
 				client := jobs.NewClient(testdb.Public(s), registry(t), jobs.ClientConfig{Clock: fc})
 				d := newDispatcher(t, s, dispatcher.Config{Clock: fc, Logger: quiet(), Client: client,
 					Tasks: []dispatcher.Task{{Key: "nightly", Schedule: c.spec, Args: report{}}}})
-				for fc.Now().Before(c.from.Add(24 * time.Hour)) { // that whole day, a minute at a time
-					fc.Advance(time.Minute)
+				// That whole day, five minutes at a time: every wall time a
+				// tick is due at (01:30, 02:30, 03:00) is on the way, and a
+				// job's CreatedAt is the first step at or after its tick.
+				for fc.Now().Before(c.from.Add(24 * time.Hour)) {
+					fc.Advance(5 * time.Minute)
 					_, err := d.Tick(ctx)
 					require.NoError(t, err)
 				}

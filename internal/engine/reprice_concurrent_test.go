@@ -21,6 +21,19 @@ var walkLimits = []struct {
 	burst int
 }{{2, time.Second, 1}, {6, time.Second, 3}, {1, 2 * time.Second, 1}, {0, time.Second, 1}, {4, time.Second, 4}, {3, 500 * time.Millisecond, 2}}
 
+// drainLimit is the limit a walk ends on, loose enough that what is left
+// of its backlog drains in about 2 s of the fake clock (4 a second, the
+// loosest of walkLimits, took 19 s: as many rounds again as the walk).
+// Its admissions are checked like the others, under its own version,
+// drainVersion, past the walk's.
+var drainLimit = struct {
+	to    int
+	per   time.Duration
+	burst int
+}{20, time.Second, 5}
+
+const drainVersion = 1000
+
 // walkAdmission is one charge of a budget, with the version of the limit
 // the claim decided under.
 type walkAdmission struct {
@@ -83,6 +96,9 @@ func TestRepriceBesideConcurrentClaimsLosesNothingAndKeepsTheBound(t *testing.T)
 		hints := make([][]string, len(claimers))
 		limitOf := func(v int) (limits, ratelimit.Spec) {
 			c := walkLimits[v%len(walkLimits)]
+			if v == drainVersion {
+				c = drainLimit
+			}
 			sp := spec(t, "k", c.to, c.per, c.burst)
 			return limits{"k": sp}, sp
 		}
@@ -150,11 +166,10 @@ func TestRepriceBesideConcurrentClaimsLosesNothingAndKeepsTheBound(t *testing.T)
 		for ; step < 150; step++ {
 			round(step, step/15)
 		}
-		// Then a limit loose enough to drain the rest (choice 4: 4 a
-		// second at once, switched to only after the walk).
-		last := 150/15 + len(walkLimits) - (150/15)%len(walkLimits) + 4
+		// Then a limit loose enough to drain the rest in a few seconds of
+		// the fake clock, switched to only after the walk.
 		for ; step < 2000 && func() bool { mu.Lock(); defer mu.Unlock(); return completed < total && len(errs) == 0 }(); step++ {
-			round(step, last)
+			round(step, drainVersion)
 		}
 		require.Empty(t, errs, "no call fails")
 		require.Positive(t, repriced, "Reprice met parked budgets")
