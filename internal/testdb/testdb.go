@@ -13,6 +13,8 @@ import (
 	"context"
 	"fmt"
 	"os"
+	"path/filepath"
+	"sync"
 	"testing"
 	"time"
 
@@ -28,12 +30,29 @@ type Backend struct {
 	// URL opens a fresh, empty database and returns its URL; the database
 	// is dropped when the test ends.
 	URL func(t testing.TB) string
+	// migrated, for a backend without a test server (SQLite), opens a
+	// fresh database already migrated (a copy of one migrated once per
+	// test binary) and returns its URL; nil for the others.
+	migrated func(t testing.TB) string
 }
 
-// Open opens a fresh store on b, migrated unless raw.
+// migratedURL returns a fresh migrated database's URL where b can copy
+// one, or a fresh empty one's (and false).
+func (b Backend) migratedURL(t testing.TB) (string, bool) {
+	if b.migrated != nil {
+		return b.migrated(t), true
+	}
+	return b.URL(t), false
+}
+
+// Open opens a fresh store on b, migrated.
 func (b Backend) Open(t testing.TB) *engine.Store {
 	t.Helper()
-	s := b.OpenRaw(t)
+	u, done := b.migratedURL(t)
+	s := Opener(t, u)()
+	if done {
+		return s
+	}
 	if _, err := s.MigrateUp(context.Background(), 0); err != nil {
 		t.Fatalf("%s: migrate: %v", b.Name, err)
 	}
@@ -86,9 +105,87 @@ func Backends(t testing.TB) []Backend {
 				continue
 			}
 		}
-		out = append(out, Backend{Name: b.Name, URL: func(t testing.TB) string { return scratch(t, b, base) }})
+		tb := Backend{Name: b.Name, URL: func(t testing.TB) string { return scratch(t, b, base) }}
+		if b.TestEnv == "" {
+			tb.migrated = func(t testing.TB) string { return migratedCopy(t, b) }
+		}
+		out = append(out, tb)
 	}
 	return out
+}
+
+// migratedFiles holds, per backend without a test server, the files of a
+// database made and migrated once per test binary: running every
+// migration takes about a quarter of a second per test under -race.
+var migratedFiles sync.Map // backend name → *migratedTemplate
+
+type migratedTemplate struct {
+	once  sync.Once
+	files map[string][]byte
+	err   error
+}
+
+// migratedCopy makes a fresh database of b, in a temporary directory,
+// from a copy of the files of one migrated once, and returns its URL.
+func migratedCopy(t testing.TB, b engine.Backend) string {
+	t.Helper()
+	v, _ := migratedFiles.LoadOrStore(b.Name, &migratedTemplate{})
+	tpl := v.(*migratedTemplate)
+	tpl.once.Do(func() { tpl.files, tpl.err = migrateOnce(b) })
+	if tpl.err != nil {
+		t.Fatalf("%s: a migrated database to copy: %v", b.Name, tpl.err)
+	}
+	dir := t.TempDir()
+	for name, data := range tpl.files {
+		if err := os.WriteFile(filepath.Join(dir, name), data, 0o600); err != nil {
+			t.Fatalf("%s: copy a migrated database: %v", b.Name, err)
+		}
+	}
+	u, _, err := b.Scratch(context.Background(), dir)
+	if err != nil {
+		t.Fatalf("%s: %v", b.Name, err)
+	}
+	return u
+}
+
+// migrateOnce makes a database of b in a directory of its own, migrates
+// it, closes it, and returns its files.
+func migrateOnce(b engine.Backend) (map[string][]byte, error) {
+	dir, err := os.MkdirTemp("", "sluice-migrated-")
+	if err != nil {
+		return nil, err
+	}
+	defer os.RemoveAll(dir)
+	ctx := context.Background()
+	u, _, err := b.Scratch(ctx, dir)
+	if err != nil {
+		return nil, err
+	}
+	s, err := OpenURL(ctx, u)
+	if err != nil {
+		return nil, err
+	}
+	_, err = s.MigrateUp(ctx, 0)
+	if cerr := s.Close(); err == nil {
+		err = cerr
+	}
+	if err != nil {
+		return nil, err
+	}
+	entries, err := os.ReadDir(dir)
+	if err != nil {
+		return nil, err
+	}
+	files := map[string][]byte{}
+	for _, e := range entries {
+		if !e.Type().IsRegular() {
+			continue
+		}
+		if files[e.Name()], err = os.ReadFile(filepath.Join(dir, e.Name())); err != nil {
+			return nil, err
+		}
+	}
+	return files, nil
 }
 
 // scratch makes a fresh database on b's test server (base), or in a
@@ -130,10 +227,13 @@ func EachPublic(t *testing.T, fn func(t *testing.T, s *store.Store)) {
 func EachPool(t *testing.T, fn func(t *testing.T, s *engine.Store, open func() *engine.Store)) {
 	for _, b := range Backends(t) {
 		t.Run(b.Name, func(t *testing.T) {
-			open := Opener(t, b.URL(t))
+			u, done := b.migratedURL(t)
+			open := Opener(t, u)
 			s := open()
-			if _, err := s.MigrateUp(context.Background(), 0); err != nil {
-				t.Fatalf("%s: migrate: %v", b.Name, err)
+			if !done {
+				if _, err := s.MigrateUp(context.Background(), 0); err != nil {
+					t.Fatalf("%s: migrate: %v", b.Name, err)
+				}
 			}
 			fn(t, s, open)
 		})
