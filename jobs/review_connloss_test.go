@@ -15,6 +15,8 @@ package jobs_test
 import (
 	"context"
 	"errors"
+	"fmt"
+	"net/url"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -24,9 +26,11 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/sluicequeue/sluice/concurrency"
+	"github.com/sluicequeue/sluice/dispatcher"
 	"github.com/sluicequeue/sluice/internal/engine"
 	"github.com/sluicequeue/sluice/internal/testdb"
 	"github.com/sluicequeue/sluice/jobs"
+	"github.com/sluicequeue/sluice/ratelimit"
 )
 
 // errConnReset is what a driver reports when the connection drops: not a
@@ -71,7 +75,12 @@ func (d *connLossDB) Query(ctx context.Context, q string, args ...any) (engine.R
 	if d.fail(q) {
 		return nil, errConnReset
 	}
-	return d.DB.Query(ctx, q, args...)
+	rows, err := d.DB.Query(ctx, q, args...)
+	if err == nil && d.lose([]string{q}) {
+		rows.Close() // the statement ran to its end, autocommitted
+		return nil, errConnReset
+	}
+	return rows, err
 }
 
 // Listen keeps PostgreSQL's wake-ups.
@@ -329,4 +338,410 @@ func TestReviewConnLossDrainsLostClaimIsNotFailedAsAProcessLost(t *testing.T) {
 	})
 }
 
-var _ = concurrency.Limit[connJob]{}
+type killPlain struct{ N int }
+
+func (killPlain) Kind() string { return "kill_plain" }
+
+type killRated struct{ N int }
+
+func (killRated) Kind() string { return "kill_rated" }
+
+type killConc struct{ Account, N int }
+
+func (killConc) Kind() string { return "kill_conc" }
+
+// killer ends, from a connection of its own, every other server
+// connection of the test's pools.
+type killer struct {
+	name string
+	s    *engine.Store
+	app  string // PostgreSQL: the pools' application_name
+}
+
+func (k *killer) kill(ctx context.Context) int {
+	switch k.name {
+	case "postgres":
+		// Not every connection of current_database(): each test has a
+		// schema of its own in one shared database, and other tests run
+		// beside this one. The pools under test carry their own
+		// application_name.
+		rows, err := k.s.DB().Query(ctx, "SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE application_name = $1 AND pid <> pg_backend_pid()", k.app)
+		if err != nil {
+			return 0
+		}
+		n := 0
+		for rows.Next() {
+			n++
+		}
+		rows.Close()
+		return n
+	case "mysql":
+		rows, err := k.s.DB().Query(ctx, "SELECT id FROM information_schema.processlist WHERE db = DATABASE() AND id <> CONNECTION_ID()")
+		if err != nil {
+			return 0
+		}
+		var ids []int64
+		for rows.Next() {
+			var id int64
+			if rows.Scan(&id) == nil {
+				ids = append(ids, id)
+			}
+		}
+		rows.Close()
+		for _, id := range ids {
+			_, _ = k.s.DB().Exec(ctx, fmt.Sprintf("KILL CONNECTION %d", id))
+		}
+		return len(ids)
+	}
+	return 0
+}
+
+// guarantees.md, "Delivery: at least once", "Nothing lost", "Limits":
+// connections killed by the server, again and again, while two workers and
+// a dispatcher (each with its own pool) work plain, rate-limited and
+// concurrency-limited jobs on the real clock. Afterwards every job ran at
+// least once and is completed, none is left running, ready, blocked or
+// waiting; each semaphore counts no holder; no key ever ran more than its
+// limit at once; no window of Per held more rate-limited claims than To.
+//
+// SQLite has no network connection to kill: the test does not apply there.
+func TestReviewConnLossKilledConnectionsLoseNoJob(t *testing.T) {
+	for _, b := range backends(t) {
+		t.Run(b.Name, func(t *testing.T) {
+			if b.Name == "sqlite" {
+				t.Skip("SQLite runs in-process: there is no connection for the server to kill")
+			}
+			base := b.URL(t)
+			u := base
+			k := &killer{name: b.Name}
+			if b.Name == "postgres" {
+				parsed, err := url.Parse(base)
+				require.NoError(t, err)
+				q := parsed.Query()
+				k.app = "sluice_review_kill_" + strings.ReplaceAll(q.Get("search_path"), "\"", "")
+				q.Set("application_name", k.app)
+				parsed.RawQuery = q.Encode()
+				u = parsed.String()
+			}
+			open := testdb.Opener(t, u)
+			s := open()
+			_, err := s.MigrateUp(context.Background(), 0)
+			require.NoError(t, err)
+			k.s = testdb.Opener(t, base)()
+
+			const perKind = 100
+			rated := ratelimit.Limit[killRated]{To: 10, Per: 200 * time.Millisecond, Burst: 5, Key: "global"}
+			const concTo = 2
+			var mu sync.Mutex
+			ran := map[string]int{}
+			running, most := map[int]int{}, map[int]int{}
+			var claims []time.Time
+			reg := jobs.NewRegistry()
+			note := func(kind string, n int) {
+				mu.Lock()
+				ran[fmt.Sprintf("%s/%d", kind, n)]++
+				mu.Unlock()
+			}
+			require.NoError(t, jobs.Register(reg, func(_ context.Context, j *jobs.Job[killPlain]) error {
+				note("plain", j.Args.N)
+				return nil
+			}))
+			require.NoError(t, jobs.Register(reg, func(_ context.Context, j *jobs.Job[killRated]) error {
+				note("rated", j.Args.N)
+				return nil
+			}, jobs.RateLimit(rated)))
+			require.NoError(t, jobs.Register(reg, func(_ context.Context, j *jobs.Job[killConc]) error {
+				mu.Lock()
+				running[j.Args.Account]++
+				most[j.Args.Account] = max(most[j.Args.Account], running[j.Args.Account])
+				mu.Unlock()
+				note("conc", j.Args.N)
+				mu.Lock()
+				running[j.Args.Account]--
+				mu.Unlock()
+				return nil
+			}, jobs.ConcurrencyLimit(concurrency.Limit[killConc]{Key: func(a killConc) any { return a.Account }, To: concTo})))
+			var items []jobs.Item
+			for i := 0; i < perKind; i++ {
+				items = append(items, jobs.Item{Args: killPlain{N: i}}, jobs.Item{Args: killRated{N: i}},
+					jobs.Item{Args: killConc{Account: i % 3, N: i}})
+			}
+			_, err = jobs.NewClient(testdb.Public(s), reg, jobs.ClientConfig{}).EnqueueMany(context.Background(), items)
+			require.NoError(t, err)
+
+			ctx, cancel := context.WithCancel(context.Background())
+			var wg sync.WaitGroup
+			for i := 0; i < 2; i++ {
+				w, err := jobs.NewWorker(testdb.Public(open()), reg, jobs.WorkerConfig{Concurrency: 8, PollInterval: 10 * time.Millisecond, Logger: quiet(),
+					Middleware: []jobs.Middleware{func(ctx context.Context, job jobs.JobInfo, next func(context.Context) error) error {
+						if job.Kind == (killRated{}).Kind() {
+							mu.Lock()
+							claims = append(claims, job.ClaimedAt)
+							mu.Unlock()
+						}
+						return next(ctx)
+					}}})
+				require.NoError(t, err)
+				wg.Add(1)
+				go func() { defer wg.Done(); _ = w.Run(ctx) }()
+			}
+			d := newDispatcher(t, open(), dispatcher.Config{Interval: 20 * time.Millisecond, Logger: quiet()})
+			wg.Add(1)
+			go func() { defer wg.Done(); _ = d.Run(ctx) }()
+
+			allRan := func() bool {
+				mu.Lock()
+				defer mu.Unlock()
+				return len(ran) == len(items)
+			}
+			// Kill every connection of the pools until every job ran once,
+			// or for a few seconds (a bounded loop; its pace is not what the
+			// test relies on).
+			kills, rounds := 0, 0
+			deadline := time.Now().Add(4 * time.Second)
+			for !allRan() && time.Now().Before(deadline) {
+				kills += k.kill(context.Background())
+				rounds++
+				time.Sleep(15 * time.Millisecond)
+			}
+			mu.Lock()
+			t.Logf("%s: %d kill rounds, %d connections killed; %d of %d jobs ran meanwhile", b.Name, rounds, kills, len(ran), len(items))
+			mu.Unlock()
+			// The results of the last runs land once the connections stay up.
+			left := func() []string {
+				var out []string
+				js, err := s.ListJobs(context.Background(), engine.JobFilter{Limit: 10000})
+				if err != nil {
+					return []string{err.Error()}
+				}
+				for _, j := range js {
+					if j.State != engine.StateCompleted {
+						out = append(out, fmt.Sprintf("job %d (%s) %s for process %d, attempt %d, last error %q", j.ID, j.Kind, j.State, j.ProcessID, j.Attempt, j.LastError))
+					}
+				}
+				return out
+			}
+			var notDone []string
+			settle := time.Now().Add(20 * time.Second)
+			for notDone = left(); (len(notDone) > 0 || !allRan()) && time.Now().Before(settle); notDone = left() {
+				time.Sleep(20 * time.Millisecond) // polling for a state, with a deadline
+			}
+			cancel()
+			wg.Wait()
+
+			mu.Lock()
+			missing := len(items) - len(ran)
+			var never []string
+			for _, it := range items {
+				var key string
+				switch a := it.Args.(type) {
+				case killPlain:
+					key = fmt.Sprintf("plain/%d", a.N)
+				case killRated:
+					key = fmt.Sprintf("rated/%d", a.N)
+				case killConc:
+					key = fmt.Sprintf("conc/%d", a.N)
+				}
+				if ran[key] == 0 && len(never) < 10 {
+					never = append(never, key)
+				}
+			}
+			mu.Unlock()
+			require.Zero(t, missing, "every job ran at least once; never ran: %v...; not completed: %d %v", never, len(notDone), head(notDone, 10))
+			require.Empty(t, notDone, "every job is completed")
+			sems, err := s.ListSemaphores(context.Background())
+			require.NoError(t, err)
+			for _, sem := range sems {
+				require.Zero(t, sem.Held, "%s: the semaphore counts exactly its holders (none)", sem.Name)
+				require.Zero(t, sem.Holding, sem.Name)
+				require.Zero(t, sem.Blocked, sem.Name)
+			}
+			for acct, n := range most {
+				require.LessOrEqual(t, n, concTo, "account %d ran more than its limit at once", acct)
+			}
+			require.LessOrEqual(t, ratelimit.BusiestWindow(claims, rated.Per), rated.To, "no window of Per holds more than To claims")
+		})
+	}
+}
+
+func head(s []string, n int) []string { return s[:min(n, len(s))] }
+
+type connSlotJob struct{ N int }
+
+func (connSlotJob) Kind() string { return "conn_slot_job" }
+
+// waitFor polls cond, advancing the fake clock by step between looks, until
+// it holds or a few seconds passed.
+func waitFor(t *testing.T, h *harness, step time.Duration, cond func() bool, msg func() string) {
+	t.Helper()
+	deadline := time.Now().Add(10 * time.Second)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatal(msg())
+		}
+		time.Sleep(10 * time.Millisecond) // polling for a state, with a deadline
+		h.clock.Advance(step)
+	}
+}
+
+// semaphoreState returns the one semaphore's row, or a zero one.
+func semaphoreState(t *testing.T, s *engine.Store) engine.SemaphoreInfo {
+	t.Helper()
+	sems, err := s.ListSemaphores(context.Background())
+	require.NoError(t, err)
+	require.LessOrEqual(t, len(sems), 1)
+	if len(sems) == 0 {
+		return engine.SemaphoreInfo{}
+	}
+	return sems[0]
+}
+
+// guarantees.md, "Nothing lost": "a batch written again after its first
+// commit landed (the reply lost) changes nothing more: each ... slot ...
+// held back once"; "Limits": a slot is "given back once".
+//
+// The completion batch that gives a concurrency slot back (and hands it to
+// the next blocked job) lands, its reply lost; the worker writes it again.
+// Holds: the slot is given back once, one job of the key runs at a time,
+// every job runs once, and the semaphore ends with no holder.
+func TestReviewConnLossALostCompletionReplyGivesTheSlotBackOnce(t *testing.T) {
+	each(t, func(t *testing.T, h *harness) {
+		var mu sync.Mutex
+		runs := map[int]int{}
+		running, most := 0, 0
+		require.NoError(t, jobs.Register(h.reg, func(_ context.Context, j *jobs.Job[connSlotJob]) error {
+			mu.Lock()
+			defer mu.Unlock()
+			runs[j.Args.N]++
+			running++
+			most = max(most, running)
+			running--
+			return nil
+		}, jobs.ConcurrencyLimit(concurrency.Limit[connSlotJob]{Key: "one", To: 1})))
+		s, db, client := lossStore(h)
+		var fired atomic.Bool
+		db.loseReply = func(stmts []string) bool {
+			return has(stmts, "state = 'completed'") && fired.CompareAndSwap(false, true)
+		}
+		for n := 1; n <= 3; n++ {
+			_, err := client.Enqueue(context.Background(), connSlotJob{N: n})
+			require.NoError(t, err)
+		}
+		sem := semaphoreState(t, h.store)
+		require.Equal(t, 1, sem.Held)
+		require.Equal(t, 2, sem.Blocked)
+
+		w, err := jobs.NewWorker(testdb.Public(s), h.reg, jobs.WorkerConfig{Clock: h.clock, Logger: quiet(), PollInterval: time.Second})
+		require.NoError(t, err)
+		stop := h.run(w)
+		completed := func() int {
+			js, err := h.store.ListJobs(context.Background(), engine.JobFilter{State: engine.StateCompleted, Limit: 10})
+			require.NoError(t, err)
+			return len(js)
+		}
+		waitFor(t, h, time.Second, func() bool { return completed() == 3 }, func() string {
+			return fmt.Sprintf("%d of 3 jobs completed; semaphore %+v", completed(), semaphoreState(t, h.store))
+		})
+		stop()
+		require.True(t, fired.Load(), "a completion's reply was lost")
+		mu.Lock()
+		defer mu.Unlock()
+		require.Equal(t, map[int]int{1: 1, 2: 1, 3: 1}, runs, "every job ran once")
+		require.Equal(t, 1, most)
+		sem = semaphoreState(t, h.store)
+		require.Zero(t, sem.Held, "the slot was given back once: %+v", sem)
+		require.Zero(t, sem.Holding)
+		require.Zero(t, sem.Blocked)
+	})
+}
+
+// guarantees.md, "Nothing lost": "A caller that retries a failed
+// EnqueueMany creates no duplicates, since nothing was written — except
+// when the error came after the commit landed (its reply lost to a dropped
+// connection), which no client can tell apart".
+//
+// Holds, as documented: the caller gets the connection's error for a job
+// that was written (plain: one autocommitted insert; with a concurrency
+// slot: a transaction), and a retry writes a second one. The second takes
+// its place in the semaphore: the key counts exactly its one holder, the
+// other job waits blocked, and both run.
+func TestReviewConnLossAnEnqueueWhoseReplyIsLostWasWritten(t *testing.T) {
+	each(t, func(t *testing.T, h *harness) {
+		ctx := context.Background()
+		var runs atomic.Int32
+		require.NoError(t, jobs.Register(h.reg, func(context.Context, *jobs.Job[connJob]) error { runs.Add(1); return nil }))
+		require.NoError(t, jobs.Register(h.reg, func(context.Context, *jobs.Job[connSlotJob]) error { runs.Add(1); return nil },
+			jobs.ConcurrencyLimit(concurrency.Limit[connSlotJob]{Key: "one", To: 1})))
+		_, db, client := lossStore(h)
+		db.loseReply = func(stmts []string) bool { return has(stmts, insertJobs) }
+		_, err := client.Enqueue(ctx, connJob{N: 1})
+		require.ErrorIs(t, err, errConnReset, "the caller sees the lost reply")
+		_, err = client.Enqueue(ctx, connSlotJob{N: 1})
+		require.ErrorIs(t, err, errConnReset, "the caller sees the lost reply")
+		db.mu.Lock()
+		db.loseReply = nil
+		db.mu.Unlock()
+		js, err := h.store.ListJobs(ctx, engine.JobFilter{Limit: 10})
+		require.NoError(t, err)
+		require.Len(t, js, 2, "both jobs were written all the same")
+
+		// The caller retries the limited one: a second job, documented.
+		_, err = client.Enqueue(ctx, connSlotJob{N: 1})
+		require.NoError(t, err)
+		sem := semaphoreState(t, h.store)
+		require.Equal(t, 1, sem.Held, "%+v", sem)
+		require.Equal(t, 1, sem.Holding)
+		require.Equal(t, 1, sem.Blocked)
+		require.Equal(t, 3, h.drain(jobs.WorkerConfig{}).Completed)
+		require.Equal(t, int32(3), runs.Load())
+		sem = semaphoreState(t, h.store)
+		require.Zero(t, sem.Held)
+		require.Zero(t, sem.Blocked)
+	})
+}
+
+// guarantees.md, "Graceful shutdown": jobs still running when the shutdown
+// timeout runs out are released back to ready, giving back the attempt,
+// and reported to OnFinish as released. Holds when the release's commit
+// lands and its reply is lost: the job is ready, at attempt 0, and reported
+// released once; then it runs.
+func TestReviewConnLossAReleaseWhoseReplyIsLostReleasedTheJob(t *testing.T) {
+	each(t, func(t *testing.T, h *harness) {
+		started := make(chan struct{}, 1)
+		never := make(chan struct{})
+		t.Cleanup(func() { close(never) })
+		var first atomic.Bool
+		first.Store(true)
+		require.NoError(t, jobs.Register(h.reg, func(context.Context, *jobs.Job[connJob]) error {
+			if first.CompareAndSwap(true, false) {
+				started <- struct{}{}
+				<-never // ignores its context
+			}
+			return nil
+		}))
+		s, db, client := lossStore(h)
+		var lostRelease atomic.Bool
+		db.loseReply = func(stmts []string) bool {
+			// Release locks its runs (LockRuns) and gives the attempt back.
+			return has(stmts, "SELECT id, claims, queue, holds_slot") && lostRelease.CompareAndSwap(false, true)
+		}
+		res, err := client.Enqueue(context.Background(), connJob{N: 1})
+		require.NoError(t, err)
+		var mu sync.Mutex
+		var outcomes []jobs.Outcome
+		w, err := jobs.NewWorker(testdb.Public(s), h.reg, jobs.WorkerConfig{Clock: h.clock, Logger: quiet(), PollInterval: time.Hour,
+			Hooks: jobs.Hooks{OnFinish: func(e jobs.FinishEvent) { mu.Lock(); outcomes = append(outcomes, e.Outcome); mu.Unlock() }}})
+		require.NoError(t, err)
+		stop := h.run(w)
+		<-started
+		stopPastItsTimeout(h, stop)
+		require.True(t, lostRelease.Load(), "the release's reply was lost")
+		j := h.job(res.ID)
+		require.Equal(t, engine.StateReady, j.State)
+		require.Equal(t, 0, j.Attempt, "the attempt given back")
+		mu.Lock()
+		require.Equal(t, []jobs.Outcome{jobs.OutcomeReleased}, outcomes)
+		mu.Unlock()
+		require.Equal(t, 1, h.drain(jobs.WorkerConfig{}).Completed)
+	})
+}
