@@ -745,3 +745,52 @@ func TestReviewConnLossAReleaseWhoseReplyIsLostReleasedTheJob(t *testing.T) {
 		require.Equal(t, 1, h.drain(jobs.WorkerConfig{}).Completed)
 	})
 }
+
+type connRated struct{ N int }
+
+func (connRated) Kind() string { return "conn_rated" }
+
+// guarantees.md, "A claim whose outcome is unknown ... leaves no job
+// behind", for a claim that decides rate limits (on PostgreSQL its writes
+// and COMMIT go in one pipelined round trip, which this wrapper keeps, and
+// lost_runs_test.go's does not): the claim's commit lands (its jobs
+// running, the budget charged) and its reply is lost. Holds: the worker
+// releases the jobs, and every one runs once, at the limit's pace.
+func TestReviewConnLossALostRateLimitedClaimRunsEveryJobOnce(t *testing.T) {
+	each(t, func(t *testing.T, h *harness) {
+		var mu sync.Mutex
+		runs := map[int]int{}
+		require.NoError(t, jobs.Register(h.reg, func(_ context.Context, j *jobs.Job[connRated]) error {
+			mu.Lock()
+			runs[j.Args.N]++
+			mu.Unlock()
+			return nil
+		}, jobs.RateLimit(ratelimit.Limit[connRated]{To: 2, Per: time.Second, Burst: 2, Key: "global"})))
+		s, db, client := lossStore(h)
+		var fired atomic.Bool
+		db.loseReply = func(stmts []string) bool {
+			return has(stmts, markRunning) && fired.CompareAndSwap(false, true)
+		}
+		for n := 1; n <= 4; n++ {
+			_, err := client.Enqueue(context.Background(), connRated{N: n})
+			require.NoError(t, err)
+		}
+		w, err := jobs.NewWorker(testdb.Public(s), h.reg, jobs.WorkerConfig{Clock: h.clock, Logger: quiet(), PollInterval: 100 * time.Millisecond})
+		require.NoError(t, err)
+		stop := h.run(w)
+		ran := func() int { mu.Lock(); defer mu.Unlock(); return len(runs) }
+		waitFor(t, h, 100*time.Millisecond, func() bool { return ran() == 4 }, func() string {
+			js, _ := h.store.ListJobs(context.Background(), engine.JobFilter{Limit: 10})
+			var st []string
+			for _, j := range js {
+				st = append(st, fmt.Sprintf("%d:%s", j.ID, j.State))
+			}
+			return fmt.Sprintf("%d of 4 jobs ran; jobs %v", ran(), st)
+		})
+		stop()
+		require.True(t, fired.Load(), "the claim's reply was lost")
+		mu.Lock()
+		defer mu.Unlock()
+		require.Equal(t, map[int]int{1: 1, 2: 1, 3: 1, 4: 1}, runs)
+	})
+}
