@@ -18,7 +18,9 @@ type DrainResult struct {
 	// Throttled counts runs an upstream refused (RetryAfter).
 	Throttled int
 	// Deferred counts deferrals by rate limits (a job may wait more than
-	// once).
+	// once), as the jobs record them and Hooks.OnDefer reports them: the
+	// jobs a claim deferred, and those it displaced (sent to later slots
+	// to make room for more urgent ones, DeferEvent.Displaced).
 	Deferred int
 }
 
@@ -91,7 +93,7 @@ func (w *Worker) Drain(ctx context.Context) (DrainResult, error) {
 		if err != nil {
 			return out, fmt.Errorf("jobs: drain: %w", err)
 		}
-		out.Deferred += len(res.Deferred)
+		out.Deferred += len(res.Deferred) + len(res.Displaced)
 		if len(res.Jobs) == 0 {
 			if len(res.Deferred) > 0 {
 				continue // every candidate waited; there may be more behind them

@@ -115,7 +115,10 @@ func (p hookPanic) Unwrap() error { return p.err }
 
 // ClaimEvent describes one claim.
 type ClaimEvent struct {
-	// Claimed and Deferred count the jobs the claim took and held back.
+	// Claimed counts the jobs the claim took. Deferred counts the
+	// deferrals it recorded, as Hooks.OnDefer reports them: the jobs it
+	// held back, and those it displaced (sent to later slots to make room
+	// for more urgent jobs it deferred, DeferEvent.Displaced).
 	Claimed, Deferred int
 	// Duration is how long the claim's transaction took.
 	Duration time.Duration

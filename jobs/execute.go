@@ -122,18 +122,43 @@ func (w *Worker) run(ctx context.Context, j *engine.Job, rs *runState) (result, 
 	if len(mw) > 0 {
 		info = w.jobInfo(j, md)
 	}
-	rs.Context = jctx
-	err := timedOut(jctx, timeout, call(rs, k, j, md, args, more, mw, info, bad))
+	rs.Context, rs.parent = jctx, ctx
+	err := timedOut(jctx, timeout, call(rs, k, j, md, args, more, mw, info, bad, timeout))
 	return w.settle(ctx, j, err), err
 }
 
 // timedOut is err, the error of a run whose context is jctx, wrapped in
-// ErrJobTimeout when jctx ended for the run's timeout.
+// ErrJobTimeout when jctx ended for the run's timeout; as it is when it
+// says so already (the handler's error, wrapped before the middleware saw
+// it: see call).
 func timedOut(jctx context.Context, timeout time.Duration, err error) error {
-	if err != nil && errors.Is(context.Cause(jctx), ErrJobTimeout) {
-		return fmt.Errorf("%w after %s: %w", ErrJobTimeout, timeout, err)
+	if err != nil && errors.Is(context.Cause(jctx), ErrJobTimeout) && !saysTimedOut(err) {
+		return &timeoutError{msg: fmt.Sprintf("%v after %s: %v", ErrJobTimeout, timeout, err), err: err}
 	}
 	return err
+}
+
+// timeoutError is the error of a run that its timeout ended: it wraps
+// ErrJobTimeout and the error the run returned.
+type timeoutError struct {
+	msg string
+	err error
+}
+
+func (e *timeoutError) Error() string   { return e.msg }
+func (e *timeoutError) Unwrap() []error { return []error{ErrJobTimeout, e.err} }
+
+// saysTimedOut reports whether err wraps a timeoutError. The methods of
+// the app's error types it calls (Unwrap, As) may panic: such an error is
+// taken as one that does not, and settle deals with the panic.
+func saysTimedOut(err error) (ok bool) {
+	defer func() {
+		if recover() != nil {
+			ok = false
+		}
+	}()
+	_, ok = errors.AsType[*timeoutError](err)
+	return ok
 }
 
 // settle is outcome, for an error of the handler's: its type's own
@@ -185,18 +210,22 @@ func (w *Worker) decode(j *engine.Job, k *kind) (args any, md map[string]string,
 
 // call runs the handler inside its middleware, turning a panic in either
 // into an error with its stack. With bad set, the job cannot run (see
-// decode): the middleware wraps a handler that returns bad.
-func call(ctx context.Context, k *kind, j *engine.Job, md map[string]string, args any, more []any, mw []Middleware, info JobInfo, bad error) (err error) {
+// decode): the middleware wraps a handler that returns bad. ctx is the
+// run's context, whose timeout (if any) is timeout: an error the handler
+// returns once it passed reaches the middleware wrapped in ErrJobTimeout
+// (timedOut), as the worker records it, so that what the middleware
+// reports of the run (a span's status) says it timed out.
+func call(ctx context.Context, k *kind, j *engine.Job, md map[string]string, args any, more []any, mw []Middleware, info JobInfo, bad error, timeout time.Duration) (err error) {
 	defer recoverInto(&err)
 	switch {
 	case bad != nil && len(mw) == 0:
 		return bad
 	case bad != nil:
-		return chain(ctx, mw, info, func(context.Context) error { return bad })
+		return chain(ctx, mw, info, func(context.Context) error { return timedOut(ctx, timeout, bad) })
 	case len(mw) == 0:
 		return k.work(ctx, j, md, args, more)
 	}
-	return chain(ctx, mw, info, func(ctx context.Context) error { return k.work(ctx, j, md, args, more) })
+	return chain(ctx, mw, info, func(hctx context.Context) error { return timedOut(ctx, timeout, k.work(hctx, j, md, args, more)) })
 }
 
 // outcome maps a handler's error to the job's next state.

@@ -21,8 +21,12 @@ type (
 // allocation of its own (it lives in the worker's runningJob).
 type runState struct {
 	context.Context
-	base *slog.Logger
-	job  *engine.Job
+	// parent is the context the worker ran the job with, whose cause says
+	// whether the worker is shutting down (errShutdown), whatever ended
+	// the run's own context first (its timeout): see classify.
+	parent context.Context
+	base   *slog.Logger
+	job    *engine.Job
 
 	mu sync.Mutex
 	// log is the run's logger once made; extra are the attributes

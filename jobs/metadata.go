@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"maps"
+	"sync"
 	"time"
 
 	"github.com/sluicequeue/sluice/internal/engine"
@@ -56,7 +57,9 @@ func (m metadataOption) applyEnqueue(c *enqueueConfig) error {
 // returns nil having called next exactly once; an error, a panic, a
 // second call of next or none rolls it back, and nothing is written. So
 // work a middleware does after next runs while that transaction is open:
-// keep it short. On SQLite the transaction holds the store's one
+// keep it short. And when next returns nil the jobs are written, not yet
+// committed: the commit may still fail. Middleware that reports the
+// enqueue (a span) learns its outcome from OnEnqueueDone. On SQLite the transaction holds the store's one
 // connection until the chain returns, so a middleware that uses the store
 // after next (an enqueue, a read, a job's lookup) waits for itself until
 // its context ends: do such work before next, or in ClientConfig.OnEnqueue,
@@ -111,8 +114,99 @@ var errNextTwice = errors.New("jobs: enqueue: a middleware called next twice")
 // panic included, it is rolled back and nothing is written. In the
 // caller's transaction the first next sets a savepoint before the write,
 // which the same failures roll back to: the caller's transaction holds
-// none of the jobs, should it commit anyway.
-func (c *Client) enqueueThrough(ctx context.Context, ex engine.Executor, sc engine.Clock, rows []engine.NewJob) (_ []Enqueued, err error) {
+// none of the jobs, should it commit anyway. Once the outcome is settled
+// (committed, kept in the caller's transaction, or rolled back), it calls
+// the functions middleware registered with OnEnqueueDone.
+func (c *Client) enqueueThrough(ctx context.Context, ex engine.Executor, sc engine.Clock, rows []engine.NewJob) (res []Enqueued, err error) {
+	es := &enqueueState{}
+	returned := false
+	defer func() {
+		if !returned {
+			es.finish(ctx, errEnqueuePanicked) // and the panic goes on
+			return
+		}
+		es.finish(ctx, err)
+	}()
+	res, err = c.enqueueChain(context.WithValue(ctx, enqueueKey{}, es), ex, sc, rows)
+	returned = true
+	return res, err
+}
+
+// errEnqueuePanicked is what OnEnqueueDone's functions get for an enqueue
+// whose middleware panicked: it was rolled back, and the panic reaches the
+// caller.
+var errEnqueuePanicked = errors.New("jobs: enqueue: a middleware panicked; nothing was written")
+
+// enqueueKey is the context key of an enqueue's state, which enqueue
+// middleware's context carries.
+type enqueueKey struct{}
+
+// enqueueState holds the functions registered with OnEnqueueDone, and the
+// enqueue's outcome once it is settled.
+type enqueueState struct {
+	mu   sync.Mutex
+	done bool
+	err  error
+	fs   []func(error)
+}
+
+// OnEnqueueDone arranges for f to be called, once, with the outcome of the
+// enqueue whose middleware ctx was given (or derives from), once it is
+// settled: after the enqueue's own transaction committed, f(nil), or
+// failed to commit, f with the commit's error; in a caller's transaction
+// (EnqueueTx, EnqueueManyTx), once the jobs were written into it, f(nil)
+// (they commit or roll back with it); and after an enqueue that failed
+// and wrote nothing (a middleware's error or panic, a failed write, next
+// called twice or not at all), f with the error the enqueue returns. So
+// middleware learns what next cannot tell it, whether the jobs it saw
+// written were kept: what it opened for the enqueue (a span) it closes
+// there, with the outcome. The enqueue calls f in its own goroutine,
+// before it returns (and before ClientConfig.OnEnqueue); an f that panics
+// is logged (jobs.Logger of the enqueue's context) with its stack and
+// changes nothing. Registered once the outcome is settled, f is called at
+// once. It reports whether f will be called: false outside an enqueue's
+// middleware (and for a nil f).
+func OnEnqueueDone(ctx context.Context, f func(err error)) bool {
+	es, ok := ctx.Value(enqueueKey{}).(*enqueueState)
+	if !ok || f == nil {
+		return false
+	}
+	es.mu.Lock()
+	if es.done {
+		err := es.err
+		es.mu.Unlock()
+		callDone(ctx, f, err)
+		return true
+	}
+	es.fs = append(es.fs, f)
+	es.mu.Unlock()
+	return true
+}
+
+// finish settles the enqueue's outcome and calls the functions registered
+// for it, in the order they were.
+func (es *enqueueState) finish(ctx context.Context, err error) {
+	es.mu.Lock()
+	es.done, es.err = true, err
+	fs := es.fs
+	es.fs = nil
+	es.mu.Unlock()
+	for _, f := range fs {
+		callDone(ctx, f, err)
+	}
+}
+
+// callDone calls an OnEnqueueDone function; one that panics is logged with
+// its stack, and changes nothing else: the enqueue's outcome stands.
+func callDone(ctx context.Context, f func(error), err error) {
+	if p := tryCall(func() { f(err) }); p != nil {
+		Logger(ctx).Error("sluice: an enqueue callback (jobs.OnEnqueueDone) panicked; the enqueue's outcome stands", "err", p)
+	}
+}
+
+// enqueueChain is enqueueThrough's work: the chain, the write, and the
+// commit or rollback.
+func (c *Client) enqueueChain(ctx context.Context, ex engine.Executor, sc engine.Clock, rows []engine.NewJob) (_ []Enqueued, err error) {
 	jobs := make([]*EnqueueJob, len(rows))
 	for i, r := range rows {
 		jobs[i] = &EnqueueJob{Kind: r.Kind, Queue: r.Queue, Priority: r.Priority, RunAt: r.RunAt, Metadata: maps.Clone(r.Metadata)}

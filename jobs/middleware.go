@@ -183,7 +183,9 @@ type Verdict struct {
 
 // Classify says what the worker makes of err, the error a run of job
 // returned with the handler's context ctx: the outcome FinishEvent
-// reports, as middleware sees it before the worker acts on it.
+// reports, as middleware sees it before the worker acts on it. A run the
+// worker's shutdown cancelled is released, as the worker records it, even
+// when ctx ended first for the run's timeout.
 func Classify(ctx context.Context, job JobInfo, err error) Verdict {
 	k, c, s, r := classify(ctx, err)
 	switch k {
@@ -205,6 +207,19 @@ func Classify(ctx context.Context, job JobInfo, err error) Verdict {
 	return v
 }
 
+// shuttingDown reports whether the worker running the job of ctx (the
+// context it ran the job with, or the handler's, or one derived from it)
+// is shutting down and has cancelled its jobs: the run is then released,
+// whatever ended the handler's context first (its timeout, say), as the
+// worker records it.
+func shuttingDown(ctx context.Context) bool {
+	if errors.Is(context.Cause(ctx), errShutdown) {
+		return true
+	}
+	rs, ok := ctx.Value(runKey{}).(*runState)
+	return ok && rs.parent != nil && errors.Is(context.Cause(rs.parent), errShutdown)
+}
+
 // classify sorts a run's error: completed, released, cancelled, snoozed,
 // throttled, or "" for a failed attempt. It allocates nothing (a run that
 // completed pays for no error targets).
@@ -212,7 +227,7 @@ func classify(ctx context.Context, err error) (Outcome, *cancelError, *snoozeErr
 	if err == nil {
 		return OutcomeCompleted, nil, nil, nil
 	}
-	if errors.Is(context.Cause(ctx), errShutdown) {
+	if shuttingDown(ctx) {
 		return OutcomeReleased, nil, nil, nil
 	}
 	if cancelled, ok := errors.AsType[*cancelError](err); ok {

@@ -32,9 +32,9 @@ func Perform[T Args](ctx context.Context, r *Registry, args T) error {
 	j := &engine.Job{Kind: k.name, Queue: k.cfg.queue, Priority: k.cfg.priority, Args: body,
 		Attempt: 1, MaxAttempts: k.cfg.maxAttempts, CreatedAt: time.Now()}
 	if k.cfg.timeout <= 0 {
-		return call(ctx, k, j, nil, decoded, nil, nil, JobInfo{}, nil)
+		return call(ctx, k, j, nil, decoded, nil, nil, JobInfo{}, nil, 0)
 	}
 	jctx, cancel := context.WithTimeoutCause(ctx, k.cfg.timeout, ErrJobTimeout)
 	defer cancel()
-	return timedOut(jctx, k.cfg.timeout, call(jctx, k, j, nil, decoded, nil, nil, JobInfo{}, nil))
+	return timedOut(jctx, k.cfg.timeout, call(jctx, k, j, nil, decoded, nil, nil, JobInfo{}, nil, k.cfg.timeout))
 }

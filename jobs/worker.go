@@ -731,7 +731,7 @@ func (w *Worker) claim(ctx context.Context, pid int64, max, window int, swept ma
 		w.leftovers = res.MoreLimited || countLimited(res.Jobs) > 0
 	}
 	if w.hooks.OnClaim != nil {
-		w.hooks.OnClaim(ClaimEvent{Claimed: len(res.Jobs), Deferred: len(res.Deferred), Duration: time.Since(began), DecidedAt: res.DecidedAt})
+		w.hooks.OnClaim(ClaimEvent{Claimed: len(res.Jobs), Deferred: len(res.Deferred) + len(res.Displaced), Duration: time.Since(began), DecidedAt: res.DecidedAt})
 	}
 	w.report(res)
 	return res, nil

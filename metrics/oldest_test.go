@@ -73,3 +73,34 @@ func TestAScrapeOfAnUnreadableDatabaseFails(t *testing.T) {
 		})
 	}
 }
+
+// recurring.md: a job no limit holds "is 0 s old until it comes due, and
+// ages from then whether or not a dispatcher has made it ready";
+// operations.md: "alert on
+// sluice_oldest_waiting_job_age_seconds{throttled="false"}". A delayed job
+// reads 0 until it is due; once it came due an hour ago and nothing made
+// it ready (no worker and no dispatcher is up: the very stuck queue the
+// alert is for), it has waited to run for an hour.
+func TestOldestWaitingSeesADueJobNoOneMadeReady(t *testing.T) {
+	testdb.Each(t, func(t *testing.T, s *engine.Store) {
+		ctx := context.Background()
+		t0 := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
+		c := clock.NewFake(t0)
+		m := metrics.New(testdb.Public(s), metrics.Config{Clock: c})
+		reg := prometheus.NewRegistry()
+		require.NoError(t, reg.Register(m))
+		jr := jobs.NewRegistry()
+		require.NoError(t, jobs.Register(jr, func(context.Context, *jobs.Job[ping]) error { return nil }))
+		client := jobs.NewClient(testdb.Public(s), jr, jobs.ClientConfig{Clock: c})
+		_, err := client.Enqueue(ctx, ping{N: 1}, jobs.Delay(time.Minute))
+		require.NoError(t, err)
+
+		require.Equal(t, map[string]float64{"queue=default,throttled=false": 0}, gauges(t, reg, "sluice_oldest_waiting_job_age_seconds"),
+			"not due yet")
+		c.Advance(time.Hour + time.Minute) // due an hour ago; no process is up to promote it
+		got := gauges(t, reg, "sluice_oldest_waiting_job_age_seconds")
+		t.Logf("sluice_oldest_waiting_job_age_seconds: %v; sluice_jobs: %v", got, gauges(t, reg, "sluice_jobs"))
+		require.Equal(t, map[string]float64{"queue=default,throttled=false": 3600}, got,
+			"the job has waited to run for an hour")
+	})
+}

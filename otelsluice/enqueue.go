@@ -18,9 +18,12 @@ import (
 // and the queue, a child of the span in the caller's context; its trace
 // context is written into each job's metadata (by the propagator once per
 // call, whatever the batch's size) unless nothing would read it (see
-// carries).
+// carries). The span ends with the enqueue's outcome (jobs.OnEnqueueDone):
+// after its commit, naming the job (messaging.message.id) when one was
+// enqueued, or with an Error status and the error when the enqueue failed,
+// its commit included, and wrote nothing.
 func (o *Integration) EnqueueMiddleware() jobs.EnqueueMiddleware {
-	return func(ctx context.Context, js []*jobs.EnqueueJob, next func(context.Context) error) error {
+	return func(ctx context.Context, js []*jobs.EnqueueJob, next func(context.Context) error) (err error) {
 		if len(js) == 0 {
 			return next(ctx)
 		}
@@ -50,7 +53,21 @@ func (o *Integration) EnqueueMiddleware() jobs.EnqueueMiddleware {
 			attrs = append(attrs, semconv.MessagingBatchMessageCount(len(js)))
 		}
 		ctx, span := o.tracer.Start(ctx, name, trace.WithSpanKind(trace.SpanKindProducer), trace.WithAttributes(attrs...))
-		defer span.End()
+		// The span ends with the enqueue's outcome, once it is settled:
+		// after the commit (which may fail once next returned nil), or
+		// the rollback. Outside a client's enqueue, when this returns.
+		end := func(err error) {
+			if err != nil {
+				span.RecordError(err)
+				span.SetStatus(codes.Error, err.Error())
+			} else if len(js) == 1 {
+				span.SetAttributes(semconv.MessagingMessageID(strconv.FormatInt(js[0].Result.ID, 10)), JoinedKey.Bool(js[0].Result.Joined))
+			}
+			span.End()
+		}
+		if !jobs.OnEnqueueDone(ctx, end) {
+			defer func() { end(err) }()
+		}
 		if o.carries(span.SpanContext()) {
 			// The context is the same for every job of the batch:
 			// injected once, copied into each.
@@ -62,16 +79,8 @@ func (o *Integration) EnqueueMiddleware() jobs.EnqueueMiddleware {
 				}
 			}
 		}
-		err := next(ctx)
-		if err != nil {
-			span.RecordError(err)
-			span.SetStatus(codes.Error, err.Error())
-			return err
-		}
-		if len(js) == 1 {
-			span.SetAttributes(semconv.MessagingMessageID(strconv.FormatInt(js[0].Result.ID, 10)), JoinedKey.Bool(js[0].Result.Joined))
-		}
-		return nil
+		err = next(ctx)
+		return err
 	}
 }
 

@@ -98,6 +98,9 @@ func (s *server) overview(w http.ResponseWriter, r *http.Request) {
 		}
 	}
 	for _, o := range oldest {
+		if o.Since.After(now) {
+			continue // a delayed job not due yet: not waiting to run
+		}
 		if o.Throttled {
 			row(o.Queue).OldestHeld = o.Since
 		} else {

@@ -82,9 +82,12 @@ type Oldest struct {
 	// Throttled is set for jobs a limit holds: waiting on a rate limit, or
 	// blocked on a concurrency slot.
 	Throttled bool
-	// Since is when the job began to wait: its run_at for a ready job no
-	// limit holds (one scheduled ahead, or retried after a backoff, could
-	// not run before), its enqueue for one a limit holds.
+	// Since is when the job began to wait: its run_at for a job no limit
+	// holds, ready or still scheduled (one scheduled ahead, or retried
+	// after a backoff, could not run before; one due that no dispatcher
+	// made ready waits all the same), its enqueue for one a limit holds.
+	// It is ahead of now for a queue whose oldest such job is not due
+	// yet: a caller counts it as 0 s old.
 	Since time.Time
 }
 

@@ -92,7 +92,13 @@ func plansOf(t *testing.T, s *engine.Store, stmts map[string]func() (string, []a
 // index or scan it uses instead.
 func postgresGenericPlan(t *testing.T, s *engine.Store, text string, params int) []string {
 	t.Helper()
-	out := postgresGenericPlanJSON(t, s, text, params)
+	return postgresReads(t, postgresGenericPlanJSON(t, s, text, params))
+}
+
+// postgresReads returns how a PostgreSQL plan, as JSON, reaches
+// sluice_jobs' rows, one entry per scan of it.
+func postgresReads(t *testing.T, out string) []string {
+	t.Helper()
 	var plans []struct{ Plan planNode }
 	require.NoError(t, json.Unmarshal([]byte(out), &plans), out)
 	var via []string
@@ -130,8 +136,11 @@ func postgresGenericPlanJSON(t *testing.T, s *engine.Store, text string, params 
 	require.NoError(t, err)
 	_, err = tx.Exec(ctx, "PREPARE listed AS "+text)
 	require.NoError(t, err, text)
-	nulls := strings.TrimSuffix(strings.Repeat("NULL, ", params), ", ")
-	rows, err := tx.Query(ctx, "EXPLAIN (FORMAT JSON) EXECUTE listed("+nulls+")")
+	execute := "EXECUTE listed"
+	if params > 0 {
+		execute += "(" + strings.TrimSuffix(strings.Repeat("NULL, ", params), ", ") + ")"
+	}
+	rows, err := tx.Query(ctx, "EXPLAIN (FORMAT JSON) "+execute)
 	require.NoError(t, err)
 	var out string
 	for rows.Next() {
@@ -398,4 +407,84 @@ func sorts(t *testing.T, s *engine.Store, text string, args []any) bool {
 		t.Fatalf("no plan reader for %s", name)
 		return false
 	}
+}
+
+// The oldest waiting job's read of the delayed jobs (scheduled, no rate
+// limit holding them: migration 019) takes the lowest run_at of each queue
+// as one entry of their index, however many are scheduled: on PostgreSQL
+// and SQLite a loose index scan spelled out by recursion (the first queue,
+// then each next one after the last, then each one's lowest run_at), on
+// MySQL its own ("Using index for group-by"); never a read of the table or
+// of the index of every scheduled job.
+func TestTheOldestDelayedJobIsReadOncePerQueue(t *testing.T) {
+	testdb.Each(t, func(t *testing.T, s *engine.Store) {
+		ctx := context.Background()
+		many := make([]engine.NewJob, 4000)
+		for i := range many {
+			many[i] = job("k", fmt.Sprintf("q%d", i%4), 0)
+			many[i].RunAt = at(time.Duration(i) * time.Second)
+		}
+		enqueue(t, s, t0.Add(-time.Hour), many...)
+		// A tenth wait for a rate limit's slot.
+		_, err := s.DB().Exec(ctx, "UPDATE sluice_jobs SET wait_key = 'k/x' WHERE id % 10 = 0")
+		require.NoError(t, err)
+		text := s.SQL().OldestWaiting()
+		name := s.Dialect().Name()
+		var via []string
+		switch name {
+		case "postgres":
+			// The plan as it ran: EXPLAIN alone leaves out the subquery of
+			// the recursive step.
+			_, err := s.DB().Exec(ctx, "ANALYZE sluice_jobs")
+			require.NoError(t, err)
+			rows, err := s.DB().Query(ctx, "EXPLAIN (ANALYZE, FORMAT JSON) "+text)
+			require.NoError(t, err)
+			var out string
+			for rows.Next() {
+				require.NoError(t, rows.Scan(&out))
+			}
+			require.NoError(t, rows.Err())
+			rows.Close()
+			via = postgresReads(t, out)
+		default:
+			via = plansOf(t, s, map[string]func() (string, []any){"OldestWaiting": func() (string, []any) { return text, nil }})["OldestWaiting"]
+		}
+		t.Logf("%s: %v", name, via)
+		var delayed []string
+		for _, v := range via {
+			require.NotContains(t, v, "sluice_jobs_scheduled", "%s: the index of every scheduled job", name)
+			require.NotContains(t, v, "Seq Scan", "%s: a read of the table", name)
+			require.NotEqual(t, "SCAN j", v, "%s: a read of the table", name)
+			require.NotContains(t, v, `"ALL"`, "%s: a read of the table", name)
+			if strings.Contains(v, "sluice_jobs_delayed") {
+				delayed = append(delayed, v)
+			}
+		}
+		switch name {
+		case "mysql":
+			require.Len(t, delayed, 1, "%v", via)
+			rows, err := s.DB().Query(ctx, "EXPLAIN FORMAT=JSON "+text)
+			require.NoError(t, err)
+			var out string
+			for rows.Next() {
+				require.NoError(t, rows.Scan(&out))
+			}
+			require.NoError(t, rows.Err())
+			rows.Close()
+			require.Contains(t, out, `"using_index_for_group_by": true`)
+		default:
+			require.Len(t, delayed, 3, "the first queue, the next one, each one's lowest run_at: %v", via)
+			bounds := strings.ReplaceAll(strings.Join(delayed, ""), " ", "")
+			require.Contains(t, bounds, "queue>", "the next queue after the last")
+			require.Contains(t, bounds, "queue=", "each queue's lowest run_at")
+		}
+
+		oldest, err := s.OldestWaiting(ctx)
+		require.NoError(t, err)
+		require.ElementsMatch(t, []engine.Oldest{
+			{Queue: "q0", Since: at(0)}, {Queue: "q1", Since: at(time.Second)}, {Queue: "q2", Since: at(2 * time.Second)},
+			{Queue: "q3", Since: at(3 * time.Second)},
+			{Queue: "q1", Throttled: true, Since: t0.Add(-time.Hour)}, {Queue: "q3", Throttled: true, Since: t0.Add(-time.Hour)},
+		}, oldest)
+	})
 }

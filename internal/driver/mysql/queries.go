@@ -20,7 +20,7 @@ func (Dialect) Capabilities() engine.Capabilities {
 
 // Replacements replaces the predicates that say a job is in a state with
 // reads of the generated key columns that hold a value only in that state
-// (migrations 007, 010, 013, 014, 016 and 018), each with an index of its own;
+// (migrations 007, 010, 013, 014, 016, 018 and 019), each with an index of its own;
 // and its migrations table, lock and progress.
 func (Dialect) Replacements() string { return replacements }
 
@@ -62,6 +62,17 @@ j.due_at
 
 -- fragment: ScheduledKey
 j.scheduled_key
+
+-- fragment: DelayedJob
+j.delayed_queue IS NOT NULL
+
+-- fragment: DelayedQueue
+j.delayed_queue
+
+-- fragment: OldestDelayed
+-- A loose index scan of its own: one entry of sluice_jobs_delayed per
+-- queue ("Using index for group-by").
+SELECT j.delayed_queue, 0, MIN(j.due_at) FROM sluice_jobs j WHERE j.delayed_queue IS NOT NULL GROUP BY j.delayed_queue
 
 -- fragment: ParkedPlainJob
 j.parked_plain IS NOT NULL

@@ -233,14 +233,32 @@ ORDER BY 1, 2;
 -- concurrency block) or not, each kind through its own index, with when
 -- it began to wait: a ready job no limit holds waits from its run_at (a
 -- job scheduled ahead or retried after a backoff could not run before),
--- one a limit holds from its enqueue.
+-- one a limit holds from its enqueue. A delayed job (scheduled, no limit
+-- holding it) waits from its run_at too, made ready or not: one that came
+-- due and that no dispatcher promoted is waiting to run, and one not due
+-- yet has a run_at ahead (the caller counts it as 0 s old).
 SELECT queue, throttled, MIN(since) FROM (
   SELECT j.queue, {Throttled} AS throttled, {WaitingSince} AS since FROM sluice_jobs j WHERE {ReadyPlainJob}
   UNION ALL SELECT j.queue, {Throttled}, {WaitingSince} FROM sluice_jobs j WHERE {ReadyLimitedJob}
   UNION ALL SELECT j.queue, {Throttled}, {WaitingSince} FROM sluice_jobs j WHERE {ReadyFairJob}
   UNION ALL SELECT j.queue, 1, j.created_at FROM sluice_jobs j WHERE {BlockedJob}
   UNION ALL SELECT j.queue, 1, j.created_at FROM sluice_jobs j WHERE j.wait_key IS NOT NULL AND j.state IN ('scheduled', 'parked')
+  UNION ALL {OldestDelayed}
 ) w GROUP BY queue, throttled;
+
+-- fragment: OldestDelayed
+-- Each queue's lowest run_at among its delayed jobs, as queue, 0, run_at:
+-- one entry of their index per queue (a loose index scan, which the
+-- recursion spells out: each step reads the next queue after the last),
+-- however many jobs are scheduled behind it.
+SELECT d.queue, 0, (SELECT {DueAt} FROM sluice_jobs j WHERE {DelayedJob} AND {DelayedQueue} = d.queue ORDER BY {DueAt} LIMIT 1) FROM (
+  WITH RECURSIVE delayed (queue) AS (
+    SELECT (SELECT {DelayedQueue} FROM sluice_jobs j WHERE {DelayedJob} ORDER BY {DelayedQueue} LIMIT 1)
+    UNION ALL
+    SELECT (SELECT {DelayedQueue} FROM sluice_jobs j WHERE {DelayedJob} AND {DelayedQueue} > p.queue ORDER BY {DelayedQueue} LIMIT 1)
+    FROM delayed p WHERE p.queue IS NOT NULL
+  ) SELECT queue FROM delayed WHERE queue IS NOT NULL
+) d
 
 -- fragment: Throttled
 -- 1 for a ready job that came back from a rate-limit wait, else 0.

@@ -40,6 +40,14 @@ j.run_at
 -- The budget a scheduled job holds a slot of.
 j.wait_key
 
+-- fragment: DelayedJob
+-- A scheduled job no rate limit holds a slot for: run ahead, or retried
+-- after a backoff; ready once due (migration 019).
+j.state = 'scheduled' AND j.wait_key IS NULL
+
+-- fragment: DelayedQueue
+j.queue
+
 -- fragment: ParkedPlainJob
 -- A budget's parked jobs are two streams, as ready ones are: those without
 -- a fairness key, unparked by priority and id, and fair ones, unparked by

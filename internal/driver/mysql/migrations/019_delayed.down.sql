@@ -1,0 +1,3 @@
+ALTER TABLE sluice_jobs
+  DROP KEY sluice_jobs_delayed,
+  DROP COLUMN delayed_queue;

@@ -1,0 +1,1 @@
+DROP INDEX sluice_jobs_delayed;
