@@ -331,22 +331,35 @@ func latestTick(s cron.Schedule, tick, now time.Time) time.Time {
 func (d *Dispatcher) runTick(ctx context.Context, t *task, tick, owed, now time.Time) (bool, error) {
 	switch {
 	case t.item != nil:
-		return d.store.RunTick(ctx, t.key, tick, now, func(ex engine.Executor) (id int64, err error) {
-			// The app's code runs here (enqueue middleware, hooks, a
-			// kind's Cost): one that panics fails the tick, in its
-			// transaction, which rolls back, instead of taking the
-			// dispatcher down at every tick.
+		var settle func(error) error
+		ran, err := d.store.RunTick(ctx, t.key, tick, now, func(ex engine.Executor) (id int64, err error) {
+			// The app's code runs here (enqueue middleware, a kind's
+			// Cost): one that panics fails the tick, in its transaction,
+			// which rolls back, instead of taking the dispatcher down at
+			// every tick.
 			defer func() {
 				if r := recover(); r != nil {
 					err = fmt.Errorf("enqueue panicked: %v\n%s", r, debug.Stack())
 				}
 			}()
-			res, err := d.cfg.Client.EnqueueIn(ctx, ex, []jobs.Item{*t.item})
+			res, s, err := d.cfg.Client.EnqueueIn(ctx, ex, []jobs.Item{*t.item})
 			if err != nil {
 				return 0, err
 			}
+			settle = s
 			return res[0].ID, nil
 		})
+		// The enqueue's outcome is the tick's transaction's: the
+		// middleware learns it, and OnEnqueue reports the job only once
+		// it is committed. (RunTick runs the enqueue once: a tick that
+		// failed is tried again on the next round, as a new enqueue.)
+		if settle != nil {
+			if herr := settle(err); herr != nil {
+				// The job is enqueued, with its tick: the tick ran.
+				d.log.Error("sluice: recurring task enqueued its job, and the client's OnEnqueue panicked", "task", t.key, "err", herr)
+			}
+		}
+		return ran, err
 	case t.once:
 		if owed.IsZero() {
 			ok, err := d.store.RunTick(ctx, t.key, tick, now, nil)

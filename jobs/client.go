@@ -44,7 +44,8 @@ type ClientConfig struct {
 	MaxArgsBytes int
 	// OnEnqueue, if set, is called for each job an enqueue wrote or
 	// joined, after it was written (for EnqueueTx, before the caller's
-	// commit). One that panics does not keep the other jobs from their
+	// commit; for a dispatcher's recurring task, after the commit of the
+	// tick's transaction). One that panics does not keep the other jobs from their
 	// calls, and the enqueue returns its jobs with an error wrapping
 	// ErrOnEnqueuePanicked, which names the job's kind: the jobs were
 	// written (with EnqueueTx, they go with your transaction).
@@ -174,13 +175,22 @@ func (c *Client) EnqueueManyTx(ctx context.Context, tx any, items []Item) ([]Enq
 }
 
 // EnqueueIn is EnqueueMany through a transaction of the store's own (a
-// engine.Tx), for sluice's components that enqueue alongside other writes;
-// callers with their own pgx.Tx or *sql.Tx use EnqueueManyTx.
-func (c *Client) EnqueueIn(ctx context.Context, ex engine.Executor, items []Item) ([]Enqueued, error) {
+// engine.Tx), for sluice's components that enqueue alongside other writes
+// and commit them together; callers with their own pgx.Tx or *sql.Tx use
+// EnqueueManyTx. The enqueue's outcome is the transaction's, which the
+// caller settles by calling settle once: with nil after the commit, or
+// with the error that failed the transaction (its commit's included).
+// settle calls the functions middleware registered with OnEnqueueDone,
+// with that error, and, after a commit only, ClientConfig.OnEnqueue for
+// each job, returning the first panic of it as an error wrapping
+// ErrOnEnqueuePanicked (the jobs are committed). So OnEnqueue reports only
+// committed jobs, once. An EnqueueIn that fails has settled its outcome
+// already, and returns a nil settle.
+func (c *Client) EnqueueIn(ctx context.Context, ex engine.Executor, items []Item) (res []Enqueued, settle func(error) error, err error) {
 	if ex == nil {
-		return nil, errors.New("jobs: EnqueueIn: the executor is nil")
+		return nil, nil, errors.New("jobs: EnqueueIn: the executor is nil")
 	}
-	return c.enqueue(ctx, ex, items)
+	return c.write(ctx, ex, items)
 }
 
 func (c *Client) wrapTx(tx any) (engine.Executor, error) {
@@ -191,12 +201,33 @@ func (c *Client) wrapTx(tx any) (engine.Executor, error) {
 	return ex, nil
 }
 
+// enqueue writes items through ex (nil: a transaction or statement of
+// the client's own), and settles the outcome at once: the write committed
+// then, or joined the caller's transaction.
 func (c *Client) enqueue(ctx context.Context, ex engine.Executor, items []Item) ([]Enqueued, error) {
+	res, settle, err := c.write(ctx, ex, items)
+	if err != nil {
+		return nil, err
+	}
+	if err := settle(nil); err != nil {
+		return res, err
+	}
+	return res, nil
+}
+
+// write checks and writes items through ex (nil: a transaction or
+// statement of the client's own), through the client's middleware. It
+// returns settle, to be called once the write's fate is known (see
+// EnqueueIn): what the middleware registered with OnEnqueueDone is told
+// it, and, when it was kept, this process's workers wake for the queues
+// that gained ready jobs (without ex) and OnEnqueue reports each job. A
+// write that fails settles its outcome itself, and returns a nil settle.
+func (c *Client) write(ctx context.Context, ex engine.Executor, items []Item) ([]Enqueued, func(error) error, error) {
 	if c.cfgErr != nil {
-		return nil, c.cfgErr
+		return nil, nil, c.cfgErr
 	}
 	if len(items) == 0 {
-		return nil, nil
+		return nil, func(error) error { return nil }, nil
 	}
 	now := c.clock.Now()
 	rows := make([]engine.NewJob, len(items))
@@ -211,16 +242,16 @@ func (c *Client) enqueue(ctx context.Context, ex engine.Executor, items []Item) 
 			// the only connection).
 			view := &limitsView{reg: c.reg}
 			if lerr := view.loadIn(ctx, c.store, ex); lerr != nil {
-				return nil, fmt.Errorf("jobs: enqueue: %w", lerr)
+				return nil, nil, fmt.Errorf("jobs: enqueue: %w", lerr)
 			}
 			inForce = view.RateSpec
 			row, err = c.newJob(it, now, inForce)
 		}
 		if err != nil {
 			if len(items) > 1 {
-				return nil, fmt.Errorf("jobs: enqueue item %d: %w", i, err)
+				return nil, nil, fmt.Errorf("jobs: enqueue item %d: %w", i, err)
 			}
-			return nil, fmt.Errorf("jobs: enqueue: %w", err)
+			return nil, nil, fmt.Errorf("jobs: enqueue: %w", err)
 		}
 		rows[i] = row
 	}
@@ -229,6 +260,7 @@ func (c *Client) enqueue(ctx context.Context, ex engine.Executor, items []Item) 
 		sc = engine.DatabaseTime(func() time.Time { return now })
 	}
 	var res []Enqueued
+	var es *enqueueState
 	var err error
 	if len(c.middleware) == 0 {
 		res, err = c.store.Enqueue(ctx, ex, sc, rows)
@@ -236,20 +268,32 @@ func (c *Client) enqueue(ctx context.Context, ex engine.Executor, items []Item) 
 			err = fmt.Errorf("jobs: %w", err)
 		}
 	} else {
-		res, err = c.enqueueThrough(ctx, ex, sc, rows)
+		res, es, err = c.enqueueThrough(ctx, ex, sc, rows)
 	}
 	if err != nil {
-		return nil, err
+		return nil, nil, err
 	}
-	if ex == nil {
-		c.wakeReady(rows, res)
-	}
-	if c.onEnqueue != nil {
-		if err := c.notify(rows, res); err != nil {
-			return res, err
+	settled := false
+	settle := func(err error) error {
+		if settled {
+			return nil
 		}
+		settled = true
+		if es != nil {
+			es.finish(ctx, err)
+		}
+		if err != nil {
+			return nil
+		}
+		if ex == nil {
+			c.wakeReady(rows, res)
+		}
+		if c.onEnqueue != nil {
+			return c.notify(rows, res)
+		}
+		return nil
 	}
-	return res, nil
+	return res, settle, nil
 }
 
 // ErrOnEnqueuePanicked is returned, wrapped, by an enqueue whose

@@ -91,7 +91,7 @@ func (w *Worker) Drain(ctx context.Context) (DrainResult, error) {
 		w.leftovers = w.limits == nil // what a removed limit left runs too
 		res, err := w.claim(ctx, pid, w.cfg.Concurrency, 0, nil, false)
 		if err != nil {
-			return out, fmt.Errorf("jobs: drain: %w", err)
+			return out, w.releaseDrainStrays(ctx, pid, fmt.Errorf("jobs: drain: %w", err))
 		}
 		out.Deferred += len(res.Deferred) + len(res.Displaced)
 		if len(res.Jobs) == 0 {
@@ -156,4 +156,25 @@ func (w *Worker) releaseUnrun(ctx context.Context, pid int64, js []*engine.Job) 
 		return
 	}
 	w.log.Warn("sluice: drain: this process was presumed dead; the jobs of its claim not run yet are claimed again", "jobs", ids)
+}
+
+// releaseDrainStrays releases, before a drain returns claimErr, the jobs
+// its failed claim under pid may have marked running after all (its
+// commit landed, its reply lost), as Run's worker does after a failed
+// claim: the drain ran and recorded every job of its earlier claims, so
+// any job running for pid but those whose results it gave up writing is
+// one. Left so, the process deregistered, they would wait to be presumed
+// lost, and be counted as lost runs that never ran. A release that fails
+// too is added to the error.
+func (w *Worker) releaseDrainStrays(ctx context.Context, pid int64, claimErr error) error {
+	bg, cancel := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Second)
+	defer cancel()
+	ids, err := w.store.ReleaseStrays(bg, pid, w.storeClock(), w.known(pid), w.cfg.Concurrency)
+	if err != nil {
+		return fmt.Errorf("%w; and the jobs the claim may have marked running were not released (they come back once this process is presumed lost): %w", claimErr, err)
+	}
+	if len(ids) > 0 {
+		w.log.Warn("sluice: drain: released jobs a failed claim had marked running after all", "jobs", ids)
+	}
+	return claimErr
 }

@@ -443,6 +443,7 @@ func (w *Worker) flush(batch []result) {
 		log:      w.log,
 		stopping: w.stopping.Load,
 		sleep:    time.Sleep,
+		gaveUp:   w.gaveUp,
 	}
 	for pid, rs := range byPID {
 		rec.record(pid, rs)
@@ -480,6 +481,9 @@ type recorder struct {
 	log      *slog.Logger
 	stopping func() bool
 	sleep    func(time.Duration)
+	// gaveUp, if set, is told the results given up on: their jobs stay
+	// running for the process.
+	gaveUp func([]result)
 }
 
 // record writes the results of one process. An error the database
@@ -503,6 +507,7 @@ func (rc recorder) record(pid int64, rs []result) {
 		if rc.stopping() && attempt >= 10 {
 			rc.log.Error("sluice: could not record finished jobs before stopping; they run again once this process is presumed dead",
 				"err", err, "jobs", len(rs))
+			rc.abandon(rs)
 			return
 		}
 		rc.log.Error("sluice: record finished jobs; retrying", "err", err, "jobs", len(rs), "attempt", attempt)
@@ -524,11 +529,19 @@ func (rc recorder) split(pid int64, rs []result, err error) {
 	if r.refused {
 		rc.log.Error("sluice: the database refused even the failed attempt recorded for a job; it stays running and runs again once this process is presumed dead",
 			"job_id", r.id, "err", err)
+		rc.abandon(rs)
 		return
 	}
 	rc.log.Error("sluice: the database refused a job's result; its attempt fails instead",
 		"job_id", r.id, "outcome", outcomeOf(r), "err", err)
 	rc.record(pid, []result{rc.refused(r, err)})
+}
+
+// abandon reports results given up on to gaveUp.
+func (rc recorder) abandon(rs []result) {
+	if rc.gaveUp != nil {
+		rc.gaveUp(rs)
+	}
 }
 
 // outcomes gathers results into what Finish records, each for its run.

@@ -114,22 +114,31 @@ var errNextTwice = errors.New("jobs: enqueue: a middleware called next twice")
 // panic included, it is rolled back and nothing is written. In the
 // caller's transaction the first next sets a savepoint before the write,
 // which the same failures roll back to: the caller's transaction holds
-// none of the jobs, should it commit anyway. Once the outcome is settled
-// (committed, kept in the caller's transaction, or rolled back), it calls
-// the functions middleware registered with OnEnqueueDone.
-func (c *Client) enqueueThrough(ctx context.Context, ex engine.Executor, sc engine.Clock, rows []engine.NewJob) (res []Enqueued, err error) {
+// none of the jobs, should it commit anyway. An enqueue that fails (a
+// panic included) calls the functions middleware registered with
+// OnEnqueueDone with its error; one that wrote its jobs returns its state,
+// whose finish the caller calls once the outcome is settled (see
+// Client.write).
+func (c *Client) enqueueThrough(ctx context.Context, ex engine.Executor, sc engine.Clock, rows []engine.NewJob) ([]Enqueued, *enqueueState, error) {
 	es := &enqueueState{}
 	returned := false
+	var err error
 	defer func() {
 		if !returned {
 			es.finish(ctx, errEnqueuePanicked) // and the panic goes on
 			return
 		}
-		es.finish(ctx, err)
+		if err != nil {
+			es.finish(ctx, err)
+		}
 	}()
+	var res []Enqueued
 	res, err = c.enqueueChain(context.WithValue(ctx, enqueueKey{}, es), ex, sc, rows)
 	returned = true
-	return res, err
+	if err != nil {
+		return nil, nil, err
+	}
+	return res, es, nil
 }
 
 // errEnqueuePanicked is what OnEnqueueDone's functions get for an enqueue
@@ -155,7 +164,9 @@ type enqueueState struct {
 // settled: after the enqueue's own transaction committed, f(nil), or
 // failed to commit, f with the commit's error; in a caller's transaction
 // (EnqueueTx, EnqueueManyTx), once the jobs were written into it, f(nil)
-// (they commit or roll back with it); and after an enqueue that failed
+// (they commit or roll back with it); for a dispatcher's recurring task,
+// whose job commits with the record of its tick, once that transaction
+// committed, f(nil), or failed, f with its error; and after an enqueue that failed
 // and wrote nothing (a middleware's error or panic, a failed write, next
 // called twice or not at all), f with the error the enqueue returns. So
 // middleware learns what next cannot tell it, whether the jobs it saw

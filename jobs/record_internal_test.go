@@ -130,9 +130,38 @@ func TestRecorderRetriesTransientErrorsWithoutSplitting(t *testing.T) {
 func TestRecorderGivesUpOnAJobWhoseRefusedOutcomeIsRefusedToo(t *testing.T) {
 	s := &refusingStore{bad: map[int64]bool{3: true}, refuseAll: true, recorded: map[int64][]string{}}
 	rec, _ := newRecorder(t, s)
+	var gaveUp []int64
+	rec.gaveUp = func(rs []result) {
+		for _, r := range rs {
+			gaveUp = append(gaveUp, r.id)
+		}
+	}
 	rec.record(1, batch(8))
 	require.Len(t, s.recorded, 7, "the others are recorded; job 3 stays running")
 	require.NotContains(t, s.recorded, int64(3))
+	require.Equal(t, []int64{3}, gaveUp, "the worker is told, so that no release of a failed claim's strays takes it for one")
+}
+
+// A stopping worker that gives up writing a batch tells the worker which
+// jobs stay running for it, having run: a release of a failed claim's
+// strays at shutdown leaves them alone (known), as it does the jobs of
+// another process id.
+func TestResultsGivenUpOnAreNoStrays(t *testing.T) {
+	s := &refusingStore{bad: map[int64]bool{}, recorded: map[int64][]string{}, transientFailures: 100}
+	rec, slept := newRecorder(t, s)
+	rec.stopping = func() bool { return true }
+	w := &Worker{running: map[*runningJob]struct{}{}, unrecorded: map[int64]int{}, abandoned: map[int64]int64{}}
+	rec.gaveUp = w.gaveUp
+	rs := batch(4)
+	for i := range rs {
+		rs[i].pid = 7
+	}
+	rec.record(7, rs)
+	require.Len(t, *slept, 9, "ten writes, then it gives up")
+	require.Empty(t, s.recorded)
+	require.ElementsMatch(t, []int64{1, 2, 3, 4}, w.known(7))
+	require.Empty(t, w.known(8), "a process id of the past: forgotten")
+	require.Empty(t, w.known(7))
 }
 
 func TestARefusedResultWithNoAttemptsLeftFails(t *testing.T) {

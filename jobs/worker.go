@@ -143,7 +143,19 @@ type Worker struct {
 	// unrecorded counts, per job, the runs that finished and whose results
 	// are not written yet: with running, every job this worker holds.
 	unrecorded map[int64]int
-	jobs       sync.WaitGroup
+	// abandoned holds, by job, the process id of each run whose result
+	// the worker gave up writing (the database refused even its failed
+	// attempt, or it could not be written before the worker stopped): the
+	// job stays running for that process, having run, until presumed
+	// lost, and is no stray of a claim.
+	abandoned map[int64]int64
+	// strayClaims counts the claims that failed (each one's commit may
+	// have landed, its reply lost) since strays were last released: while
+	// any is pending the worker looks for strays before each claim round,
+	// and at shutdown, and each may have taken up to Concurrency jobs.
+	// Only the claiming goroutine touches it (and Run once it is done).
+	strayClaims int
+	jobs        sync.WaitGroup
 	// sending counts the finished jobs whose result is on its way to
 	// results: shutdown waits for them before closing it.
 	sending sync.WaitGroup
@@ -290,7 +302,7 @@ func NewWorker(pub *store.Store, reg *Registry, cfg WorkerConfig) (*Worker, erro
 		clock:   clock.OrSystem(cfg.Clock),
 		log:     log,
 		hooks:   cfg.Hooks.guarded(log),
-		running: map[*runningJob]struct{}{}, unrecorded: map[int64]int{},
+		running: map[*runningJob]struct{}{}, unrecorded: map[int64]int{}, abandoned: map[int64]int64{},
 		freed:   make(chan struct{}, 1),
 		results: make(chan result, cfg.Concurrency),
 	}
@@ -352,6 +364,17 @@ func (w *Worker) Run(ctx context.Context) error {
 	<-completed
 	stopBeat()
 	<-beaten
+	if w.strayClaims > 0 {
+		// The last look after a failed claim failed too: once more before
+		// the process row goes, after which the strays would wait to be
+		// presumed lost, and be counted as lost runs that never ran.
+		switch ids, err := w.releaseStrays(ctx); {
+		case err != nil:
+			w.log.Warn("sluice: release the jobs a failed claim may have marked running; they come back when this process is presumed lost", "err", err)
+		case len(ids) > 0:
+			w.log.Warn("sluice: released jobs a failed claim had marked running after all", "jobs", ids)
+		}
+	}
 	bg, cancel := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Second)
 	defer cancel()
 	if err := w.store.DeregisterProcess(bg, w.pid.Load()); err != nil {
@@ -390,10 +413,16 @@ func (w *Worker) loop(ctx, jobsCtx context.Context, wake <-chan struct{}) {
 	promote := w.limits != nil
 	w.leftovers = w.limits == nil
 	for ctx.Err() == nil {
+		if w.strayClaims > 0 {
+			// The release after a failed claim failed (the connection
+			// was still down): again before each round until it lands.
+			w.lookForStrays(ctx)
+		}
 		full, err := w.claimRound(ctx, jobsCtx, promote)
 		pause := w.cfg.PollInterval
 		if err != nil {
-			w.releaseStrays(ctx)
+			w.strayClaims = min(w.strayClaims+1, maxStrayClaims)
+			w.lookForStrays(ctx)
 			if ctx.Err() != nil {
 				return
 			}
@@ -422,13 +451,47 @@ func (w *Worker) loop(ctx, jobsCtx context.Context, wake <-chan struct{}) {
 	}
 }
 
+// lookForStrays releases the strays a failed claim may have left
+// (releaseStrays), and forgets those claims once that succeeded. A
+// failure is only logged: the claims stay pending, and the loop tries
+// again before its next claim round (and Run at shutdown).
+func (w *Worker) lookForStrays(ctx context.Context) {
+	ids, err := w.releaseStrays(ctx)
+	if err != nil {
+		w.log.Debug("sluice: look for jobs a failed claim left running; trying again before the next claim", "err", err)
+		return
+	}
+	w.strayClaims = 0
+	if len(ids) > 0 {
+		w.log.Warn("sluice: released jobs a failed claim had marked running after all", "jobs", ids)
+	}
+}
+
 // releaseStrays releases the jobs a failed claim may have marked running
 // for this process after all (its commit landed, its reply was lost):
-// every job running for it that it neither runs nor has a result for.
-// Without it they would stay running, unrun, for as long as the process
-// lives, and be counted as lost runs once it stops.
-func (w *Worker) releaseStrays(ctx context.Context) {
+// every job running for it that it neither runs nor has a result for
+// (see known). Without it they would stay running, unrun, for as long as
+// the process lives, and be counted as lost runs once it stops. Only the
+// claiming goroutine calls it, so no claim starts a job meanwhile.
+func (w *Worker) releaseStrays(ctx context.Context) ([]int64, error) {
+	pid := w.pid.Load()
+	bg, cancel := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Second)
+	defer cancel()
+	return w.store.ReleaseStrays(bg, pid, w.storeClock(), w.known(pid), w.cfg.Concurrency*max(w.strayClaims, 1))
+}
+
+// maxStrayClaims bounds the failed claims counted as pending: they bound
+// how many running jobs a release of strays looks at, and claims that
+// fail for minutes on end (a database away) took none.
+const maxStrayClaims = 100
+
+// known returns the jobs the worker holds under pid, which no stray
+// release may touch: those it runs (under any process id: a job whose
+// lost run goes on may run anew under pid), those whose results are not
+// written yet, and those whose results it gave up writing.
+func (w *Worker) known(pid int64) []int64 {
 	w.mu.Lock()
+	defer w.mu.Unlock()
 	known := make([]int64, 0, len(w.running)+len(w.unrecorded))
 	for rj := range w.running {
 		known = append(known, rj.job.ID)
@@ -436,16 +499,23 @@ func (w *Worker) releaseStrays(ctx context.Context) {
 	for id := range w.unrecorded {
 		known = append(known, id)
 	}
-	w.mu.Unlock()
-	bg, cancel := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Second)
-	defer cancel()
-	ids, err := w.store.ReleaseStrays(bg, w.pid.Load(), w.storeClock(), known, w.cfg.Concurrency)
-	if err != nil {
-		w.log.Debug("sluice: look for jobs a failed claim left running", "err", err)
-		return
+	for id, p := range w.abandoned {
+		if p == pid {
+			known = append(known, id)
+		} else {
+			delete(w.abandoned, id) // a process that no longer exists
+		}
 	}
-	if len(ids) > 0 {
-		w.log.Warn("sluice: released jobs a failed claim had marked running after all", "jobs", ids)
+	return known
+}
+
+// gaveUp notes the results the recorder gave up writing: their jobs stay
+// running for their process, though they ran.
+func (w *Worker) gaveUp(rs []result) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	for _, r := range rs {
+		w.abandoned[r.id] = r.pid
 	}
 }
 

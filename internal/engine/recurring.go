@@ -12,9 +12,20 @@ import (
 // commits with the record. It reports whether this call ran the tick. When
 // enqueue is nil the record alone is committed (for work that runs outside
 // the transaction).
+//
+// With enqueue, a deadlock or serialization failure is not run again here,
+// as inTx would: enqueue runs the app's code (enqueue middleware, which
+// runs once per enqueue, never again for a retry), and its caller learns
+// the transaction's outcome to report the enqueue's. The tick fails, its
+// record and job rolled back, and the caller's next round tries it again
+// (or finds it recorded by another dispatcher meanwhile).
 func (s *Store) RunTick(ctx context.Context, task string, runAt, now time.Time, enqueue func(ex Executor) (int64, error)) (bool, error) {
 	ran := false
-	err := s.inTx(ctx, func(tx Tx) error {
+	inTx := s.inTx
+	if enqueue != nil {
+		inTx = func(ctx context.Context, fn func(tx Tx) error) error { return s.tryTx(ctx, s.db.Begin, fn) }
+	}
+	err := inTx(ctx, func(tx Tx) error {
 		ran = false
 		q, args := s.q.InsertTick(task, Micros(runAt), Micros(now))
 		res, err := exec(ctx, tx, q, args)
