@@ -167,9 +167,7 @@ func (w *Worker) releaseUnrun(ctx context.Context, pid int64, js []*engine.Job) 
 // lost, and be counted as lost runs that never ran. A release that fails
 // too is added to the error.
 func (w *Worker) releaseDrainStrays(ctx context.Context, pid int64, claimErr error) error {
-	bg, cancel := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Second)
-	defer cancel()
-	ids, err := w.store.ReleaseStrays(bg, pid, w.storeClock(), w.known(pid), w.cfg.Concurrency)
+	ids, err := w.releaseStrays(ctx, pid)
 	if err != nil {
 		return fmt.Errorf("%w; and the jobs the claim may have marked running were not released (they come back once this process is presumed lost): %w", claimErr, err)
 	}

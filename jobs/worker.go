@@ -368,7 +368,7 @@ func (w *Worker) Run(ctx context.Context) error {
 		// The last look after a failed claim failed too: once more before
 		// the process row goes, after which the strays would wait to be
 		// presumed lost, and be counted as lost runs that never ran.
-		switch ids, err := w.releaseStrays(ctx); {
+		switch ids, err := w.releaseStrays(ctx, w.pid.Load()); {
 		case err != nil:
 			w.log.Warn("sluice: release the jobs a failed claim may have marked running; they come back when this process is presumed lost", "err", err)
 		case len(ids) > 0:
@@ -456,7 +456,7 @@ func (w *Worker) loop(ctx, jobsCtx context.Context, wake <-chan struct{}) {
 // failure is only logged: the claims stay pending, and the loop tries
 // again before its next claim round (and Run at shutdown).
 func (w *Worker) lookForStrays(ctx context.Context) {
-	ids, err := w.releaseStrays(ctx)
+	ids, err := w.releaseStrays(ctx, w.pid.Load())
 	if err != nil {
 		w.log.Debug("sluice: look for jobs a failed claim left running; trying again before the next claim", "err", err)
 		return
@@ -472,9 +472,9 @@ func (w *Worker) lookForStrays(ctx context.Context) {
 // every job running for it that it neither runs nor has a result for
 // (see known). Without it they would stay running, unrun, for as long as
 // the process lives, and be counted as lost runs once it stops. Only the
-// claiming goroutine calls it, so no claim starts a job meanwhile.
-func (w *Worker) releaseStrays(ctx context.Context) ([]int64, error) {
-	pid := w.pid.Load()
+// claiming goroutine calls it (Drain's, in Drain), so no claim starts a job
+// meanwhile. pid is the process id the claim was made under.
+func (w *Worker) releaseStrays(ctx context.Context, pid int64) ([]int64, error) {
 	bg, cancel := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Second)
 	defer cancel()
 	return w.store.ReleaseStrays(bg, pid, w.storeClock(), w.known(pid), w.cfg.Concurrency*max(w.strayClaims, 1))
