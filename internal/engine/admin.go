@@ -288,8 +288,8 @@ func (s *Store) CancelJobs(ctx context.Context, c Clock, ids []int64, reason str
 // a cancel holds a job's row, and an enqueue that holds a key's row
 // may wait for a job's (the pending job a coalescing call joins), so
 // taking the key in the cancel's transaction could deadlock with it.
-// One statement per level and run of keys (two for a run of several
-// keys: their locks, then the update); none without fair jobs.
+// Two statements per level and run of keys (their locks, then the
+// update); none without fair jobs.
 func (s *Store) refundFair(ctx context.Context, dead []*JobInfo) error {
 	if len(dead) == 0 {
 		return nil
