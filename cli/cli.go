@@ -55,6 +55,7 @@ import (
 
 	"github.com/sluicequeue/sluice/dispatcher"
 	"github.com/sluicequeue/sluice/internal/engine"
+	"github.com/sluicequeue/sluice/internal/human"
 	"github.com/sluicequeue/sluice/jobs"
 	"github.com/sluicequeue/sluice/store"
 	"github.com/sluicequeue/sluice/store/dburl"
@@ -206,26 +207,11 @@ func (a *App) Run(ctx context.Context, args []string) int {
 		fmt.Fprintf(env.Stderr, "%s %s: %s\n", name, cmd.Name, a.ownName(oneLine(env.redact(err))))
 		return 2
 	default:
-		for _, e := range each(err) {
+		for _, e := range human.Errors(err) {
 			fmt.Fprintf(env.Stderr, "%s %s: %s\n", name, cmd.Name, a.ownName(oneLine(env.redact(e))))
 		}
 		return 1
 	}
-}
-
-// each splits an error that joins several (errors.Join: an operator's
-// action refused for some of its jobs), and the joins among them, into
-// their parts, a line each.
-func each(err error) []error {
-	j, ok := err.(interface{ Unwrap() []error })
-	if !ok {
-		return []error{err}
-	}
-	var out []error
-	for _, e := range j.Unwrap() {
-		out = append(out, each(e)...)
-	}
-	return out
 }
 
 // ownName makes the commands an error suggests (the store's "run `sluice

@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/sluicequeue/sluice/internal/engine"
+	"github.com/sluicequeue/sluice/internal/human"
 	"github.com/sluicequeue/sluice/internal/keys"
 	"github.com/sluicequeue/sluice/store"
 )
@@ -86,28 +87,23 @@ func (s *server) bulkAction(w http.ResponseWriter, r *http.Request) {
 		s.back(w, r, back, err.Error(), true)
 		return
 	}
-	var done []engine.Moved
-	var errs []string
-	for _, id := range ids {
-		var ok []engine.Moved
-		var err error
-		if action == "retry" {
-			ok, err = s.store.RetryJobs(ctx, s.storeClock(), []int64{id})
-		} else {
-			ok, err = s.store.CancelJobs(ctx, s.storeClock(), []int64{id}, "cancelled from the dashboard")
-		}
-		done = append(done, ok...)
-		if err != nil {
-			if len(errs) < 3 {
-				errs = append(errs, err.Error())
-			}
-			if errors.Is(err, ctx.Err()) {
+	// Each job is acted on whatever became of the others (a refusal is
+	// one part of the error).
+	var moved []engine.Moved
+	if action == "retry" {
+		moved, err = s.store.RetryJobs(ctx, s.storeClock(), ids)
+	} else {
+		moved, err = s.store.CancelJobs(ctx, s.storeClock(), ids, "cancelled from the dashboard")
+	}
+	msg := fmt.Sprintf("%s: %d of %d job(s) done", action, len(moved), len(ids))
+	if err != nil {
+		var errs []string
+		for _, e := range human.Errors(err) {
+			if len(errs) == 3 {
 				break
 			}
+			errs = append(errs, e.Error())
 		}
-	}
-	msg := fmt.Sprintf("%s: %d of %d job(s) done", action, len(done), len(ids))
-	if len(errs) > 0 {
 		s.back(w, r, back, msg+"; refused: "+strings.Join(errs, "; "), true)
 		return
 	}

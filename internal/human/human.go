@@ -73,3 +73,18 @@ func Stamp(t time.Time) string {
 	}
 	return t.UTC().Format("2006-01-02 15:04:05.000Z")
 }
+
+// Errors splits an error that joins several (errors.Join: an operator's
+// action refused for some of its jobs), and the joins among them, into
+// their parts, to print one to a line; any other error is its one part.
+func Errors(err error) []error {
+	j, ok := err.(interface{ Unwrap() []error })
+	if !ok {
+		return []error{err}
+	}
+	var out []error
+	for _, e := range j.Unwrap() {
+		out = append(out, Errors(e)...)
+	}
+	return out
+}
