@@ -254,13 +254,7 @@ func TestASweepBatchLostOrFailedMidwayLosesAndDoublesNothing(t *testing.T) {
 func TestPruningFairKeysRetriedCountsEachKeyOnce(t *testing.T) {
 	testdb.Each(t, func(t *testing.T, s *engine.Store) {
 		ctx := context.Background()
-		res := enqueue(t, s, t0, fairJob("idle", 1), fairJob("busy", 1), fairJob("busy", 1), fairJob("busy", 1))
-		_, err := s.CancelJobs(ctx, engine.At(t0), []int64{res[0]}, "")
-		require.NoError(t, err)
-		pid := register(t, s, t0)
-		cl, err := s.Claim(ctx, engine.ClaimParams{ProcessID: pid, Queues: []string{"default"}, Max: 2, Clock: engine.At(t0), Fair: true})
-		require.NoError(t, err)
-		require.Len(t, cl.Jobs, 2)
+		idleFairKey(t, s)
 
 		db := &flakyDB{DB: s.DB()}
 		db.deadlock = firstWith("DELETE FROM sluice_fair_keys")
@@ -277,18 +271,12 @@ func TestPruningFairKeysRetriedCountsEachKeyOnce(t *testing.T) {
 func TestPruningFairKeysWhoseReplyIsLostDeletesNothingMore(t *testing.T) {
 	testdb.Each(t, func(t *testing.T, s *engine.Store) {
 		ctx := context.Background()
-		res := enqueue(t, s, t0, fairJob("idle", 1), fairJob("busy", 1), fairJob("busy", 1), fairJob("busy", 1))
-		_, err := s.CancelJobs(ctx, engine.At(t0), []int64{res[0]}, "")
-		require.NoError(t, err)
-		pid := register(t, s, t0)
-		cl, err := s.Claim(ctx, engine.ClaimParams{ProcessID: pid, Queues: []string{"default"}, Max: 2, Clock: engine.At(t0), Fair: true})
-		require.NoError(t, err)
-		require.Len(t, cl.Jobs, 2)
+		idleFairKey(t, s)
 
 		db := &flakyDB{DB: s.DB()}
 		db.lose = firstWith("DELETE FROM sluice_fair_keys")
 		fs := engine.New(s.Dialect(), db)
-		_, err = fs.PruneFairKeys(ctx)
+		_, err := fs.PruneFairKeys(ctx)
 		require.ErrorIs(t, err, errReset)
 		require.Equal(t, []string{"busy"}, fairKeys(t, s))
 		n, err := fs.PruneFairKeys(ctx)
@@ -296,6 +284,22 @@ func TestPruningFairKeysWhoseReplyIsLostDeletesNothingMore(t *testing.T) {
 		require.Zero(t, n)
 		require.Equal(t, []string{"busy"}, fairKeys(t, s), "the busy key, whose jobs wait, is kept")
 	})
+}
+
+// idleFairKey leaves a fairness key "idle" to prune (its one job was
+// cancelled, and its finish is behind its level's virtual time) beside a
+// key "busy" whose jobs wait.
+func idleFairKey(t *testing.T, s *engine.Store) {
+	t.Helper()
+	ctx := context.Background()
+	res := enqueue(t, s, t0, fairJob("idle", 1), fairJob("busy", 1), fairJob("busy", 1), fairJob("busy", 1))
+	_, err := s.CancelJobs(ctx, engine.At(t0), []int64{res[0]}, "")
+	require.NoError(t, err)
+	pid := register(t, s, t0)
+	cl, err := s.Claim(ctx, engine.ClaimParams{ProcessID: pid, Queues: []string{"default"}, Max: 2, Clock: engine.At(t0), Fair: true})
+	require.NoError(t, err)
+	require.Len(t, cl.Jobs, 2)
+	require.Equal(t, []string{"busy", "idle"}, fairKeys(t, s))
 }
 
 // fairKeys lists the fairness keys' rows.
