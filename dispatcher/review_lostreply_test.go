@@ -136,8 +136,9 @@ func lossy(s *engine.Store) (*engine.Store, *replyLossDB) {
 // sees the record fail, so it owes nothing; on its next round the record
 // is there, so it takes the tick for another dispatcher's and moves on.
 // No dispatcher runs the clean-up for that tick: the job finished 1 h ago
-// (retention 30 min) is still there an hour later, when the next tick
-// comes. The clean-up ran zero times for its tick.
+// (retention 30 min) is still there after a minute of rounds of both
+// dispatchers, and stays until the next tick, an hour on. The clean-up
+// ran zero times for its tick.
 func TestACleanUpWhoseTickRecordReplyIsLostStillRuns(t *testing.T) {
 	testdb.Each(t, func(t *testing.T, s *engine.Store) {
 		ctx := context.Background()
