@@ -342,7 +342,7 @@ func (s *Store) ClearIdleBudgets(ctx context.Context, c Clock, batchSize int, pa
 		found := 0
 		var idle []string
 		err := s.inTx(ctx, func(tx Tx) error {
-			idle = nil
+			found, idle = 0, nil
 			at, err := s.now(ctx, tx, c)
 			if err != nil {
 				return err

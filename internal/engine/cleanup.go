@@ -18,6 +18,7 @@ func (s *Store) DeleteFinished(ctx context.Context, before time.Time, batch int)
 	for {
 		var n int
 		err := s.inTx(ctx, func(tx Tx) error {
+			n = 0 // an attempt run again counts anew
 			q, args := s.q.LockFinished(Micros(before), batch)
 			rows, err := tx.Query(ctx, q, args...)
 			if err != nil {

@@ -236,7 +236,10 @@ func (s *Store) PruneFairKeys(ctx context.Context) (int, error) {
 	}
 	deleted := 0
 	for _, l := range levels {
+		// Counted per attempt: a retried transaction's count starts over.
+		n := 0
 		err := s.inTx(ctx, func(tx Tx) error {
+			n = 0
 			q, args := s.q.FairVirtualTime(l.queue, l.priority)
 			vts, err := queryInt64s(ctx, tx, q, args)
 			if err != nil || len(vts) == 0 {
@@ -253,12 +256,13 @@ func (s *Store) PruneFairKeys(ctx context.Context) (int, error) {
 			if err != nil {
 				return err
 			}
-			deleted += int(res.RowsAffected)
+			n = int(res.RowsAffected)
 			return nil
 		})
 		if err != nil {
 			return deleted, s.wrap(fmt.Errorf("prune fairness keys of queue %s, priority %d: %w", l.queue, l.priority, err))
 		}
+		deleted += n
 	}
 	return deleted, nil
 }

@@ -1,7 +1,8 @@
 package engine_test
 
 // Lost replies and retried transactions on the sweep of a flood
-// (DeferOverflow) and the pruning of fairness keys (PruneFairKeys).
+// (DeferOverflow), the pruning of fairness keys (PruneFairKeys) and the
+// deletion of finished jobs (DeleteFinished).
 
 import (
 	"context"
@@ -34,10 +35,12 @@ func (errDeadlock) Retryable() bool { return true }
 // store), or fail their commit as a deadlock would (deadlock: rolled back
 // first, so the database holds nothing of it). Each predicate sees the
 // transaction's statements (fail, the statement about to be sent).
+// beforeBegin, when set, runs before each transaction begins.
 type flakyDB struct {
 	engine.DB
 	mu                   sync.Mutex
 	lose, deadlock, fail func(stmts []string) bool
+	beforeBegin          func()
 	fired                []string
 }
 
@@ -58,6 +61,9 @@ func (d *flakyDB) firedFaults() []string {
 }
 
 func (d *flakyDB) Begin(ctx context.Context) (engine.Tx, error) {
+	if d.beforeBegin != nil {
+		d.beforeBegin()
+	}
 	tx, err := d.DB.Begin(ctx)
 	if err != nil {
 		return nil, err
@@ -248,9 +254,9 @@ func TestASweepBatchLostOrFailedMidwayLosesAndDoublesNothing(t *testing.T) {
 // rolled back in the database and must not survive in Go either".
 //
 // The pruning of one priority level deadlocks at its commit and is run
-// again: the database deletes the idle key once, but PruneFairKeys adds
-// the first attempt's count to the second's, and reports (and the
-// dispatcher logs, "cleared idle fairness keys") two keys deleted for one.
+// again: the database deletes the idle key once, and PruneFairKeys counts
+// it once (the dispatcher logs the count, "cleared idle fairness keys"),
+// not the failed attempt's count added to the retried one's.
 func TestPruningFairKeysRetriedCountsEachKeyOnce(t *testing.T) {
 	testdb.Each(t, func(t *testing.T, s *engine.Store) {
 		ctx := context.Background()
@@ -262,7 +268,7 @@ func TestPruningFairKeysRetriedCountsEachKeyOnce(t *testing.T) {
 		require.NoError(t, err)
 		require.Equal(t, []string{"deadlock"}, db.firedFaults(), "the first attempt deadlocked at its commit")
 		require.Equal(t, []string{"busy"}, fairKeys(t, s), "the idle key is deleted, once")
-		require.Equal(t, 1, n, "one key deleted, but the retried attempt's count was added to the failed one's")
+		require.Equal(t, 1, n, "one key deleted, counted once: the failed attempt's count does not survive")
 	})
 }
 
@@ -316,4 +322,37 @@ func fairKeys(t *testing.T, s *engine.Store) []string {
 	}
 	require.NoError(t, rows.Err())
 	return keys
+}
+
+// cleanup.go, DeleteFinished: it "returns how many it deleted"; DESIGN.md,
+// invariant 6. A batch deadlocks at its commit; before it runs again,
+// another clean-up deletes the job it had found. The batch run again finds
+// nothing to delete, and this call deleted nothing: it says so, rather
+// than the count of the attempt that rolled back.
+func TestDeletingFinishedJobsRetriedCountsOnlyWhatItDeleted(t *testing.T) {
+	testdb.Each(t, func(t *testing.T, s *engine.Store) {
+		ctx := context.Background()
+		id := enqueue(t, s, t0, job("a", "default", 0))[0]
+		pid := register(t, s, t0)
+		claim(t, s, pid, t0, 1)
+		require.NoError(t, s.Finish(ctx, pid, engine.At(t0), engine.Outcomes{Completed: runs(t, s, id)}))
+
+		db := &flakyDB{DB: s.DB()}
+		db.deadlock = firstWith("DELETE FROM sluice_jobs")
+		other := false
+		db.beforeBegin = func() {
+			if len(db.firedFaults()) == 1 && !other {
+				other = true
+				n, err := s.DeleteFinished(ctx, at(time.Hour), 500)
+				require.NoError(t, err)
+				require.Equal(t, 1, n, "the other clean-up deletes the job")
+			}
+		}
+		n, err := engine.New(s.Dialect(), db).DeleteFinished(ctx, at(time.Hour), 500)
+		require.NoError(t, err)
+		require.True(t, other, "the batch deadlocked and ran again after the other clean-up")
+		require.Zero(t, n, "the batch run again deleted nothing")
+		_, err = s.GetJob(ctx, id)
+		require.ErrorIs(t, err, engine.ErrNotFound)
+	})
 }
