@@ -92,11 +92,14 @@ type task struct {
 	// promotions and the other tasks keep their pace. busy is set while it
 	// runs there.
 	background, busy bool
-	// owed is the tick of a task that records its ticks whose work failed
-	// after this dispatcher recorded it: the tick is this dispatcher's,
-	// and no other runs it, so this one runs its work again on the next
-	// round, without recording it again, until the work succeeds or a
-	// later tick comes. Zero when nothing is owed.
+	// owed is the tick of a clean-up (a task that records its ticks and
+	// works after the record's transaction) that this dispatcher holds
+	// and whose work has not succeeded: it recorded the tick, or may have
+	// (the record's commit failed with its outcome unknown), and no other
+	// dispatcher runs a tick it finds recorded. So this one runs the work
+	// again on each round, until it succeeds or a later tick comes,
+	// recording the tick first if no dispatcher has. Zero when nothing is
+	// owed.
 	owed time.Time
 }
 
@@ -247,10 +250,13 @@ func (d *Dispatcher) runTasks(ctx context.Context, now time.Time) (int, error) {
 	return ran, errors.Join(errs...)
 }
 
-// owedAfter is what a task owes after a tick of it failed: the tick, when
-// this dispatcher recorded it (ok) and only its work failed; nothing when
-// the record failed (its transaction rolled back, so that the next round,
-// here or in another dispatcher, records it and runs it).
+// owedAfter is what a task owes after a tick of it failed: for a
+// clean-up, the tick, when this dispatcher holds it (ok: it recorded it,
+// or may have, or owed it already); nothing when its record failed and
+// rolled back (so that the next round, here or in another dispatcher,
+// records it and runs it), nor for a task that enqueues a job: its job
+// commits with its record, so the record found on the next round says
+// the tick ran.
 func owedAfter(t *task, tick time.Time, ok bool) time.Time {
 	if ok && t.once && t.item == nil {
 		return tick
@@ -324,10 +330,15 @@ func latestTick(s cron.Schedule, tick, now time.Time) time.Time {
 }
 
 // runTick runs one tick of t: once across dispatchers when t records its
-// ticks. It reports whether it ran (for a task whose work follows the
-// record of its tick, whether it recorded the tick, even when the work
-// then failed). A tick owed (see task.owed) is not recorded again: its
-// work only runs again.
+// ticks. It reports whether it ran; for a clean-up, whose work follows the
+// record of its tick, whether this dispatcher holds the tick, even when
+// the work then failed or never ran: it recorded it, or owed it already,
+// or may have recorded it (RunTick failed with engine.ErrTickUnknown). A
+// tick owed (see task.owed) is recorded if no dispatcher has recorded it
+// (its record may have rolled back), and its work runs whether or not it
+// was: a clean-up is idempotent, so a tick whose record rolled back unseen
+// and which another dispatcher then took runs twice, harmlessly, rather
+// than in none when the record had landed.
 func (d *Dispatcher) runTick(ctx context.Context, t *task, tick, owed, now time.Time) (bool, error) {
 	switch {
 	case t.item != nil:
@@ -361,13 +372,15 @@ func (d *Dispatcher) runTick(ctx context.Context, t *task, tick, owed, now time.
 		}
 		return ran, err
 	case t.once:
-		if owed.IsZero() {
-			ok, err := d.store.RunTick(ctx, t.key, tick, now, nil)
-			if err != nil || !ok {
-				return ok, err
-			}
+		held := !owed.IsZero()
+		ok, err := d.store.RunTick(ctx, t.key, tick, now, nil)
+		switch {
+		case err != nil:
+			return held || errors.Is(err, engine.ErrTickUnknown), err
+		case !ok && !held:
+			return false, nil // another dispatcher's
 		}
-		_, err := t.run(ctx, now)
+		_, err = t.run(ctx, now)
 		return true, err
 	default:
 		_, err := t.run(ctx, now)

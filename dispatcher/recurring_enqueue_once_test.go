@@ -145,3 +145,33 @@ func TestATickThatDeadlocksInOneDispatcherIsEnqueuedOnceByAnother(t *testing.T) 
 		require.Equal(t, []int64{js[0].ID}, w.hooked)
 	})
 }
+
+// recurring.md, "Exactly once per tick": a recurring task's tick whose
+// commit lands and whose reply is lost fails in the dispatcher; its next
+// round finds the tick recorded (with its job) and moves on: one job for
+// the tick, not two, and the next tick is enqueued as usual.
+func TestARecurringTickWhoseCommitReplyIsLostIsEnqueuedOnce(t *testing.T) {
+	testdb.Each(t, func(t *testing.T, s *engine.Store) {
+		ctx := context.Background()
+		ls, db := lossy(s)
+		db.lose = loseOnce("INSERT INTO sluice_recurring_runs")
+		c := clock.NewFake(t0)
+		client := jobs.NewClient(testdb.Public(ls), registry(t), jobs.ClientConfig{Clock: c})
+		d := newDispatcher(t, ls, dispatcher.Config{Clock: c, Logger: quiet(), Client: client,
+			Tasks: []dispatcher.Task{{Key: "hourly", Schedule: "@hourly", Args: report{Period: "1h"}}}})
+		c.Advance(time.Hour)
+		_, err := d.Tick(ctx)
+		require.ErrorIs(t, err, errReset, "the tick's commit landed, its reply lost")
+		require.Len(t, reports(t, s), 1, "the tick's job is committed with its record")
+		for range 5 {
+			c.Advance(time.Second)
+			_, err = d.Tick(ctx)
+			require.NoError(t, err)
+		}
+		require.Len(t, reports(t, s), 1, "tried again, the tick is found recorded: no second job")
+		c.Advance(time.Hour)
+		_, err = d.Tick(ctx)
+		require.NoError(t, err)
+		require.Len(t, reports(t, s), 2, "the next tick is enqueued")
+	})
+}

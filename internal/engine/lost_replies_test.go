@@ -1,8 +1,9 @@
 package engine_test
 
 // Lost replies and retried transactions on the sweep of a flood
-// (DeferOverflow), the pruning of fairness keys (PruneFairKeys) and the
-// deletion of finished jobs (DeleteFinished).
+// (DeferOverflow), the pruning of fairness keys (PruneFairKeys), the
+// deletion of finished jobs (DeleteFinished) and the record of a
+// recurring task's tick (RunTick).
 
 import (
 	"context"
@@ -354,5 +355,57 @@ func TestDeletingFinishedJobsRetriedCountsOnlyWhatItDeleted(t *testing.T) {
 		require.Zero(t, n, "the batch run again deleted nothing")
 		_, err = s.GetJob(ctx, id)
 		require.ErrorIs(t, err, engine.ErrNotFound)
+	})
+}
+
+// recurring.go, RunTick: an error "wraps ErrTickUnknown when the tick may
+// have run all the same". A record whose commit lands and whose reply is
+// lost says so, with or without a job, and the tick is recorded; one whose
+// statement fails before it is sent rolled back, and does not say so; one
+// that deadlocks at its commit is run again (without a job) and records
+// the tick.
+func TestARunTickWhoseCommitFailsUnseenMayHaveRun(t *testing.T) {
+	testdb.Each(t, func(t *testing.T, s *engine.Store) {
+		ctx := context.Background()
+		db := &flakyDB{DB: s.DB()}
+		fs := engine.New(s.Dialect(), db)
+		const insertTick = "INSERT INTO sluice_recurring_runs"
+		recorded := func(task string) time.Time {
+			last, err := s.LastTicks(ctx)
+			require.NoError(t, err)
+			return last[task].RunAt
+		}
+		enqueueJob := func(ex engine.Executor) (int64, error) {
+			res, err := fs.Enqueue(ctx, ex, engine.At(t0), []engine.NewJob{job("a", "default", 0)})
+			if err != nil {
+				return 0, err
+			}
+			return res[0].ID, nil
+		}
+		tick := t0.Add(time.Hour)
+
+		db.fail = firstWith(insertTick)
+		_, err := fs.RunTick(ctx, "failed", tick, tick, nil)
+		require.ErrorIs(t, err, errReset)
+		require.NotErrorIs(t, err, engine.ErrTickUnknown, "the record failed before its commit: rolled back")
+		require.True(t, recorded("failed").IsZero())
+
+		db.lose = firstWith(insertTick)
+		_, err = fs.RunTick(ctx, "lost", tick, tick, nil)
+		require.ErrorIs(t, err, errReset)
+		require.ErrorIs(t, err, engine.ErrTickUnknown)
+		require.True(t, recorded("lost").Equal(tick), "the record landed")
+
+		db.lose = firstWith(insertTick)
+		_, err = fs.RunTick(ctx, "lost-with-job", tick, tick, enqueueJob)
+		require.ErrorIs(t, err, engine.ErrTickUnknown)
+		require.True(t, recorded("lost-with-job").Equal(tick), "the record landed, with its job")
+
+		db.deadlock = firstWith(insertTick)
+		ran, err := fs.RunTick(ctx, "deadlocked", tick, tick, nil)
+		require.NoError(t, err)
+		require.True(t, ran)
+		require.True(t, recorded("deadlocked").Equal(tick))
+		require.Equal(t, []string{"fail", "lose", "lose", "deadlock"}, db.firedFaults())
 	})
 }

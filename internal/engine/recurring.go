@@ -2,6 +2,7 @@ package engine
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"time"
 )
@@ -19,14 +20,22 @@ import (
 // the transaction's outcome to report the enqueue's. The tick fails, its
 // record and job rolled back, and the caller's next round tries it again
 // (or finds it recorded by another dispatcher meanwhile).
+//
+// An error wraps ErrTickUnknown when the tick may have run all the same:
+// this call wrote its record (and job) and the commit then failed with no
+// reply that says it rolled back (a dropped connection loses the reply of
+// a commit that landed).
 func (s *Store) RunTick(ctx context.Context, task string, runAt, now time.Time, enqueue func(ex Executor) (int64, error)) (bool, error) {
 	ran := false
+	// committed is set when the last attempt wrote the tick and went on
+	// to commit it.
+	committed := false
 	inTx := s.inTx
 	if enqueue != nil {
 		inTx = func(ctx context.Context, fn func(tx Tx) error) error { return s.tryTx(ctx, s.db.Begin, fn) }
 	}
 	err := inTx(ctx, func(tx Tx) error {
-		ran = false
+		ran, committed = false, false
 		q, args := s.q.InsertTick(task, Micros(runAt), Micros(now))
 		res, err := exec(ctx, tx, q, args)
 		if err != nil {
@@ -36,22 +45,35 @@ func (s *Store) RunTick(ctx context.Context, task string, runAt, now time.Time, 
 			return nil // another dispatcher ran this tick
 		}
 		ran = true
-		if enqueue == nil {
-			return nil
+		if enqueue != nil {
+			id, err := enqueue(tx)
+			if err != nil {
+				return err
+			}
+			q, args = s.q.SetTickJob(task, Micros(runAt), id)
+			if _, err := exec(ctx, tx, q, args); err != nil {
+				return err
+			}
 		}
-		id, err := enqueue(tx)
-		if err != nil {
-			return err
-		}
-		q, args = s.q.SetTickJob(task, Micros(runAt), id)
-		_, err = exec(ctx, tx, q, args)
-		return err
+		committed = true
+		return nil
 	})
 	if err != nil {
+		if committed && !s.retryable(err) {
+			// A deadlock or serialization failure at the commit is the
+			// database's word that it rolled back; any other failure of
+			// the commit leaves its outcome unknown.
+			err = fmt.Errorf("%w: %w", ErrTickUnknown, err)
+		}
 		return false, s.wrap(fmt.Errorf("recurring task %s at %s: %w", task, runAt.Format(time.RFC3339), err))
 	}
 	return ran, nil
 }
+
+// ErrTickUnknown marks a RunTick error after which the tick may have run
+// all the same: the call wrote its record (and job), and the commit failed
+// with no reply that says it rolled back.
+var ErrTickUnknown = errors.New("the tick's commit failed, its outcome unknown (the tick may be recorded)")
 
 // Tick is a recurring task's latest recorded tick.
 type Tick struct {

@@ -28,12 +28,20 @@ import (
 var errReset = errors.New("read tcp 127.0.0.1:5432->127.0.0.1:41234: read: connection reset by peer")
 
 // replyLossDB commits a transaction (or runs an autocommitted statement)
-// and then, when lose says so of its statements, reports errReset.
+// and then, when lose says so of its statements, reports errReset. When
+// fail says so of a statement of a transaction, it reports errReset
+// instead of sending it (the store then rolls the transaction back).
 type replyLossDB struct {
 	engine.DB
-	mu   sync.Mutex
-	lose func(stmts []string) bool
-	lost int
+	mu         sync.Mutex
+	lose, fail func(stmts []string) bool
+	lost       int
+}
+
+func (d *replyLossDB) fails(q string) bool {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	return d.fail != nil && d.fail([]string{q})
 }
 
 func (d *replyLossDB) loses(stmts []string) bool {
@@ -84,11 +92,17 @@ type replyLossTx struct {
 }
 
 func (t *replyLossTx) Exec(ctx context.Context, q string, args ...any) (engine.Result, error) {
+	if t.d.fails(q) {
+		return engine.Result{}, errReset
+	}
 	t.stmts = append(t.stmts, q)
 	return t.Tx.Exec(ctx, q, args...)
 }
 
 func (t *replyLossTx) Query(ctx context.Context, q string, args ...any) (engine.Rows, error) {
+	if t.d.fails(q) {
+		return nil, errReset
+	}
 	t.stmts = append(t.stmts, q)
 	return t.Tx.Query(ctx, q, args...)
 }
@@ -125,111 +139,6 @@ func loseOnce(mark string) func([]string) bool {
 func lossy(s *engine.Store) (*engine.Store, *replyLossDB) {
 	db := &replyLossDB{DB: s.DB()}
 	return engine.New(s.Dialect(), db), db
-}
-
-// recurring.md, "Housekeeping": the clean-ups "record their ticks like any
-// task, so they run once per tick however many dispatchers run"; "When
-// the work fails ... the dispatcher that recorded the tick owes it: it
-// runs the clean-up again on each of its rounds until it succeeds".
-//
-// The record of the clean-up's tick lands, its reply lost. The dispatcher
-// sees the record fail, so it owes nothing; on its next round the record
-// is there, so it takes the tick for another dispatcher's and moves on.
-// No dispatcher runs the clean-up for that tick: the job finished 1 h ago
-// (retention 30 min) is still there after a minute of rounds of both
-// dispatchers, and stays until the next tick, an hour on. The clean-up
-// ran zero times for its tick.
-func TestACleanUpWhoseTickRecordReplyIsLostStillRuns(t *testing.T) {
-	testdb.Each(t, func(t *testing.T, s *engine.Store) {
-		ctx := context.Background()
-		id := finishedJob(t, s)
-		ls, db := lossy(s)
-		db.lose = loseOnce("INSERT INTO sluice_recurring_runs")
-		c := clock.NewFake(t0)
-		a := newDispatcher(t, ls, dispatcher.Config{Clock: c, Logger: quiet(), Maintenance: onlyClearFinished})
-		b := newDispatcher(t, s, dispatcher.Config{Clock: c, Logger: quiet(), Maintenance: onlyClearFinished})
-		c.Advance(time.Hour) // 13:00, the hourly tick
-		_, err := a.Tick(ctx)
-		require.ErrorIs(t, err, errReset, "the tick's record landed, its reply lost")
-		require.Equal(t, 1, db.lostReplies())
-		last, err := s.LastTicks(ctx)
-		require.NoError(t, err)
-		require.Equal(t, t0.Add(time.Hour), last[dispatcher.TaskClearFinishedJobs].RunAt, "the tick is recorded")
-
-		// Both dispatchers go on ticking, a second at a time, for a
-		// minute: the tick is recorded, so whichever recorded it must run
-		// its clean-up.
-		for range 60 {
-			c.Advance(time.Second)
-			_, err = a.Tick(ctx)
-			require.NoError(t, err)
-			_, err = b.Tick(ctx)
-			require.NoError(t, err)
-		}
-		_, err = s.GetJob(ctx, id)
-		require.ErrorIs(t, err, engine.ErrNotFound,
-			"the 13:00 clean-up ran in no dispatcher: the job finished at 12:00 (retention 30 min) is still there at 13:01")
-	})
-}
-
-// recurring.md, "Exactly once per tick": a recurring task's tick whose
-// commit lands and whose reply is lost fails in the dispatcher; its next
-// round finds the tick recorded (with its job) and moves on: one job for
-// the tick, not two, and the next tick is enqueued as usual.
-func TestARecurringTickWhoseCommitReplyIsLostIsEnqueuedOnce(t *testing.T) {
-	testdb.Each(t, func(t *testing.T, s *engine.Store) {
-		ctx := context.Background()
-		ls, db := lossy(s)
-		db.lose = loseOnce("INSERT INTO sluice_recurring_runs")
-		c := clock.NewFake(t0)
-		client := jobs.NewClient(testdb.Public(ls), registry(t), jobs.ClientConfig{Clock: c})
-		d := newDispatcher(t, ls, dispatcher.Config{Clock: c, Logger: quiet(), Client: client,
-			Tasks: []dispatcher.Task{{Key: "hourly", Schedule: "@hourly", Args: report{Period: "1h"}}}})
-		c.Advance(time.Hour)
-		_, err := d.Tick(ctx)
-		require.ErrorIs(t, err, errReset, "the tick's commit landed, its reply lost")
-		require.Len(t, reports(t, s), 1, "the tick's job is committed with its record")
-		for range 5 {
-			c.Advance(time.Second)
-			_, err = d.Tick(ctx)
-			require.NoError(t, err)
-		}
-		require.Len(t, reports(t, s), 1, "tried again, the tick is found recorded: no second job")
-		c.Advance(time.Hour)
-		_, err = d.Tick(ctx)
-		require.NoError(t, err)
-		require.Len(t, reports(t, s), 2, "the next tick is enqueued")
-	})
-}
-
-// recurring.md, "Housekeeping": "Each batch it deleted stays deleted; the
-// next try goes on from there." A batch of the finished jobs' clean-up
-// whose commit lands and whose reply is lost fails the clean-up, which the
-// dispatcher that recorded the tick owes and runs again on its next
-// round: the rest is deleted, no job but the finished ones.
-func TestACleanUpBatchWhoseReplyIsLostIsGoneOnFromOnTheNextRound(t *testing.T) {
-	testdb.Each(t, func(t *testing.T, s *engine.Store) {
-		ctx := context.Background()
-		finished := []int64{finishedJob(t, s), finishedJob(t, s)}
-		kept := scheduled(t, s, 1, t0.Add(48*time.Hour))[0]
-		ls, db := lossy(s)
-		db.lose = loseOnce("DELETE FROM sluice_jobs")
-		c := clock.NewFake(t0)
-		d := newDispatcher(t, ls, dispatcher.Config{Clock: c, Logger: quiet(), Maintenance: onlyClearFinished})
-		c.Advance(time.Hour)
-		_, err := d.Tick(ctx)
-		require.ErrorIs(t, err, errReset)
-		require.Equal(t, 1, db.lostReplies())
-		c.Advance(time.Second)
-		_, err = d.Tick(ctx)
-		require.NoError(t, err)
-		for _, id := range finished {
-			_, err = s.GetJob(ctx, id)
-			require.ErrorIs(t, err, engine.ErrNotFound)
-		}
-		_, err = s.GetJob(ctx, kept)
-		require.NoError(t, err, "a job not finished is kept")
-	})
 }
 
 // guarantees.md, "Limits": a parked job waits on "a place among the parked
