@@ -40,7 +40,8 @@ func (r DrainResult) Ran() int {
 // advance a fake clock count), so a drain longer than DeadAfter is not
 // presumed dead; one that learns it was anyway (it stalled past DeadAfter)
 // registers again, and claims again instead of running the rest of the
-// claim it had made. It is meant for tests and scripts.
+// claim it had made, even when registering again failed. It is meant for
+// tests and scripts.
 func (w *Worker) Drain(ctx context.Context) (DrainResult, error) {
 	var out DrainResult
 	if err := w.store.CheckSchema(ctx); err != nil {
@@ -87,7 +88,10 @@ func (w *Worker) Drain(ctx context.Context) (DrainResult, error) {
 				break
 			}
 		}
-		pid := w.pid.Load()
+		// A beat that finds the drain presumed dead from here on tells it
+		// that this claim is no longer its own, whether or not it
+		// registered again (the process id changes only if it did).
+		pid, reaps := w.pid.Load(), beat.Reaps()
 		w.leftovers = w.limits == nil // what a removed limit left runs too
 		res, err := w.claim(ctx, pid, w.cfg.Concurrency, 0, nil, false)
 		if err != nil {
@@ -102,12 +106,13 @@ func (w *Worker) Drain(ctx context.Context) (DrainResult, error) {
 		}
 		for i, j := range res.Jobs {
 			beat.BeatIfDue(beatCtx)
-			if w.pid.Load() != pid {
-				// Presumed dead (the drain stalled past DeadAfter) and
-				// registered again: the jobs of the claim not run yet went
-				// back to ready, and may run elsewhere already. They are
-				// claimed again, not run here under a claim that is no
-				// longer the drain's.
+			if beat.Reaps() != reaps {
+				// Presumed dead (the drain stalled past DeadAfter): the
+				// jobs of the claim not run yet went back to ready, and
+				// may run elsewhere already. They are claimed again (as
+				// the process registered anew, or, if that failed, under
+				// the old id until a beat registers it), not run here
+				// under a claim that is no longer the drain's.
 				w.releaseUnrun(ctx, pid, res.Jobs[i:])
 				break
 			}

@@ -2,6 +2,7 @@ package jobs_test
 
 import (
 	"context"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -9,6 +10,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/sluicequeue/sluice/internal/engine"
+	"github.com/sluicequeue/sluice/internal/testdb"
 	"github.com/sluicequeue/sluice/jobs"
 )
 
@@ -167,4 +169,87 @@ func TestADrainPresumedDeadRunsNoMoreOfItsLostClaim(t *testing.T) {
 			require.Equal(t, engine.StateCompleted, h.job(id).State)
 		}
 	})
+}
+
+// insertProcess marks RegisterProcess's statement.
+const insertProcess = "INSERT INTO sluice_processes"
+
+// guarantees.md, "Graceful shutdown": a drain "that learns it was
+// [presumed dead] anyway (it stalled) runs no more of the claim it had
+// made: those jobs went back to ready, and it claims them again."
+//
+// The drain stalls; another process presumes it dead and releases its
+// claim of three jobs. The drain's heartbeat learns it was reaped and
+// registers again, but that registration fails: its reply is lost (its
+// row is written), or it fails outright. The drain's process id is the
+// old one still, yet it knows it was reaped: it runs none of the rest of
+// its lost claim, and claims those jobs again. Jobs 2 and 3 run once; only
+// job 1, running when the drain was presumed dead, runs again.
+func TestADrainWhoseRegistrationAgainFailsRunsNoMoreOfItsLostClaim(t *testing.T) {
+	for _, lost := range []bool{true, false} {
+		name := "failed"
+		if lost {
+			name = "reply lost"
+		}
+		t.Run(name, func(t *testing.T) {
+			each(t, func(t *testing.T, h *harness) {
+				ctx := context.Background()
+				var mu sync.Mutex
+				runs := map[int]int{}
+				require.NoError(t, jobs.Register(h.reg, func(_ context.Context, j *jobs.Job[connJob]) error {
+					mu.Lock()
+					runs[j.Args.N]++
+					first := runs[j.Args.N] == 1
+					mu.Unlock()
+					if j.Args.N == 1 && first {
+						// The drain stalls: another process, an hour on,
+						// presumes it dead and releases its claim. A
+						// minute later the drain's heartbeat is due, and
+						// tells it.
+						n, err := h.store.ReapDeadProcesses(ctx, engine.At(h.clock.Now().Add(time.Hour)), jobs.DefaultDeadAfter)
+						assertNoErr(t, err)
+						if n != 3 {
+							t.Errorf("the reap released %d jobs, not the claim's 3", n)
+						}
+						h.clock.Advance(time.Minute)
+					}
+					return nil
+				}))
+				s, db, client := lossStore(h)
+				inserts := 0 // under db.mu
+				if lost {
+					db.loseReply = func(stmts []string) bool {
+						if has(stmts, insertProcess) {
+							inserts++
+							return inserts == 2 // the registration again
+						}
+						return false
+					}
+				} else {
+					db.failStmt = func(q string) bool {
+						if strings.Contains(q, insertProcess) {
+							inserts++
+							return inserts == 2
+						}
+						return false
+					}
+				}
+				for n := 1; n <= 3; n++ {
+					_, err := client.Enqueue(ctx, connJob{N: n})
+					require.NoError(t, err)
+				}
+				w, err := jobs.NewWorker(testdb.Public(s), h.reg, jobs.WorkerConfig{Clock: h.clock, Logger: quiet(), JobTimeout: -1})
+				require.NoError(t, err)
+				_, err = w.Drain(ctx)
+				require.NoError(t, err)
+				db.mu.Lock()
+				require.GreaterOrEqual(t, inserts, 2, "the drain registered again")
+				db.mu.Unlock()
+				mu.Lock()
+				defer mu.Unlock()
+				require.Equal(t, map[int]int{1: 2, 2: 1, 3: 1}, runs,
+					"the jobs of the lost claim not run yet run once: the drain learned it was presumed dead, though it could not register again")
+			})
+		})
+	}
 }

@@ -41,6 +41,8 @@ type Loop struct {
 	mu sync.Mutex
 	// next is when the next beat is due: interval after the last began.
 	next time.Time
+	// reaps counts the beats that found the process presumed dead.
+	reaps atomic.Uint64
 }
 
 // New returns the heartbeat loop of the process pid names, just
@@ -75,18 +77,32 @@ func (l *Loop) BeatIfDue(ctx context.Context) time.Duration {
 	if now.Before(l.next) {
 		return l.next.Sub(now)
 	}
-	Beat(ctx, l.s, l.sc, l.log, l.deadAfter, l.pid, l.reregister)
+	if Beat(ctx, l.s, l.sc, l.log, l.deadAfter, l.pid, l.reregister) {
+		l.reaps.Add(1)
+	}
 	l.next = now.Add(l.interval)
 	return l.interval
 }
 
-// Beat is one round of Run.
-func Beat(ctx context.Context, s *engine.Store, sc engine.Clock, log *slog.Logger, deadAfter time.Duration, pid *atomic.Int64, reregister func(context.Context) error) {
+// Reaps returns how many of the loop's beats found the process presumed
+// dead (its row gone, its jobs released), whether or not it registered
+// again then: a process that does its work inline compares it before and
+// after a beat to learn that the claim it had made is no longer its own.
+// The process id alone would not tell it when registering again failed,
+// or landed with its reply lost.
+func (l *Loop) Reaps() uint64 {
+	return l.reaps.Load()
+}
+
+// Beat is one round of Run. It reports whether it found the process
+// presumed dead, whether or not registering again then succeeded.
+func Beat(ctx context.Context, s *engine.Store, sc engine.Clock, log *slog.Logger, deadAfter time.Duration, pid *atomic.Int64, reregister func(context.Context) error) (reaped bool) {
 	alive, err := s.Heartbeat(ctx, pid.Load(), sc)
 	switch {
 	case err != nil:
 		log.Warn("sluice: heartbeat failed", "err", err)
 	case !alive:
+		reaped = true
 		log.Warn("sluice: this process was presumed dead and its jobs released; registering again", "process_id", pid.Load())
 		if err := reregister(ctx); err != nil {
 			log.Error("sluice: register again", "err", err)
@@ -97,4 +113,5 @@ func Beat(ctx context.Context, s *engine.Store, sc engine.Clock, log *slog.Logge
 	} else if n > 0 {
 		log.Warn("sluice: released the jobs of dead processes", "jobs", n)
 	}
+	return reaped
 }
