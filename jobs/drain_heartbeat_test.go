@@ -2,6 +2,7 @@ package jobs_test
 
 import (
 	"context"
+	"maps"
 	"strings"
 	"sync"
 	"testing"
@@ -135,25 +136,9 @@ func TestADrainWritesEachResultAsItsJobEnds(t *testing.T) {
 // presumed dead runs again (at least once).
 func TestADrainPresumedDeadRunsNoMoreOfItsLostClaim(t *testing.T) {
 	each(t, func(t *testing.T, h *harness) {
-		ctx := context.Background()
-		var mu sync.Mutex
-		runs := map[int]int{}
+		st := &stall{t: t, h: h}
 		require.NoError(t, jobs.Register(h.reg, func(_ context.Context, j *jobs.Job[noop]) error {
-			mu.Lock()
-			runs[j.Args.N]++
-			first := runs[j.Args.N] == 1
-			mu.Unlock()
-			if j.Args.N == 1 && first {
-				// The drain stalls: another process, an hour on, presumes
-				// it dead and releases its claim. A minute later the
-				// drain's heartbeat is due, and tells it.
-				n, err := h.store.ReapDeadProcesses(ctx, engine.At(h.clock.Now().Add(time.Hour)), jobs.DefaultDeadAfter)
-				assertNoErr(t, err)
-				if n != 3 {
-					t.Errorf("the reap released %d jobs, not the claim's 3", n)
-				}
-				h.clock.Advance(time.Minute)
-			}
+			st.run(j.Args.N)
 			return nil
 		}))
 		var ids []int64
@@ -161,9 +146,7 @@ func TestADrainPresumedDeadRunsNoMoreOfItsLostClaim(t *testing.T) {
 			ids = append(ids, h.enqueue(noop{N: i}))
 		}
 		res := h.drain(jobs.WorkerConfig{JobTimeout: -1})
-		mu.Lock()
-		defer mu.Unlock()
-		require.Equal(t, map[int]int{1: 2, 2: 1, 3: 1}, runs, "the claim's jobs not run yet run once, after the drain registered again")
+		require.Equal(t, map[int]int{1: 2, 2: 1, 3: 1}, st.counts(), "the claim's jobs not run yet run once, after the drain registered again")
 		require.Equal(t, 4, res.Completed, "Drain counts runs: the lost one completed too")
 		for _, id := range ids {
 			require.Equal(t, engine.StateCompleted, h.job(id).State)
@@ -194,25 +177,9 @@ func TestADrainWhoseRegistrationAgainFailsRunsNoMoreOfItsLostClaim(t *testing.T)
 		t.Run(name, func(t *testing.T) {
 			each(t, func(t *testing.T, h *harness) {
 				ctx := context.Background()
-				var mu sync.Mutex
-				runs := map[int]int{}
+				st := &stall{t: t, h: h}
 				require.NoError(t, jobs.Register(h.reg, func(_ context.Context, j *jobs.Job[connJob]) error {
-					mu.Lock()
-					runs[j.Args.N]++
-					first := runs[j.Args.N] == 1
-					mu.Unlock()
-					if j.Args.N == 1 && first {
-						// The drain stalls: another process, an hour on,
-						// presumes it dead and releases its claim. A
-						// minute later the drain's heartbeat is due, and
-						// tells it.
-						n, err := h.store.ReapDeadProcesses(ctx, engine.At(h.clock.Now().Add(time.Hour)), jobs.DefaultDeadAfter)
-						assertNoErr(t, err)
-						if n != 3 {
-							t.Errorf("the reap released %d jobs, not the claim's 3", n)
-						}
-						h.clock.Advance(time.Minute)
-					}
+					st.run(j.Args.N)
 					return nil
 				}))
 				s, db, client := lossStore(h)
@@ -245,11 +212,48 @@ func TestADrainWhoseRegistrationAgainFailsRunsNoMoreOfItsLostClaim(t *testing.T)
 				db.mu.Lock()
 				require.GreaterOrEqual(t, inserts, 2, "the drain registered again")
 				db.mu.Unlock()
-				mu.Lock()
-				defer mu.Unlock()
-				require.Equal(t, map[int]int{1: 2, 2: 1, 3: 1}, runs,
+				require.Equal(t, map[int]int{1: 2, 2: 1, 3: 1}, st.counts(),
 					"the jobs of the lost claim not run yet run once: the drain learned it was presumed dead, though it could not register again")
 			})
 		})
 	}
+}
+
+// stall is the handlers' part in a drain that stalls on the first job of
+// its claim of three: the first run of job 1 has another process, an hour
+// on, presume the drain dead and release its claim, and then moves the
+// clock a minute on, when the drain's heartbeat is due and tells it. It
+// counts each job's runs.
+type stall struct {
+	t    *testing.T
+	h    *harness
+	mu   sync.Mutex
+	runs map[int]int
+}
+
+// run is a run of job n.
+func (s *stall) run(n int) {
+	s.mu.Lock()
+	if s.runs == nil {
+		s.runs = map[int]int{}
+	}
+	s.runs[n]++
+	first := s.runs[n] == 1
+	s.mu.Unlock()
+	if n != 1 || !first {
+		return
+	}
+	released, err := s.h.store.ReapDeadProcesses(context.Background(), engine.At(s.h.clock.Now().Add(time.Hour)), jobs.DefaultDeadAfter)
+	assertNoErr(s.t, err)
+	if released != 3 {
+		s.t.Errorf("the reap released %d jobs, not the claim's 3", released)
+	}
+	s.h.clock.Advance(time.Minute)
+}
+
+// counts returns each job's runs.
+func (s *stall) counts() map[int]int {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return maps.Clone(s.runs)
 }
