@@ -66,6 +66,7 @@ func readmeShortExample() error {
 	)
 
 	s, err := store.Open(ctx, "postgres://app@db/app") // mysql://…, sqlite:PATH
+	_, err = s.MigrateUp(ctx, 0)                       // or `myapp migrate up`: until then enqueues return store.ErrPendingMigrations
 	client := jobs.NewClient(s, reg, jobs.ClientConfig{})
 	res, err := client.Enqueue(ctx, SyncAccount{AccountID: 42})     // res.ID
 	res, err = client.EnqueueTx(ctx, tx, SyncAccount{AccountID: 7}) // commits with your own writes
