@@ -329,16 +329,11 @@ func observabilityEnqueueMiddleware(store *store.Store, reg *jobs.Registry) {
 	_ = client
 }
 
-// The page's SyncAccount has an ID field (README's has AccountID).
-type SyncAccountO struct{ ID int64 }
-
-func (SyncAccountO) Kind() string { return "sync_account" }
-
 func observabilityMetadata(client *jobs.Client) {
-	client.Enqueue(ctx, SyncAccountO{ID: 42}, jobs.WithMetadata(map[string]string{"tenant": "acme"}))
+	client.Enqueue(ctx, SyncAccount{AccountID: 42}, jobs.WithMetadata(map[string]string{"tenant": "acme"}))
 }
 
-func handleMetadata(ctx context.Context, j *jobs.Job[SyncAccountO]) error {
+func handleMetadata(ctx context.Context, j *jobs.Job[SyncAccount]) error {
 	tenant := j.Metadata["tenant"]
 	_ = tenant
 	return nil
@@ -352,8 +347,8 @@ func observabilityOtel(store *store.Store, reg *jobs.Registry) error {
 	return err
 }
 
-func handleLogging(ctx context.Context, j *jobs.Job[SyncAccountO]) error {
-	jobs.Logger(ctx).Info("syncing", "account", j.Args.ID)
+func handleLogging(ctx context.Context, j *jobs.Job[SyncAccount]) error {
+	jobs.Logger(ctx).Info("syncing", "account", j.Args.AccountID)
 	jobs.AddLogAttrs(ctx, func() []slog.Attr { return nil })
 	return nil
 }
