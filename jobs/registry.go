@@ -1,6 +1,7 @@
 package jobs
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
@@ -45,7 +46,10 @@ type kind struct {
 	rules    []rateRule
 	byScope  map[string]ratelimit.Spec
 	conc     *concRule
-	decode   func([]byte) (any, error)
+	// decode decodes the kind's args; strict refuses a field the args
+	// type does not have (a config file's typo), which a job's stored
+	// args, perhaps written by a newer version of the app, may carry.
+	decode func(b []byte, strict bool) (any, error)
 	// work runs the handler with the job's args (and its collected calls,
 	// decoded); nil for a kind declared without one.
 	work func(ctx context.Context, j *engine.Job, md map[string]string, args any, calls []any) error
@@ -213,10 +217,18 @@ func register[T Args](r *Registry, h Handler[T], calls CallsHandler[T], opts []R
 		argsType: reflect.TypeOf(zero),
 		cfg:      cfg,
 		byScope:  map[string]ratelimit.Spec{},
-		decode: func(b []byte) (v any, err error) {
+		decode: func(b []byte, strict bool) (v any, err error) {
 			defer recoverInto(&err) // an UnmarshalJSON of the kind's own
 			var t T
-			err = json.Unmarshal(b, &t)
+			if !strict {
+				err = json.Unmarshal(b, &t)
+				return t, err
+			}
+			dec := json.NewDecoder(bytes.NewReader(b))
+			dec.DisallowUnknownFields()
+			if err = dec.Decode(&t); err == nil && dec.More() {
+				err = errors.New("more than one JSON value")
+			}
 			return t, err
 		},
 	}
@@ -367,7 +379,9 @@ func (r *Registry) lookup(name string) *kind {
 }
 
 // ArgsFromJSON decodes args for a kind by name, as a config file gives
-// them: for recurring tasks declared outside code.
+// them: for recurring tasks declared outside code. It is strict, as a
+// hand-written file deserves: a field the kind's args type does not have
+// (a typo, "perod" for "period") is an error, not a value dropped.
 func (r *Registry) ArgsFromJSON(kindName string, raw []byte) (Args, error) {
 	k := r.lookup(kindName)
 	if k == nil {
@@ -376,7 +390,7 @@ func (r *Registry) ArgsFromJSON(kindName string, raw []byte) (Args, error) {
 	if len(raw) == 0 {
 		raw = []byte("{}")
 	}
-	v, err := k.decode(raw)
+	v, err := k.decode(raw, true)
 	if err != nil {
 		return nil, fmt.Errorf("decode args of %s: %w", kindName, err)
 	}

@@ -17,11 +17,11 @@ import (
 	"github.com/sluicequeue/sluice/ratelimit"
 )
 
-// reviewExplainApp migrates a fresh database of backend b, enqueues three
+// explainApp migrates a fresh database of backend b, enqueues three
 // jobs of a kind limited to one an hour and drains them once (one runs,
 // one waits at a slot, one parks), and returns the job ids and a function
 // that runs the app's command line against that database.
-func reviewExplainApp(t *testing.T, b testdb.Backend) ([]int64, func(args ...string) (int, string, string)) {
+func explainApp(t *testing.T, b testdb.Backend) ([]int64, func(args ...string) (int, string, string)) {
 	ctx := context.Background()
 	url := b.URL(t)
 	s, err := cli.Open(ctx, url)
@@ -54,32 +54,33 @@ func reviewExplainApp(t *testing.T, b testdb.Backend) ([]int64, func(args ...str
 // operations.md, "The operator's commands": "Errors are one line on
 // stderr". Every other command names itself once ("myapp retry: cannot
 // retry job 99999: not found"); explain said "myapp explain: explain: job
-// 99999: not found", its own name twice.
-func TestReviewNewUserExplainOfAMissingJobNamesTheCommandOnce(t *testing.T) {
+// 99999: not found", its own name twice (the engine prefixed "explain: "
+// to the not-found error the CLI prefixes with the command's name).
+func TestExplainOfAMissingJobNamesTheCommandOnce(t *testing.T) {
 	for _, b := range testdb.Backends(t) {
 		t.Run(b.Name, func(t *testing.T) {
-			_, run := reviewExplainApp(t, b)
+			_, run := explainApp(t, b)
 			code, _, stderr := run("explain", "99999999")
 			require.Equal(t, 1, code)
 			require.Contains(t, stderr, "not found")
-			require.NotContains(t, stderr, "explain: explain:", "the command's name once, as the other commands say it")
+			require.Equal(t, "myapp explain: job 99999999: not found\n", stderr, "the command's name once, as the other commands say it")
 		})
 	}
 }
 
 // operations.md, "JSON": "Keys are snake_case". rate-limits.md: "`--json`
 // prints the `jobs.Explanation` fields". Every key of `explain --json` is
-// snake_case but those of "ahead", which printed {"N": 1, "Capped":
-// false}: engine.Count has no JSON tags.
-func TestReviewNewUserExplainJSONKeysAreSnakeCase(t *testing.T) {
+// snake_case; those of "ahead" were {"N": 1, "Capped": false} (its
+// type, jobs.Count, had no JSON tags).
+func TestExplainJSONKeysAreSnakeCase(t *testing.T) {
 	for _, b := range testdb.Backends(t) {
 		t.Run(b.Name, func(t *testing.T) {
-			ids, run := reviewExplainApp(t, b)
+			ids, run := explainApp(t, b)
 			code, out, stderr := run("explain", "--json", strconv.FormatInt(ids[2], 10))
 			require.Equal(t, 0, code, stderr)
 			var doc map[string]any
 			require.NoError(t, json.Unmarshal([]byte(out), &doc))
-			require.Contains(t, doc, "ahead", "a parked job has jobs ahead of it: %s", out)
+			require.Equal(t, map[string]any{"n": 1.0, "capped": false}, doc["ahead"], "a parked job has one job ahead of it: %s", out)
 			snake := regexp.MustCompile(`^[a-z][a-z0-9_]*$`)
 			var walk func(path string, v any)
 			walk = func(path string, v any) {
