@@ -173,7 +173,7 @@ type ConcurrencyExplanation struct {
 // holding it with their keys and settings, its place in the line it waits
 // in, and an estimated start computed from the budget's rate (or the
 // queue's recent pace) and the jobs ahead of it. A job id that does not
-// exist gives an error wrapping engine.ErrNotFound.
+// exist gives an error wrapping ErrNotFound ("job 12: not found").
 func (c *Client) Explain(ctx context.Context, id int64) (*Explanation, error) {
 	return Explain(ctx, c.pub, c.reg, id, c.clock.Now())
 }

@@ -35,5 +35,11 @@ func TestExplainsEstimatedStartReadsAsASentence(t *testing.T) {
 		last := running[len(running)-1]
 		require.True(t, strings.HasPrefix(last, "estimated start: "), last)
 		require.True(t, strings.HasSuffix(last, ", from the start of its current attempt"), last)
+
+		// A job that does not exist: an error a caller can name, which
+		// says what is missing once (the CLI prefixes "explain: ").
+		_, err := h.client.Explain(context.Background(), 1<<40)
+		require.ErrorIs(t, err, jobs.ErrNotFound)
+		require.EqualError(t, err, "job 1099511627776: not found")
 	})
 }

@@ -142,9 +142,8 @@ func (r *Registry) LimitQueue(queue string, l ratelimit.QueueLimit) error {
 	return nil
 }
 
-// QueueLimits returns the limits declared on a queue; it implements
-// engine.Limits.
-func (r *Registry) QueueLimits(queue string) []engine.QueueLimit {
+// queueLimits returns the limits declared on a queue.
+func (r *Registry) queueLimits(queue string) []engine.QueueLimit {
 	r.mu.RLock()
 	defer r.mu.RUnlock()
 	return r.queues[queue]
@@ -414,7 +413,7 @@ func (r *Registry) Kinds() []string {
 }
 
 // RateSpec returns the limit the kind declares for the scope of a budget
-// key; it implements engine.Limits.
+// key: what claims decide with.
 func (r *Registry) RateSpec(kindName, budgetKey string) (ratelimit.Spec, bool) {
 	k := r.lookup(kindName)
 	if k == nil {
@@ -430,7 +429,7 @@ func (r *Registry) RateSpec(kindName, budgetKey string) (ratelimit.Spec, bool) {
 func (r *Registry) scopeSpec(budgetKey string) (ratelimit.Spec, bool) {
 	scope := ratelimit.ScopeOf(budgetKey)
 	if scope == engine.QueueScope {
-		for _, l := range r.QueueLimits(strings.TrimPrefix(budgetKey, engine.QueueScope+"/")) {
+		for _, l := range r.queueLimits(strings.TrimPrefix(budgetKey, engine.QueueScope+"/")) {
 			if l.Key == budgetKey {
 				return l.Spec, true
 			}
@@ -476,8 +475,15 @@ func (r *Registry) limits() engine.Limits {
 	if !r.limited {
 		return nil
 	}
-	return r
+	return registryLimits{r}
 }
+
+// registryLimits are a registry's declared limits as engine.Limits, whose
+// QueueLimits names an engine type the registry does not export.
+type registryLimits struct{ *Registry }
+
+// QueueLimits implements engine.Limits.
+func (l registryLimits) QueueLimits(queue string) []engine.QueueLimit { return l.queueLimits(queue) }
 
 // concLimit computes a job's concurrency key at enqueue; nil without a
 // limit.
