@@ -10,8 +10,23 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/sluicequeue/sluice/cli"
+	"github.com/sluicequeue/sluice/internal/testdb"
 	"github.com/sluicequeue/sluice/store"
+	"github.com/sluicequeue/sluice/store/dburl"
 )
+
+// unmigratedURL returns the URL of a fresh database of backend b that
+// exists but holds no schema: a SQLite file is created empty (an empty
+// file is an empty database to SQLite), as PostgreSQL's and MySQL's
+// databases are created by b.URL.
+func unmigratedURL(t *testing.T, b testdb.Backend) string {
+	t.Helper()
+	url := b.URL(t)
+	if path, ok := dburl.SQLitePath(url); ok {
+		require.NoError(t, os.WriteFile(path, nil, 0o600))
+	}
+	return url
+}
 
 // A command that does not write a schema, run on a SQLite path that does
 // not exist (a typo, the wrong directory), used to create an empty

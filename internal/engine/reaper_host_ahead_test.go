@@ -16,12 +16,12 @@ import (
 // budget early, forgive its debt, promote a job early, nor presume a live
 // process dead." TestAHostAheadOfTheDatabaseDecidesOnTheDatabasesClock
 // checks the first three, and that a heartbeat is stamped on the
-// database's clock, but no test had a reaper on a host that runs ahead.
-// (A probe: it holds.) A reaper whose host reads ten minutes past the
+// database's clock; this one has a reaper on a host that runs ahead. A
+// reaper whose host reads ten minutes past the
 // database's now leaves a process that heartbeated a minute ago, and its
 // running job, alone; once the database's own clock passes DeadAfter, it
 // reaps.
-func TestReviewNewUserAReaperWhoseHostRunsAheadPresumesNoLiveProcessDead(t *testing.T) {
+func TestAReaperWhoseHostRunsAheadPresumesNoLiveProcessDead(t *testing.T) {
 	testdb.Each(t, func(t *testing.T, base *engine.Store) {
 		ctx := context.Background()
 		dbNow := t0
