@@ -162,7 +162,7 @@ func TestTheDefaultDatabaseIsNamed(t *testing.T) {
 
 // Errors that suggest a command name the program that runs, not sluice.
 func TestMessagesNameTheRunningProgram(t *testing.T) {
-	db := "--database-url=" + testdb.Backends(t)[0].URL(t)
+	db := "--database-url=" + unmigratedURL(t, testdb.Backends(t)[0])
 	code, _, stderr := run(t, "jobs", db)
 	require.Equal(t, 1, code)
 	require.Contains(t, stderr, "run `myapp migrate up`")

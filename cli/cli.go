@@ -42,6 +42,7 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"io/fs"
 	"os"
 	"os/signal"
 	"path/filepath"
@@ -338,13 +339,28 @@ func (e *Env) Defaulted(url *string) bool {
 // env's flag sets, through the app's OpenStore (or store.Open with StoreOptions). When
 // the URL is the default (no flag, no environment) it says so on stderr,
 // once per command. With checked it also refuses a database whose schema
-// is not current.
+// is not current, and, as such a database cannot be one just created, a
+// SQLite file that does not exist, naming its path, instead of creating
+// an empty one (without checked the file is created, for migrate up).
 func (e *Env) Open(ctx context.Context, url *string, checked bool) (*store.Store, error) {
+	return e.openStore(ctx, url, checked, !checked)
+}
+
+// openStore is Open; create says whether a SQLite file that does not
+// exist may be created: only by the commands that write a schema to it.
+// A command that reads (stats, check, migrate status, …) refuses it,
+// naming the path, rather than leave an empty database behind.
+func (e *Env) openStore(ctx context.Context, url *string, checked, create bool) (*store.Store, error) {
 	// An app's OpenStore may ignore the URL (a shared pool): the default
-	// is then nothing to announce.
+	// is then nothing to announce, and no file of it to look for.
 	if e.Defaulted(url) && !e.noticed && e.App.OpenStore == nil {
 		e.noticed = true
 		e.Notef("no --database-url or $%s given: using the default database %s", EnvDatabaseURL, DescribeURL(*url))
+	}
+	if path, ok := dburl.SQLitePath(*url); ok && !create && e.App.OpenStore == nil {
+		if _, err := os.Stat(path); errors.Is(err, fs.ErrNotExist) {
+			return nil, fmt.Errorf("no database at %s: the file does not exist (create it with `%s migrate up`, or name an existing database with --database-url)", DescribeURL(*url), e.App.name())
+		}
 	}
 	open := e.App.OpenStore
 	if open == nil {

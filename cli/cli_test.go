@@ -43,7 +43,7 @@ func run(t *testing.T, args ...string) (int, string, string) {
 func TestOperatorCommandsEndToEnd(t *testing.T) {
 	for _, b := range testdb.Backends(t) {
 		t.Run(b.Name, func(t *testing.T) {
-			url := b.URL(t)
+			url := unmigratedURL(t, b)
 			db := "--database-url=" + url
 
 			code, _, stderr := run(t, "stats", db)
@@ -267,7 +267,7 @@ func TestStatsShowBudgetsAndRecurringListsTasks(t *testing.T) {
 func TestLimitsAndCheckCommands(t *testing.T) {
 	for _, b := range testdb.Backends(t) {
 		t.Run(b.Name, func(t *testing.T) {
-			db := "--database-url=" + b.URL(t)
+			db := "--database-url=" + unmigratedURL(t, b)
 			code, out, _ := run(t, "check", db)
 			require.Equal(t, 1, code)
 			require.Contains(t, out, "E001 error: ")
@@ -335,7 +335,7 @@ func afterDB(t *testing.T, out string) string {
 func TestMigrateDownTakesACount(t *testing.T) {
 	for _, b := range testdb.Backends(t) {
 		t.Run(b.Name, func(t *testing.T) {
-			db := "--database-url=" + b.URL(t)
+			db := "--database-url=" + unmigratedURL(t, b)
 			applied := func() []string {
 				t.Helper()
 				code, out, stderr := run(t, "migrate", "status", db)

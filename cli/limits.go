@@ -173,7 +173,7 @@ func runCheck(ctx context.Context, env *Env, args []string) error {
 	if err := noMoreArgs(fs, 0); err != nil {
 		return err
 	}
-	s, err := env.Open(ctx, url, false)
+	s, err := env.openStore(ctx, url, false, false) // check reads: it creates no file
 	if err != nil {
 		return err
 	}

@@ -94,10 +94,13 @@ func runMigrate(ctx context.Context, env *Env, args []string) error {
 		what += fmt.Sprintf(", the default (no --database-url or $%s given)", EnvDatabaseURL)
 	}
 	fmt.Fprintln(env.Stdout, what)
-	s, err := env.openEngine(ctx, url, false)
+	// Only up writes a schema: status and down of a file that does not
+	// exist say so rather than create it.
+	pub, err := env.openStore(ctx, url, false, verb == "up")
 	if err != nil {
 		return err
 	}
+	s := engine.From(pub)
 	defer s.Close()
 	switch verb {
 	case "up":

@@ -120,7 +120,10 @@ func runWorker(ctx context.Context, env *Env, args []string) error {
 	if err := beat.check(fs); err != nil {
 		return err
 	}
-	qs := splitList(*queues)
+	qs, err := queueNames(*queues)
+	if err != nil {
+		return err
+	}
 	if len(qs) == 0 && !isSet(fs, "queues") {
 		return Usagef("the app registers no kind with a handler, so there is no queue to claim by default: name the queues with --queues")
 	}
@@ -377,6 +380,26 @@ func splitList(s string) []string {
 		}
 	}
 	return out
+}
+
+// queueNames splits --queues at its commas, each name as written: an
+// empty name ("a,,b", a comma at an end) or one with spaces around it
+// ("a ,b") is refused, naming the flag, as a typo rather than trimmed
+// into a list the operator did not write.
+func queueNames(s string) ([]string, error) {
+	if s == "" {
+		return nil, nil
+	}
+	names := strings.Split(s, ",")
+	for _, n := range names {
+		switch {
+		case n == "":
+			return nil, Usagef("--queues %q holds an empty queue name (two commas in a row, or one at an end)", s)
+		case strings.TrimSpace(n) != n:
+			return nil, Usagef("--queues %q: queue name %q has spaces around it; separate the names by commas alone (--queues %s)", s, n, strings.Join(splitList(s), ","))
+		}
+	}
+	return names, nil
 }
 
 // fmtIn prints how far t is from now, rounded for people: "in 3s",

@@ -1,10 +1,13 @@
 package dispatcher
 
 import (
+	"bytes"
+	"cmp"
 	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
+	"reflect"
 	"time"
 
 	"github.com/sluicequeue/sluice/jobs"
@@ -48,7 +51,9 @@ type fileMaintenanceTask struct {
 }
 
 type fileConfig struct {
-	Tasks       []fileTask `json:"tasks"`
+	// Tasks are decoded one by one (decodeTask), so that an error in one
+	// names it.
+	Tasks       []json.RawMessage `json:"tasks"`
 	Maintenance struct {
 		ClearIdleBudgets  fileMaintenanceTask `json:"clear_idle_budgets"`
 		ClearFinishedJobs fileMaintenanceTask `json:"clear_finished_jobs"`
@@ -59,6 +64,9 @@ type fileConfig struct {
 // LoadConfig reads a config file. The tasks' kinds must be registered in
 // reg, which decodes their args: a task whose kind a binary does not know
 // is refused rather than enqueued without its limits.
+//
+// The file is read strictly: a field a task or its kind's args do not
+// have, or a value of the wrong type, is an error that names the task.
 func LoadConfig(r io.Reader, reg *jobs.Registry) (FileConfig, error) {
 	return loadConfig(r, reg, false)
 }
@@ -71,6 +79,38 @@ func LoadConfig(r io.Reader, reg *jobs.Registry) (FileConfig, error) {
 // enqueue them.
 func LoadConfigToList(r io.Reader, reg *jobs.Registry) (FileConfig, error) {
 	return loadConfig(r, reg, true)
+}
+
+// decodeTask decodes the i-th task of a config file strictly (a field it
+// does not know is an error) and returns it with the name errors give it:
+// its key, or "#N" (its place in the file) when it has none.
+func decodeTask(raw json.RawMessage, i int) (fileTask, string, error) {
+	name := fmt.Sprintf("#%d", i+1)
+	var named struct {
+		Key string `json:"key"`
+	}
+	if json.Unmarshal(raw, &named) == nil && named.Key != "" {
+		name = named.Key
+	}
+	var t fileTask
+	dec := json.NewDecoder(bytes.NewReader(raw))
+	dec.DisallowUnknownFields()
+	if err := dec.Decode(&t); err != nil {
+		var te *json.UnmarshalTypeError
+		if errors.As(err, &te) {
+			// not json's "Go struct field fileTask.priority of type int"
+			want := "a JSON object"
+			switch {
+			case te.Field != "" && te.Type.Kind() == reflect.Int:
+				want = "a whole number"
+			case te.Field != "":
+				want = "a JSON " + te.Type.String()
+			}
+			return fileTask{}, name, fmt.Errorf("%s is a JSON %s; it takes %s", cmp.Or(te.Field, "the task"), te.Value, want)
+		}
+		return fileTask{}, name, err
+	}
+	return t, name, nil
 }
 
 // unregistered stands for the args of a task whose kind the program does
@@ -87,10 +127,10 @@ func loadConfig(r io.Reader, reg *jobs.Registry, listing bool) (FileConfig, erro
 		return FileConfig{}, fmt.Errorf("dispatcher config: %w", err)
 	}
 	var out FileConfig
-	for i, t := range raw.Tasks {
-		name := t.Key
-		if name == "" {
-			name = fmt.Sprintf("#%d", i+1)
+	for i, rawTask := range raw.Tasks {
+		t, name, err := decodeTask(rawTask, i)
+		if err != nil {
+			return FileConfig{}, fmt.Errorf("dispatcher config: task %s: %w", name, err)
 		}
 		if t.Kind == "" {
 			return FileConfig{}, fmt.Errorf("dispatcher config: task %s: kind is missing", name)
@@ -99,7 +139,7 @@ func loadConfig(r io.Reader, reg *jobs.Registry, listing bool) (FileConfig, erro
 			return FileConfig{}, fmt.Errorf("dispatcher config: task %s: schedule %q: %w", name, t.Schedule, err)
 		}
 		var args jobs.Args
-		err := jobs.ErrUnknownKind
+		err = jobs.ErrUnknownKind
 		if reg != nil {
 			args, err = reg.ArgsFromJSON(t.Kind, t.Args)
 		}

@@ -5,7 +5,13 @@ import (
 	"fmt"
 	"math/rand/v2"
 	"time"
+
+	"github.com/sluicequeue/sluice/internal/engine"
 )
+
+// ErrNotFound is what Explain's error wraps for a job id that does not
+// exist.
+var ErrNotFound = engine.ErrNotFound
 
 // ErrJobTimeout is the cause of a handler's context when the job's timeout
 // passes.

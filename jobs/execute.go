@@ -194,12 +194,12 @@ func (w *Worker) decode(j *engine.Job, k *kind) (args any, md map[string]string,
 	if err != nil {
 		return nil, nil, nil, fmt.Errorf("decode metadata of %s: %w", j.Kind, err)
 	}
-	args, err = k.decode(j.Args)
+	args, err = k.decode(j.Args, false)
 	if err != nil {
 		return nil, md, nil, fmt.Errorf("decode args of %s: %w", j.Kind, err)
 	}
 	for i, body := range j.CallArgs[min(1, len(j.CallArgs)):] {
-		c, err := k.decode(body)
+		c, err := k.decode(body, false)
 		if err != nil {
 			return nil, md, nil, fmt.Errorf("decode call %d of %s: %w", i+2, j.Kind, err)
 		}

@@ -68,7 +68,7 @@ type Explanation struct {
 	// line it waits in: the ready jobs of its queue, the budget's parked
 	// jobs or earlier slots, or the key's blocked jobs. Nil when it waits
 	// in no line.
-	Ahead *engine.Count `json:"ahead,omitempty"`
+	Ahead *Count `json:"ahead,omitempty"`
 	// RunAt is the job's run time (its slot, or the end of its backoff).
 	RunAt time.Time `json:"run_at"`
 	// Attempt is how many times the job ran (0 before its first run).
@@ -84,11 +84,18 @@ type Explanation struct {
 	// EstimatedStart is when the job should start; zero when it cannot
 	// be told (EstimateBasis then says why).
 	EstimatedStart time.Time `json:"estimated_start,omitzero"`
-	// EstimateBasis says how EstimatedStart was worked out.
+	// EstimateBasis says what EstimatedStart was worked out from (Lines
+	// prints "estimated start: …, from " and it), or, when EstimatedStart
+	// is zero, why it cannot be told.
 	EstimateBasis string `json:"estimate_basis"`
 	// Now is the time the explanation was made at.
 	Now time.Time `json:"now"`
 }
+
+// Count is a count that stops at a bound: N jobs, and Capped when there
+// are at least N, maybe more (String prints "10000+" then). In JSON it is
+// {"n": N, "capped": Capped}.
+type Count = engine.Count
 
 // LimitExplanation is one rate limit a job draws on.
 type LimitExplanation struct {
@@ -166,7 +173,7 @@ type ConcurrencyExplanation struct {
 // holding it with their keys and settings, its place in the line it waits
 // in, and an estimated start computed from the budget's rate (or the
 // queue's recent pace) and the jobs ahead of it. A job id that does not
-// exist gives an error wrapping engine.ErrNotFound.
+// exist gives an error wrapping ErrNotFound ("job 12: not found").
 func (c *Client) Explain(ctx context.Context, id int64) (*Explanation, error) {
 	return Explain(ctx, c.pub, c.reg, id, c.clock.Now())
 }
@@ -284,7 +291,7 @@ func (e *Explanation) reason(f *engine.ExplainFacts, binding *engine.BudgetFacts
 	case engine.StateRunning:
 		e.Reason = ReasonRunning
 		e.Summary = fmt.Sprintf("running (attempt %d of %d), started %s", j.Attempt, j.MaxAttempts, stamp(j.AttemptedAt))
-		e.EstimateBasis = "it has started"
+		e.EstimateBasis = "the start of its current attempt"
 		e.EstimatedStart = j.AttemptedAt
 	case engine.StateCompleted, engine.StateFailed, engine.StateCancelled:
 		e.Reason = ReasonFinished
@@ -370,7 +377,7 @@ func (e *Explanation) estimateParked(b *engine.BudgetFacts, l *LimitExplanation)
 func (e *Explanation) estimateReady(f *engine.ExplainFacts) {
 	switch {
 	case f.ReadyAhead.N == 0:
-		e.EstimatedStart, e.EstimateBasis = e.Now, "it is next: as soon as a worker of the queue is free"
+		e.EstimatedStart, e.EstimateBasis = e.Now, "no job of its queue ahead of it: it starts as soon as a worker of the queue is free"
 	case f.FinishedLastMinute == 0:
 		e.EstimateBasis = "no job of the queue finished in the last minute, so its pace is not known"
 	default:

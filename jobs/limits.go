@@ -51,7 +51,7 @@ func (v *limitsView) RateSpec(kind, key string) (ratelimit.Spec, bool) {
 
 // QueueLimits implements engine.Limits.
 func (v *limitsView) QueueLimits(queue string) []engine.QueueLimit {
-	declared := v.reg.QueueLimits(queue)
+	declared := v.reg.queueLimits(queue)
 	if len(declared) == 0 {
 		return nil
 	}

@@ -25,7 +25,7 @@ func Perform[T Args](ctx context.Context, r *Registry, args T) error {
 	if err != nil {
 		return fmt.Errorf("jobs: perform %s: %w", args.Kind(), err)
 	}
-	decoded, err := k.decode(body)
+	decoded, err := k.decode(body, false)
 	if err != nil {
 		return fmt.Errorf("jobs: perform %s: decode args: %w", args.Kind(), err)
 	}

@@ -1,6 +1,7 @@
 package jobs
 
 import (
+	"slices"
 	"sort"
 	"strings"
 
@@ -31,6 +32,16 @@ func (r *Registry) Queues() []string {
 	}
 	sort.Strings(out)
 	return out
+}
+
+// workerQueues is what a worker claims when WorkerConfig.Queues is empty:
+// the queues of Queues, then DefaultQueue if it is not among them.
+func (r *Registry) workerQueues() []string {
+	qs := r.Queues()
+	if !slices.Contains(qs, DefaultQueue) {
+		qs = append(qs, DefaultQueue)
+	}
+	return qs
 }
 
 // KindsOf lists, in name order, the registered kinds (with a handler or

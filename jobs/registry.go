@@ -1,6 +1,7 @@
 package jobs
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
@@ -45,7 +46,10 @@ type kind struct {
 	rules    []rateRule
 	byScope  map[string]ratelimit.Spec
 	conc     *concRule
-	decode   func([]byte) (any, error)
+	// decode decodes the kind's args; strict refuses a field the args
+	// type does not have (a config file's typo), which a job's stored
+	// args, perhaps written by a newer version of the app, may carry.
+	decode func(b []byte, strict bool) (any, error)
 	// work runs the handler with the job's args (and its collected calls,
 	// decoded); nil for a kind declared without one.
 	work func(ctx context.Context, j *engine.Job, md map[string]string, args any, calls []any) error
@@ -138,9 +142,8 @@ func (r *Registry) LimitQueue(queue string, l ratelimit.QueueLimit) error {
 	return nil
 }
 
-// QueueLimits returns the limits declared on a queue; it implements
-// engine.Limits.
-func (r *Registry) QueueLimits(queue string) []engine.QueueLimit {
+// queueLimits returns the limits declared on a queue.
+func (r *Registry) queueLimits(queue string) []engine.QueueLimit {
 	r.mu.RLock()
 	defer r.mu.RUnlock()
 	return r.queues[queue]
@@ -213,10 +216,18 @@ func register[T Args](r *Registry, h Handler[T], calls CallsHandler[T], opts []R
 		argsType: reflect.TypeOf(zero),
 		cfg:      cfg,
 		byScope:  map[string]ratelimit.Spec{},
-		decode: func(b []byte) (v any, err error) {
+		decode: func(b []byte, strict bool) (v any, err error) {
 			defer recoverInto(&err) // an UnmarshalJSON of the kind's own
 			var t T
-			err = json.Unmarshal(b, &t)
+			if !strict {
+				err = json.Unmarshal(b, &t)
+				return t, err
+			}
+			dec := json.NewDecoder(bytes.NewReader(b))
+			dec.DisallowUnknownFields()
+			if err = dec.Decode(&t); err == nil && dec.More() {
+				err = errors.New("more than one JSON value")
+			}
 			return t, err
 		},
 	}
@@ -367,7 +378,9 @@ func (r *Registry) lookup(name string) *kind {
 }
 
 // ArgsFromJSON decodes args for a kind by name, as a config file gives
-// them: for recurring tasks declared outside code.
+// them: for recurring tasks declared outside code. It is strict, as a
+// hand-written file deserves: a field the kind's args type does not have
+// (a typo, "perod" for "period") is an error, not a value dropped.
 func (r *Registry) ArgsFromJSON(kindName string, raw []byte) (Args, error) {
 	k := r.lookup(kindName)
 	if k == nil {
@@ -376,7 +389,7 @@ func (r *Registry) ArgsFromJSON(kindName string, raw []byte) (Args, error) {
 	if len(raw) == 0 {
 		raw = []byte("{}")
 	}
-	v, err := k.decode(raw)
+	v, err := k.decode(raw, true)
 	if err != nil {
 		return nil, fmt.Errorf("decode args of %s: %w", kindName, err)
 	}
@@ -400,7 +413,7 @@ func (r *Registry) Kinds() []string {
 }
 
 // RateSpec returns the limit the kind declares for the scope of a budget
-// key; it implements engine.Limits.
+// key: what claims decide with.
 func (r *Registry) RateSpec(kindName, budgetKey string) (ratelimit.Spec, bool) {
 	k := r.lookup(kindName)
 	if k == nil {
@@ -416,7 +429,7 @@ func (r *Registry) RateSpec(kindName, budgetKey string) (ratelimit.Spec, bool) {
 func (r *Registry) scopeSpec(budgetKey string) (ratelimit.Spec, bool) {
 	scope := ratelimit.ScopeOf(budgetKey)
 	if scope == engine.QueueScope {
-		for _, l := range r.QueueLimits(strings.TrimPrefix(budgetKey, engine.QueueScope+"/")) {
+		for _, l := range r.queueLimits(strings.TrimPrefix(budgetKey, engine.QueueScope+"/")) {
 			if l.Key == budgetKey {
 				return l.Spec, true
 			}
@@ -462,8 +475,15 @@ func (r *Registry) limits() engine.Limits {
 	if !r.limited {
 		return nil
 	}
-	return r
+	return registryLimits{r}
 }
+
+// registryLimits are a registry's declared limits as engine.Limits, whose
+// QueueLimits names an engine type the registry does not export.
+type registryLimits struct{ *Registry }
+
+// QueueLimits implements engine.Limits.
+func (l registryLimits) QueueLimits(queue string) []engine.QueueLimit { return l.queueLimits(queue) }
 
 // concLimit computes a job's concurrency key at enqueue; nil without a
 // limit.

@@ -60,11 +60,15 @@ const (
 	maxDueLead = 20 * time.Millisecond
 )
 
-// WorkerConfig configures a Worker. The zero value works the "default"
-// queue with 10 goroutines.
+// WorkerConfig configures a Worker. The zero value works every queue the
+// registry's kinds go to, and "default", with 10 goroutines.
 type WorkerConfig struct {
 	// Queues are claimed in order: a later queue's jobs are claimed only
-	// while the earlier ones have none ready. Defaults to ["default"].
+	// while the earlier ones have none ready. Defaults to the queues the
+	// registry's kinds with a handler go to (Registry.Queues, in name
+	// order, as registered when NewWorker is called), then "default" if
+	// none of them is: a kind registered with Queue("stripe") is worked
+	// without naming its queue, and jobs enqueued to "default" still are.
 	Queues []string
 	// Concurrency is how many jobs run at once. Defaults to 10.
 	Concurrency int
@@ -228,7 +232,7 @@ func NewWorker(pub *store.Store, reg *Registry, cfg WorkerConfig) (*Worker, erro
 	}
 	s := engine.From(pub)
 	if len(cfg.Queues) == 0 {
-		cfg.Queues = []string{DefaultQueue}
+		cfg.Queues = reg.workerQueues()
 	}
 	for _, q := range cfg.Queues {
 		if q == "" {

@@ -8,6 +8,7 @@ import (
 	"log/slog"
 	"os"
 	"runtime/pprof"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -126,6 +127,10 @@ func setFlags(fs *flag.FlagSet) map[string]bool {
 	return set
 }
 
+// benchScenarios are the values of --scenario, which the command's
+// summary lists too.
+var benchScenarios = []string{"drain", "flood", "loose", "fair"}
+
 // check validates the flags and fills in the scenarios' defaults.
 func (f *benchFlags) check(set map[string]bool) error {
 	if f.jobs < 1 || f.workers < 1 || f.concurrency < 1 || f.keys < 1 {
@@ -140,14 +145,14 @@ func (f *benchFlags) check(set map[string]bool) error {
 	if f.procs < 0 || f.dispInterval < 0 || f.flood < 0 || f.rounds < 0 || f.drainTimeout < 0 {
 		return cli.Usagef("--procs, --dispatcher-interval, --flood, --rounds and --drain-timeout may not be negative")
 	}
-	switch f.scenario {
-	case "":
-	case "drain", "flood", "loose", "fair":
+	switch {
+	case f.scenario == "":
+	case slices.Contains(benchScenarios, f.scenario):
 		if f.latency || f.duration > 0 {
 			return cli.Usagef("--scenario does not combine with --latency or --duration")
 		}
 	default:
-		return cli.Usagef("--scenario %q: want drain, flood, loose or fair", f.scenario)
+		return cli.Usagef("--scenario %q: want %s", f.scenario, strings.Join(benchScenarios, ", "))
 	}
 	if f.lightRate != "" && f.scenario != "flood" {
 		return cli.Usagef("--light-rate limits the flood scenario's light load: it needs --scenario flood")

@@ -6,17 +6,23 @@ package main
 
 import (
 	"os"
+	"strings"
 
 	"github.com/sluicequeue/sluice/cli"
 )
 
 func main() {
-	app := &cli.App{
+	os.Exit(newApp().Main())
+}
+
+// newApp is the sluice binary's app: the built-in commands, demo and
+// bench.
+func newApp() *cli.App {
+	return &cli.App{
 		Name: "sluice",
 		Commands: append([]cli.Command{
 			{Name: "demo", Summary: "run a self-contained demo on a fresh SQLite file (or --database-url)", Run: runDemo},
-			{Name: "bench", Summary: "measure throughput, latency and rate limits: burn-down, continuous, drain, flood, loose", Run: runBench},
+			{Name: "bench", Summary: "measure throughput, latency and rate limits: burn-down, continuous, " + strings.Join(benchScenarios, ", "), Run: runBench},
 		}, benchWorkerCommand()...),
 	}
-	os.Exit(app.Main())
 }

@@ -112,11 +112,14 @@ func main() {
 	}
 }
 
-// perSecond counts the claims in each second from the first.
+// perSecond counts the claims in each second from the first, on the wall
+// clock the limit counts on (as ratelimit.BusiestWindow does): a
+// monotonic reading the times may carry is stripped (Round(0)), or a
+// second measured on it could hold 11 claims the limit saw in two.
 func perSecond(claims []time.Time) []int {
 	var out []int
 	for _, t := range claims {
-		i := int(t.Sub(claims[0]) / time.Second)
+		i := int(t.Round(0).Sub(claims[0].Round(0)) / time.Second)
 		for len(out) <= i {
 			out = append(out, 0)
 		}

@@ -73,8 +73,8 @@ type JobPage struct {
 // Count is a count that stops at a bound: Capped says there are at least
 // N, maybe more.
 type Count struct {
-	N      int64
-	Capped bool
+	N      int64 `json:"n"`
+	Capped bool  `json:"capped"`
 }
 
 // String prints "1234", or "10000+" for a capped count.

@@ -85,7 +85,7 @@ func (s *Store) ExplainFacts(ctx context.Context, id int64, now time.Time, lim L
 	}
 	j, err := s.GetJob(ctx, id)
 	if err != nil {
-		return nil, fmt.Errorf("explain: %w", err)
+		return nil, err // "job N: not found"; saying it is an explain is the caller's part (the CLI prefixes "explain: ")
 	}
 	f := &ExplainFacts{Job: j, Now: now, Deferrals: j.Deferrals, LastDeferral: j.DeferralReason}
 	wrap := func(what string, err error) error { return s.wrap(fmt.Errorf("explain job %d: %s: %w", id, what, err)) }

@@ -12,7 +12,6 @@ import (
 	"io"
 	"log/slog"
 	"math/big"
-	"slices"
 	"strings"
 	"testing"
 
@@ -216,17 +215,12 @@ func describe[T jobs.Args](js []Job[T]) string {
 
 // Drain works the queues inline until no job is ready, on clk (which it
 // never advances), and returns what it did; see jobs.Worker.Drain. With
-// no queues it drains every queue reg's kinds go to (reg.Queues) and the
-// default queue, so a kind registered with jobs.Queue("stripe") is drained
-// without naming its queue.
+// no queues it drains those a worker claims by default
+// (jobs.WorkerConfig.Queues): every queue reg's kinds go to
+// (reg.Queues) and the default queue, so a kind registered with
+// jobs.Queue("stripe") is drained without naming its queue.
 func Drain(ctx context.Context, t testing.TB, s *store.Store, reg *jobs.Registry, clk clock.Clock, queues ...string) jobs.DrainResult {
 	t.Helper()
-	if len(queues) == 0 {
-		queues = reg.Queues()
-		if !slices.Contains(queues, jobs.DefaultQueue) {
-			queues = append(queues, jobs.DefaultQueue)
-		}
-	}
 	w, err := jobs.NewWorker(s, reg, jobs.WorkerConfig{Queues: queues, Clock: clk, Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
 	if err != nil {
 		t.Fatalf("jobstest: %v", err)
