@@ -262,7 +262,7 @@ func TestReviewDataCleanupHoldsNoLockAClaimWaitsFor(t *testing.T) {
 		res := claim(t, s, pid, t0, 300)
 		require.NoError(t, s.Finish(ctx, pid, engine.At(t0), engine.Outcomes{Completed: runsOf(res.Jobs)}))
 		failed := enqueue(t, s, t0, job("k", "default", 0))[0]
-		res = claim(t, s, pid, t0, 10)
+		require.Equal(t, []int64{failed}, ids(claim(t, s, pid, t0, 10).Jobs))
 		require.NoError(t, s.Finish(ctx, pid, engine.At(t0), engine.Outcomes{Others: ran(t, s,
 			engine.Transition{ID: failed, State: engine.StateFailed, Error: "gave up", Finished: true})}))
 
