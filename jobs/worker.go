@@ -250,7 +250,7 @@ func NewWorker(pub *store.Store, reg *Registry, cfg WorkerConfig) (*Worker, erro
 		}
 	}
 	if err := engine.CheckQueueList(cfg.Queues); err != nil {
-		return nil, fmt.Errorf("jobs: NewWorker: %w", err)
+		return nil, fmt.Errorf("jobs: NewWorker: Queues: %w", err)
 	}
 	if err := engine.CheckProcessName(cfg.Name); err != nil {
 		return nil, fmt.Errorf("jobs: NewWorker: %w", err)

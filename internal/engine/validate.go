@@ -103,7 +103,7 @@ func CheckQueueList(queues []string) error {
 		n += len(q)
 	}
 	if n > MaxQueueListBytes {
-		return fmt.Errorf("Queues: the %d queues' names take %d bytes joined with commas; a worker's list takes at most %d (its process row keeps it): split the queues between workers", len(queues), n, MaxQueueListBytes)
+		return fmt.Errorf("the %d queues' names take %d bytes joined with commas; a worker's list takes at most %d (its process row keeps it): split the queues between workers", len(queues), n, MaxQueueListBytes)
 	}
 	return nil
 }
