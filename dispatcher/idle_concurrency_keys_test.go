@@ -20,22 +20,15 @@ type perAccount struct{ Account string }
 
 func (perAccount) Kind() string { return "per_account" }
 
-// Over a long life, what sluice keeps of a concurrency key outlives every
-// job that used it. "One job at a time per account" (concurrency.md)
-// makes one sluice_semaphores row per account on its first job, and no
-// statement ever deletes one (the catalog has no DELETE FROM
-// sluice_semaphores): idle rate-limit budgets and fairness keys are
-// pruned hourly (ClearIdleBudgets), finished jobs daily, but every
-// concurrency key ever used stays, at 0 held and nothing blocked, for
-// ever. `sluice semaphores` and the dashboard's Concurrency page list
-// them all, each with two counts over the jobs (ListSemaphores has no
-// bound), so their cost grows with every account that ever ran a job:
-// against DESIGN.md's "Cost when unused is zero" and dashboard.md's
-// "Every page reads through indexes; counts stop at a bound". Expected:
-// a key with no holder, no blocked job and no slot held is pruned by
-// the hourly maintenance, as an idle budget is (its limit is declared
-// again by the next enqueue, concurrency.md).
-func TestReviewDataIdleConcurrencyKeysAreNotKeptForever(t *testing.T) {
+// "One job at a time per account" (concurrency.md) makes one
+// sluice_semaphores row per account on its first job. None was ever
+// deleted: every concurrency key ever used stayed, at 0 held and nothing
+// blocked, listed by `sluice semaphores` and the dashboard, against
+// DESIGN.md's "Cost when unused is zero". The dispatcher's hourly
+// clear_idle_budgets task deletes the semaphore of a key that holds no
+// slot, has no blocked job and saw no activity for an hour, as it deletes
+// an idle budget; its next enqueue declares its limit again.
+func TestIdleConcurrencyKeysAreNotKeptForever(t *testing.T) {
 	testdb.Each(t, func(t *testing.T, s *engine.Store) {
 		ctx := context.Background()
 		c := clock.NewFake(t0)
