@@ -22,14 +22,14 @@ const SemaphoreIdleAge = time.Hour
 //
 // Each batch locks its rows, the next ones in the table's key order,
 // without waiting (a row another transaction holds is in use, and
-// skipped), and only then reads which of
-// them have a blocked job: a transaction that blocks a job holds its
-// key's row until it commits, so the read, which starts after the lock,
-// sees every blocked job of the rows it has. The batch holds no other
-// lock and waits for none, so it deadlocks with no one; an enqueue or a
-// claim that wants a row it holds waits for its commit, and then creates
-// the row anew (InsertSemaphores locks the rows it finds, so a row it
-// found cannot be deleted before it is locked).
+// skipped), and only then reads which of them have a blocked job: a
+// transaction that blocks a job holds its key's row until it commits, so
+// the read, which starts after the lock, sees every blocked job of the
+// rows the batch holds. The batch holds no other lock and waits for none,
+// so it deadlocks with no one; an enqueue or a claim that wants a row it
+// holds waits for its commit, and then creates the row anew
+// (InsertSemaphores locks the rows it finds, so a row it found cannot be
+// deleted before it is locked).
 func (s *Store) ClearIdleSemaphores(ctx context.Context, c Clock, idleFor time.Duration, batchSize int, pause time.Duration) (int, error) {
 	after := ""
 	return inBatches(ctx, batchSize, pause, func(limit int) (found, deleted int, err error) {
