@@ -65,7 +65,9 @@ type Config struct {
 	// Maintenance configures the built-in tasks: clearing idle rate-limit
 	// budgets and finished jobs, freeing lost concurrency slots.
 	Maintenance Maintenance
-	// Name labels the process row. Defaults to the host name.
+	// Name labels the process row: a key, as a queue's name is (1 to 255
+	// bytes of UTF-8, no control characters, no trailing space). Defaults
+	// to the host name.
 	Name string
 	// Logger receives the dispatcher's logs. Defaults to slog.Default().
 	Logger *slog.Logger
@@ -92,11 +94,15 @@ type Dispatcher struct {
 // New returns a dispatcher over s. A zero setting takes its default. It
 // fails, naming the field, on a negative duration or batch size, an
 // Interval or HeartbeatInterval under jobs.MinInterval, a DeadAfter shorter
-// than jobs.DeadAfterHeartbeats × HeartbeatInterval, and, naming the task,
+// than jobs.DeadAfterHeartbeats × HeartbeatInterval, a Name that is not a
+// key every database stores alike (as a queue's name), and, naming the task,
 // when a recurring task is invalid (a bad schedule, a missing key or args,
 // a key the database cannot store).
 func New(pub *store.Store, cfg Config) (*Dispatcher, error) {
 	s := engine.From(pub)
+	if err := engine.CheckProcessName(cfg.Name); err != nil {
+		return nil, fmt.Errorf("dispatcher: New: %w", err)
+	}
 	if cfg.BatchSize < 0 {
 		return nil, fmt.Errorf("dispatcher: New: BatchSize is %d; it must be positive, or 0 for the default (%d)", cfg.BatchSize, DefaultBatchSize)
 	}

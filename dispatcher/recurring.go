@@ -45,9 +45,12 @@ type MaintenanceTask struct {
 // Maintenance configures the dispatcher's built-in tasks.
 type Maintenance struct {
 	// ClearIdleBudgets deletes rate-limit budgets that admit exactly as a
-	// missing row would, 500 at a time with 300ms between batches, and the
+	// missing row would, 500 at a time with 300ms between batches, the
 	// fairness keys whose next job would start at their queue's virtual
-	// time anyway (docs/fairness.md). Defaults to "@hourly".
+	// time anyway (docs/fairness.md), and, in batches as well, the
+	// semaphores of concurrency keys that hold no slot, have no blocked
+	// job and saw no activity for an hour (docs/concurrency.md). Defaults
+	// to "@hourly".
 	ClearIdleBudgets MaintenanceTask
 	// ClearFinishedJobs deletes completed and cancelled jobs older than
 	// Retention, in batches of 500, and the records of old ticks. Defaults
@@ -172,7 +175,14 @@ func (d *Dispatcher) compileTasks(cfg Config) error {
 			if keys > 0 {
 				d.log.Info("sluice: cleared idle fairness keys", "count", keys)
 			}
-			return n + keys, err
+			if err != nil {
+				return n + keys, err
+			}
+			sems, err := d.store.ClearIdleSemaphores(ctx, d.storeClock(), engine.SemaphoreIdleAge, 500, 300*time.Millisecond)
+			if sems > 0 {
+				d.log.Info("sluice: cleared idle concurrency keys", "count", sems)
+			}
+			return n + keys + sems, err
 		}},
 		{TaskClearFinishedJobs, m.ClearFinishedJobs, "@hourly", true, func(ctx context.Context, now time.Time) (int, error) {
 			n, err := d.store.DeleteFinished(ctx, now.Add(-retention), 500)

@@ -36,6 +36,10 @@ const (
 	// OverrideRefresh (and dispatcher Interval) accepted: a shorter loop
 	// only hammers the database.
 	MinInterval = time.Millisecond
+	// MaxQueueListBytes is the longest list of Queues a worker takes: the
+	// names joined with commas, as its process row keeps them, in at most
+	// 65,535 bytes on every database (MySQL's TEXT column holds no more).
+	MaxQueueListBytes = engine.MaxQueueListBytes
 	// maxClaimsPerPoll bounds the claims a worker makes in a row when
 	// claims defer jobs and slots stay free.
 	maxClaimsPerPoll = 5
@@ -64,11 +68,14 @@ const (
 // registry's kinds go to, and "default", with 10 goroutines.
 type WorkerConfig struct {
 	// Queues are claimed in order: a later queue's jobs are claimed only
-	// while the earlier ones have none ready. Defaults to the queues the
-	// registry's kinds with a handler go to (Registry.Queues, in name
-	// order, as registered when NewWorker is called), then "default" if
-	// none of them is: a kind registered with Queue("stripe") is worked
-	// without naming its queue, and jobs enqueued to "default" still are.
+	// while the earlier ones have none ready. Each name is a key (1 to 255
+	// bytes of UTF-8, no control characters, no trailing space) without a
+	// comma, and the names joined with commas take at most
+	// MaxQueueListBytes. Defaults to the queues the registry's kinds with
+	// a handler go to (Registry.Queues, in name order, as registered when
+	// NewWorker is called), then "default" if none of them is: a kind
+	// registered with Queue("stripe") is worked without naming its queue,
+	// and jobs enqueued to "default" still are.
 	Queues []string
 	// Concurrency is how many jobs run at once. Defaults to 10.
 	Concurrency int
@@ -115,7 +122,9 @@ type WorkerConfig struct {
 	// MaxRetryAfter caps the wait a handler's RetryAfter error asks for.
 	// Defaults to 1 hour.
 	MaxRetryAfter time.Duration
-	// Name labels the worker's process row. Defaults to the host name.
+	// Name labels the worker's process row: a key, as a queue's name is
+	// (1 to 255 bytes of UTF-8, no control characters, no trailing
+	// space). Defaults to the host name.
 	Name string
 	// Logger receives the worker's logs. Defaults to slog.Default().
 	Logger *slog.Logger
@@ -225,7 +234,9 @@ type runningJob struct {
 // setting takes its default; it refuses, naming the field, a negative
 // count or duration (but JobTimeout, where negative means none), a
 // PollInterval, HeartbeatInterval or OverrideRefresh under MinInterval,
-// and a DeadAfter shorter than DeadAfterHeartbeats × HeartbeatInterval.
+// a DeadAfter shorter than DeadAfterHeartbeats × HeartbeatInterval, a
+// Name or queue name that is not a key every database stores alike, and
+// Queues longer than MaxQueueListBytes.
 func NewWorker(pub *store.Store, reg *Registry, cfg WorkerConfig) (*Worker, error) {
 	if pub == nil || reg == nil {
 		return nil, errors.New("jobs: NewWorker needs a store and a registry")
@@ -241,6 +252,12 @@ func NewWorker(pub *store.Store, reg *Registry, cfg WorkerConfig) (*Worker, erro
 		if err := engine.CheckQueue("queue name", q); err != nil {
 			return nil, fmt.Errorf("jobs: NewWorker: %w", err)
 		}
+	}
+	if err := engine.CheckQueueList(cfg.Queues); err != nil {
+		return nil, fmt.Errorf("jobs: NewWorker: Queues: %w", err)
+	}
+	if err := engine.CheckProcessName(cfg.Name); err != nil {
+		return nil, fmt.Errorf("jobs: NewWorker: %w", err)
 	}
 	if err := checkMiddleware("jobs: NewWorker: Middleware", cfg.Middleware); err != nil {
 		return nil, err

@@ -26,7 +26,10 @@ import (
 // write it as postgres://user@host:5432/db.
 //
 // It does not migrate (see MigrateUp). Its errors never show the URL's
-// password. A MySQL URL that turns out to name a TiDB server is refused:
+// password. A MySQL URL whose charset is not utf8mb4 (or whose collation
+// is not one of utf8mb4's) is refused: sluice writes job args into the
+// statements' text, safely only in utf8mb4. A MySQL URL that turns out
+// to name a TiDB server is refused:
 // TiDB ignores FOR UPDATE when SKIP LOCKED is given, so two workers would
 // run the same job.
 func Open(ctx context.Context, rawURL string, opts ...Option) (*Store, error) {

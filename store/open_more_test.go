@@ -104,3 +104,22 @@ func TestOpenErrorsNeverShowThePassword(t *testing.T) {
 		}
 	}
 }
+
+// operations.md: a MySQL URL's charset must be utf8mb4 and its collation
+// one of utf8mb4's, or the store refuses it, naming the parameter and what
+// to write, before it connects (here to a port nothing listens on), and
+// without the password.
+func TestOpenMySQLRefusesACharsetOtherThanUTF8MB4BeforeConnecting(t *testing.T) {
+	for param, want := range map[string]string{
+		"charset=gbk":  `URL parameter charset is "gbk"; sluice needs utf8mb4`,
+		"charset=utf8": `URL parameter charset is "utf8"; sluice needs utf8mb4`,
+		"charset=latin1&collation=latin1_swedish_ci":        `URL parameter charset is "latin1"`,
+		"collation=gbk_chinese_ci":                          `URL parameter collation is "gbk_chinese_ci", not a collation of utf8mb4`,
+		"interpolateParams=true&collation=sjis_japanese_ci": `URL parameter collation is "sjis_japanese_ci"`,
+	} {
+		_, err := store.Open(context.Background(), "mysql://root:s3cret@127.0.0.1:1/test?"+param)
+		if err == nil || !strings.Contains(err.Error(), want) || !strings.Contains(err.Error(), "utf8mb4") || strings.Contains(err.Error(), "s3cret") {
+			t.Errorf("Open with ?%s: %v, want %q", param, err, want)
+		}
+	}
+}

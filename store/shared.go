@@ -28,7 +28,10 @@ func OpenPostgresPool(ctx context.Context, pool *pgxpool.Pool, opts ...Option) (
 // go-sql-driver/mysql. sluice's transactions run at READ COMMITTED (asked
 // for per transaction when the sessions default to another level), and the
 // sessions' time zone must not shift for daylight saving: UTC, a fixed
-// offset, or SYSTEM on a UTC host. A TiDB server is refused, as by Open.
+// offset, or SYSTEM on a UTC host. The sessions' character set must be
+// utf8mb4, the driver's default: a pool opened with another (charset=gbk)
+// is refused, whether or not it interpolates its parameters. A TiDB
+// server is refused, as by Open.
 func OpenMySQLDB(ctx context.Context, db *sql.DB, opts ...Option) (*Store, error) {
 	return shared(mysql.OpenDB(ctx, db))(opts)
 }

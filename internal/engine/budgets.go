@@ -334,26 +334,21 @@ func (r BudgetRow) Params() ratelimit.Params {
 // are skipped. Each batch decides on c's time, read in its own
 // transaction. It returns how many it deleted.
 func (s *Store) ClearIdleBudgets(ctx context.Context, c Clock, batchSize int, pause time.Duration) (int, error) {
-	if batchSize <= 0 {
-		batchSize = 500
-	}
-	total := 0
-	for {
-		found := 0
-		var idle []string
-		err := s.inTx(ctx, func(tx Tx) error {
-			found, idle = 0, nil
+	return inBatches(ctx, batchSize, pause, func(limit int) (found, deleted int, err error) {
+		err = s.inTx(ctx, func(tx Tx) error {
+			found, deleted = 0, 0
 			at, err := s.now(ctx, tx, c)
 			if err != nil {
 				return err
 			}
 			now := Nanos(at)
-			q, args := s.q.LockIdleBudgets(now, batchSize)
+			q, args := s.q.LockIdleBudgets(now, limit)
 			rows, err := queryBudgets(ctx, tx, q, args)
 			if err != nil {
 				return err
 			}
 			found = len(rows)
+			var idle []string
 			for _, r := range rows {
 				if r.Parked == 0 && ratelimit.Idle(ratelimit.State{TAT: r.TAT, NextSlot: r.NextSlot}, now) {
 					idle = append(idle, r.Name)
@@ -363,24 +358,17 @@ func (s *Store) ClearIdleBudgets(ctx context.Context, c Clock, batchSize int, pa
 				return nil
 			}
 			q, args = s.q.DeleteBudgets(idle)
-			_, err = exec(ctx, tx, q, args)
-			return err
+			if _, err = exec(ctx, tx, q, args); err != nil {
+				return err
+			}
+			deleted = len(idle)
+			return nil
 		})
 		if err != nil {
-			return total, s.wrap(fmt.Errorf("clear idle budgets: %w", err))
+			return 0, 0, s.wrap(fmt.Errorf("clear idle budgets: %w", err))
 		}
-		total += len(idle)
-		if found < batchSize {
-			return total, nil
-		}
-		if pause > 0 {
-			select {
-			case <-ctx.Done():
-				return total, ctx.Err()
-			case <-time.After(pause):
-			}
-		}
-	}
+		return found, deleted, nil
+	})
 }
 
 // missingBudgets are budget rows a transaction needs and may not create

@@ -123,6 +123,7 @@ var (
 	falseLiteral = regexp.MustCompile(`\bFALSE\b`)
 	castSuffix   = regexp.MustCompile(`::[a-z]+(\[\])?`)
 	doNothing    = regexp.MustCompile(`ON CONFLICT \(([a-z_]+)[^)]*\)( WHERE .+?)? DO NOTHING`)
+	lockOnly     = regexp.MustCompile(`ON CONFLICT \([a-z_]+\) DO UPDATE SET ([a-z_]+) = EXCLUDED\.[a-z_]+ WHERE (?:FALSE|0)`)
 	doUpdate     = regexp.MustCompile(`ON CONFLICT \([^)]*\) DO UPDATE SET`)
 	excluded     = regexp.MustCompile(`EXCLUDED\.([a-z_]+)`)
 	returningID  = regexp.MustCompile(`\s*RETURNING id$`)
@@ -162,6 +163,7 @@ func spell(text string, c Capabilities) string {
 	}
 	if c.DuplicateKey {
 		text = doNothing.ReplaceAllString(text, "ON DUPLICATE KEY UPDATE $1 = $1")
+		text = lockOnly.ReplaceAllString(text, "ON DUPLICATE KEY UPDATE $1 = $1")
 		text = doUpdate.ReplaceAllString(text, "ON DUPLICATE KEY UPDATE")
 		text = excluded.ReplaceAllString(text, "VALUES($1)")
 	}

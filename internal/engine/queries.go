@@ -39,7 +39,7 @@ type SQL struct {
 	listBudgets                                                                                                     string
 
 	lockSemaphores, lockFreeSemaphores, insertSemaphores, saveSemaphores, lockBlocked, markSlots, lockRunningHolders *sqlStatement
-	expiredSemaphores, blockedKeys                                                                                   *sqlStatement
+	expiredSemaphores, blockedKeys, lockIdleSemaphores, blockedAmong, deleteSemaphores                               *sqlStatement
 	listSemaphores                                                                                                   string
 
 	insertCoalescing, lockPending, updateCoalesced, insertCall, loadCalls, deleteCalls *sqlStatement
@@ -202,6 +202,9 @@ func NewSQL(d Dialect) (*SQL, error) {
 		{&q.lockRunningHolders, "LockRunningHolders", []string{"keys"}},
 		{&q.expiredSemaphores, "ExpiredSemaphores", []string{"now", "limit"}},
 		{&q.blockedKeys, "BlockedKeys", []string{"limit"}},
+		{&q.lockIdleSemaphores, "LockIdleSemaphores", []string{"after", "before", "limit"}},
+		{&q.blockedAmong, "BlockedAmong", []string{"keys"}},
+		{&q.deleteSemaphores, "DeleteSemaphores", []string{"names"}},
 
 		{&q.insertCoalescing, "InsertCoalescing", []string{"kind", "queue", "priority", "state", "args", "max_attempts", "created_at", "run_at",
 			"rate_keys", "conc_key", "conc_limit", "conc_duration", "conc_discard", "holds_slot", "coalesce_key", "first_call_at", "metadata",

@@ -160,6 +160,19 @@ func (q *SQL) ExpiredSemaphores(now int64, limit int) (string, []any) {
 // slot or no row. Columns: conc_key.
 func (q *SQL) BlockedKeys(limit int) (string, []any) { return q.blockedKeys.bind(limit) }
 
+// LockIdleSemaphores selects and locks, skipping locked rows, up to limit
+// semaphores after the key after, in key order, with no slot held and
+// no activity since before. Columns: name.
+func (q *SQL) LockIdleSemaphores(after string, before int64, limit int) (string, []any) {
+	return q.lockIdleSemaphores.bind(after, before, limit)
+}
+
+// BlockedAmong selects which of keys have a blocked job. Columns: key.
+func (q *SQL) BlockedAmong(keys []string) (string, []any) { return q.blockedAmong.bind(keys) }
+
+// DeleteSemaphores deletes semaphores by name, if they hold no slot.
+func (q *SQL) DeleteSemaphores(names []string) (string, []any) { return q.deleteSemaphores.bind(names) }
+
 // ListSemaphores lists semaphores with their blocked and holding jobs.
 // Columns: SemaphoreColumns, blocked, holding.
 func (q *SQL) ListSemaphores() string { return q.listSemaphores }

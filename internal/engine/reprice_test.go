@@ -201,7 +201,7 @@ func TestTwoRepricesAtOnceRepriceEachBudgetOnce(t *testing.T) {
 // waits for a row lock another transaction holds, and reports whether one
 // did. There is no event to wait on, so it polls the database's own view of
 // its lock waits, every 5 ms: on PostgreSQL pg_stat_activity, keeping the
-// backends that hold a lock on this schema's sluice_budgets (other tests
+// backends that hold a lock on this schema's table (other tests
 // share the server); on MariaDB the InnoDB monitor's list of transactions,
 // which shows a locking read's wait where INNODB_TRX may not, keeping those
 // whose locks name this test's database. It is bounded: each poll has 2 s,
@@ -210,7 +210,7 @@ func TestTwoRepricesAtOnceRepriceEachBudgetOnce(t *testing.T) {
 // broke first, then shows in the caller's own checks) and nothing hangs.
 // It fails the test with Errorf, never FailNow: it runs in a hook of a
 // claim while another goroutine reprices.
-func waitForLockWait(t *testing.T, s *engine.Store, parts ...string) bool {
+func waitForLockWait(t *testing.T, s *engine.Store, table string, parts ...string) bool {
 	t.Helper()
 	waiting := func() (bool, error) {
 		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
@@ -218,9 +218,9 @@ func waitForLockWait(t *testing.T, s *engine.Store, parts ...string) bool {
 		switch s.Dialect().Name() {
 		case "postgres":
 			q := `SELECT count(*) FROM pg_stat_activity a WHERE a.datname = current_database() AND a.wait_event_type = 'Lock' AND a.query LIKE $1
-  AND EXISTS (SELECT 1 FROM pg_locks l WHERE l.pid = a.pid AND l.relation = 'sluice_budgets'::regclass)`
+  AND EXISTS (SELECT 1 FROM pg_locks l WHERE l.pid = a.pid AND l.relation = to_regclass($2))`
 			var n int64
-			rows, err := s.DB().Query(ctx, q, "%"+strings.Join(parts, "%")+"%")
+			rows, err := s.DB().Query(ctx, q, "%"+strings.Join(parts, "%")+"%", table)
 			if err != nil {
 				return false, err
 			}
@@ -373,7 +373,7 @@ func TestRepriceLocksTheBudgetsOfAScopeInKeyOrderBesideAClaim(t *testing.T) {
 			// Reprice's lock of its budgets waits for k/a: the only
 			// statement of this test's database that can wait for a
 			// budget, as the claim, held here, runs nothing meanwhile.
-			waitForLockWait(t, s, "FROM sluice_budgets", "FOR UPDATE")
+			waitForLockWait(t, s, "sluice_budgets", "FROM sluice_budgets", "FOR UPDATE")
 		}
 		_, err = rc.Claim(ctx, engine.ClaimParams{ProcessID: pid, Queues: []string{"default"}, Max: 5, Clock: engine.At(now),
 			Limits: looser, BudgetHint: []string{"k/a"}})

@@ -38,10 +38,11 @@ type slots struct {
 // round trip where the database can). A caller that already decided on a
 // time passes At(it).
 //
-// Where rows are locked one by one, the rows the keys lack are created
-// before any is locked, in key order (createThenLock): a transaction that
-// created k/a while it held k/c could wait for another that is creating
-// k/a too and waits, in key order, for k/c. An enqueue may run in the
+// Where rows are locked one by one, the rows the keys lack are created,
+// and those they have locked, by one insert in key order, before
+// LockSemaphores reads them (createThenLock): a transaction that created
+// k/a while it held k/c could wait for another that is creating k/a too
+// and waits, in key order, for k/c. An enqueue may run in the
 // caller's own transaction, which the store cannot run again, so the rows
 // are created inside the transaction, as budgets' cannot be
 // (missingBudgets), at the cost of one more statement in the round trip.
@@ -140,13 +141,13 @@ func (h heldSemaphores) Error() string {
 
 // createThenLock creates the semaphore rows keys (sorted) lack and then
 // locks them all, in key order, and runs the after statements, in one
-// round trip where the database can. The insert waits only for a
-// transaction that created or changed one of these rows and has not
-// committed: one that took it in key order too, so it holds none of the
-// rows this call created before it (on PostgreSQL an existing row is
-// otherwise left alone; on MySQL the insert locks it, in the same order).
-// More keys than a statement binds go in sorted runs (keyRuns), the after
-// statements with the last.
+// round trip where the database can. The insert locks the rows that exist
+// as it goes, in key order too (so the hourly clean-up, which deletes idle
+// rows, cannot delete one between the insert and the lock: see
+// InsertSemaphores), and waits only for a transaction that holds one of
+// these rows: one that took it in key order too, so it holds none of the
+// rows this call took before it. More keys than a statement binds go in
+// sorted runs (keyRuns), the after statements with the last.
 func (s *Store) createThenLock(ctx context.Context, ex Executor, keys []string, after []Stmt, scan, scanAfter func(Rows) error) error {
 	for run, last := range s.keyRuns(keys) {
 		stmts := []Stmt{stmt(s.q.InsertSemaphores(run)), query(s.q.LockSemaphores(run))}

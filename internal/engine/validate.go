@@ -78,6 +78,36 @@ func CheckQueue(what, name string) error {
 	return nil
 }
 
+// CheckProcessName refuses the Name of a worker or a dispatcher that not
+// every database stores alike in its process row: the rule of a key
+// (CheckKey), under which it also prints safely in `sluice processes`.
+// An empty name is left to the caller's default (the host name).
+func CheckProcessName(name string) error {
+	if name == "" {
+		return nil
+	}
+	return CheckKey("Name", name)
+}
+
+// MaxQueueListBytes is the longest list of queues a worker may claim
+// from, as its process row keeps it: the names joined with commas, in a
+// column that holds 65,535 bytes on MySQL (TEXT), and the same bound on
+// every database.
+const MaxQueueListBytes = 65535
+
+// CheckQueueList refuses a worker's list of queues whose names, joined
+// with commas, are longer than MaxQueueListBytes.
+func CheckQueueList(queues []string) error {
+	n := len(queues) - 1
+	for _, q := range queues {
+		n += len(q)
+	}
+	if n > MaxQueueListBytes {
+		return fmt.Errorf("the %d queues' names take %d bytes joined with commas; a worker's list takes at most %d (its process row keeps it): split the queues between workers", len(queues), n, MaxQueueListBytes)
+	}
+	return nil
+}
+
 // tooLong adds ErrKeyTooLong to a keys error without changing its text.
 type tooLong struct{ error }
 

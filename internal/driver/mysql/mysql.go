@@ -32,8 +32,11 @@ var migrations embed.FS
 // Config turns a mysql://user:password@host:port/database?params URL into
 // the driver's configuration. The parameters are read as the driver reads
 // a DSN's: its own (tls, timeout, charset, …) set it up, and the others
-// are the server's session variables. Its errors never quote the URL or
-// any part of it, which may hold the password.
+// are the server's session variables. The driver writes each value into
+// the statement's text (interpolateParams), so a charset other than
+// utf8mb4, or a collation of another character set, is refused (see
+// charset). Its errors never quote the URL or any part of it, which may
+// hold the password.
 func Config(rawURL string) (*driver.Config, error) {
 	u, err := url.Parse(rawURL)
 	if err != nil {
@@ -41,6 +44,9 @@ func Config(rawURL string) (*driver.Config, error) {
 	}
 	if u.Scheme != "mysql" {
 		return nil, fmt.Errorf("mysql: URL scheme is %q, want mysql", u.Scheme)
+	}
+	if err := checkURLCharset(u.RawQuery); err != nil {
+		return nil, err
 	}
 	cfg := driver.NewConfig()
 	if u.RawQuery != "" {
@@ -124,7 +130,8 @@ func Open(ctx context.Context, rawURL string) (*engine.Store, error) {
 }
 
 // probe reads which server this is, how far apart its generated ids are,
-// and the largest statement it accepts.
+// and the largest statement it accepts, and checks that its sessions use
+// utf8mb4.
 func probe(ctx context.Context, cfg *driver.Config) (Dialect, error) {
 	conn, err := driver.NewConnector(cfg)
 	if err != nil {
@@ -136,6 +143,9 @@ func probe(ctx context.Context, cfg *driver.Config) (Dialect, error) {
 	var step, packet int64
 	if err := db.QueryRowContext(ctx, `SELECT VERSION(), @@auto_increment_increment, @@max_allowed_packet`).Scan(&version, &step, &packet); err != nil {
 		return Dialect{}, fmt.Errorf("mysql: connect to %s: %w", cfg.Addr, err)
+	}
+	if err := checkSessionCharset(ctx, db); err != nil {
+		return Dialect{}, fmt.Errorf("mysql: %w: leave charset out of the URL (or set charset=utf8mb4), and no character_set_* parameter", err)
 	}
 	if cfg.MaxAllowedPacket > 0 && int64(cfg.MaxAllowedPacket) < packet {
 		packet = int64(cfg.MaxAllowedPacket)

@@ -27,8 +27,15 @@ const driverPacket = 64 << 20
 // (one statement more per transaction; set transaction_isolation in the
 // DSN to spare it). The sessions' time zone must not shift for daylight
 // saving (UTC, a fixed offset, or SYSTEM on a UTC host), since the
-// database's clock is read through it: OpenDB refuses one that does. It
-// checks that the database answers; it does not migrate.
+// database's clock is read through it: OpenDB refuses one that does.
+// Their character set must be utf8mb4 (the driver's default): OpenDB
+// refuses a pool whose sessions use another (charset=gbk in its DSN, say),
+// in which args would be changed or refused, and, with the driver's
+// interpolateParams, could end the literal they are written in and run
+// SQL of their own. Whether the pool interpolates is the app's choice:
+// sluice runs either way (without it, each statement is prepared on the
+// server first: one round trip more). It checks that the database
+// answers; it does not migrate.
 func OpenDB(ctx context.Context, db *sql.DB) (*engine.Store, error) {
 	if db == nil {
 		return nil, errors.New("mysql: OpenDB: the *sql.DB is nil")
@@ -54,6 +61,9 @@ func OpenDB(ctx context.Context, db *sql.DB) (*engine.Store, error) {
 	var isolation string
 	if err := db.QueryRowContext(ctx, `SELECT `+variable).Scan(&isolation); err != nil {
 		return nil, fmt.Errorf("mysql: OpenDB: %w", err)
+	}
+	if err := checkSessionCharset(ctx, db); err != nil {
+		return nil, fmt.Errorf("mysql: OpenDB: %w: open the pool with charset=utf8mb4 in its DSN, or none (the driver's default)", err)
 	}
 	var opts *sql.TxOptions
 	if !strings.EqualFold(strings.ReplaceAll(isolation, " ", "-"), "READ-COMMITTED") {

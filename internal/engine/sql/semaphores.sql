@@ -10,12 +10,15 @@ SELECT {SemaphoreColumns} FROM sluice_semaphores WHERE name IN (:keys) ORDER BY 
 SELECT {SemaphoreColumns} FROM sluice_semaphores WHERE name IN (:keys) ORDER BY name {Bytewise} FOR UPDATE SKIP LOCKED;
 
 -- name: InsertSemaphores
--- Unused semaphores for keys (sorted), ignoring those that exist, in key
--- order: it waits only for a transaction that created or changed one of
--- them and has not committed (on MySQL, whose spelling is ON DUPLICATE KEY
--- UPDATE, it also locks the rows that exist, in the same order).
--- LockSemaphores follows it (lockSlots).
-INSERT INTO sluice_semaphores (name) VALUES :rows(text) ON CONFLICT (name) DO NOTHING;
+-- Unused semaphores for keys (sorted), in key order, locking those that
+-- exist without changing them (the update's WHERE is false; MySQL's
+-- spelling is ON DUPLICATE KEY UPDATE name = name). LockSemaphores follows
+-- it (lockSlots). The insert locks what it finds because idle rows are
+-- deleted (LockIdleSemaphores): a row found here could otherwise be
+-- deleted before LockSemaphores locks it, and this transaction would then
+-- save the key's slots over those of one that created the row again. A
+-- row being deleted makes the insert wait, then insert it anew.
+INSERT INTO sluice_semaphores (name) VALUES :rows(text) ON CONFLICT (name) DO UPDATE SET name = EXCLUDED.name WHERE FALSE;
 
 -- name: SaveSemaphores
 INSERT INTO sluice_semaphores ({SemaphoreColumns})
@@ -64,6 +67,26 @@ ORDER BY expires_at LIMIT :limit;
 -- Keys with blocked jobs whose semaphore has a free slot or no row.
 SELECT DISTINCT {BlockedKey} FROM sluice_jobs j LEFT JOIN sluice_semaphores s ON s.name = {BlockedKey}
 WHERE {BlockedJob} AND (s.name IS NULL OR s.held < s.limit_to) LIMIT :limit;
+
+-- name: LockIdleSemaphores
+-- Up to :limit semaphores after :after, in the primary key's order (the
+-- clean-up walks the table a page at a time), with no slot held and no
+-- activity (no slot taken or given back, no limit declared) since
+-- :before, locked without waiting: a row another transaction holds is in
+-- use, and skipped. Since it never waits, the order it locks in (on
+-- PostgreSQL the column's collation, maybe not byte order) cannot close a
+-- cycle of waits. ClearIdleSemaphores deletes those with no blocked job
+-- (BlockedAmong). (MySQL cannot skip locked rows in a DELETE, so they are
+-- locked, then deleted.)
+SELECT name FROM sluice_semaphores WHERE name > :after AND held = 0 AND updated_at < :before
+ORDER BY name LIMIT :limit FOR UPDATE SKIP LOCKED;
+
+-- name: BlockedAmong
+-- Which of :keys have a blocked job, through the index of blocked jobs.
+SELECT DISTINCT {BlockedKey} FROM sluice_jobs j WHERE {BlockedJob} AND {BlockedKey} IN (:keys);
+
+-- name: DeleteSemaphores
+DELETE FROM sluice_semaphores WHERE name IN (:names) AND held = 0;
 
 -- name: ListSemaphores
 -- Semaphores with their blocked and holding jobs.
