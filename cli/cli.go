@@ -235,8 +235,10 @@ func (e *Env) redact(err error) error {
 	return err
 }
 
+// oneLine prints an error on one line, its control characters escaped
+// (human.Text): an error may quote a stored name or a database's message.
 func oneLine(err error) string {
-	return strings.Join(strings.Fields(strings.ReplaceAll(err.Error(), "\n", " ")), " ")
+	return human.Text(strings.Join(strings.Fields(err.Error()), " "))
 }
 
 func (a *App) name() string {
@@ -381,11 +383,12 @@ func (e *Env) openStore(ctx context.Context, url *string, checked, create bool) 
 	return s, nil
 }
 
-// Notef prints one line to stderr, after the program's name.
+// Notef prints one line to stderr, after the program's name, its control
+// characters escaped (human.Text).
 func (e *Env) Notef(format string, args ...any) {
 	e.stderrMu.Lock()
 	defer e.stderrMu.Unlock()
-	fmt.Fprintf(e.Stderr, "%s: %s\n", e.App.name(), fmt.Sprintf(format, args...))
+	fmt.Fprintf(e.Stderr, "%s: %s\n", e.App.name(), human.Text(fmt.Sprintf(format, args...)))
 }
 
 // DescribeURL names a database for people: the URL with its password

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"time"
 
+	"github.com/sluicequeue/sluice/internal/human"
 	"github.com/sluicequeue/sluice/jobs"
 )
 
@@ -34,7 +35,8 @@ func runExplain(ctx context.Context, env *Env, args []string) error {
 		return printJSON(env, e)
 	}
 	for _, l := range e.Lines() {
-		fmt.Fprintln(env.Stdout, l)
+		// Stored text (an error, a deferral's reason) is shown escaped.
+		fmt.Fprintln(env.Stdout, human.Text(l))
 	}
 	return nil
 }

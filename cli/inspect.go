@@ -12,6 +12,8 @@ import (
 	"time"
 
 	"github.com/sluicequeue/sluice/internal/engine"
+	"github.com/sluicequeue/sluice/internal/human"
+	"github.com/sluicequeue/sluice/internal/keys"
 )
 
 func printJSON(e *Env, v any) error {
@@ -20,11 +22,20 @@ func printJSON(e *Env, v any) error {
 	return enc.Encode(v)
 }
 
+// table prints rows aligned under header (its columns separated by tabs).
+// Each cell is escaped (human.Text): a name or error from the database
+// holds no control character that a terminal would obey, nor a tab or
+// line break that would break the table.
 func table(e *Env, header string, rows [][]string) error {
 	tw := tabwriter.NewWriter(e.Stdout, 0, 0, 2, ' ', 0)
 	fmt.Fprintln(tw, header)
+	cells := []string{}
 	for _, r := range rows {
-		fmt.Fprintln(tw, strings.Join(r, "\t"))
+		cells = cells[:0]
+		for _, c := range r {
+			cells = append(cells, human.Text(c))
+		}
+		fmt.Fprintln(tw, strings.Join(cells, "\t"))
 	}
 	return tw.Flush()
 }
@@ -150,6 +161,17 @@ func runJobs(ctx context.Context, env *Env, args []string) error {
 		return err // "sluice jobs failed" means --state failed
 	}
 	f := engine.JobFilter{Kind: *kind, Queue: *queue, Limit: *limit}
+	for _, c := range []struct{ flag, v string }{{"--kind", f.Kind}, {"--queue", f.Queue}} {
+		// A value no job can hold is bad usage, by the rule every stored
+		// name follows, as the dashboard's filter refuses it: the
+		// databases would answer it three ways (MySQL's comparison ignores
+		// a trailing space; PostgreSQL refuses bytes that are not UTF-8).
+		if c.v != "" {
+			if err := keys.Check(c.flag, c.v); err != nil {
+				return Usagef("%v", err)
+			}
+		}
+	}
 	if *state != "" {
 		st, err := engine.ParseState(*state)
 		if err != nil {
@@ -180,7 +202,7 @@ func runJobs(ctx context.Context, env *Env, args []string) error {
 	rows := make([][]string, len(js))
 	for i, j := range js {
 		rows[i] = []string{strconv.FormatInt(j.ID, 10), j.Kind, j.Queue, j.Describe(), fmt.Sprintf("%d/%d", j.Attempt, j.MaxAttempts),
-			fmtIn(j.RunAt, now), strconv.Itoa(j.Deferrals), clip(metadataText(j.Metadata), 40), clip(j.LastError, 60)}
+			fmtIn(j.RunAt, now), strconv.Itoa(j.Deferrals), human.Cell(metadataText(j.Metadata), 40), human.Cell(j.LastError, 60)}
 	}
 	return table(env, "ID\tKIND\tQUEUE\tSTATE\tATTEMPT\tRUN AT\tDEFERRED\tMETADATA\tLAST ERROR", rows)
 }
@@ -243,14 +265,6 @@ func metadataText(stored string) string {
 	}
 	slices.Sort(pairs)
 	return strings.Join(pairs, " ")
-}
-
-func clip(s string, n int) string {
-	s = strings.Join(strings.Fields(s), " ")
-	if len(s) > n {
-		return s[:n-1] + "…"
-	}
-	return s
 }
 
 func parseIDs(args []string) ([]int64, error) {
@@ -321,6 +335,10 @@ func runQueues(ctx context.Context, env *Env, args []string) error {
 		return Usagef("%s takes one queue name", verb)
 	case verb != "list" && len(rest) > 1:
 		return Usagef("%s takes one queue name, got %q", verb, strings.Join(rest, " "))
+	case verb != "list":
+		if err := engine.CheckQueue("queue", rest[0]); err != nil {
+			return Usagef("%v", err)
+		}
 	}
 	s, err := env.openEngine(ctx, url, true)
 	if err != nil {

@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/sluicequeue/sluice/internal/engine"
+	"github.com/sluicequeue/sluice/internal/human"
 	"github.com/sluicequeue/sluice/jobs"
 	"github.com/sluicequeue/sluice/ratelimit"
 )
@@ -40,6 +41,9 @@ func runLimits(ctx context.Context, env *Env, args []string) error {
 			return Usagef("clear takes one target")
 		}
 		target = rest[0]
+		if err := checkTarget(target); err != nil {
+			return err
+		}
 	case "list":
 		if len(rest) > 0 {
 			return Usagef("limits list takes no arguments, got %q", strings.Join(rest, " "))
@@ -118,8 +122,8 @@ func setFlags(fs *flag.FlagSet) map[string]bool {
 // flag. What is left to check of them together (the interval they make,
 // the debt a burst may run up) is the store's check, as bad usage too.
 func checkOverrideFlags(target string, to int, per time.Duration, burst int, set map[string]bool) error {
-	if err := engine.CheckKey("target", target); err != nil {
-		return Usagef("%v; it must name a budget or a scope", err)
+	if err := checkTarget(target); err != nil {
+		return err
 	}
 	switch {
 	case !set["to"] || !set["per"]:
@@ -143,6 +147,15 @@ func checkOverrideFlags(target string, to int, per time.Duration, burst int, set
 	}
 	if _, err := (engine.Override{Target: target, To: to, Per: per, Burst: burst}).Check(); err != nil {
 		return Usagef("--to %d --per %s --burst %d: %v", to, per, burst, err)
+	}
+	return nil
+}
+
+// checkTarget refuses, as bad usage, an override's target that no budget
+// or scope can have.
+func checkTarget(target string) error {
+	if err := engine.CheckKey("target", target); err != nil {
+		return Usagef("%v; it must name a budget or a scope", err)
 	}
 	return nil
 }
@@ -191,7 +204,7 @@ func runCheck(ctx context.Context, env *Env, args []string) error {
 	}
 	errs, warns := 0, 0
 	for _, f := range findings {
-		fmt.Fprintln(env.Stdout, f)
+		fmt.Fprintln(env.Stdout, human.Text(f.String()))
 		if f.Severity == jobs.SeverityError {
 			errs++
 		} else {

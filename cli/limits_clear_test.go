@@ -11,15 +11,16 @@ import (
 // on MySQL, whose comparisons ignore trailing spaces, clearing
 // "ping/free " cleared "ping/free"'s override, and on PostgreSQL a NUL or
 // a byte that is not UTF-8 came back as the database's own error. It is
-// refused naming the target, and the override stays.
+// bad usage (exit 2, as for limits set) naming the target, refused before
+// the database is asked, and the override stays.
 func TestLimitsClearChecksTheTarget(t *testing.T) {
 	eachMigrated(t, func(t *testing.T, db string) {
 		code, _, stderr := run(t, "limits", "set", "ping/free", "--to", "10", "--per", "1s", db)
 		require.Equal(t, 0, code, stderr)
 		for _, target := range []string{"ping/free ", "ping/free\x00", "\xff", strings.Repeat("p", 300)} {
 			code, _, stderr := run(t, "limits", "clear", target, db)
-			require.Equal(t, 1, code, "%.20q", target)
-			require.Contains(t, stderr, "clear limit override: target ", "%.20q", target)
+			require.Equal(t, 2, code, "%.20q", target)
+			require.Contains(t, stderr, "limits: target ", "%.20q", target)
 			require.NotContains(t, stderr, "SQLSTATE", "%.20q", target)
 			code, out, _ := run(t, "limits", db)
 			require.Equal(t, 0, code)

@@ -130,6 +130,11 @@ func runWorker(ctx context.Context, env *Env, args []string) error {
 	if len(qs) == 0 {
 		return Usagef("--queues is empty")
 	}
+	for _, q := range qs {
+		if err := engine.CheckQueue("queue", q); err != nil {
+			return Usagef("--queues: %v", err)
+		}
+	}
 	log, err := env.logger(logs, base.Logger)
 	if err != nil {
 		return err

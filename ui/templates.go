@@ -3,9 +3,7 @@ package ui
 import (
 	"fmt"
 	"html/template"
-	"strings"
 	"time"
-	"unicode/utf8"
 
 	"github.com/sluicequeue/sluice/internal/human"
 )
@@ -23,15 +21,9 @@ var funcs = template.FuncMap{
 		return time.UnixMicro(us).UTC()
 	},
 	"nanos": func(ns int64) time.Time { return time.Unix(0, ns).UTC() },
-	"clip": func(s string, n int) string {
-		s = strings.Join(strings.Fields(s), " ")
-		if utf8.RuneCountInString(s) > n {
-			return string([]rune(s)[:n-1]) + "…"
-		}
-		return s
-	},
-	"rate": func(v float64) string { return fmt.Sprintf("%.2f/s", v) },
-	"dur":  func(d time.Duration) string { return d.String() },
+	"clip":  human.Clip,
+	"rate":  func(v float64) string { return fmt.Sprintf("%.2f/s", v) },
+	"dur":   func(d time.Duration) string { return d.String() },
 }
 
 // parsePages parses every page with the layout.

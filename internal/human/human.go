@@ -1,19 +1,30 @@
-// Package human prints times and durations for people: the CLI, Explain
-// and the dashboard say "in 3s" and "2m0s ago" alike.
+// Package human prints times, durations and stored text for people: the
+// CLI, Explain and the dashboard say "in 3s" and "2m0s ago" alike, and
+// clip and escape text the same way.
 package human
 
 import (
 	"fmt"
+	"math"
 	"strings"
 	"time"
+	"unicode/utf8"
 )
 
 // In prints how far t is from now, rounded for people: "in 3s",
-// "3m44s ago", or "now".
+// "3m44s ago", or "now". A time more than a year away either way is
+// printed as its date in UTC, "on 2031-04-01": a distance in days would
+// be hard to read, and one computed as a time.Duration is false beyond
+// its 292 years (the year 9999, the latest run time a job may have,
+// would be "in 106751d23h").
 func In(t, now time.Time) string {
 	if t.IsZero() {
 		return "-"
 	}
+	if t.After(now.AddDate(1, 0, 0)) || t.Before(now.AddDate(-1, 0, 0)) {
+		return "on " + t.UTC().Format(time.DateOnly)
+	}
+	// Within a year either way t.Sub(now) does not saturate.
 	d := t.Sub(now)
 	switch {
 	case d >= time.Millisecond:
@@ -25,8 +36,13 @@ func In(t, now time.Time) string {
 }
 
 // Duration rounds a duration for people: 840ms, 4.2s, 3m44s, 2h5m, 3d4h.
+// The most negative duration, which has no negation, is printed as the
+// one after it.
 func Duration(d time.Duration) string {
 	if d < 0 {
+		if d == math.MinInt64 {
+			d++
+		}
 		return "-" + Duration(-d)
 	}
 	switch {
@@ -87,4 +103,93 @@ func Errors(err error) []error {
 		out = append(out, Errors(e)...)
 	}
 	return out
+}
+
+// Text makes text that came from the database or the command line safe to
+// print to a terminal: each control character (C0, including tab, line
+// feed and carriage return; DEL; C1) is written as an escape, \t, \n, \r,
+// \a, \x1b, \x7f or \u009b, and each byte that is not UTF-8 as \xNN, so
+// that no stored text moves the cursor, sets the window title or breaks a
+// table. Other text, non-ASCII included, is kept as it is; a backslash is
+// not escaped. Text is idempotent: its result has nothing left to escape.
+func Text(s string) string {
+	i := 0
+	for i < len(s) {
+		r, size := utf8.DecodeRuneInString(s[i:])
+		if escaped(r, size) {
+			break
+		}
+		i += size
+	}
+	if i == len(s) {
+		return s
+	}
+	var b strings.Builder
+	b.Grow(len(s) + 8)
+	b.WriteString(s[:i])
+	for i < len(s) {
+		r, size := utf8.DecodeRuneInString(s[i:])
+		switch {
+		case !escaped(r, size):
+			b.WriteString(s[i : i+size])
+		case size == 1 && r == utf8.RuneError:
+			fmt.Fprintf(&b, `\x%02x`, s[i])
+		case r >= 0x80:
+			fmt.Fprintf(&b, `\u%04x`, r)
+		default:
+			if e, ok := shortEscapes[byte(r)]; ok {
+				b.WriteString(e)
+			} else {
+				fmt.Fprintf(&b, `\x%02x`, r)
+			}
+		}
+		i += size
+	}
+	return b.String()
+}
+
+// shortEscapes are the escapes Go (and C) give the control characters
+// that have a letter.
+var shortEscapes = map[byte]string{
+	'\a': `\a`, '\b': `\b`, '\f': `\f`, '\n': `\n`, '\r': `\r`, '\t': `\t`, '\v': `\v`,
+}
+
+// escaped reports whether Text escapes the rune r that is size bytes of
+// its text: a C0 or C1 control character, DEL, or a byte that is not
+// UTF-8.
+func escaped(r rune, size int) bool {
+	return r < 0x20 || r >= 0x7f && r <= 0x9f || r == utf8.RuneError && size == 1
+}
+
+// Clip puts s on one line (each run of white space one space) and cuts it
+// to at most n characters (runes, never part of one), the last of them
+// "…" when it was cut. n is at least 1.
+func Clip(s string, n int) string {
+	return cut(oneLine(s), n)
+}
+
+// Cell is Clip for a terminal: s on one line, its control characters
+// escaped as Text does, cut to at most n characters.
+func Cell(s string, n int) string {
+	return cut(Text(oneLine(s)), n)
+}
+
+// oneLine joins the words of s with one space.
+func oneLine(s string) string {
+	return strings.Join(strings.Fields(s), " ")
+}
+
+// cut cuts s to at most n runes, the last of them "…" when it was cut.
+func cut(s string, n int) string {
+	n = max(n, 1)
+	if utf8.RuneCountInString(s) <= n {
+		return s
+	}
+	i, k := 0, 0
+	for k < n-1 {
+		_, size := utf8.DecodeRuneInString(s[i:])
+		i += size
+		k++
+	}
+	return s[:i] + "…"
 }
