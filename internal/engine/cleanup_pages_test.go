@@ -20,7 +20,7 @@ import (
 // every job that matched the filter all along exactly once: paged by
 // queue and state (ready jobs leave it as they are claimed, new ones
 // join it above the first page), and by kind alone (every job stays).
-func TestReviewDataKeysetPagesNeitherRepeatNorSkipUnderChurn(t *testing.T) {
+func TestKeysetPagesNeitherRepeatNorSkipUnderChurn(t *testing.T) {
 	testdb.Each(t, func(t *testing.T, s *engine.Store) {
 		ctx := context.Background()
 		batch := make([]engine.NewJob, 300)
@@ -109,7 +109,7 @@ func TestReviewDataKeysetPagesNeitherRepeatNorSkipUnderChurn(t *testing.T) {
 // a job finished after the cut, and a cancelled job an operator retried
 // (ready now, finished long ago) stay; and the counts, pages and job
 // reads after it say so.
-func TestReviewDataCleanupDeletesExactlyTheOldCompletedAndCancelled(t *testing.T) {
+func TestCleanupDeletesExactlyTheOldCompletedAndCancelled(t *testing.T) {
 	testdb.Each(t, func(t *testing.T, s *engine.Store) {
 		ctx := context.Background()
 		pid := register(t, s, t0)
@@ -182,7 +182,7 @@ func TestReviewDataCleanupDeletesExactlyTheOldCompletedAndCancelled(t *testing.T
 		js, next, err := s.PageJobs(ctx, engine.JobPage{Limit: 50})
 		require.NoError(t, err)
 		require.Zero(t, next)
-		require.ElementsMatch(t, []int64{failed, recent, revived}, reviewDataInfoIDs(js))
+		require.ElementsMatch(t, []int64{failed, recent, revived}, infoIDs(js))
 		c, err := s.CountJobs(ctx, engine.JobPage{State: engine.StateCompleted}, 100)
 		require.NoError(t, err)
 		require.Equal(t, int64(1), c.N)
@@ -194,7 +194,7 @@ func TestReviewDataCleanupDeletesExactlyTheOldCompletedAndCancelled(t *testing.T
 	})
 }
 
-func reviewDataInfoIDs(js []*engine.JobInfo) []int64 {
+func infoIDs(js []*engine.JobInfo) []int64 {
 	out := make([]int64, len(js))
 	for i, j := range js {
 		out[i] = j.ID
@@ -247,7 +247,7 @@ func (t pausingTx) Exec(ctx context.Context, q string, args ...any) (engine.Resu
 // MySQL, whose claims lock rows one by one. (SQLite has one writer: a
 // batch of the cleaner holds the others back for its one transaction,
 // as every write does.)
-func TestReviewDataCleanupHoldsNoLockAClaimWaitsFor(t *testing.T) {
+func TestCleanupHoldsNoLockAClaimWaitsFor(t *testing.T) {
 	testdb.Each(t, func(t *testing.T, s *engine.Store) {
 		if s.Dialect().Name() == "sqlite" {
 			t.Skip("one writer: the cleaner's batch holds every other write back, by design")
