@@ -399,3 +399,58 @@ func TestReviewAScheduleChangedInARollingDeployRunsEachTickOfEitherOnce(t *testi
 		require.Len(t, reports(t, s), 6)
 	})
 }
+
+// A dispatcher stopped in the middle of a tick (its context cancelled
+// while the tick's job is being enqueued, after the job's row was
+// written): the tick commits whole or not at all — its record and its job
+// together — the enqueue middleware learns the outcome that holds, Run
+// returns nil and the dispatcher deregisters. (docs/recurring.md: a tick
+// records itself "in the same transaction that enqueues its job".)
+func TestReviewADispatcherStoppedInTheMiddleOfATickCommitsItWholeOrNotAtAll(t *testing.T) {
+	testdb.Each(t, func(t *testing.T, s *engine.Store) {
+		ctx, stop := context.WithCancel(context.Background())
+		defer stop()
+		c := clock.NewFake(t0)
+		var mu sync.Mutex
+		var outcomes []error
+		client := jobs.NewClient(testdb.Public(s), registry(t), jobs.ClientConfig{Clock: c,
+			Middleware: []jobs.EnqueueMiddleware{func(ctx context.Context, js []*jobs.EnqueueJob, next func(context.Context) error) error {
+				jobs.OnEnqueueDone(ctx, func(err error) {
+					mu.Lock()
+					outcomes = append(outcomes, err)
+					mu.Unlock()
+				})
+				err := next(ctx)
+				stop() // SIGTERM, as the tick's job is written
+				return err
+			}}})
+		d := newDispatcher(t, s, dispatcher.Config{Clock: c, Logger: quiet(), Client: client,
+			Tasks: []dispatcher.Task{{Key: "every-minute", Schedule: "@every 1m", Args: report{}}}})
+		done := make(chan error, 1)
+		go func() { done <- d.Run(ctx) }()
+		for i := 1; i <= 60; i++ {
+			<-c.WaitForTimerAt(t0.Add(time.Duration(i) * time.Second))
+			c.Advance(time.Second)
+		}
+		select {
+		case err := <-done:
+			require.NoError(t, err)
+		case <-time.After(30 * time.Second):
+			t.Fatal("the dispatcher did not stop")
+		}
+		records := tickRecords(t, s, "every-minute")
+		js := reports(t, s)
+		require.Len(t, js, len(records), "a tick's record and its job commit together")
+		mu.Lock()
+		defer mu.Unlock()
+		require.Len(t, outcomes, 1, "the middleware ran once and learned its outcome")
+		if len(records) == 1 {
+			require.NoError(t, outcomes[0], "the tick committed: its enqueue succeeded")
+		} else {
+			require.Error(t, outcomes[0], "the tick rolled back: its enqueue failed")
+		}
+		ps, err := s.ListProcesses(context.Background())
+		require.NoError(t, err)
+		require.Empty(t, ps, "it deregistered")
+	})
+}
