@@ -90,6 +90,11 @@ func (s *Store) DeregisterProcess(ctx context.Context, id int64) error {
 // by the process's row.
 // A released job keeps its concurrency slot; one that lost it when its key
 // expired takes a free one, or is blocked.
+// It waits for no lock that another transaction holds (a process's
+// heartbeat loop reaps, and must not stop for long): it skips the
+// processes and jobs another transaction holds, and the semaphores
+// (settleUnwaiting), leaving a job that fails for good while holding a
+// slot of a key whose semaphore another transaction holds to a later reap.
 // Running jobs whose process row is gone are released the same way once
 // they were claimed more than threshold ago: a reaped process that comes
 // back may claim before it learns it was reaped, and runs what it claimed.
@@ -118,7 +123,7 @@ func (s *Store) ReapDeadProcesses(ctx context.Context, c Clock, threshold time.D
 		var inQueue []string
 		// A job that fails for good gives its slot back; one released
 		// keeps it, and one whose key expired while it ran, so that it
-		// holds none, takes a free one or is blocked (settle).
+		// holds none, takes a free one or is blocked (settleUnwaiting).
 		gives := holders{}
 		var back []slotless
 		for rows.Next() {
@@ -149,11 +154,26 @@ func (s *Store) ReapDeadProcesses(ctx context.Context, c Clock, threshold time.D
 		if err := rows.Err(); err != nil {
 			return err
 		}
-		stmts, blocked, handed, err := s.settle(ctx, tx, At(now), gives, back)
+		// The reap waits for no semaphore: a process's heartbeat loop
+		// reaps the others, and a reap that waited for a lock held
+		// elsewhere would stop its heartbeats, and its process would be
+		// presumed dead in turn. Holders of the semaphores it cannot lock
+		// at once are left for a later reap.
+		stmts, blocked, left, handed, err := s.settleUnwaiting(ctx, tx, now, gives, back)
 		if err != nil {
 			return err
 		}
 		woke = handed
+		if len(left) > 0 {
+			kept := 0
+			for i, t := range ts {
+				if !left[t.ID] {
+					ts[kept], inQueue[kept] = t, inQueue[i]
+					kept++
+				}
+			}
+			ts, inQueue = ts[:kept], inQueue[:kept]
+		}
 		ts = block(ts, blocked)
 		for i := range ts {
 			if ts[i].State == StateReady && !slices.Contains(queues, inQueue[i]) {

@@ -4,6 +4,7 @@ import (
 	"cmp"
 	"context"
 	"fmt"
+	"maps"
 	"slices"
 	"strings"
 	"time"
@@ -109,25 +110,40 @@ func sortedKeys(keys []string) []string {
 // with one holding a key that sorts before one the claim's promotion
 // locked. Where a transaction holds the only write lock it is lockSlots.
 func (s *Store) lockFreeSlots(ctx context.Context, ex Executor, keys []string, at time.Time) (*slots, error) {
+	sl, busy, err := s.lockUnheldSlots(ctx, ex, keys, at)
+	if err != nil {
+		return nil, err
+	}
+	if len(busy) > 0 {
+		return nil, heldSemaphores(busy)
+	}
+	return sl, nil
+}
+
+// lockUnheldSlots locks the semaphores of keys that no other transaction
+// holds, as lockSlots does but waiting for none, stamping their activity
+// at at, and returns the others, sorted: the keys another transaction
+// holds, or that have no row (it creates none, as creating one may wait
+// for a transaction creating it too). Where a transaction holds the only
+// write lock it is lockSlots, and every key is locked.
+func (s *Store) lockUnheldSlots(ctx context.Context, ex Executor, keys []string, at time.Time) (*slots, []string, error) {
 	if !s.d.Capabilities().RowLocks {
-		return s.lockSlots(ctx, ex, keys, At(at))
+		sl, err := s.lockSlots(ctx, ex, keys, At(at))
+		return sl, nil, err
 	}
 	keys = sortedKeys(keys)
 	sl := s.newSlots(ex)
 	if err := s.lockByName(ctx, ex, keys, s.q.LockFreeSemaphores, nil, nil, nil, sl.has, sl.load, nil); err != nil {
-		return nil, fmt.Errorf("lock free semaphores: %w", err)
+		return nil, nil, fmt.Errorf("lock free semaphores: %w", err)
 	}
-	var held heldSemaphores
+	var busy []string
 	for _, k := range keys {
 		if !sl.has(k) {
-			held = append(held, k)
+			busy = append(busy, k)
 		}
 	}
-	if len(held) > 0 {
-		return nil, held
-	}
 	sl.now = Micros(at)
-	return sl, nil
+	return sl, busy, nil
 }
 
 // heldSemaphores are semaphores a claim needed after locking its budgets
@@ -494,6 +510,56 @@ func (s *Store) settle(ctx context.Context, ex Executor, c Clock, hs holders, ba
 	if err != nil {
 		return nil, nil, nil, err
 	}
+	return sl.settle(ctx, hs, back)
+}
+
+// settleUnwaiting is settle for a reap, which waits for no lock another
+// transaction holds (an app's open transaction that enqueued a job of the
+// key, or a lost host's, which the database ends only when it notices the
+// dead connection): it locks the semaphores of hs and back that nobody
+// holds (lockUnheldSlots), as of at, and settles the jobs of those. A
+// holder of another key is left out, returned in left, for a later reap:
+// its slot is given back with it, so it waits until its semaphore is free
+// (a key with a holder has a row, which the clean-up never deletes). A
+// job of back of another key is blocked, without a slot: the dispatcher
+// hands it one once one is free (MaintainSemaphores looks every second
+// for blocked jobs whose key has a slot free or no row), or a slot given
+// back does.
+func (s *Store) settleUnwaiting(ctx context.Context, ex Executor, at time.Time, hs holders, back []slotless) (stmts []Stmt, blocked, left map[int64]bool, queues []string, err error) {
+	if len(hs) == 0 && len(back) == 0 {
+		return nil, nil, nil, nil, nil
+	}
+	sl, busy, err := s.lockUnheldSlots(ctx, ex, keysOf(hs, back), at)
+	if err != nil {
+		return nil, nil, nil, nil, err
+	}
+	blocked, left = map[int64]bool{}, map[int64]bool{}
+	if len(busy) > 0 {
+		hs = maps.Clone(hs)
+		for id, k := range hs {
+			if slices.Contains(busy, k) {
+				delete(hs, id)
+				left[id] = true
+			}
+		}
+		back = slices.DeleteFunc(slices.Clone(back), func(b slotless) bool {
+			if slices.Contains(busy, b.conc.Key) {
+				blocked[b.id] = true
+				return true
+			}
+			return false
+		})
+	}
+	stmts, more, queues, err := sl.settle(ctx, hs, back)
+	if err != nil {
+		return nil, nil, nil, nil, err
+	}
+	maps.Copy(blocked, more)
+	return stmts, blocked, left, queues, nil
+}
+
+// settle is Store.settle on semaphores already locked.
+func (sl *slots) settle(ctx context.Context, hs holders, back []slotless) ([]Stmt, map[int64]bool, []string, error) {
 	// The slots given back go to the jobs blocked already, first; the
 	// jobs coming back take what is left.
 	writes, err := sl.giveAll(ctx, hs)
@@ -513,7 +579,7 @@ func (s *Store) settle(ctx context.Context, ex Executor, c Clock, hs holders, ba
 		blocked[b.id] = true
 	}
 	if len(took) > 0 {
-		writes = append(writes, stmt(s.q.MarkSlots(took, true)))
+		writes = append(writes, stmt(sl.q.MarkSlots(took, true)))
 	}
 	return append(writes, sl.writes()...), blocked, sl.queues, nil
 }

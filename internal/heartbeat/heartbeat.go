@@ -69,7 +69,9 @@ func (l *Loop) Run(ctx context.Context) {
 
 // BeatIfDue beats now if a beat is due (interval has passed since the
 // last one began), after any beat under way, and returns how long until
-// the next one is.
+// the next one is: interval after this one began, however long it took,
+// so that the time a beat's reap takes is not added to the time between
+// heartbeats (none, when the beat took longer than interval).
 func (l *Loop) BeatIfDue(ctx context.Context) time.Duration {
 	l.mu.Lock()
 	defer l.mu.Unlock()
@@ -81,7 +83,7 @@ func (l *Loop) BeatIfDue(ctx context.Context) time.Duration {
 		l.reaps.Add(1)
 	}
 	l.next = now.Add(l.interval)
-	return l.interval
+	return max(l.next.Sub(l.c.Now()), 0)
 }
 
 // Reaps returns how many of the loop's beats found the process presumed
@@ -94,8 +96,14 @@ func (l *Loop) Reaps() uint64 {
 	return l.reaps.Load()
 }
 
-// Beat is one round of Run. It reports whether it found the process
-// presumed dead, whether or not registering again then succeeded.
+// Beat is one round of Run: it stamps the process's heartbeat, then
+// reaps the processes presumed dead. The reap waits for no lock another
+// transaction holds (engine.Store.ReapDeadProcesses), so it cannot hold
+// off the next heartbeat for long: a reap that waited on a lock held
+// elsewhere (an app's open transaction, a lost host's) would stop this
+// process's heartbeats, and it would be presumed dead in turn. It
+// reports whether it found the process presumed dead, whether or not
+// registering again then succeeded.
 func Beat(ctx context.Context, s *engine.Store, sc engine.Clock, log *slog.Logger, deadAfter time.Duration, pid *atomic.Int64, reregister func(context.Context) error) (reaped bool) {
 	alive, err := s.Heartbeat(ctx, pid.Load(), sc)
 	switch {

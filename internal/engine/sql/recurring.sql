@@ -13,4 +13,10 @@ JOIN (SELECT task, MAX(run_at) AS run_at FROM sluice_recurring_runs GROUP BY tas
 ORDER BY r.task;
 
 -- name: DeleteTicks
-DELETE FROM sluice_recurring_runs WHERE run_at < :before;
+-- The records of ticks before :before, except each task's latest, however
+-- old: a dispatcher that catches up after a stall runs the latest tick
+-- that has passed unless it finds it recorded, and a monthly task's last
+-- run is weeks old; the task list shows it too. The subquery reads the
+-- primary key (task, run_at) backwards, one entry per row deleted.
+DELETE FROM sluice_recurring_runs WHERE run_at < :before
+AND run_at < (SELECT MAX(l.run_at) FROM sluice_recurring_runs l WHERE l.task = sluice_recurring_runs.task);

@@ -23,22 +23,19 @@ import (
 // dead between two of its heartbeats and its jobs run twice".
 //
 // A process's heartbeat loop also reaps the others (heartbeat.Beat:
-// Heartbeat, then ReapDeadProcesses), and the reap waits for locks: it
-// gives a dead process's slot back (settle → lockSlots, FOR UPDATE on the
-// semaphore). While an app's transaction holds that semaphore (an
-// EnqueueTx of the same key, not yet committed), the live worker's loop
-// waits in the reap and stamps no heartbeat. Once DeadAfter passes so, the
-// next reaper (a dispatcher) presumes the live worker dead and releases
-// the job it is running: that job runs twice, though the worker never
-// paused. The lock need not be the app's: a worker whose host is lost in
-// the middle of a finish holds its semaphore until the database notices
-// the dead connection (TCP keepalive: two hours by Linux's defaults), and
-// the live process that reaps it stops heartbeating as long.
-//
-// Fails on PostgreSQL. On MariaDB the stuck reap happens to hold a lock on
-// its own process row too, so no other reaper can take it (SKIP LOCKED);
-// on SQLite an open transaction stops every write, heartbeats included.
-func TestReviewAWorkerWhoseReapWaitsOnALockIsNotPresumedDead(t *testing.T) {
+// Heartbeat, then ReapDeadProcesses), and a reap gives a dead process's
+// slot back. While an app's transaction holds that semaphore (an
+// EnqueueTx of the same key, not yet committed), a reap that waited for
+// it would stop the live worker's beats: once DeadAfter passed so, the
+// next reaper (a dispatcher) would presume the live worker dead and
+// release the job it is running, which would run twice though the worker
+// never paused. The lock need not be the app's: a worker whose host is
+// lost in the middle of a finish holds its semaphore until the database
+// notices the dead connection (TCP keepalive: two hours by Linux's
+// defaults). So the reap waits for no semaphore: it leaves the dead
+// worker's job to a later reap, which releases it once the lock is gone.
+// (On SQLite an open transaction stops every write, heartbeats included.)
+func TestAWorkerWhoseReapMeetsALockedSemaphoreIsNotPresumedDead(t *testing.T) {
 	each(t, func(t *testing.T, h *harness) {
 		if h.store.Dialect().Name() == "sqlite" {
 			t.Skip("one writer: an open transaction of the app's stops every write, heartbeats included")
@@ -72,17 +69,17 @@ func TestReviewAWorkerWhoseReapWaitsOnALockIsNotPresumedDead(t *testing.T) {
 
 		// A live worker runs a long job.
 		long := h.enqueue(noop{})
-		// Its statements are watched for its reap's wait for a semaphore.
+		// Its statements are watched for its reap's look at the semaphore.
 		rs, rec := testdb.Record(h.store)
 		var reaping atomic.Bool
-		waits := make(chan struct{})
+		reached := make(chan struct{})
 		var once sync.Once
 		rec.Before = func(q string) {
 			switch {
-			case strings.Contains(q, "FROM sluice_processes WHERE heartbeat_at"):
+			case strings.Contains(q, "FROM sluice_processes") && strings.Contains(q, "heartbeat_at <"):
 				reaping.Store(true)
 			case reaping.Load() && strings.Contains(q, "sluice_semaphores"):
-				once.Do(func() { close(waits) })
+				once.Do(func() { close(reached) })
 			}
 		}
 		w, err := jobs.NewWorker(testdb.Public(rs), h.reg, jobs.WorkerConfig{Concurrency: 1, PollInterval: time.Hour, Clock: h.clock, Logger: quiet()})
@@ -93,40 +90,57 @@ func TestReviewAWorkerWhoseReapWaitsOnALockIsNotPresumedDead(t *testing.T) {
 
 		// The app enqueues a job of account 1 in a transaction of its own,
 		// still open: it holds the key's semaphore.
-		tx, _, rollback := callerTx(t, h.store)
+		tx, commit, rollback := callerTx(t, h.store)
 		_, err = h.client.EnqueueTx(ctx, tx, accountJob{Account: 1, N: 2})
 		require.NoError(t, err)
-		released := false
+		ended := false
 		defer func() {
-			if !released {
+			if !ended {
 				rollback()
 			}
 		}()
 
 		// Six minutes on, the worker's beat finds the killed worker dead and
-		// reaps it: it waits for the semaphore the app's transaction holds.
+		// reaps it: it reaches the semaphore the app's transaction holds.
 		for m := 1; m <= 6; m++ {
 			<-h.clock.WaitForTimerAt(t0.Add(time.Duration(m) * time.Minute))
 			h.clock.Advance(time.Minute)
 		}
 		select {
-		case <-waits:
+		case <-reached:
 		case <-time.After(30 * time.Second):
 			t.Fatal("the worker's beat did not reap the killed worker")
 		}
 
-		// Six more minutes: the worker still runs its job, alive. Another
-		// process (a dispatcher) looks for dead processes, as its beat does.
+		// Six more minutes, and the beat due meanwhile is over: the worker
+		// still runs its job, alive. Another process (a dispatcher) looks
+		// for dead processes, as its beat does.
 		h.clock.Advance(6 * time.Minute)
+		select {
+		case <-h.clock.WaitForTimerAt(t0.Add(13 * time.Minute)):
+		case <-time.After(30 * time.Second):
+			t.Fatal("the worker's beat is stuck in its reap: it stamps no heartbeat")
+		}
 		_, err = h.store.ReapDeadProcesses(ctx, engine.HostTime(h.clock.Now), jobs.DefaultDeadAfter)
 		require.NoError(t, err)
 		j := h.job(long)
 		if j.State != engine.StateRunning || j.LastError == engine.LostError {
 			t.Errorf("the live worker's job is %s (%q): it was presumed lost while its worker ran it, and runs again", j.State, j.LastError)
 		}
+		require.Equal(t, engine.StateRunning, h.job(lost).State, "the killed worker's job waits for its semaphore")
 
-		rollback()
-		released = true
+		// The app commits: the next reap fails the killed worker's job (its
+		// last attempt lost) and gives its slot to the app's job.
+		commit()
+		ended = true
+		_, err = h.store.ReapDeadProcesses(ctx, engine.HostTime(h.clock.Now), jobs.DefaultDeadAfter)
+		require.NoError(t, err)
+		j = h.job(lost)
+		require.Equal(t, engine.StateFailed, j.State)
+		require.Equal(t, engine.LostError, j.LastError)
+		ps, err := h.store.ListProcesses(ctx)
+		require.NoError(t, err)
+		require.Len(t, ps, 1, "the killed worker is removed; the live one stays")
 		close(release)
 	})
 }
