@@ -46,7 +46,7 @@ type SQL struct {
 
 	insertTick, setTickJob, deleteTicks *sqlStatement
 
-	lockReadyFair, insertFairKeys, lockFairKeys, fairVirtualTime, fairWaitingStart, saveFairKeys, deleteFairKeys, refundFairKeys *sqlStatement
+	lockReadyFair, insertFairKeys, lockFairKeys, fairVirtualTime, fairPruneBound, lockPrunableFairKeys, saveFairKeys, deleteFairKeys, refundFairKeys *sqlStatement
 	fairLevels                                                                                                                   string
 	lastTicks                                                                                                                    string
 }
@@ -223,9 +223,10 @@ func NewSQL(d Dialect) (*SQL, error) {
 		{&q.insertFairKeys, "InsertFairKeys", []string{"rows"}},
 		{&q.lockFairKeys, "LockFairKeys", []string{"queue", "priority", "keys"}},
 		{&q.fairVirtualTime, "FairVirtualTime", []string{"queue", "priority", "keys"}},
-		{&q.fairWaitingStart, "FairWaitingStart", []string{"queue", "priority"}},
+		{&q.fairPruneBound, "FairPruneBound", []string{"queue", "priority", "keys"}},
+		{&q.lockPrunableFairKeys, "LockPrunableFairKeys", []string{"queue", "priority", "after", "before", "limit"}},
 		{&q.saveFairKeys, "SaveFairKeys", []string{"rows"}},
-		{&q.deleteFairKeys, "DeleteFairKeys", []string{"queue", "priority", "before"}},
+		{&q.deleteFairKeys, "DeleteFairKeys", []string{"queue", "priority", "keys", "before"}},
 		{&q.refundFairKeys, "RefundFairKeys", []string{"ids", "queue", "priority", "keys"}},
 	}
 	for _, s := range stmts {

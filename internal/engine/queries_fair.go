@@ -31,7 +31,7 @@ const fairServedKeys = 16
 
 // FairVirtualTime reads the virtual time of a queue's priority level: the
 // start of its first ready fair job or, with none ready, the lower of the
-// lowest start of its waiting fair jobs (FairWaitingStart) and the latest
+// lowest start of its waiting fair jobs (FairPruneBound) and the latest
 // finish of its keys, raised to the latest finish of the keys with no job
 // waiting among the fairServedKeys keys with the latest finishes (0 for a new
 // level). Columns: one bigint.
@@ -39,12 +39,20 @@ func (q *SQL) FairVirtualTime(queue string, priority int) (string, []any) {
 	return q.fairVirtualTime.bind(queue, int32(priority), fairServedKeys)
 }
 
-// FairWaitingStart reads the lowest start of the fair jobs of a queue's
-// priority level that wait to be ready: scheduled (delayed, or deferred
-// by a rate limit), parked or blocked. Columns: one bigint; no row when
+// FairPruneBound reads, in one statement, the virtual time of a queue's
+// priority level (as FairVirtualTime) and the lowest start of its fair
+// jobs that wait to be ready: scheduled (delayed, or deferred by a rate
+// limit), parked or blocked. Columns: two bigints, the second NULL when
 // none waits.
-func (q *SQL) FairWaitingStart(queue string, priority int) (string, []any) {
-	return q.fairWaitingStart.bind(queue, int32(priority))
+func (q *SQL) FairPruneBound(queue string, priority int) (string, []any) {
+	return q.fairPruneBound.bind(queue, int32(priority), fairServedKeys)
+}
+
+// LockPrunableFairKeys locks, without waiting, up to limit keys of a
+// queue's priority level after after, in the primary key's order, whose
+// last finish is before before. Columns: fair_key.
+func (q *SQL) LockPrunableFairKeys(queue string, priority int, after string, before int64, limit int) (string, []any) {
+	return q.lockPrunableFairKeys.bind(queue, int32(priority), after, before, limit)
 }
 
 // SaveFairKeys writes the last finish of the keys of a queue's priority
@@ -61,10 +69,10 @@ func (q *SQL) SaveFairKeys(queue string, priority int, keys []string, finish []i
 // keys. Columns: queue, priority.
 func (q *SQL) FairLevels() string { return q.fairLevels }
 
-// DeleteFairKeys deletes the keys of a queue's priority level whose last
-// finish is before before.
-func (q *SQL) DeleteFairKeys(queue string, priority int, before int64) (string, []any) {
-	return q.deleteFairKeys.bind(queue, int32(priority), before)
+// DeleteFairKeys deletes those of keys, keys of a queue's priority level,
+// whose last finish is before before.
+func (q *SQL) DeleteFairKeys(queue string, priority int, keys []string, before int64) (string, []any) {
+	return q.deleteFairKeys.bind(queue, int32(priority), keys, before)
 }
 
 // RefundFairKeys gives back the charge of fair jobs cancelled before any

@@ -13,7 +13,7 @@ INSERT INTO sluice_fair_keys (queue, priority, fair_key) VALUES :rows(text, int,
 -- fair_key, finish.
 SELECT fair_key, finish FROM sluice_fair_keys WHERE queue = :queue AND priority = :priority AND fair_key IN (:keys) ORDER BY fair_key {Bytewise} FOR UPDATE;
 
--- name: FairVirtualTime
+-- fragment: VirtualTimeOfLevel
 -- The virtual time of a queue's priority level: the start of the fair job
 -- of that priority it claims next. With none ready: the lower of the
 -- lowest start of the level's waiting fair jobs (scheduled, parked or
@@ -23,21 +23,42 @@ SELECT fair_key, finish FROM sluice_fair_keys WHERE queue = :queue AND priority 
 -- that have no job waiting, among the :keys keys with the latest finishes
 -- (a key that ran while an old job waits is not charged for it). 0 for a
 -- new level.
-SELECT COALESCE(
+COALESCE(
   (SELECT j.fair_start FROM sluice_jobs j WHERE {ReadyFair} AND j.priority = :priority ORDER BY j.fair_start, j.id LIMIT 1),
   (SELECT MAX(v) FROM (
     SELECT (SELECT MIN(w) FROM (
-      SELECT (SELECT j.fair_start FROM sluice_jobs j WHERE {WaitingFair} AND j.priority = :priority ORDER BY j.fair_start LIMIT 1) AS w
+      SELECT {LowestWaitingStart} AS w
       UNION ALL SELECT (SELECT MAX(finish) FROM sluice_fair_keys WHERE queue = :queue AND priority = :priority)) l) AS v
     UNION ALL SELECT (SELECT MAX(k.finish) FROM (
       SELECT fair_key, finish FROM sluice_fair_keys WHERE queue = :queue AND priority = :priority ORDER BY finish DESC LIMIT :keys) k
       WHERE NOT EXISTS (SELECT 1 FROM sluice_jobs j WHERE {WaitingFair} AND j.priority = :priority AND j.fair_key = k.fair_key))) t),
-  0);
+  0)
 
--- name: FairWaitingStart
+-- fragment: LowestWaitingStart
 -- The lowest start of a queue's priority level's waiting fair jobs
--- (scheduled, parked or blocked): no row, or one bigint.
-SELECT j.fair_start FROM sluice_jobs j WHERE {WaitingFair} AND j.priority = :priority ORDER BY j.fair_start LIMIT 1;
+-- (scheduled, parked or blocked), or NULL.
+(SELECT j.fair_start FROM sluice_jobs j WHERE {WaitingFair} AND j.priority = :priority ORDER BY j.fair_start LIMIT 1)
+
+-- name: FairVirtualTime
+SELECT {VirtualTimeOfLevel};
+
+-- name: FairPruneBound
+-- What PruneFairKeys deletes a level's keys below: its virtual time and
+-- the lowest start of its waiting fair jobs (NULL with none), read in one
+-- statement, on one snapshot (at READ COMMITTED each statement reads its
+-- own), so that a job moving between ready and waiting meanwhile (a
+-- promotion, an unpark, a slot handed to a blocked job, a claim's
+-- deferral) is counted in one of the two, never in neither.
+SELECT {VirtualTimeOfLevel}, {LowestWaitingStart};
+
+-- name: LockPrunableFairKeys
+-- Up to :limit keys of a queue's priority level after :after, in the
+-- primary key's order (the prune walks the level a page at a time),
+-- whose finish is before :before, locked without waiting: a key another
+-- transaction holds is being enqueued to, and is skipped. Since it never
+-- waits, the order it locks in cannot close a cycle of waits.
+SELECT fair_key FROM sluice_fair_keys WHERE queue = :queue AND priority = :priority AND fair_key > :after AND finish < :before
+ORDER BY fair_key LIMIT :limit FOR UPDATE SKIP LOCKED;
 
 -- name: SaveFairKeys
 INSERT INTO sluice_fair_keys (queue, priority, fair_key, finish) VALUES :rows(text, int, text, bigint)
@@ -49,11 +70,11 @@ ON CONFLICT (queue, priority, fair_key) DO UPDATE SET finish = EXCLUDED.finish;
 SELECT DISTINCT queue, priority FROM sluice_fair_keys;
 
 -- name: DeleteFairKeys
--- The keys of a queue's priority level whose last finish is before
--- :before (PruneFairKeys: behind its virtual time and the start of each of
--- its waiting jobs): a key's next job starts at the virtual time whether
--- its row is there or not.
-DELETE FROM sluice_fair_keys WHERE queue = :queue AND priority = :priority AND finish < :before;
+-- Of :keys, keys of a queue's priority level that the transaction locked,
+-- those whose last finish is before :before (PruneFairKeys: behind its
+-- virtual time and the start of each of its waiting jobs): a key's next
+-- job starts at the virtual time whether its row is there or not.
+DELETE FROM sluice_fair_keys WHERE queue = :queue AND priority = :priority AND fair_key IN (:keys) AND finish < :before;
 
 -- name: RefundFairKeys
 -- Gives back the charge of fair jobs cancelled before any claim (an
