@@ -46,9 +46,10 @@ type SQL struct {
 
 	insertTick, setTickJob, deleteTicks *sqlStatement
 
-	lockReadyFair, insertFairKeys, lockFairKeys, fairVirtualTime, fairPruneBound, lockPrunableFairKeys, saveFairKeys, deleteFairKeys, refundFairKeys *sqlStatement
-	fairLevels                                                                                                                   string
-	lastTicks                                                                                                                    string
+	lockReadyFair, insertFairKeys, lockFairKeys, fairVirtualTime, saveFairKeys, refundFairKeys *sqlStatement
+	fairPruneBound, lockPrunableFairKeys, deleteFairKeys                                       *sqlStatement
+	fairLevels                                                                                 string
+	lastTicks                                                                                  string
 }
 
 // optional are the statements a database may lack (have no default, or
