@@ -26,7 +26,10 @@ type Task struct {
 	// Schedule is a cron expression with an optional seconds field
 	// ("0 3 * * *", "*/30 * * * * *") or a descriptor ("@hourly",
 	// "@every 5m"), after an optional time zone ("CRON_TZ=Europe/Paris
-	// 0 3 * * *"); see ParseSchedule.
+	// 0 3 * * *"); see ParseSchedule. Without a zone it ticks in the
+	// local time of each dispatcher's clock: dispatchers in different
+	// zones tick it at different instants, each of which runs, so give
+	// every dispatcher the same zone, or name one here.
 	Schedule string
 	// Args are the job's args; its kind must be registered.
 	Args jobs.Args
@@ -53,8 +56,9 @@ type Maintenance struct {
 	// to "@hourly".
 	ClearIdleBudgets MaintenanceTask
 	// ClearFinishedJobs deletes completed and cancelled jobs older than
-	// Retention, in batches of 500, and the records of old ticks. Defaults
-	// to "@hourly".
+	// Retention, in batches of 500, and the records of ticks older than a
+	// week (or Retention, if longer) but each task's latest. Defaults to
+	// "@hourly".
 	ClearFinishedJobs MaintenanceTask
 	// Retention is how long finished jobs are kept. Defaults to 24 hours.
 	Retention time.Duration

@@ -98,5 +98,6 @@ func (q *SQL) SetTickJob(task string, runAt, jobID int64) (string, []any) {
 // ran_at, job_id.
 func (q *SQL) LastTicks() string { return q.lastTicks }
 
-// DeleteTicks deletes the records of ticks before the given time.
+// DeleteTicks deletes the records of ticks before the given time, except
+// each task's latest.
 func (q *SQL) DeleteTicks(before int64) (string, []any) { return q.deleteTicks.bind(before) }

@@ -105,7 +105,10 @@ func (s *Store) LastTicks(ctx context.Context) (map[string]Tick, error) {
 	return out, rows.Err()
 }
 
-// DeleteTicks deletes the records of ticks older than before.
+// DeleteTicks deletes the records of ticks older than before, except each
+// task's latest, however old: a dispatcher that catches up after a stall
+// runs the latest tick that passed unless it finds it recorded, and
+// LastTicks lists it.
 func (s *Store) DeleteTicks(ctx context.Context, before time.Time) (int, error) {
 	q, args := s.q.DeleteTicks(Micros(before))
 	res, err := exec(ctx, s.db, q, args)
