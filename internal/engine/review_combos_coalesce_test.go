@@ -71,3 +71,96 @@ func TestReviewADebouncedJobDoesNotHoldItsSlotWhileCallsPostponeIt(t *testing.T)
 			jb.State, ja.State, ja.HoldsSlot)
 	})
 }
+
+// The brief's first combination: a coalesced, debounced, fair job whose
+// concurrency key is held and whose rate budget is spent, moved by an
+// operator mid-way. docs/concurrency.md: a slot "is given back exactly
+// once"; docs/coalesce.md: a job that finishes without being claimed
+// (cancelled by an operator) releases its key; docs/fairness.md: an
+// operator's cancel of fair jobs that were never claimed gives their
+// key's turns back, and cancelling the same jobs again changes nothing
+// more.
+func TestReviewAnOperatorMovesADebouncedFairJobThroughItsLimits(t *testing.T) {
+	testdb.Each(t, func(t *testing.T, s *engine.Store) {
+		ctx := context.Background()
+		lim := limits{"r": spec(t, "r", 1, 10*time.Second, 1)}
+		pid := register(t, s, t0)
+		held := func(want int, when string) {
+			t.Helper()
+			sem := heldMatchesHolders(t, s, "acct")
+			require.Equal(t, want, sem.Held, "acct's slots held %s", when)
+		}
+		mk := func() engine.NewJob {
+			j := debounced("co/j", "acct", time.Second)
+			j.RateKeys = []engine.RateKey{{Key: "r/x", Cost: 1}}
+			j.FairKey, j.FairWeight = "f/a", 1
+			return j
+		}
+		other := func(key string) engine.NewJob {
+			j := fairJob(key, 1)
+			j.Queue = "default"
+			return j
+		}
+		// Another key's jobs, ready, for the level's virtual time.
+		enqueue(t, s, t0, other("f/b"), other("f/b"), other("f/b"))
+		// H holds acct and runs; X spends r/x.
+		h := slotted("acct", 1)
+		x := limited("k", "r/x")
+		hx := enqueue(t, s, t0, h, x)
+		res := claimLimited(t, s, pid, t0, 2, lim, time.Minute)
+		require.ElementsMatch(t, hx, ids(res.Jobs))
+		running := res.Jobs
+		j := enqueue(t, s, t0, mk())[0]
+		require.Equal(t, engine.StateScheduled, state(t, s, j).State, "debounced")
+
+		// Due at 1 s, blocked on acct; a call at 1.2 s sends it back to
+		// wait out the debounce, without a slot.
+		_, _, err := s.Promote(ctx, engine.At(at(time.Second)), 10)
+		require.NoError(t, err)
+		require.Equal(t, engine.StateBlocked, state(t, s, j).State)
+		r, err := s.Enqueue(ctx, nil, engine.At(at(1200*time.Millisecond)), []engine.NewJob{mk()})
+		require.NoError(t, err)
+		require.True(t, r[0].Joined)
+		require.Equal(t, engine.StateScheduled, state(t, s, j).State)
+		held(1, "by H")
+
+		// H finishes; at 2.2 s J takes the free slot, and a claim defers it
+		// on r/x, spent by X: it gives the slot back.
+		require.NoError(t, s.Finish(ctx, pid, engine.At(at(1500*time.Millisecond)), engine.Outcomes{Completed: runsOf(running), SlotHolders: runsOf(running[:1])}))
+		held(0, "after H")
+		_, _, err = s.Promote(ctx, engine.At(at(2200*time.Millisecond)), 10)
+		require.NoError(t, err)
+		require.Equal(t, engine.StateReady, state(t, s, j).State)
+		held(1, "by J, ready")
+		res, err = s.Claim(ctx, engine.ClaimParams{ProcessID: pid, Queues: []string{"default"}, Max: 1, Candidates: 5, Clock: engine.At(at(2200 * time.Millisecond)),
+			Limits: lim, Horizon: time.Minute, Fair: true})
+		require.NoError(t, err)
+		require.Len(t, res.Jobs, 1, "a job of f/b")
+		require.NotEqual(t, j, res.Jobs[0].ID)
+		jj := state(t, s, j)
+		require.Equal(t, engine.StateScheduled, jj.State, "deferred on r/x")
+		require.False(t, jj.HoldsSlot)
+		held(0, "J deferred")
+
+		// The operator retries J (it takes the slot again), then cancels it
+		// (it gives it back), then cancels it again (refused, nothing moves).
+		moved, err := s.RetryJobs(ctx, engine.At(at(3*time.Second)), []int64{j})
+		require.NoError(t, err)
+		require.Equal(t, []engine.Moved{{ID: j, State: engine.StateReady}}, moved)
+		held(1, "J retried")
+		_, err = s.CancelJobs(ctx, engine.At(at(3*time.Second)), []int64{j}, "")
+		require.NoError(t, err)
+		held(0, "J cancelled")
+		_, err = s.CancelJobs(ctx, engine.At(at(3*time.Second)), []int64{j}, "")
+		require.ErrorIs(t, err, engine.ErrNotAllowed)
+		held(0, "J cancelled twice")
+
+		// Its key is free: the next call starts a job, and f/a's turn was
+		// given back: that job starts beside a new key's.
+		r, err = s.Enqueue(ctx, nil, engine.At(at(3*time.Second)), []engine.NewJob{mk(), other("f/z")})
+		require.NoError(t, err)
+		require.False(t, r[0].Joined, "J released co/j")
+		require.Equal(t, state(t, s, r[1].ID).FairStart, state(t, s, r[0].ID).FairStart,
+			"f/a's next job starts at the level's virtual time, as a new key's does: J never ran")
+	})
+}
