@@ -9,6 +9,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/sluicequeue/sluice/concurrency"
+	"github.com/sluicequeue/sluice/dispatcher"
 	"github.com/sluicequeue/sluice/internal/engine"
 	"github.com/sluicequeue/sluice/jobs"
 	"github.com/sluicequeue/sluice/ratelimit"
@@ -170,6 +171,54 @@ func TestReviewA429FromAFairSlotHolderGivesItsSlotHoldsTheBudgetAndKeepsItsStart
 			for _, at := range r.starts[n][min(1, len(r.starts[n])-1):] {
 				require.False(t, at.Before(t0.Add(2*time.Second)), "job %d ran at %s, while the budget was held back", n, at.Sub(t0))
 			}
+		}
+	})
+}
+
+// docs/guarantees.md, Queues: a paused queue's jobs "stay where they are
+// until resume"; docs/rate-limits.md, Changing a limit without a restart:
+// a tighter override "starts from the state as left", and a window that
+// spans the change can hold more than the new limit only until one new
+// Per has passed. A fair, concurrency-limited, rate-limited kind with
+// mixed priorities has a backlog waiting (slotted and parked) when its
+// queue is paused; the operator tightens the limit while it is paused;
+// nothing runs until the resume, then every job runs, within the new
+// limit, and every slot is given back.
+func TestReviewPauseTightenResumeKeepsTheBoundAndLosesNothing(t *testing.T) {
+	each(t, func(t *testing.T, h *harness) {
+		ctx := context.Background()
+		record, starts := startRecorder()
+		require.NoError(t, jobs.Register(h.reg, func(_ context.Context, j *jobs.Job[tenantSync]) error { record(h.clock.Now()); return nil },
+			jobs.Fair(func(a tenantSync) any { return a.Tenant }),
+			jobs.ConcurrencyLimit(concurrency.Limit[tenantSync]{Key: func(a tenantSync) any { return a.Tenant % 2 }, To: 2}),
+			jobs.RateLimit(ratelimit.Limit[tenantSync]{To: 10, Per: time.Second, Burst: 5, Key: "global"})))
+		for i := range 40 {
+			h.enqueue(tenantSync{Tenant: i % 4, N: i}, jobs.Priority(i%3))
+		}
+		cfg := jobs.WorkerConfig{Horizon: 2 * time.Second}
+		first := h.drain(cfg).Completed
+		require.Positive(t, first)
+		require.NoError(t, h.store.PauseQueue(ctx, "default", h.clock.Now()))
+		require.NoError(t, h.store.SetOverride(ctx, engine.Override{Target: "tenant_sync", To: 2, Per: time.Second, Burst: 1}, h.clock.Now()))
+		d := newDispatcher(t, h.store, dispatcher.Config{Clock: h.clock, Logger: quiet()})
+		for range 20 {
+			_, err := d.Tick(ctx)
+			require.NoError(t, err)
+			require.Zero(t, h.drain(cfg).Ran(), "the queue is paused")
+			h.clock.Advance(time.Second)
+		}
+		require.Len(t, starts(), first)
+		require.NoError(t, h.store.ResumeQueue(ctx, "default", h.clock.Now()))
+		resumed := h.clock.Now()
+		steps(t, h, d, func() { h.drain(cfg) }, 400, 100*time.Millisecond)
+		all := starts()
+		require.Len(t, all, 40, "every job ran, once")
+		require.LessOrEqual(t, ratelimit.BusiestWindow(since(all, resumed), time.Second), 2,
+			"after the resume (more than one new Per after the change) no window of 1s holds more than the new To")
+		sems, err := h.store.ListSemaphores(ctx)
+		require.NoError(t, err)
+		for _, s := range sems {
+			require.Zero(t, s.Held, "semaphore %s", s.Name)
 		}
 	})
 }
