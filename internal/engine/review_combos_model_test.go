@@ -112,6 +112,9 @@ type comboModel struct {
 	prevLimit   map[string]int
 	log         []string
 	stats       *comboStats
+	hint        []string // the budgets the last claim locked
+	// revived are the jobs an operator retried after they finished.
+	revived map[int64]bool
 }
 
 // comboStats counts what the walks did, to show they reach the
@@ -123,7 +126,7 @@ type comboStats struct {
 func newComboModel(t *rapid.T, s *engine.Store) *comboModel {
 	ctx := context.Background()
 	wipe(t, s)
-	m := &comboModel{stats: &comboStats{},
+	m := &comboModel{stats: &comboStats{}, revived: map[int64]bool{},
 		t: t, ctx: ctx, s: s, now: t0,
 		lim:         &modelLimits{specs: map[string]ratelimit.Spec{}, version: map[string]int{}, hist: map[string][]ratelimit.Spec{}},
 		concTo:      map[string]int{"c/0": 1, "c/1": 2},
@@ -245,9 +248,15 @@ func (m *comboModel) steps() map[string]func(*rapid.T) {
 			pid := rapid.SampledFrom(m.pids).Draw(t, "pid")
 			queues := rapid.SampledFrom([][]string{{"q1"}, {"q2"}, {"q1", "q2"}, {"q2", "q1"}}).Draw(t, "queues")
 			max := rapid.IntRange(1, 4).Draw(t, "max")
+			var hint []string
+			if rapid.Bool().Draw(t, "hint") {
+				hint = m.hint // as a worker passes its last claim's budgets
+			}
 			res, err := m.s.Claim(m.ctx, engine.ClaimParams{ProcessID: pid, Queues: queues, Max: max, Clock: m.clock(),
-				Limits: m.lim, Horizon: 3 * time.Second, PromoteDue: rapid.Bool().Draw(t, "promoteDue"), Fair: true})
+				Candidates: rapid.IntRange(0, 6).Draw(t, "candidates"), Limits: m.lim, Horizon: 3 * time.Second,
+				PromoteDue: rapid.Bool().Draw(t, "promoteDue"), Fair: true, BudgetHint: hint, SnapshotHint: rapid.Bool().Draw(t, "snapshot")})
 			m.must(err, "claim")
+			m.hint = res.Budgets
 			m.step("claim pid=%d %v max=%d: %v (deferred %d)", pid, queues, max, ids(res.Jobs), len(res.Deferred))
 			m.stats.Claims++
 			m.stats.Runs += len(res.Jobs)
@@ -303,6 +312,14 @@ func (m *comboModel) steps() map[string]func(*rapid.T) {
 			retry := rapid.Bool().Draw(t, "retry")
 			var err error
 			if retry {
+				before, gerr := m.s.GetJob(m.ctx, id)
+				m.must(gerr, "read job")
+				if before.State == engine.StateFailed || before.State == engine.StateCancelled {
+					// It comes back with its old start, though its turn
+					// may have been given back (docs/fairness.md,
+					// Approximations).
+					m.revived[id] = true
+				}
 				_, err = m.s.RetryJobs(m.ctx, m.clock(), []int64{id})
 			} else {
 				_, err = m.s.CancelJobs(m.ctx, m.clock(), []int64{id}, "")
@@ -540,6 +557,7 @@ func (m *comboModel) check(*rapid.T) {
 		m.prevLimit[k] = sem.Limit
 	}
 	m.prevHolders = holders
+	m.checkFairFinishes()
 	for key, as := range m.admits {
 		byVersion := map[int][]admission{}
 		for _, a := range as {
@@ -556,6 +574,30 @@ func (m *comboModel) check(*rapid.T) {
 			}
 		}
 	}
+}
+
+// checkFairFinishes checks that no fair key was given back more turns
+// than its jobs that never ran had taken: its finish at a level stays
+// after the start of each of its jobs there that has not finished (an
+// enqueue sets it one step past its last job's start; a refund lowers it
+// only to the start of a cancelled job with no later job of the key
+// waiting or running). Jobs an operator brought back after they finished
+// are left out: they come back with their old starts (documented).
+func (m *comboModel) checkFairFinishes() {
+	rs, err := m.s.DB().Query(m.ctx, `SELECT j.id, j.fair_key, j.fair_start, k.finish FROM sluice_jobs j
+  JOIN sluice_fair_keys k ON k.queue = j.queue AND k.priority = j.priority AND k.fair_key = j.fair_key
+  WHERE j.fair_key IS NOT NULL AND j.state IN ('ready', 'scheduled', 'parked', 'blocked', 'running') AND j.fair_start >= k.finish`)
+	m.must(err, "read fair finishes")
+	defer rs.Close()
+	for rs.Next() {
+		var id, start, finish int64
+		var key string
+		m.must(rs.Scan(&id, &key, &start, &finish), "scan fair finish")
+		if !m.revived[id] {
+			m.fail("fair key %s's finish %d is not after the start %d of its job %d, which has not finished: its turns were given back too far", key, finish, start, id)
+		}
+	}
+	m.must(rs.Err(), "read fair finishes")
 }
 
 // checkNoFreeSlotLeftBlocked checks, after the dispatcher's upkeep, that
