@@ -57,6 +57,25 @@ func newComboRig(t *testing.T, h *harness, act func(n int) error) *comboRig {
 	return r
 }
 
+// firstRunDoes registers the rig with job 1's first run returning err,
+// enqueues job 1 and job 2 of tenant 1 (2 blocked behind 1) and job 3 of
+// tenant 2, and drains: it returns the rig, jobs 1 and 2, job 1's fair
+// start as enqueued, and what the drain did.
+func firstRunDoes(t *testing.T, h *harness, err error) (r *comboRig, one, two, start int64, res jobs.DrainResult) {
+	t.Helper()
+	r = newComboRig(t, h, func(n int) error {
+		if n == 1 {
+			return err
+		}
+		return nil
+	})
+	one = h.enqueue(tenantSync{Tenant: 1, N: 1})
+	two = h.enqueue(tenantSync{Tenant: 1, N: 2})
+	h.enqueue(tenantSync{Tenant: 2, N: 3})
+	start = h.job(one).FairStart
+	return r, one, two, start, h.drain(jobs.WorkerConfig{})
+}
+
 func (r *comboRig) held(t *testing.T, key string) int {
 	t.Helper()
 	sems, err := r.h.store.ListSemaphores(context.Background())
@@ -91,17 +110,7 @@ func (r *comboRig) budgetTAT(t *testing.T) int64 {
 // a job that comes back keeps its start.
 func TestReviewASnoozedFairSlotHolderKeepsItsSlotAndItsStartAndIsChargedAgain(t *testing.T) {
 	each(t, func(t *testing.T, h *harness) {
-		r := newComboRig(t, h, func(n int) error {
-			if n == 1 {
-				return jobs.Snooze(time.Second)
-			}
-			return nil
-		})
-		s := h.enqueue(tenantSync{Tenant: 1, N: 1})
-		b := h.enqueue(tenantSync{Tenant: 1, N: 2})
-		h.enqueue(tenantSync{Tenant: 2, N: 3})
-		start := h.job(s).FairStart
-		res := h.drain(jobs.WorkerConfig{})
+		r, s, b, start, res := firstRunDoes(t, h, jobs.Snooze(time.Second))
 		require.Equal(t, 1, res.Snoozed)
 		require.Equal(t, 1, res.Completed)
 		sj := h.job(s)
@@ -131,17 +140,7 @@ func TestReviewASnoozedFairSlotHolderKeepsItsSlotAndItsStartAndIsChargedAgain(t 
 // With a fair key besides: the job keeps its start.
 func TestReviewA429FromAFairSlotHolderGivesItsSlotHoldsTheBudgetAndKeepsItsStart(t *testing.T) {
 	each(t, func(t *testing.T, h *harness) {
-		r := newComboRig(t, h, func(n int) error {
-			if n == 1 {
-				return jobs.RetryAfter(2 * time.Second)
-			}
-			return nil
-		})
-		ra := h.enqueue(tenantSync{Tenant: 1, N: 1})
-		b := h.enqueue(tenantSync{Tenant: 1, N: 2})
-		h.enqueue(tenantSync{Tenant: 2, N: 3})
-		start := h.job(ra).FairStart
-		res := h.drain(jobs.WorkerConfig{})
+		r, ra, b, start, res := firstRunDoes(t, h, jobs.RetryAfter(2*time.Second))
 		require.Equal(t, 1, res.Throttled)
 		rj := h.job(ra)
 		require.Equal(t, engine.StateScheduled, rj.State)

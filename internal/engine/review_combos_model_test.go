@@ -424,19 +424,7 @@ func (m *comboModel) finish(t *rapid.T) {
 		o.Others = []engine.Transition{{ID: j.ID, State: engine.StateScheduled, Wait: 700 * time.Millisecond, AttemptDelta: -1}}
 	case "429":
 		const wait = 1200 * time.Millisecond
-		tr := engine.Transition{ID: j.ID, State: engine.StateScheduled, Wait: wait, AttemptDelta: -1, Error: "429"}
-		for _, rk := range j.RateKeys {
-			if spec, ok := m.lim.RateSpec(j.Kind, rk.Key); ok {
-				o.Pushes = append(o.Pushes, engine.BudgetPush{Key: rk.Key, Wait: wait, Params: spec.Params, Run: run})
-			}
-		}
-		for _, l := range m.lim.QueueLimits(j.Queue) {
-			o.Pushes = append(o.Pushes, engine.BudgetPush{Key: l.Key, Wait: wait, Params: l.Spec.Params, Run: run})
-		}
-		if len(o.Pushes) > 0 {
-			tr.WaitKey = o.Pushes[0].Key
-		}
-		o.Others = []engine.Transition{tr}
+		o.Others, o.Pushes = turnedAway(m.lim, j, wait)
 		holder()
 	case "release":
 		m.must(m.s.Release(m.ctx, pid, m.clock(), []engine.Run{run}), "release")
@@ -453,6 +441,27 @@ func (m *comboModel) finish(t *rapid.T) {
 	if j.HoldsSlot {
 		m.stats.SlotOutcomes++
 	}
+}
+
+// turnedAway is what a worker records for a run an upstream turned away
+// (a 429) with a wait: the job waits without spending its attempt, and
+// every budget it ran under, the kind's and its queue's, is held back.
+func turnedAway(lim engine.Limits, j *engine.Job, wait time.Duration) ([]engine.Transition, []engine.BudgetPush) {
+	run := j.Run()
+	tr := engine.Transition{ID: j.ID, State: engine.StateScheduled, Wait: wait, AttemptDelta: -1, Error: "429"}
+	var pushes []engine.BudgetPush
+	for _, rk := range j.RateKeys {
+		if spec, ok := lim.RateSpec(j.Kind, rk.Key); ok {
+			pushes = append(pushes, engine.BudgetPush{Key: rk.Key, Wait: wait, Params: spec.Params, Run: run})
+		}
+	}
+	for _, l := range lim.QueueLimits(j.Queue) {
+		pushes = append(pushes, engine.BudgetPush{Key: l.Key, Wait: wait, Params: l.Spec.Params, Run: run})
+	}
+	if len(pushes) > 0 {
+		tr.WaitKey = pushes[0].Key
+	}
+	return []engine.Transition{tr}, pushes
 }
 
 // dispatch does a dispatcher's tick: promotion, unparking, semaphores.
