@@ -5,6 +5,7 @@ import (
 	"errors"
 	"flag"
 	"fmt"
+	"os"
 	"slices"
 	"strings"
 	"testing"
@@ -67,11 +68,18 @@ func TestReviewCombosModel(t *testing.T) {
 }
 
 // defaultRapidFlag sets one of rapid's flags to n for this test when the
-// run did not set it: each check here runs against a database, not in
-// memory, so fewer and longer walks than rapid's defaults.
+// run set it neither on the command line nor in rapid's environment
+// variable (-rapid.checks, RAPID_CHECKS): each check here runs against a
+// database, not in memory, so fewer and longer walks than rapid's
+// defaults.
 func defaultRapidFlag(t *testing.T, name string, n int) {
 	f := flag.Lookup(name)
-	if f == nil || f.Value.String() != f.DefValue {
+	if f == nil || os.Getenv(strings.ToUpper(strings.ReplaceAll(name, ".", "_"))) != "" {
+		return
+	}
+	set := false
+	flag.Visit(func(g *flag.Flag) { set = set || g.Name == name })
+	if set {
 		return
 	}
 	old := f.Value.String()
