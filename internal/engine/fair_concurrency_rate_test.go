@@ -12,8 +12,7 @@ import (
 	"github.com/sluicequeue/sluice/internal/testdb"
 )
 
-// Review (combinations): fair shares meet a concurrency limit per key and
-// a shared rate limit.
+// Fair shares meet a concurrency limit per key and a shared rate limit.
 
 // docs/fairness.md, Rules: "A job a rate limit defers, or one blocked on a
 // concurrency slot, keeps its place: when it is ready again it comes back
@@ -28,7 +27,7 @@ import (
 // every round (a's blocked jobs take no turn and hold nothing back). When
 // it finishes, a's next job comes back at the front: in the next round.
 // No tenant ever runs two jobs at once.
-func TestReviewAFairKeyAtItsConcurrencyLimitNeitherBlocksNorLosesTurns(t *testing.T) {
+func TestAFairKeyAtItsConcurrencyLimitNeitherBlocksNorLosesTurns(t *testing.T) {
 	testdb.Each(t, func(t *testing.T, s *engine.Store) {
 		ctx := context.Background()
 		lim := limits{"r": spec(t, "r", 3, time.Second, 2)}

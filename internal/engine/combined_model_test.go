@@ -5,6 +5,7 @@ import (
 	"errors"
 	"flag"
 	"fmt"
+	"maps"
 	"os"
 	"slices"
 	"strings"
@@ -19,9 +20,9 @@ import (
 	"github.com/sluicequeue/sluice/ratelimit"
 )
 
-// Review (combinations): a property test with rapid that mixes, on one
-// kind, every feature users combine — coalescing (debounced, collecting),
-// fair shares, a concurrency limit per key, rate limits (the kind's and a
+// TestCombinedModel is a property test with rapid that mixes, on one kind,
+// every feature users combine — coalescing (debounced, collecting), fair
+// shares, a concurrency limit per key, rate limits (the kind's and a
 // queue's), priorities — across two queues that share the budgets and the
 // concurrency keys, with queue pauses and resumes, limits lowered and
 // raised, operators' retries and cancels, and every outcome of a run:
@@ -48,8 +49,8 @@ import (
 // run until every job has finished, and then checks that every slot was
 // given back (every semaphore holds none, no job holds one).
 //
-//	go test ./internal/engine -run TestReviewCombosModel -rapid.checks 200 -rapid.steps 80
-func TestReviewCombosModel(t *testing.T) {
+//	go test ./internal/engine -run TestCombinedModel -rapid.checks 200 -rapid.steps 80
+func TestCombinedModel(t *testing.T) {
 	defaultRapidFlag(t, "rapid.checks", 12)
 	defaultRapidFlag(t, "rapid.steps", 80)
 	for _, b := range testdb.Backends(t) {
@@ -123,6 +124,12 @@ type comboModel struct {
 	hint        []string // the budgets the last claim locked
 	// revived are the jobs an operator retried after they finished.
 	revived map[int64]bool
+	// lastStep names the step just taken; prevRows and prevPaused are
+	// the jobs and the paused queues after the one before, to check
+	// what a step did to a paused queue's jobs.
+	lastStep   string
+	prevRows   map[int64]comboRow
+	prevPaused map[string]bool
 }
 
 // comboStats counts what the walks did, to show they reach the
@@ -211,6 +218,11 @@ func (m *comboModel) newJob(t *rapid.T) engine.NewJob {
 // common ones are listed under more than one name.
 func (m *comboModel) actions() map[string]func(*rapid.T) {
 	acts := m.steps()
+	for name, act := range acts {
+		if name != "" {
+			acts[name] = func(t *rapid.T) { m.lastStep = name; act(t) }
+		}
+	}
 	for _, name := range []string{"enqueue", "claim", "finish", "advance"} {
 		acts[name+" again"] = acts[name]
 	}
@@ -541,7 +553,12 @@ func (m *comboModel) check(*rapid.T) {
 			m.fail("job %d is parked on no budget", r.id)
 		case r.coalesceKey != "" && !slices.Contains([]engine.State{engine.StateReady, engine.StateScheduled, engine.StateParked, engine.StateBlocked}, r.state):
 			m.fail("job %d holds coalesce key %s while %s", r.id, r.coalesceKey, r.state)
+		case r.coalesceKey != "" && r.holdsSlot && r.state != engine.StateReady:
+			// A pending job takes its slot as it becomes ready, and gives
+			// it back when a debounce or its rate limit sends it back.
+			m.fail("pending job %d (coalesce key %s) holds a slot of %s while %s", r.id, r.coalesceKey, r.concKey, r.state)
 		}
+		m.checkPausedJob(r)
 		// The jobs running are those the processes run.
 		mine := r.processID != 0 && m.running[r.processID] != nil && m.running[r.processID][r.id] != nil
 		if (r.state == engine.StateRunning) != mine {
@@ -575,21 +592,31 @@ func (m *comboModel) check(*rapid.T) {
 	}
 	m.prevHolders = holders
 	m.checkFairFinishes()
-	for key, as := range m.admits {
-		byVersion := map[int][]admission{}
-		for _, a := range as {
-			byVersion[a.version] = append(byVersion[a.version], a)
-		}
-		scope := ratelimit.ScopeOf(key)
-		if strings.HasPrefix(key, engine.QueueScope+"/") {
-			scope = key
-		}
-		for v, as := range byVersion {
-			spec := m.lim.hist[scope][v-1]
-			if most := busiestCost(slices.Clone(as), spec.Per.Nanoseconds()); most > spec.To {
-				m.fail("budget %s admitted %d in one window of %s under %d per %s", key, most, spec.Per, spec.To, spec.Per)
-			}
-		}
+	if over := m.lim.overLimit(m.admits); over != "" {
+		m.fail("%s", over)
+	}
+	m.prevRows = make(map[int64]comboRow, len(rows))
+	for _, r := range rows {
+		m.prevRows[r.id] = r
+	}
+	m.prevPaused = maps.Clone(m.paused)
+}
+
+// checkPausedJob checks that a job of a queue paused before and after the
+// step stayed where it was (docs/guarantees.md, Queues): it took no slot
+// of its key, and, parked, got no slot of its budget. An operator's retry
+// moves it as asked; an enqueue's call may fill a parked job that
+// dispatches once full (it then waits, scheduled, without a slot).
+func (m *comboModel) checkPausedJob(r comboRow) {
+	prev, ok := m.prevRows[r.id]
+	if !ok || !m.prevPaused[r.queue] || !m.paused[r.queue] || m.lastStep == "operator" {
+		return
+	}
+	if !prev.holdsSlot && r.holdsSlot {
+		m.fail("job %d of the paused queue %s took a slot of %s (%s, now %s) in step %q", r.id, r.queue, r.concKey, prev.state, r.state, m.lastStep)
+	}
+	if prev.state == engine.StateParked && r.state != engine.StateParked && m.lastStep != "enqueue" {
+		m.fail("parked job %d of the paused queue %s is %s after step %q", r.id, r.queue, r.state, m.lastStep)
 	}
 }
 

@@ -12,8 +12,8 @@ import (
 	"github.com/sluicequeue/sluice/internal/testdb"
 )
 
-// Review (combinations): coalescing meets a concurrency limit, a rate
-// limit, fair shares and operators.
+// Coalescing meets a concurrency limit, a rate limit, fair shares and
+// operators.
 
 // debounced is a job of queue default that coalesces on co with a debounce
 // of d (no MaxDelay) and holds a slot of conc (To 1).
@@ -40,7 +40,7 @@ func debounced(co, conc string, d time.Duration) engine.NewJob {
 // here a minute, without end in general — though no job of the account
 // runs, nor can: a blocked job joined by a call gives up its place (it
 // holds no slot while debounced), a ready one keeps its slot.
-func TestReviewADebouncedJobDoesNotHoldItsSlotWhileCallsPostponeIt(t *testing.T) {
+func TestADebouncedJobDoesNotHoldItsSlotWhileCallsPostponeIt(t *testing.T) {
 	testdb.Each(t, func(t *testing.T, s *engine.Store) {
 		ctx := context.Background()
 		a := enqueue(t, s, t0, debounced("co/a", "acct/1", time.Second))[0]
@@ -72,7 +72,7 @@ func TestReviewADebouncedJobDoesNotHoldItsSlotWhileCallsPostponeIt(t *testing.T)
 	})
 }
 
-// The brief's first combination: a coalesced, debounced, fair job whose
+// A coalesced, debounced, fair job whose
 // concurrency key is held and whose rate budget is spent, moved by an
 // operator mid-way. docs/concurrency.md: a slot "is given back exactly
 // once"; docs/coalesce.md: a job that finishes without being claimed
@@ -80,7 +80,7 @@ func TestReviewADebouncedJobDoesNotHoldItsSlotWhileCallsPostponeIt(t *testing.T)
 // operator's cancel of fair jobs that were never claimed gives their
 // key's turns back, and cancelling the same jobs again changes nothing
 // more.
-func TestReviewAnOperatorMovesADebouncedFairJobThroughItsLimits(t *testing.T) {
+func TestAnOperatorMovesADebouncedFairJobThroughItsLimits(t *testing.T) {
 	testdb.Each(t, func(t *testing.T, s *engine.Store) {
 		ctx := context.Background()
 		lim := limits{"r": spec(t, "r", 1, 10*time.Second, 1)}

@@ -15,7 +15,7 @@ import (
 	"github.com/sluicequeue/sluice/ratelimit"
 )
 
-// Review (combinations): a handler's Snooze and RetryAfter from a job that
+// A handler's Snooze and RetryAfter from a job that
 // holds a concurrency slot, a fair turn and a rate budget at once.
 
 type tenantSync struct {
@@ -108,7 +108,7 @@ func (r *comboRig) budgetTAT(t *testing.T) int64 {
 // while it waits (and so does a snooze)"; docs/rate-limits.md: "A job
 // that comes back is charged again: ... a snoozed job"; docs/fairness.md:
 // a job that comes back keeps its start.
-func TestReviewASnoozedFairSlotHolderKeepsItsSlotAndItsStartAndIsChargedAgain(t *testing.T) {
+func TestASnoozedFairSlotHolderKeepsItsSlotAndItsStartAndIsChargedAgain(t *testing.T) {
 	each(t, func(t *testing.T, h *harness) {
 		r, s, b, start, res := firstRunDoes(t, h, jobs.Snooze(time.Second))
 		require.Equal(t, 1, res.Snoozed)
@@ -138,7 +138,7 @@ func TestReviewASnoozedFairSlotHolderKeepsItsSlotAndItsStartAndIsChargedAgain(t 
 // held back; "a job that held a concurrency slot gives it back while it
 // waits ... and takes one again when it comes back (or is blocked)".
 // With a fair key besides: the job keeps its start.
-func TestReviewA429FromAFairSlotHolderGivesItsSlotHoldsTheBudgetAndKeepsItsStart(t *testing.T) {
+func TestA429FromAFairSlotHolderGivesItsSlotHoldsTheBudgetAndKeepsItsStart(t *testing.T) {
 	each(t, func(t *testing.T, h *harness) {
 		r, ra, b, start, res := firstRunDoes(t, h, jobs.RetryAfter(2*time.Second))
 		require.Equal(t, 1, res.Throttled)
@@ -183,7 +183,7 @@ func TestReviewA429FromAFairSlotHolderGivesItsSlotHoldsTheBudgetAndKeepsItsStart
 // queue is paused; the operator tightens the limit while it is paused;
 // nothing runs until the resume, then every job runs, within the new
 // limit, and every slot is given back.
-func TestReviewPauseTightenResumeKeepsTheBoundAndLosesNothing(t *testing.T) {
+func TestPauseTightenResumeKeepsTheBoundAndLosesNothing(t *testing.T) {
 	each(t, func(t *testing.T, h *harness) {
 		ctx := context.Background()
 		record, starts := startRecorder()
