@@ -2,6 +2,7 @@ package engine_test
 
 import (
 	"context"
+	"fmt"
 	"testing"
 	"time"
 
@@ -27,19 +28,17 @@ func debounced(co, conc string, d time.Duration) engine.NewJob {
 // docs/concurrency.md, What is guaranteed: "every blocked job runs: no
 // blocked job stays blocked while its key has a free slot for longer than
 // one dispatcher tick"; docs/coalesce.md: with Debounce a call moves the
-// pending job to now + Debounce, "a ready job goes back to scheduled", and
-// "A job blocked on its concurrency slot goes back to scheduled too: it
-// holds no slot".
+// pending job to now + Debounce, and a ready job goes back to scheduled
+// and gives its concurrency slot back.
 //
 // One concurrency key per account (To 1), one coalesce key per resource,
 // debounced (no MaxDelay). Resource a's pending job comes due first and
 // takes the account's slot (ready); b's is blocked. Before a worker claims
 // a's (a busy or paused queue), calls on a keep coming, each within the
-// debounce: a's job goes back to scheduled each time, and keeps the slot
-// while it waits. b stays blocked for as long as the calls on a go on —
-// here a minute, without end in general — though no job of the account
-// runs, nor can: a blocked job joined by a call gives up its place (it
-// holds no slot while debounced), a ready one keeps its slot.
+// debounce: a's job goes back to scheduled each time. Had it kept the
+// slot while it waits, b would stay blocked for as long as the calls on a
+// go on — here a minute, without end in general — though no job of the
+// account runs, nor can.
 func TestADebouncedJobDoesNotHoldItsSlotWhileCallsPostponeIt(t *testing.T) {
 	testdb.Each(t, func(t *testing.T, s *engine.Store) {
 		ctx := context.Background()
@@ -163,4 +162,113 @@ func TestAnOperatorMovesADebouncedFairJobThroughItsLimits(t *testing.T) {
 		require.Equal(t, state(t, s, r[1].ID).FairStart, state(t, s, r[0].ID).FairStart,
 			"f/a's next job starts at the level's virtual time, as a new key's does: J never ran")
 	})
+}
+
+// The slot a debounced job gives back goes to its key's first blocked job
+// in the call's own transaction, as a completion's does; the debounced
+// job takes a slot again when it comes due, or is blocked behind that job.
+func TestADebouncedJobHandsItsSlotToTheFirstBlockedJobAtOnce(t *testing.T) {
+	testdb.Each(t, func(t *testing.T, s *engine.Store) {
+		ctx := context.Background()
+		a := enqueue(t, s, t0, debounced("co/a", "acct/1", time.Second))[0]
+		b := enqueue(t, s, t0, debounced("co/b", "acct/1", time.Second))[0]
+		_, _, err := s.Promote(ctx, engine.At(at(time.Second)), 10)
+		require.NoError(t, err)
+		require.True(t, state(t, s, a).HoldsSlot)
+		require.Equal(t, engine.StateBlocked, state(t, s, b).State)
+
+		res, err := s.Enqueue(ctx, nil, engine.At(at(1500*time.Millisecond)), []engine.NewJob{debounced("co/a", "acct/1", time.Second)})
+		require.NoError(t, err)
+		require.Equal(t, engine.StateScheduled, res[0].State)
+		ja, jb := state(t, s, a), state(t, s, b)
+		require.False(t, ja.HoldsSlot, "a gave its slot back")
+		require.Equal(t, at(2500*time.Millisecond), ja.RunAt)
+		require.Equal(t, engine.StateReady, jb.State, "b took it in the same transaction")
+		require.True(t, jb.HoldsSlot)
+		require.Equal(t, 1, heldMatchesHolders(t, s, "acct/1").Held)
+
+		_, _, err = s.Promote(ctx, engine.At(at(2500*time.Millisecond)), 10)
+		require.NoError(t, err)
+		require.Equal(t, engine.StateBlocked, state(t, s, a).State, "due, behind b")
+		pid := register(t, s, t0)
+		got := claim(t, s, pid, at(2500*time.Millisecond), 5)
+		require.Equal(t, []int64{b}, ids(got.Jobs))
+		require.NoError(t, s.Finish(ctx, pid, engine.At(at(3*time.Second)), engine.Outcomes{Completed: runsOf(got.Jobs), SlotHolders: runsOf(got.Jobs)}))
+		require.Equal(t, engine.StateReady, state(t, s, a).State, "b's slot goes to a")
+		require.Equal(t, 1, heldMatchesHolders(t, s, "acct/1").Held)
+	})
+}
+
+// A debounced job that gave its slot back is, when it comes due, a job
+// becoming ready as it was the first time: with OnConflict Discard it is
+// discarded if its key has no free slot then (docs/coalesce.md).
+func TestADebouncedDiscardJobThatGaveItsSlotBackIsDiscardedOnABusyKey(t *testing.T) {
+	testdb.Each(t, func(t *testing.T, s *engine.Store) {
+		ctx := context.Background()
+		mk := func() engine.NewJob {
+			j := debounced("co/a", "acct/1", time.Second)
+			j.Conc.Discard = true
+			return j
+		}
+		a := enqueue(t, s, t0, mk())[0]
+		_, _, err := s.Promote(ctx, engine.At(at(time.Second)), 10)
+		require.NoError(t, err)
+		require.True(t, state(t, s, a).HoldsSlot)
+		_, err = s.Enqueue(ctx, nil, engine.At(at(1500*time.Millisecond)), []engine.NewJob{mk()})
+		require.NoError(t, err)
+		require.Zero(t, heldMatchesHolders(t, s, "acct/1").Held)
+		other := enqueue(t, s, at(1600*time.Millisecond), slotted("acct/1", 1))[0]
+		require.Equal(t, engine.StateReady, state(t, s, other).State, "the free slot")
+
+		_, _, err = s.Promote(ctx, engine.At(at(2500*time.Millisecond)), 10)
+		require.NoError(t, err)
+		ja := state(t, s, a)
+		require.Equal(t, engine.StateCancelled, ja.State)
+		require.Contains(t, ja.LastError, engine.DiscardedError)
+		require.Equal(t, 1, heldMatchesHolders(t, s, "acct/1").Held)
+	})
+}
+
+// Several calls of one enqueue on a pending job that holds a slot: the
+// first sends it back to wait and gives its slot back, once; the last
+// fills it and dispatches it, and it takes a slot again — the one it gave
+// back, or, when that went to a blocked job, none: it is blocked.
+func TestCallsThatDebounceAndDispatchOneJobGiveItsSlotBackOnce(t *testing.T) {
+	for _, blocked := range []bool{false, true} {
+		t.Run(fmt.Sprintf("blocked=%v", blocked), func(t *testing.T) {
+			testdb.Each(t, func(t *testing.T, s *engine.Store) {
+				ctx := context.Background()
+				mk := func() engine.NewJob {
+					j := job("k", "default", 0)
+					j.Coalesce = &engine.Coalesce{Key: "co/a", Rule: coalesce.Spec{Scope: "co", OnConflict: coalesce.Collect, MaxCalls: 3,
+						Dispatch: true, Debounce: time.Second}}
+					j.Conc = &engine.Conc{Key: "acct/1", To: 1, Duration: 3 * time.Minute}
+					return j
+				}
+				a := enqueue(t, s, t0, mk())[0]
+				_, _, err := s.Promote(ctx, engine.At(at(time.Second)), 10)
+				require.NoError(t, err)
+				require.True(t, state(t, s, a).HoldsSlot)
+				var b int64
+				if blocked {
+					b = enqueue(t, s, at(time.Second), slotted("acct/1", 1))[0]
+					require.Equal(t, engine.StateBlocked, state(t, s, b).State)
+				}
+
+				res, err := s.Enqueue(ctx, nil, engine.At(at(1500*time.Millisecond)), []engine.NewJob{mk(), mk()})
+				require.NoError(t, err)
+				require.Equal(t, []int64{a, a}, []int64{res[0].ID, res[1].ID})
+				ja := state(t, s, a)
+				if blocked {
+					require.Equal(t, engine.StateBlocked, ja.State, "dispatched behind b, which took its slot")
+					require.Equal(t, engine.StateReady, state(t, s, b).State)
+				} else {
+					require.Equal(t, engine.StateReady, ja.State, "dispatched: it took the slot again")
+					require.True(t, ja.HoldsSlot)
+				}
+				require.Equal(t, 3, ja.Calls)
+				require.Equal(t, 1, heldMatchesHolders(t, s, "acct/1").Held)
+			})
+		})
+	}
 }

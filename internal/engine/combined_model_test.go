@@ -604,12 +604,22 @@ func (m *comboModel) check(*rapid.T) {
 
 // checkPausedJob checks that a job of a queue paused before and after the
 // step stayed where it was (docs/guarantees.md, Queues): it took no slot
-// of its key, and, parked, got no slot of its budget. An operator's retry
-// moves it as asked; an enqueue's call may fill a parked job that
+// of its key, and, parked, got no slot of its budget; and that a job the
+// step enqueued into a paused queue took no slot. An operator's retry
+// moves a job as asked; an enqueue's call may fill a parked job that
 // dispatches once full (it then waits, scheduled, without a slot).
 func (m *comboModel) checkPausedJob(r comboRow) {
+	if !m.paused[r.queue] || m.lastStep == "operator" {
+		return
+	}
 	prev, ok := m.prevRows[r.id]
-	if !ok || !m.prevPaused[r.queue] || !m.paused[r.queue] || m.lastStep == "operator" {
+	if !ok {
+		if r.holdsSlot {
+			m.fail("job %d enqueued into the paused queue %s took a slot of %s (%s)", r.id, r.queue, r.concKey, r.state)
+		}
+		return
+	}
+	if !m.prevPaused[r.queue] {
 		return
 	}
 	if !prev.holdsSlot && r.holdsSlot {
