@@ -25,6 +25,21 @@ func debounced(co, conc string, d time.Duration) engine.NewJob {
 	return j
 }
 
+// readyAndBlocked enqueues the pending jobs a and b of one account's
+// concurrency key (To 1), debounced by a second, and promotes them: a,
+// first, takes the slot, and b is blocked behind it.
+func readyAndBlocked(t *testing.T, s *engine.Store) (a, b int64) {
+	t.Helper()
+	a = enqueue(t, s, t0, debounced("co/a", "acct/1", time.Second))[0]
+	b = enqueue(t, s, t0, debounced("co/b", "acct/1", time.Second))[0]
+	_, _, err := s.Promote(context.Background(), engine.At(at(time.Second)), 10)
+	require.NoError(t, err)
+	require.Equal(t, engine.StateReady, state(t, s, a).State)
+	require.True(t, state(t, s, a).HoldsSlot)
+	require.Equal(t, engine.StateBlocked, state(t, s, b).State)
+	return a, b
+}
+
 // docs/concurrency.md, What is guaranteed: "every blocked job runs: no
 // blocked job stays blocked while its key has a free slot for longer than
 // one dispatcher tick"; docs/coalesce.md: with Debounce a call moves the
@@ -42,12 +57,7 @@ func debounced(co, conc string, d time.Duration) engine.NewJob {
 func TestADebouncedJobDoesNotHoldItsSlotWhileCallsPostponeIt(t *testing.T) {
 	testdb.Each(t, func(t *testing.T, s *engine.Store) {
 		ctx := context.Background()
-		a := enqueue(t, s, t0, debounced("co/a", "acct/1", time.Second))[0]
-		b := enqueue(t, s, t0, debounced("co/b", "acct/1", time.Second))[0]
-		_, _, err := s.Promote(ctx, engine.At(at(time.Second)), 10)
-		require.NoError(t, err)
-		require.Equal(t, engine.StateReady, state(t, s, a).State)
-		require.Equal(t, engine.StateBlocked, state(t, s, b).State)
+		a, b := readyAndBlocked(t, s)
 
 		// Calls on a every half second for a minute; the dispatcher ticks
 		// every half second; a worker claims every tick.
@@ -170,13 +180,7 @@ func TestAnOperatorMovesADebouncedFairJobThroughItsLimits(t *testing.T) {
 func TestADebouncedJobHandsItsSlotToTheFirstBlockedJobAtOnce(t *testing.T) {
 	testdb.Each(t, func(t *testing.T, s *engine.Store) {
 		ctx := context.Background()
-		a := enqueue(t, s, t0, debounced("co/a", "acct/1", time.Second))[0]
-		b := enqueue(t, s, t0, debounced("co/b", "acct/1", time.Second))[0]
-		_, _, err := s.Promote(ctx, engine.At(at(time.Second)), 10)
-		require.NoError(t, err)
-		require.True(t, state(t, s, a).HoldsSlot)
-		require.Equal(t, engine.StateBlocked, state(t, s, b).State)
-
+		a, b := readyAndBlocked(t, s)
 		res, err := s.Enqueue(ctx, nil, engine.At(at(1500*time.Millisecond)), []engine.NewJob{debounced("co/a", "acct/1", time.Second)})
 		require.NoError(t, err)
 		require.Equal(t, engine.StateScheduled, res[0].State)

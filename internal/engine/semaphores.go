@@ -74,9 +74,11 @@ func (s *Store) lockSlotsSeeing(ctx context.Context, ex Executor, keys []string,
 			return rows.Scan(&dbNow)
 		}
 		var queue string
-		err := rows.Scan(&queue)
+		if err := rows.Scan(&queue); err != nil {
+			return err
+		}
 		sl.paused[queue] = true
-		return err
+		return nil
 	}
 	var err error
 	if s.d.Capabilities().RowLocks {
