@@ -32,7 +32,7 @@ type SQL struct {
 	listProcesses                                                                              string
 
 	setQueuePaused, saveOverride, deleteOverride *sqlStatement
-	listQueues, listOverrides                    string
+	listQueues, listOverrides, pausedQueues      string
 
 	lockBudgets, lockFreeBudgets, readBudgets, getBudget, insertBudgets, saveBudgets, moveCursor, lockParkedBudgets *sqlStatement
 	lockParked, lockSlotted, countParked, lockIdleBudgets, deleteBudgets, readRepriced                              *sqlStatement
@@ -111,6 +111,7 @@ func NewSQL(d Dialect) (*SQL, error) {
 		{&q.unlockMigrations, "UnlockMigrations"}, {&q.appliedMigrations, "AppliedMigrations"}, {&q.genericPlans, "GenericPlans"},
 		{&q.jobsByState, "JobsByState"}, {&q.unfinishedByState, "UnfinishedByState"}, {&q.oldestWaiting, "OldestWaiting"},
 		{&q.listProcesses, "ListProcesses"}, {&q.listQueues, "ListQueues"}, {&q.listOverrides, "ListOverrides"},
+		{&q.pausedQueues, "PausedQueues"},
 		{&q.listBudgets, "ListBudgets"}, {&q.listSemaphores, "ListSemaphores"}, {&q.lastTicks, "LastTicks"},
 		{&q.fairLevels, "FairLevels"}, {&q.releaseMigrationLock, "ReleaseMigrationLock"},
 		{&q.createMigrationProgressTable, "CreateMigrationProgressTable"}, {&q.migrationProgress, "MigrationProgress"},

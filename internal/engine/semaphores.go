@@ -26,6 +26,9 @@ type slots struct {
 	dirty  map[string]bool
 	handed []int64  // blocked jobs given a slot: ready now
 	queues []string // their queues, to wake
+	// paused are the queues paused as the semaphores were locked, when
+	// the caller asked (lockSlotsSeeing): a job of one takes no slot.
+	paused map[string]bool
 	// unheld counts gives of slots the row did not count as held, which
 	// the holds_slot flags are there to prevent; a model test asserts it
 	// stays 0.
@@ -47,19 +50,42 @@ type slots struct {
 // are created inside the transaction, as budgets' cannot be
 // (missingBudgets), at the cost of one more statement in the round trip.
 func (s *Store) lockSlots(ctx context.Context, ex Executor, keys []string, c Clock) (*slots, error) {
+	return s.lockSlotsSeeing(ctx, ex, keys, c, false)
+}
+
+// lockSlotsSeeing is lockSlots that, with paused, also reads which queues
+// are paused (slots.paused), in the same round trip where the database
+// can, for an enqueue that gives no slot to a paused queue's job.
+func (s *Store) lockSlotsSeeing(ctx context.Context, ex Executor, keys []string, c Clock, paused bool) (*slots, error) {
 	keys = sortedKeys(keys)
 	sl := s.newSlots(ex)
 	var after []Stmt
+	clockAt := -1
 	if s.readsDatabase(c) {
+		clockAt = len(after)
 		after = append(after, query(s.d.Now(), nil))
 	}
+	if paused {
+		sl.paused = map[string]bool{}
+		after = append(after, query(s.q.PausedQueues(), nil))
+	}
 	var dbNow int64
-	scanNow := func(rows Rows) error { return rows.Scan(&dbNow) }
+	readAfter := func(i int, rows Rows) error {
+		if i == clockAt {
+			return rows.Scan(&dbNow)
+		}
+		var queue string
+		if err := rows.Scan(&queue); err != nil {
+			return err
+		}
+		sl.paused[queue] = true
+		return nil
+	}
 	var err error
 	if s.d.Capabilities().RowLocks {
-		err = s.createThenLock(ctx, ex, keys, after, sl.load, scanNow)
+		err = s.createThenLock(ctx, ex, keys, after, sl.load, readAfter)
 	} else {
-		err = s.lockByName(ctx, ex, keys, s.q.LockSemaphores, s.q.InsertSemaphores, nil, after, sl.has, sl.load, scanNow)
+		err = s.lockByName(ctx, ex, keys, s.q.LockSemaphores, s.q.InsertSemaphores, nil, after, sl.has, sl.load, readAfter)
 	}
 	if err != nil {
 		return nil, fmt.Errorf("lock semaphores: %w", err)
@@ -70,7 +96,7 @@ func (s *Store) lockSlots(ctx context.Context, ex Executor, keys []string, c Clo
 		}
 	}
 	sl.now = Micros(c.Host())
-	if len(after) > 0 {
+	if clockAt >= 0 {
 		sl.now = dbNow
 	}
 	return sl, nil
@@ -148,7 +174,7 @@ func (h heldSemaphores) Error() string {
 // these rows: one that took it in key order too, so it holds none of the
 // rows this call took before it. More keys than a statement binds go in
 // sorted runs (keyRuns), the after statements with the last.
-func (s *Store) createThenLock(ctx context.Context, ex Executor, keys []string, after []Stmt, scan, scanAfter func(Rows) error) error {
+func (s *Store) createThenLock(ctx context.Context, ex Executor, keys []string, after []Stmt, scan func(Rows) error, scanAfter func(int, Rows) error) error {
 	for run, last := range s.keyRuns(keys) {
 		stmts := []Stmt{stmt(s.q.InsertSemaphores(run)), query(s.q.LockSemaphores(run))}
 		if last {
@@ -199,6 +225,15 @@ func (sl *slots) declare(c *Conc) {
 func (sl *slots) enqueue(c *Conc) bool {
 	sl.declare(c)
 	return sl.take(c)
+}
+
+// waits reports whether a job of queue that would take a slot of c's key
+// (it needs one and holds none) is to wait for its queue's resume
+// instead: the queue is paused, as read when the semaphores were locked
+// (lockSlotsSeeing). A paused queue's job takes no slot, which another
+// queue's job of its key would then wait for while it cannot run.
+func (sl *slots) waits(queue string, c *Conc, holds bool) bool {
+	return sl != nil && c != nil && !holds && sl.paused[queue]
 }
 
 // take gives a job a slot if one of its key's is free, under the key's
@@ -459,13 +494,23 @@ func (sl *slots) giveAll(ctx context.Context, hs holders) ([]Stmt, error) {
 	if len(hs) == 0 {
 		return nil, nil
 	}
-	count, ids := hs.byKey()
+	if err := sl.giveEach(ctx, hs); err != nil {
+		return nil, err
+	}
+	_, ids := hs.byKey()
+	return []Stmt{stmt(sl.q.MarkSlots(ids, false))}, nil
+}
+
+// giveEach gives back the slots of hs, key by key, each handed on to the
+// key's first blocked jobs; the caller clears their holds_slot.
+func (sl *slots) giveEach(ctx context.Context, hs holders) error {
+	count, _ := hs.byKey()
 	for _, k := range keysOf(hs, nil) {
 		if err := sl.give(ctx, k, count[k]); err != nil {
-			return nil, err
+			return err
 		}
 	}
-	return []Stmt{stmt(sl.q.MarkSlots(ids, false))}, nil
+	return nil
 }
 
 // slotless is a running job with a concurrency key that holds none of its
