@@ -39,7 +39,7 @@ type SQL struct {
 	listBudgets                                                                                                     string
 
 	lockSemaphores, lockFreeSemaphores, insertSemaphores, saveSemaphores, lockBlocked, markSlots, lockRunningHolders *sqlStatement
-	expiredSemaphores, blockedKeys, lockIdleSemaphores, blockedAmong, deleteSemaphores                               *sqlStatement
+	expiredSemaphores, blockedKeys, lockIdleSemaphores, blockedAmong, deleteSemaphores, blockedLimit                 *sqlStatement
 	listSemaphores                                                                                                   string
 
 	insertCoalescing, lockPending, updateCoalesced, insertCall, loadCalls, deleteCalls *sqlStatement
@@ -199,6 +199,7 @@ func NewSQL(d Dialect) (*SQL, error) {
 		{&q.insertSemaphores, "InsertSemaphores", []string{"rows"}},
 		{&q.saveSemaphores, "SaveSemaphores", []string{"rows"}},
 		{&q.lockBlocked, "LockBlocked", []string{"key", "limit"}},
+		{&q.blockedLimit, "BlockedLimit", []string{"key"}},
 		{&q.markSlots, "MarkSlots", []string{"holds", "ids"}},
 		{&q.lockRunningHolders, "LockRunningHolders", []string{"keys"}},
 		{&q.expiredSemaphores, "ExpiredSemaphores", []string{"now", "limit"}},

@@ -288,8 +288,17 @@ func (sl *slots) expire(key string, n int) {
 	sl.touch(key)
 }
 
-// fill hands a key's free slots to its first blocked jobs.
+// fill hands a key's free slots to its first blocked jobs. A key with no
+// limit declared (its row was just created: the blocked jobs' row was
+// lost) takes the limit of its first blocked job, as take does with a job
+// that comes back: under a limit of 0 nothing would be handed out, and
+// the dispatcher would never look at the key again.
 func (sl *slots) fill(ctx context.Context, key string) error {
+	if sl.sems[key].Limit <= 0 {
+		if err := sl.declareBlocked(ctx, key); err != nil {
+			return err
+		}
+	}
 	free := concurrency.Semaphore{Held: sl.sems[key].Held, To: sl.sems[key].Limit}.Free()
 	if free == 0 {
 		return nil
@@ -305,6 +314,29 @@ func (sl *slots) fill(ctx context.Context, key string) error {
 	})
 	sl.touch(key)
 	sl.handed = append(sl.handed, ids...)
+	return nil
+}
+
+// declareBlocked declares for key the limit its first blocked job (of a
+// queue not paused) was enqueued under, if it has one.
+func (sl *slots) declareBlocked(ctx context.Context, key string) error {
+	q, args := sl.q.BlockedLimit(key)
+	rows, err := sl.ex.Query(ctx, q, args...)
+	if err != nil {
+		return fmt.Errorf("read the limit of %s's blocked jobs: %w", key, err)
+	}
+	defer rows.Close()
+	if rows.Next() {
+		var to int
+		var duration int64
+		if err := rows.Scan(&to, &duration); err != nil {
+			return fmt.Errorf("read the limit of %s's blocked jobs: %w", key, err)
+		}
+		sl.declare(&Conc{Key: key, To: to, Duration: time.Duration(duration) * time.Microsecond})
+	}
+	if err := rows.Err(); err != nil {
+		return fmt.Errorf("read the limit of %s's blocked jobs: %w", key, err)
+	}
 	return nil
 }
 
@@ -527,15 +559,19 @@ type slotless struct {
 // by a release or a recovery, without the slot its key needs — a free slot
 // of its key, or, with none free, blocks it, as a promotion does: a job
 // that runs again never runs beside the jobs its key's slots went to. It
-// is never discarded: it was ready before. It locks all their semaphores
-// at once, in key order, stamping their activity with c, and returns the
-// statements that write the slots, the jobs of back it blocked, and the
-// queues whose blocked jobs became ready.
-func (s *Store) settle(ctx context.Context, ex Executor, c Clock, hs holders, back []slotless) ([]Stmt, map[int64]bool, []string, error) {
+// is never discarded: it was ready before. A job of back whose queue is
+// paused takes no slot: it waits scheduled, due at once, for the resume,
+// when the dispatcher promotes it (LockDue), as an enqueue's does. It
+// locks all their semaphores at once, in key order (reading the paused
+// queues with them when back has jobs), stamping their activity with c,
+// and returns the statements that write the slots, the state each job of
+// back goes to instead of ready (blocked or scheduled), and the queues
+// whose blocked jobs became ready.
+func (s *Store) settle(ctx context.Context, ex Executor, c Clock, hs holders, back []slotless) ([]Stmt, map[int64]State, []string, error) {
 	if len(hs) == 0 && len(back) == 0 {
 		return nil, nil, nil, nil
 	}
-	sl, err := s.lockSlots(ctx, ex, keysOf(hs, back), c)
+	sl, err := s.lockSlotsSeeing(ctx, ex, keysOf(hs, back), c, len(back) > 0)
 	if err != nil {
 		return nil, nil, nil, err
 	}
@@ -546,21 +582,25 @@ func (s *Store) settle(ctx context.Context, ex Executor, c Clock, hs holders, ba
 		return nil, nil, nil, err
 	}
 	var took []int64
-	var blocked map[int64]bool
+	var instead map[int64]State
 	for _, b := range back {
-		if sl.take(b.conc) {
-			took = append(took, b.id)
-			continue
+		state := StateScheduled
+		if !sl.waits(b.queue, b.conc, false) {
+			if sl.take(b.conc) {
+				took = append(took, b.id)
+				continue
+			}
+			state = StateBlocked
 		}
-		if blocked == nil {
-			blocked = map[int64]bool{}
+		if instead == nil {
+			instead = map[int64]State{}
 		}
-		blocked[b.id] = true
+		instead[b.id] = state
 	}
 	if len(took) > 0 {
 		writes = append(writes, stmt(s.q.MarkSlots(took, true)))
 	}
-	return append(writes, sl.writes()...), blocked, sl.queues, nil
+	return append(writes, sl.writes()...), instead, sl.queues, nil
 }
 
 // MaintainSemaphores frees the slots that running jobs hold of keys that

@@ -48,6 +48,14 @@ UNION ALL SELECT id, queue, priority, 1, fair_start, 1 FROM (
     AND {JobQueueNotPaused}
   ORDER BY j.priority, j.fair_start, j.id LIMIT :limit FOR UPDATE SKIP LOCKED) f;
 
+-- name: BlockedLimit
+-- The limit (To and Duration, in microseconds) that the first blocked job
+-- of :key, of a queue not paused, was enqueued under, through the index
+-- of blocked jobs: the key's row declares none (fill). Columns:
+-- conc_limit, conc_duration.
+SELECT j.conc_limit, j.conc_duration FROM sluice_jobs j WHERE {BlockedJob} AND {BlockedKey} = :key AND {JobQueueNotPaused}
+ORDER BY j.priority, j.id LIMIT 1;
+
 -- name: MarkSlots
 UPDATE sluice_jobs SET holds_slot = :holds WHERE id IN (:ids);
 
@@ -67,10 +75,11 @@ ORDER BY expires_at LIMIT :limit;
 
 -- name: BlockedKeys
 -- Keys with blocked jobs of a queue not paused whose semaphore has a free
--- slot or no row. (A paused queue's blocked jobs wait for its resume:
+-- slot, or no row, or no limit declared (which the first blocked job
+-- declares: fill). (A paused queue's blocked jobs wait for its resume:
 -- their keys would otherwise come back every time, for nothing.)
 SELECT DISTINCT {BlockedKey} FROM sluice_jobs j LEFT JOIN sluice_semaphores s ON s.name = {BlockedKey}
-WHERE {BlockedJob} AND (s.name IS NULL OR s.held < s.limit_to) AND {JobQueueNotPaused} LIMIT :limit;
+WHERE {BlockedJob} AND (s.name IS NULL OR s.held < s.limit_to OR s.limit_to <= 0) AND {JobQueueNotPaused} LIMIT :limit;
 
 -- name: LockIdleSemaphores
 -- Up to :limit semaphores after :after, in the primary key's order (the

@@ -11,11 +11,12 @@ import (
 	"github.com/sluicequeue/sluice/internal/testdb"
 )
 
-// Final review of the day's fixes where they meet: the hourly clean-up of
-// idle concurrency keys, paused queues that take no shared slot, and a
-// debounced job that gives its slot back.
+// Paused queues' jobs and concurrency slots where they meet the hourly
+// clean-up of idle keys, a debounced job that gives its slot back, and a
+// job that comes back from running without the slot its key needs
+// (released by a worker shutting down, or recovered by the reaper).
 
-// Probe (holds). docs/concurrency.md, Idle keys: the clean-up keeps the
+// docs/concurrency.md, Idle keys: the clean-up keeps the
 // row of a key "with a blocked job" — a paused queue's blocked job too,
 // which a freed slot passes over: its row (and the limit it declares) is
 // kept through the pause, and after the resume the dispatcher's tick
@@ -47,7 +48,7 @@ func TestIdleCleanUpKeepsAKeyWhoseOnlyBlockedJobIsInAPausedQueue(t *testing.T) {
 	})
 }
 
-// Probe (holds). A paused queue's due job waits scheduled, holding no
+// A paused queue's due job waits scheduled, holding no
 // slot; the clean-up may delete its key's row meanwhile (no slot held, no
 // blocked job). After the resume the dispatcher promotes it, creating the
 // row again under the job's own To (docs/concurrency.md: "a job that
@@ -79,7 +80,7 @@ func TestAPausedQueuesDueJobTakesItsSlotAfterItsIdleKeyWasDeleted(t *testing.T) 
 	})
 }
 
-// Probe (holds). A debounced job of a paused queue that holds its key's
+// A debounced job of a paused queue that holds its key's
 // slot (it was ready before the pause) gives it back to the first blocked
 // job of a queue not paused, in the call's transaction; coming due while
 // its queue is still paused, it stays scheduled and takes no slot; after
@@ -122,36 +123,77 @@ func TestADebouncedJobOfAPausedQueueGivesItsSlotToAnotherQueue(t *testing.T) {
 	})
 }
 
-// FAILING. docs/guarantees.md, Queues: "A paused queue's jobs take none of
-// the slots they share with other queues' jobs — a rate-limit budget's or
-// a concurrency key's ... — which those jobs would otherwise wait behind
+// docs/guarantees.md, Queues: "A paused queue's jobs take none of the
+// slots they share with other queues' jobs — a rate-limit budget's or a
+// concurrency key's ... — which those jobs would otherwise wait behind
 // while none of them can run" (the exceptions named: a job that holds a
 // slot when its queue is paused keeps it, an operator's retry).
 //
 // bulk's job R runs and loses its slot when its key expires (Duration:
-// presumed lost); bulk is then paused and R's worker releases it (a
-// shutdown). R had no slot to keep, and takes the key's free slot as it
-// goes back to ready in the paused queue; live's next job of the key is
-// blocked behind a job that cannot run until the resume. The release (as
-// the reaper's recovery, which shares it) reads no pause.
-func TestAReleasedSlotlessJobOfAPausedQueueTakesNoSharedSlot(t *testing.T) {
-	testdb.Each(t, func(t *testing.T, s *engine.Store) {
-		ctx := context.Background()
-		r := enqueue(t, s, t0, slottedIn("bulk", "c", 1))[0]
-		pid := register(t, s, t0)
-		res := claim(t, s, pid, t0, 5, "bulk")
-		require.Equal(t, []int64{r}, ids(res.Jobs))
-		freed, _, err := s.MaintainSemaphores(ctx, engine.At(at(4*time.Minute)), 10)
-		require.NoError(t, err)
-		require.Equal(t, 1, freed, "R's slot expired")
-		require.False(t, state(t, s, r).HoldsSlot)
+// presumed lost); bulk is then paused and R comes back from running: its
+// worker releases it (a shutdown: Release, or a result that gives the run
+// back: Finish), or the reaper recovers it. R had no slot to keep: it
+// waits scheduled, due at once, holding none, and live's next job of the
+// key takes the free slot. After the resume the dispatcher promotes R,
+// blocked behind live's job, which hands it the slot as it completes.
+func TestASlotlessJobComingBackToAPausedQueueTakesNoSharedSlot(t *testing.T) {
+	ways := map[string]func(t *testing.T, s *engine.Store, pid int64, runs []engine.Run){
+		"released": func(t *testing.T, s *engine.Store, pid int64, runs []engine.Run) {
+			require.NoError(t, s.Release(context.Background(), pid, engine.At(at(5*time.Minute)), runs))
+		},
+		"given back by its result": func(t *testing.T, s *engine.Store, pid int64, runs []engine.Run) {
+			back := engine.Transition{ID: runs[0].ID, Claim: runs[0].Claim, State: engine.StateReady, AttemptDelta: -1}
+			require.NoError(t, s.Finish(context.Background(), pid, engine.At(at(5*time.Minute)), engine.Outcomes{Others: []engine.Transition{back}}))
+		},
+		"recovered": func(t *testing.T, s *engine.Store, _ int64, _ []engine.Run) {
+			n, err := s.ReapDeadProcesses(context.Background(), engine.At(at(5*time.Minute)), 4*time.Minute)
+			require.NoError(t, err)
+			require.Equal(t, 1, n)
+		},
+	}
+	for name, comeBack := range ways {
+		t.Run(name, func(t *testing.T) {
+			testdb.Each(t, func(t *testing.T, s *engine.Store) {
+				ctx := context.Background()
+				r := enqueue(t, s, t0, slottedIn("bulk", "c", 1))[0]
+				pid := register(t, s, t0)
+				res := claim(t, s, pid, t0, 5, "bulk")
+				require.Equal(t, []int64{r}, ids(res.Jobs))
+				freed, _, err := s.MaintainSemaphores(ctx, engine.At(at(4*time.Minute)), 10)
+				require.NoError(t, err)
+				require.Equal(t, 1, freed, "R's slot expired")
+				require.False(t, state(t, s, r).HoldsSlot)
 
-		require.NoError(t, s.PauseQueue(ctx, "bulk", at(4*time.Minute)))
-		require.NoError(t, s.Release(ctx, pid, engine.At(at(5*time.Minute)), runsOf(res.Jobs)))
-		l := enqueue(t, s, at(5*time.Minute), slottedIn("live", "c", 1))[0]
-		jr := state(t, s, r)
-		require.Equal(t, engine.StateReady, state(t, s, l).State,
-			"live's job is %s behind bulk's released job (%s, holds a slot: %v), which cannot run while bulk is paused",
-			state(t, s, l).State, jr.State, jr.HoldsSlot)
-	})
+				require.NoError(t, s.PauseQueue(ctx, "bulk", at(4*time.Minute)))
+				comeBack(t, s, pid, runsOf(res.Jobs))
+				jr := state(t, s, r)
+				require.Equal(t, engine.StateScheduled, jr.State, "R waits for the resume")
+				require.False(t, jr.HoldsSlot)
+				require.Zero(t, heldMatchesHolders(t, s, "c").Held)
+
+				l := enqueue(t, s, at(5*time.Minute), slottedIn("live", "c", 1))[0]
+				require.Equal(t, engine.StateReady, state(t, s, l).State,
+					"live's job is %s behind bulk's job (%s, holds a slot: %v), which cannot run while bulk is paused",
+					state(t, s, l).State, jr.State, jr.HoldsSlot)
+				n, _, err := s.Promote(ctx, engine.At(at(6*time.Minute)), 10)
+				require.NoError(t, err)
+				require.Zero(t, n, "bulk is paused")
+
+				require.NoError(t, s.ResumeQueue(ctx, "bulk", at(6*time.Minute)))
+				n, _, err = s.Promote(ctx, engine.At(at(6*time.Minute)), 10)
+				require.NoError(t, err)
+				require.Equal(t, 1, n)
+				require.Equal(t, engine.StateBlocked, state(t, s, r).State, "behind live's job")
+
+				live := register(t, s, at(6*time.Minute))
+				lr := claim(t, s, live, at(6*time.Minute), 5, "live")
+				require.Equal(t, []int64{l}, ids(lr.Jobs))
+				require.NoError(t, s.Finish(ctx, live, engine.At(at(7*time.Minute)), engine.Outcomes{Completed: runsOf(lr.Jobs), SlotHolders: runsOf(lr.Jobs)}))
+				jr = state(t, s, r)
+				require.Equal(t, engine.StateReady, jr.State)
+				require.True(t, jr.HoldsSlot)
+				require.Equal(t, 1, heldMatchesHolders(t, s, "c").Held)
+			})
+		})
+	}
 }
