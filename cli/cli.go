@@ -348,10 +348,16 @@ func (e *Env) Open(ctx context.Context, url *string, checked bool) (*store.Store
 	return e.openStore(ctx, url, checked, !checked)
 }
 
+// sqliteMemory is the name SQLite gives a database that lives in memory,
+// with the connection that opened it.
+const sqliteMemory = ":memory:"
+
 // openStore is Open; create says whether a SQLite file that does not
 // exist may be created: only by the commands that write a schema to it.
 // A command that reads (stats, check, migrate status, …) refuses it,
-// naming the path, rather than leave an empty database behind.
+// naming the path, rather than leave an empty database behind; and it
+// refuses an in-memory database (:memory:), which is new and empty
+// each time, saying so.
 func (e *Env) openStore(ctx context.Context, url *string, checked, create bool) (*store.Store, error) {
 	// An app's OpenStore may ignore the URL (a shared pool): the default
 	// is then nothing to announce, and no file of it to look for.
@@ -360,6 +366,9 @@ func (e *Env) openStore(ctx context.Context, url *string, checked, create bool) 
 		e.Notef("no --database-url or $%s given: using the default database %s", EnvDatabaseURL, DescribeURL(*url))
 	}
 	if path, ok := dburl.SQLitePath(*url); ok && !create && e.App.OpenStore == nil {
+		if path == sqliteMemory {
+			return nil, fmt.Errorf("no database at %s: an in-memory SQLite database is new and empty each time a command opens it, with no schema and no jobs (name a database file or server with --database-url)", *url)
+		}
 		if _, err := os.Stat(path); errors.Is(err, fs.ErrNotExist) {
 			return nil, fmt.Errorf("no database at %s: the file does not exist (create it with `%s migrate up`, or name an existing database with --database-url)", DescribeURL(*url), e.App.name())
 		}

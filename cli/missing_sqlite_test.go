@@ -71,3 +71,23 @@ func TestCommandsThatReadRefuseASQLiteFileThatDoesNotExist(t *testing.T) {
 	code, _, stderr = runApp(app, "stats", "--database-url", "sqlite:"+filepath.Join(dir, "none.db"))
 	require.Equal(t, 0, code, stderr)
 }
+
+// An in-memory SQLite database (sqlite::memory:) is new and empty each
+// time a command opens it: a command that reads refused it as a file that
+// does not exist. It says what such a database is instead.
+func TestCommandsThatReadRefuseAnInMemorySQLiteDatabase(t *testing.T) {
+	t.Setenv(cli.EnvDatabaseURL, "")
+	t.Chdir(t.TempDir())
+	for _, url := range []string{"sqlite::memory:", "file::memory:", ":memory:"} {
+		for _, args := range [][]string{{"stats"}, {"jobs"}, {"check"}, {"migrate", "status"}} {
+			code, _, stderr := run(t, append(args, "--database-url", url)...)
+			require.Equal(t, 1, code, "%v: %s", args, stderr)
+			require.Contains(t, stderr, "no database at "+url+": an in-memory SQLite database is new and empty each time a command opens it", "%v", args)
+			require.NotContains(t, stderr, "does not exist", "%v", args)
+			require.Equal(t, 1, strings.Count(stderr, "\n"), "%v: one line: %q", args, stderr)
+		}
+	}
+	entries, err := os.ReadDir(".")
+	require.NoError(t, err)
+	require.Empty(t, entries, "a file was left behind")
+}

@@ -182,7 +182,7 @@ func (s *Store) lockBudgetRows(ctx context.Context, tx Executor, keys []string, 
 	err := s.lockByName(ctx, tx, keys, lock, insert, inOrder, after,
 		func(k string) bool { return out[k] != nil },
 		func(rows Rows) error { return loadBudget(rows, out) },
-		func(rows Rows) error { return rows.Scan(&dbNow) })
+		func(_ int, rows Rows) error { return rows.Scan(&dbNow) })
 	if err != nil {
 		return nil, time.Time{}, err
 	}
@@ -198,12 +198,13 @@ func (s *Store) lockBudgetRows(ctx context.Context, tx Executor, keys []string, 
 // lock(missing) and the after statements again, so that after always runs
 // after the last lock; with a nil insert it leaves them missing, and when
 // inOrder (if not nil) refuses the insert it returns inOrder's error.
-// scan reads each locked row; scanAfter each row of an after statement.
+// scan reads each locked row; scanAfter each row of an after statement,
+// told which (its index in after).
 // More keys than a statement binds (keyRuns: an EnqueueMany of 40,000
 // concurrency keys passed SQLite's 32,766 parameters) go in sorted runs,
 // the after statements with the last.
 func (s *Store) lockByName(ctx context.Context, tx Executor, keys []string, lock, insert func([]string) (string, []any),
-	inOrder func(missing []string) error, after []Stmt, found func(string) bool, scan, scanAfter func(Rows) error) error {
+	inOrder func(missing []string) error, after []Stmt, found func(string) bool, scan func(Rows) error, scanAfter func(int, Rows) error) error {
 	for run, last := range s.keyRuns(keys) {
 		var then []Stmt
 		if last {
@@ -218,7 +219,7 @@ func (s *Store) lockByName(ctx context.Context, tx Executor, keys []string, lock
 
 // lockRun is lockByName for keys one statement binds.
 func (s *Store) lockRun(ctx context.Context, tx Executor, keys []string, lock, insert func([]string) (string, []any),
-	inOrder func(missing []string) error, after []Stmt, found func(string) bool, scan, scanAfter func(Rows) error) error {
+	inOrder func(missing []string) error, after []Stmt, found func(string) bool, scan func(Rows) error, scanAfter func(int, Rows) error) error {
 	if err := pipeline(ctx, tx, append([]Stmt{query(lock(keys))}, after...), readLocked(0, scan, scanAfter)); err != nil {
 		return err
 	}
@@ -241,12 +242,13 @@ func (s *Store) lockRun(ctx context.Context, tx Executor, keys []string, lock, i
 }
 
 // readLocked reads a pipeline's rows: those of statement first with scan,
-// those of the statements after it (the clock) with scanAfter.
-func readLocked(first int, scan, scanAfter func(Rows) error) func(i int, rows Rows) error {
+// those of the statements after it (the clock, the paused queues) with
+// scanAfter, told which of them (0 for the first after it).
+func readLocked(first int, scan func(Rows) error, scanAfter func(int, Rows) error) func(i int, rows Rows) error {
 	return func(i int, rows Rows) error {
-		each := scanAfter
-		if i == first {
-			each = scan
+		each := scan
+		if i != first {
+			each = func(rows Rows) error { return scanAfter(i-first-1, rows) }
 		}
 		for rows.Next() {
 			if err := each(rows); err != nil {

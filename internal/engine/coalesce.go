@@ -19,9 +19,18 @@ const maxCoalesceRounds = 5
 // Locks are taken in one order everywhere: the fairness keys (by queue and
 // key), the pending jobs calls join (by key), then the semaphores (by
 // key), all of them at once: those of the jobs enqueued (each declares its
-// limit; those ready on arrival take a slot) and of the full jobs their
-// calls dispatch. It changes rows (states, slots, coalesce
-// keys): a transaction that is retried passes fresh copies.
+// limit; those ready on arrival take a slot), of the full jobs their
+// calls dispatch, and of the ready jobs a debounce sends back to wait,
+// which give their slots back. Blocked jobs given a slot are locked last,
+// skipping those another transaction holds (LockBlocked), as every
+// transaction that hands out slots does: claims, completions, promotions
+// and the dispatcher wait for no pending job while they hold a semaphore,
+// so an enqueue waiting for a semaphore while it holds pending jobs
+// cannot close a cycle. A job of a paused queue takes no slot: one ready
+// on arrival, or dispatched, waits scheduled, due at once, for the resume,
+// when the dispatcher promotes it (LockDue). It changes rows (states,
+// slots, coalesce keys): a transaction that is retried passes fresh
+// copies.
 func (s *Store) enqueueTx(ctx context.Context, ex Executor, c Clock, jobs []NewJob, rows []InsertRow) ([]Enqueued, error) {
 	weights := make([]int, len(jobs))
 	for i, j := range jobs {
@@ -39,6 +48,7 @@ func (s *Store) enqueueTx(ctx context.Context, ex Executor, c Clock, jobs []NewJ
 	plainRow := func(i int) bool { return jobs[i].Coalesce == nil || alone[i] }
 	var dispatched []DueRow
 	var dispatchedAt []int
+	unslotted := holders{} // ready jobs a debounce sent back to wait
 	var order []int
 	for i, j := range jobs {
 		if j.Coalesce != nil {
@@ -58,35 +68,58 @@ func (s *Store) enqueueTx(ctx context.Context, ex Executor, c Clock, jobs []NewJ
 		if co.dispatch != nil {
 			dispatched, dispatchedAt = append(dispatched, *co.dispatch), append(dispatchedAt, i)
 		}
+		if co.unslotted != nil {
+			unslotted[co.unslotted.ID] = co.unslotted.Conc.Key
+		}
 	}
 
-	// Slots for the full jobs calls dispatched, and for the jobs that are
-	// ready on arrival: plain ones (and calls that could not join the
-	// pending job of their key) before they are inserted, coalescing ones
-	// just created. Every job enqueued (not a call that joined a
-	// pending job) declares its limit, a delayed one too.
-	keys := slotKeys(dispatched)
+	// Slots given back by the jobs a debounce sent back to wait, for the
+	// full jobs calls dispatched, and for the jobs that are ready on
+	// arrival: plain ones (and calls that could not join the pending job
+	// of their key) before they are inserted, coalescing ones just
+	// created. Every job enqueued (not a call that joined a pending job)
+	// declares its limit, a delayed one too.
+	dispatchKeys := slotKeys(dispatched)
+	keys := append(slices.Clone(dispatchKeys), keysOf(unslotted, nil)...)
 	declares := func(i int) bool {
 		return rows[i].ConcKey != "" && (plainRow(i) || created[i])
 	}
+	takes := len(dispatchKeys) > 0 // whether a job may take a slot
 	for i, r := range rows {
 		if declares(i) {
 			keys = append(keys, r.ConcKey)
+			takes = takes || r.State == StateReady
 		}
 	}
 	var writes []Stmt
 	var sl *slots
 	if len(keys) > 0 {
 		var err error
-		if sl, err = s.lockSlots(ctx, ex, keys, c); err != nil {
+		if sl, err = s.lockSlotsSeeing(ctx, ex, keys, c, takes); err != nil {
 			return nil, err
 		}
 	}
+	// Their slots go to the key's first blocked jobs, before any job
+	// enqueued now takes one, as a completion's do (join cleared their
+	// holds_slot).
+	if err := sl.giveEach(ctx, unslotted); err != nil {
+		return nil, err
+	}
 	if len(dispatched) > 0 {
 		// A full job that waited becomes ready at once; a claim may send
-		// it back to wait on its rate limit.
-		pr, w := s.promoteLocked(dispatched, sl, nowUS)
-		for k, i := range dispatchedAt {
+		// it back to wait on its rate limit. One of a paused queue that
+		// needs a slot stays scheduled, due now, until the resume.
+		var due []DueRow
+		var dueAt []int
+		for k, d := range dispatched {
+			if sl.waits(d.Queue, d.Conc, d.HoldsSlot) {
+				out[dispatchedAt[k]].State = StateScheduled
+				continue
+			}
+			due, dueAt = append(due, d), append(dueAt, dispatchedAt[k])
+		}
+		pr, w := s.promoteLocked(due, sl, nowUS)
+		for k, i := range dueAt {
 			out[i].State = pr.states[k]
 		}
 		writes = append(writes, w...)
@@ -100,10 +133,18 @@ func (s *Store) enqueueTx(ctx context.Context, ex Executor, c Clock, jobs []NewJ
 			if !declares(i) {
 				continue
 			}
-			if r.State != StateReady {
+			if r.State != StateReady || sl.waits(r.Queue, jobs[i].Conc, false) {
 				// Delayed: it takes its slot when its time comes,
-				// under the limit declared by then.
+				// under the limit declared by then. Or its queue is
+				// paused: it waits, scheduled and due, for the resume.
 				sl.declare(jobs[i].Conc)
+				if r.State == StateReady {
+					r.State = StateScheduled
+					if created[i] {
+						missed = append(missed, SetRow{ID: out[i].ID, State: StateScheduled, RunAt: r.RunAt})
+					}
+					out[i].State = r.State
+				}
 				continue
 			}
 			switch {
@@ -170,6 +211,9 @@ type coalesced struct {
 	created  bool
 	alone    bool
 	dispatch *DueRow
+	// unslotted is the joined job when a debounce sent it back to wait
+	// from holding a concurrency slot, which it gives back (enqueueTx).
+	unslotted *DueRow
 }
 
 // coalesceOne joins the call to the pending job of its key, or creates
@@ -196,11 +240,15 @@ func (s *Store) coalesceOne(ctx context.Context, ex Executor, now time.Time, j N
 			return coalesced{alone: true}, nil
 		}
 		if p != nil {
-			state, dispatch, err := s.join(ctx, ex, now, rule, p, row)
-			co := coalesced{Enqueued: Enqueued{ID: p.ID, Joined: true, State: state}}
-			if dispatch {
-				co.dispatch = &DueRow{ID: p.ID, Queue: p.Queue, Conc: p.Conc, HoldsSlot: p.HoldsSlot,
-					CameBack: !p.AttemptedAt.IsZero() || p.Deferrals > 0}
+			jn, err := s.join(ctx, ex, now, rule, p, row)
+			co := coalesced{Enqueued: Enqueued{ID: p.ID, Joined: true, State: jn.state}}
+			d := &DueRow{ID: p.ID, Queue: p.Queue, Conc: p.Conc, HoldsSlot: p.HoldsSlot,
+				CameBack: !p.AttemptedAt.IsZero() || p.Deferrals > 0}
+			switch {
+			case jn.dispatch:
+				co.dispatch = d
+			case jn.debounced && p.HoldsSlot && p.Conc != nil:
+				co.unslotted = d
 			}
 			return co, err
 		}
@@ -253,16 +301,25 @@ func (s *Store) insertCoalescing(ctx context.Context, ex Executor, row InsertRow
 	return res.LastInsertID, true, nil
 }
 
-// join applies one call to the pending job p and returns its state after,
-// and whether the call filled it and it is to be dispatched: made ready at
-// once, which enqueueTx does with the semaphores it locks (the state is
-// then scheduled, due now). A debounce moves a ready, scheduled or blocked
-// job, not a parked one.
-func (s *Store) join(ctx context.Context, ex Executor, now time.Time, rule coalesce.Spec, p *PendingRow, row *InsertRow) (State, bool, error) {
+// joined is what a call did to the pending job it joined: the job's state
+// after; whether the call filled it and it is to be dispatched, made ready
+// at once, which enqueueTx does with the semaphores it locks (the state is
+// then scheduled, due now); and whether a debounce moved it to a later
+// time, scheduled, where a job that held a concurrency slot gives it
+// back, which enqueueTx does too.
+type joined struct {
+	state     State
+	dispatch  bool
+	debounced bool
+}
+
+// join applies one call to the pending job p and says what it did. A
+// debounce moves a ready, scheduled or blocked job, not a parked one.
+func (s *Store) join(ctx context.Context, ex Executor, now time.Time, rule coalesce.Spec, p *PendingRow, row *InsertRow) (joined, error) {
 	nowUS := Micros(now)
 	u := CoalesceUpdate{ID: p.ID, Calls: p.Calls, State: p.State}
 	var writes []Stmt
-	dispatch := false
+	dispatch, debounced := false, false
 	switch rule.OnConflict {
 	case coalesce.Replace:
 		u.Args = row.Args
@@ -278,24 +335,33 @@ func (s *Store) join(ctx context.Context, ex Executor, now time.Time, rule coale
 	case dispatch:
 		u.State, u.RunAt = StateScheduled, nowUS
 	case rule.Debounce > 0 && (p.State == StateReady || p.State == StateScheduled || p.State == StateBlocked):
-		// A blocked job holds no slot and waits in its key's line by
-		// priority and id: it goes back to scheduled like a ready one,
-		// and takes its slot, or its place in that line again, when it
-		// comes due. A parked job is left where its budget counts it
-		// (docs/coalesce.md).
+		// A ready job gives its concurrency slot back (enqueueTx): a
+		// steady stream of calls would otherwise hold it, for as long as
+		// the calls go on, from the key's other jobs. A blocked job holds
+		// no slot and waits in its key's line by priority and id. Either
+		// goes back to scheduled and takes a slot, or its place in that
+		// line again, when it comes due. A parked job is left where its
+		// budget counts it (docs/coalesce.md).
 		var rateSlot time.Time
 		if p.State == StateScheduled && p.WaitKey != "" {
 			rateSlot = p.RunAt
 		}
 		if at := rule.RunAt(now, FromMicros(p.FirstCallAt), rateSlot); at.After(now) {
 			u.State, u.RunAt = StateScheduled, Micros(at)
+			debounced = true
 		}
 	}
 	writes = append(writes, stmt(s.q.UpdateCoalesced(u)))
-	if err := pipeline(ctx, ex, writes, nil); err != nil {
-		return "", false, fmt.Errorf("join pending job %d: %w", p.ID, err)
+	if debounced && p.HoldsSlot {
+		// Its slot's count is given back with the semaphores, which
+		// are locked after every pending job (enqueueTx); the flag now,
+		// so that a later call of this enqueue on the job sees it.
+		writes = append(writes, stmt(s.q.MarkSlots([]int64{p.ID}, false)))
 	}
-	return u.State, dispatch, nil
+	if err := pipeline(ctx, ex, writes, nil); err != nil {
+		return joined{}, fmt.Errorf("join pending job %d: %w", p.ID, err)
+	}
+	return joined{state: u.State, dispatch: dispatch, debounced: debounced}, nil
 }
 
 // loadCalls attaches their collected calls to the jobs that have more than

@@ -167,7 +167,8 @@ func (s *Store) Finish(ctx context.Context, processID int64, c Clock, o Outcomes
 			}
 		}
 		// A job released to run again (a worker shutting down) that lost
-		// its slot while it ran takes a free one or is blocked.
+		// its slot while it ran takes a free one or is blocked; one of a
+		// paused queue waits scheduled for the resume.
 		var back []slotless
 		for _, t := range o.Others {
 			if b, ok := held.slotless(t.run()); ok && t.State == StateReady {
@@ -176,7 +177,7 @@ func (s *Store) Finish(ctx context.Context, processID int64, c Clock, o Outcomes
 		}
 		// Semaphores before budgets, as every transaction that waits for
 		// both locks them (lockFreeSlots).
-		gives, blocked, queues, err := s.settle(ctx, tx, c, hs, back)
+		gives, instead, queues, err := s.settle(ctx, tx, c, hs, back)
 		if err != nil {
 			return err
 		}
@@ -190,7 +191,7 @@ func (s *Store) Finish(ctx context.Context, processID int64, c Clock, o Outcomes
 			writes, pushedAt = append(writes, st), at
 		}
 		if len(o.Others) > 0 {
-			others, err := s.resolveWaits(ctx, tx, c, block(o.Others, blocked), pushedAt)
+			others, err := s.resolveWaits(ctx, tx, c, block(o.Others, instead), pushedAt)
 			if err != nil {
 				return err
 			}
@@ -363,7 +364,8 @@ func (s *Store) pushBudgets(ctx context.Context, tx Tx, c Clock, pushes []Budget
 // Release puts runs the process made but did not finish back to ready,
 // giving back the attempt their claim counted. A job that keeps its
 // concurrency slot; one that lost it while it ran (its key expired) takes
-// a free one, or is blocked. A run whose job no longer runs for the
+// a free one, or is blocked, or, its queue paused, waits scheduled for the
+// resume (settle). A run whose job no longer runs for the
 // process under its claim (presumed lost, and perhaps claimed again) is
 // left alone. A worker shutting down calls it for the runs still going on
 // when its timeout ran out.
@@ -436,7 +438,8 @@ func queryRuns(ctx context.Context, ex Executor, q string, args []any) ([]Run, e
 
 // release makes the runs' jobs that still run for the process under their
 // claim ready again, their attempt given back — blocked instead, those
-// that lost their concurrency slot while they ran and find none free —
+// that lost their concurrency slot while they ran and find none free, and
+// scheduled, due now, those of them whose queue is paused —
 // and notifies every queue's listeners (the caller wakes this process's
 // after the commit).
 func (s *Store) release(ctx context.Context, tx Tx, processID int64, c Clock, runs []Run) error {
@@ -458,7 +461,7 @@ func (s *Store) release(ctx context.Context, tx Tx, processID int64, c Clock, ru
 			back = append(back, b)
 		}
 	}
-	stmts, blocked, _, err := s.settle(ctx, tx, c, nil, back)
+	stmts, instead, _, err := s.settle(ctx, tx, c, nil, back)
 	if err != nil {
 		return err
 	}
@@ -467,7 +470,7 @@ func (s *Store) release(ctx context.Context, tx Tx, processID int64, c Clock, ru
 	for i, r := range mine {
 		ts[i] = Transition{ID: r.ID, Claim: r.Claim, State: StateReady, RunAt: now, AttemptDelta: -1}
 	}
-	if err := s.transition(ctx, tx, StateRunning, processID, Micros(now), block(ts, blocked)); err != nil {
+	if err := s.transition(ctx, tx, StateRunning, processID, Micros(now), block(ts, instead)); err != nil {
 		return err
 	}
 	if err := pipeline(ctx, tx, stmts, nil); err != nil {
@@ -476,15 +479,18 @@ func (s *Store) release(ctx context.Context, tx Tx, processID int64, c Clock, ru
 	return s.notify(ctx, tx, []string{"*"})
 }
 
-// block returns ts with the jobs of blocked moved to blocked instead.
-func block(ts []Transition, blocked map[int64]bool) []Transition {
-	if len(blocked) == 0 {
+// block returns ts with the jobs of instead moved to the state it names
+// for them instead (settle): blocked, or scheduled to run at the time
+// their transition names (a paused queue's job that waits for the
+// resume; with none, resolveWaits gives it the time of the write).
+func block(ts []Transition, instead map[int64]State) []Transition {
+	if len(instead) == 0 {
 		return ts
 	}
 	out := slices.Clone(ts)
 	for i := range out {
-		if blocked[out[i].ID] {
-			out[i].State = StateBlocked
+		if st, ok := instead[out[i].ID]; ok {
+			out[i].State = st
 		}
 	}
 	return out

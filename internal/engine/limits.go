@@ -262,10 +262,12 @@ const DefaultUnparkBatch = 1000
 // every job it will admit, including those that waited past the horizon.
 // Claims look a little further ahead (until) than the dispatcher does, so
 // that a budget workers are draining is seldom left to the dispatcher's
-// coarser tick. A paused budget is left to the dispatcher, and so is one
-// this claim parked jobs on: its slots lie past the horizon, and the
-// count of its parked jobs is not in the database until the claim's writes
-// are.
+// coarser tick. A paused queue's parked jobs are passed over
+// (LockParked): a slot handed to one would keep the budget's other jobs
+// waiting behind a job that cannot run. A paused budget is left to the
+// dispatcher, and so is one this claim parked jobs on: its slots lie past
+// the horizon, and the count of its parked jobs is not in the database
+// until the claim's writes are.
 func (s *Store) unparkLocked(ctx context.Context, tx Tx, keys []string, budgets map[string]*budget, now, until int64, res *ClaimResult) ([]SetRow, error) {
 	var moves []SetRow
 	for _, k := range keys {
@@ -408,8 +410,10 @@ func slotFor(b *budget, p ratelimit.Params, earliest, now, until int64, cost int
 }
 
 // Unpark hands slots within the horizon to parked jobs, in priority and
-// id order (fair jobs by virtual start: mergeParked), for up to limit
-// budgets whose next slot has come within it, and returns how many jobs it
+// id order (fair jobs by virtual start: mergeParked), passing over those
+// of paused queues, for up to limit budgets whose next slot has come
+// within it and that have a parked job of a queue not paused (or none: a
+// count that ran ahead is corrected), and returns how many jobs it
 // scheduled: at most most (DefaultUnparkBatch when 0), so that one
 // transaction never moves more than a batch of rows however many budgets
 // are due — a limit raised over a hundred backlogs would otherwise unpark a
@@ -477,9 +481,10 @@ func (s *Store) Unpark(ctx context.Context, c Clock, horizon time.Duration, limi
 // what brings the dispatcher back to the budget, so a parked job the count
 // forgot would wait forever. So when the jobs it finds to lock fall short
 // of what it asked for — some left, or are locked by another transaction
-// (a coalescing join, a caller's EnqueueTx, an operator's cancel) — it
-// counts the budget's parked jobs again, locked or not, before it lowers
-// the count.
+// (a coalescing join, a caller's EnqueueTx, an operator's cancel), or wait
+// for their paused queue to resume, which LockParked passes over — it
+// counts the budget's parked jobs again, locked, paused or not, before it
+// lowers the count.
 func (s *Store) unparkBudget(ctx context.Context, tx Tx, b *budget, now, until int64, most int) ([]SetRow, error) {
 	p := b.params()
 	first := max(b.state.NextSlot, now)

@@ -761,7 +761,16 @@ func (w *walk) check() string {
 		}
 	}
 	// 4. No window of Per holds more than To, under any one limit.
-	for key, as := range w.admits {
+	return w.lim.overLimit(w.admits)
+}
+
+// overLimit checks the admissions of each budget key against the limit
+// its scope had when each was admitted, one version of the limit at a
+// time (a window that spans a change may hold more than either, as
+// documented), and says what the first budget that admitted more than To
+// in one window of Per did; "" when none did.
+func (l *modelLimits) overLimit(admits map[string][]admission) string {
+	for key, as := range admits {
 		byVersion := map[int][]admission{}
 		for _, a := range as {
 			byVersion[a.version] = append(byVersion[a.version], a)
@@ -771,18 +780,13 @@ func (w *walk) check() string {
 			scope = key
 		}
 		for v, as := range byVersion {
-			spec := w.specAt(scope, v)
+			spec := l.hist[scope][v-1]
 			if most := busiestCost(as, spec.Per.Nanoseconds()); most > spec.To {
 				return fmt.Sprintf("budget %s admitted %d in one window of %s under %s", key, most, spec.Per, spec)
 			}
 		}
 	}
 	return ""
-}
-
-// specAt returns the limit a scope had at a version.
-func (w *walk) specAt(scope string, version int) ratelimit.Spec {
-	return w.lim.hist[scope][version-1]
 }
 
 // busiestCost returns the most cost admitted in any half-open window of

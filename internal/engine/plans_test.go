@@ -346,7 +346,8 @@ func TestParkedJobsAreUnparkedThroughTheirIndexes(t *testing.T) {
 // the first blocked jobs by priority and id, and the first fair ones by
 // priority and start (migration 018). A handoff costs the slots it hands,
 // whatever the backlog blocked behind them, and the fair read is an empty
-// range where no job is fair.
+// range where no job is fair. The limit a key with none declared takes
+// from its first blocked job is read the same way.
 func TestBlockedJobsAreHandedSlotsThroughTheirIndexes(t *testing.T) {
 	testdb.Each(t, func(t *testing.T, s *engine.Store) {
 		many := make([]engine.NewJob, 2000)
@@ -371,6 +372,17 @@ func TestBlockedJobsAreHandedSlotsThroughTheirIndexes(t *testing.T) {
 			}
 		}
 		require.False(t, sorts(t, s, text, args), "%s: LockBlocked sorts", name)
+
+		// The limit a key with none declared takes from its first
+		// blocked job (fill) is read from one entry of the index.
+		text, args = s.SQL().BlockedLimit("export/global")
+		stmts = map[string]func() (string, []any){"BlockedLimit": func() (string, []any) { return text, args }}
+		for stmt, via := range plansOf(t, s, stmts) {
+			t.Logf("%s: %v", name, via)
+			require.Len(t, via, 1, "%s: %s: %v", name, stmt, via)
+			require.Contains(t, via[0], "sluice_jobs_blocked", "%s: %s", name, stmt)
+		}
+		require.False(t, sorts(t, s, text, args), "%s: BlockedLimit sorts", name)
 	})
 }
 

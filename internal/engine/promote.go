@@ -12,8 +12,11 @@ import (
 // with a concurrency limit takes a slot as it becomes ready, unless it
 // kept its slot while it waited (a retry); with none free it is blocked,
 // or discarded when its limit says so and it was never ready before (one
-// that comes back, from a 429 or a deferral, is blocked). Several
-// dispatchers may run it at once; each job is promoted once.
+// that comes back, from a 429 or a deferral, is blocked). A due job of a
+// paused queue that would take a slot is left scheduled until the queue
+// resumes (LockDue), holding none of the slots other queues' jobs of its
+// key wait for. Several dispatchers may run it at once; each job is
+// promoted once.
 func (s *Store) Promote(ctx context.Context, c Clock, batch int) (int, []string, error) {
 	var n int
 	var queues []string

@@ -32,14 +32,14 @@ type SQL struct {
 	listProcesses                                                                              string
 
 	setQueuePaused, saveOverride, deleteOverride *sqlStatement
-	listQueues, listOverrides                    string
+	listQueues, listOverrides, pausedQueues      string
 
 	lockBudgets, lockFreeBudgets, readBudgets, getBudget, insertBudgets, saveBudgets, moveCursor, lockParkedBudgets *sqlStatement
 	lockParked, lockSlotted, countParked, lockIdleBudgets, deleteBudgets, readRepriced                              *sqlStatement
 	listBudgets                                                                                                     string
 
 	lockSemaphores, lockFreeSemaphores, insertSemaphores, saveSemaphores, lockBlocked, markSlots, lockRunningHolders *sqlStatement
-	expiredSemaphores, blockedKeys, lockIdleSemaphores, blockedAmong, deleteSemaphores                               *sqlStatement
+	expiredSemaphores, blockedKeys, lockIdleSemaphores, blockedAmong, deleteSemaphores, blockedLimit                 *sqlStatement
 	listSemaphores                                                                                                   string
 
 	insertCoalescing, lockPending, updateCoalesced, insertCall, loadCalls, deleteCalls *sqlStatement
@@ -112,6 +112,7 @@ func NewSQL(d Dialect) (*SQL, error) {
 		{&q.unlockMigrations, "UnlockMigrations"}, {&q.appliedMigrations, "AppliedMigrations"}, {&q.genericPlans, "GenericPlans"},
 		{&q.jobsByState, "JobsByState"}, {&q.unfinishedByState, "UnfinishedByState"}, {&q.oldestWaiting, "OldestWaiting"},
 		{&q.listProcesses, "ListProcesses"}, {&q.listQueues, "ListQueues"}, {&q.listOverrides, "ListOverrides"},
+		{&q.pausedQueues, "PausedQueues"},
 		{&q.listBudgets, "ListBudgets"}, {&q.listSemaphores, "ListSemaphores"}, {&q.lastTicks, "LastTicks"},
 		{&q.fairLevels, "FairLevels"}, {&q.releaseMigrationLock, "ReleaseMigrationLock"},
 		{&q.createMigrationProgressTable, "CreateMigrationProgressTable"}, {&q.migrationProgress, "MigrationProgress"},
@@ -199,6 +200,7 @@ func NewSQL(d Dialect) (*SQL, error) {
 		{&q.insertSemaphores, "InsertSemaphores", []string{"rows"}},
 		{&q.saveSemaphores, "SaveSemaphores", []string{"rows"}},
 		{&q.lockBlocked, "LockBlocked", []string{"key", "limit"}},
+		{&q.blockedLimit, "BlockedLimit", []string{"key"}},
 		{&q.markSlots, "MarkSlots", []string{"holds", "ids"}},
 		{&q.lockRunningHolders, "LockRunningHolders", []string{"keys"}},
 		{&q.expiredSemaphores, "ExpiredSemaphores", []string{"now", "limit"}},

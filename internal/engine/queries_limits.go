@@ -156,8 +156,13 @@ func (q *SQL) ExpiredSemaphores(now int64, limit int) (string, []any) {
 	return q.expiredSemaphores.bind(now, limit)
 }
 
+// BlockedLimit selects the limit the first blocked job of key, of a
+// queue not paused, was enqueued under. Columns: conc_limit,
+// conc_duration (microseconds).
+func (q *SQL) BlockedLimit(key string) (string, []any) { return q.blockedLimit.bind(key) }
+
 // BlockedKeys selects keys with blocked jobs whose semaphore has a free
-// slot or no row. Columns: conc_key.
+// slot, no row, or no limit declared. Columns: conc_key.
 func (q *SQL) BlockedKeys(limit int) (string, []any) { return q.blockedKeys.bind(limit) }
 
 // LockIdleSemaphores selects and locks, skipping locked rows, up to limit

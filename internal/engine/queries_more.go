@@ -40,6 +40,9 @@ func (q *SQL) SetQueuePaused(queue string, paused bool, now int64) (string, []an
 // paused.
 func (q *SQL) ListQueues() string { return q.listQueues }
 
+// PausedQueues lists the queues paused now. Columns: name.
+func (q *SQL) PausedQueues() string { return q.pausedQueues }
+
 // SaveOverride sets a rate-limit override.
 func (q *SQL) SaveOverride(o OverrideRow) (string, []any) {
 	return q.saveOverride.bind(o.Target, o.To, o.PerUS, o.Burst, o.UpdatedAt)

@@ -27,6 +27,9 @@ type slots struct {
 	dirty  map[string]bool
 	handed []int64  // blocked jobs given a slot: ready now
 	queues []string // their queues, to wake
+	// paused are the queues paused as the semaphores were locked, when
+	// the caller asked (lockSlotsSeeing): a job of one takes no slot.
+	paused map[string]bool
 	// unheld counts gives of slots the row did not count as held, which
 	// the holds_slot flags are there to prevent; a model test asserts it
 	// stays 0.
@@ -48,19 +51,42 @@ type slots struct {
 // are created inside the transaction, as budgets' cannot be
 // (missingBudgets), at the cost of one more statement in the round trip.
 func (s *Store) lockSlots(ctx context.Context, ex Executor, keys []string, c Clock) (*slots, error) {
+	return s.lockSlotsSeeing(ctx, ex, keys, c, false)
+}
+
+// lockSlotsSeeing is lockSlots that, with paused, also reads which queues
+// are paused (slots.paused), in the same round trip where the database
+// can, for an enqueue that gives no slot to a paused queue's job.
+func (s *Store) lockSlotsSeeing(ctx context.Context, ex Executor, keys []string, c Clock, paused bool) (*slots, error) {
 	keys = sortedKeys(keys)
 	sl := s.newSlots(ex)
 	var after []Stmt
+	clockAt := -1
 	if s.readsDatabase(c) {
+		clockAt = len(after)
 		after = append(after, query(s.d.Now(), nil))
 	}
+	if paused {
+		sl.paused = map[string]bool{}
+		after = append(after, query(s.q.PausedQueues(), nil))
+	}
 	var dbNow int64
-	scanNow := func(rows Rows) error { return rows.Scan(&dbNow) }
+	readAfter := func(i int, rows Rows) error {
+		if i == clockAt {
+			return rows.Scan(&dbNow)
+		}
+		var queue string
+		if err := rows.Scan(&queue); err != nil {
+			return err
+		}
+		sl.paused[queue] = true
+		return nil
+	}
 	var err error
 	if s.d.Capabilities().RowLocks {
-		err = s.createThenLock(ctx, ex, keys, after, sl.load, scanNow)
+		err = s.createThenLock(ctx, ex, keys, after, sl.load, readAfter)
 	} else {
-		err = s.lockByName(ctx, ex, keys, s.q.LockSemaphores, s.q.InsertSemaphores, nil, after, sl.has, sl.load, scanNow)
+		err = s.lockByName(ctx, ex, keys, s.q.LockSemaphores, s.q.InsertSemaphores, nil, after, sl.has, sl.load, readAfter)
 	}
 	if err != nil {
 		return nil, fmt.Errorf("lock semaphores: %w", err)
@@ -71,7 +97,7 @@ func (s *Store) lockSlots(ctx context.Context, ex Executor, keys []string, c Clo
 		}
 	}
 	sl.now = Micros(c.Host())
-	if len(after) > 0 {
+	if clockAt >= 0 {
 		sl.now = dbNow
 	}
 	return sl, nil
@@ -164,7 +190,7 @@ func (h heldSemaphores) Error() string {
 // these rows: one that took it in key order too, so it holds none of the
 // rows this call took before it. More keys than a statement binds go in
 // sorted runs (keyRuns), the after statements with the last.
-func (s *Store) createThenLock(ctx context.Context, ex Executor, keys []string, after []Stmt, scan, scanAfter func(Rows) error) error {
+func (s *Store) createThenLock(ctx context.Context, ex Executor, keys []string, after []Stmt, scan func(Rows) error, scanAfter func(int, Rows) error) error {
 	for run, last := range s.keyRuns(keys) {
 		stmts := []Stmt{stmt(s.q.InsertSemaphores(run)), query(s.q.LockSemaphores(run))}
 		if last {
@@ -215,6 +241,15 @@ func (sl *slots) declare(c *Conc) {
 func (sl *slots) enqueue(c *Conc) bool {
 	sl.declare(c)
 	return sl.take(c)
+}
+
+// waits reports whether a job of queue that would take a slot of c's key
+// (it needs one and holds none) is to wait for its queue's resume
+// instead: the queue is paused, as read when the semaphores were locked
+// (lockSlotsSeeing). A paused queue's job takes no slot, which another
+// queue's job of its key would then wait for while it cannot run.
+func (sl *slots) waits(queue string, c *Conc, holds bool) bool {
+	return sl != nil && c != nil && !holds && sl.paused[queue]
 }
 
 // take gives a job a slot if one of its key's is free, under the key's
@@ -269,8 +304,17 @@ func (sl *slots) expire(key string, n int) {
 	sl.touch(key)
 }
 
-// fill hands a key's free slots to its first blocked jobs.
+// fill hands a key's free slots to its first blocked jobs. A key with no
+// limit declared (its row was just created: the blocked jobs' row was
+// lost) takes the limit of its first blocked job, as take does with a job
+// that comes back: under a limit of 0 nothing would be handed out, and
+// the dispatcher would never look at the key again.
 func (sl *slots) fill(ctx context.Context, key string) error {
+	if sl.sems[key].Limit <= 0 {
+		if err := sl.declareBlocked(ctx, key); err != nil {
+			return err
+		}
+	}
 	free := concurrency.Semaphore{Held: sl.sems[key].Held, To: sl.sems[key].Limit}.Free()
 	if free == 0 {
 		return nil
@@ -286,6 +330,29 @@ func (sl *slots) fill(ctx context.Context, key string) error {
 	})
 	sl.touch(key)
 	sl.handed = append(sl.handed, ids...)
+	return nil
+}
+
+// declareBlocked declares for key the limit its first blocked job (of a
+// queue not paused) was enqueued under, if it has one.
+func (sl *slots) declareBlocked(ctx context.Context, key string) error {
+	q, args := sl.q.BlockedLimit(key)
+	rows, err := sl.ex.Query(ctx, q, args...)
+	if err != nil {
+		return fmt.Errorf("read the limit of %s's blocked jobs: %w", key, err)
+	}
+	defer rows.Close()
+	if rows.Next() {
+		var to int
+		var duration int64
+		if err := rows.Scan(&to, &duration); err != nil {
+			return fmt.Errorf("read the limit of %s's blocked jobs: %w", key, err)
+		}
+		sl.declare(&Conc{Key: key, To: to, Duration: time.Duration(duration) * time.Microsecond})
+	}
+	if err := rows.Err(); err != nil {
+		return fmt.Errorf("read the limit of %s's blocked jobs: %w", key, err)
+	}
 	return nil
 }
 
@@ -475,13 +542,23 @@ func (sl *slots) giveAll(ctx context.Context, hs holders) ([]Stmt, error) {
 	if len(hs) == 0 {
 		return nil, nil
 	}
-	count, ids := hs.byKey()
+	if err := sl.giveEach(ctx, hs); err != nil {
+		return nil, err
+	}
+	_, ids := hs.byKey()
+	return []Stmt{stmt(sl.q.MarkSlots(ids, false))}, nil
+}
+
+// giveEach gives back the slots of hs, key by key, each handed on to the
+// key's first blocked jobs; the caller clears their holds_slot.
+func (sl *slots) giveEach(ctx context.Context, hs holders) error {
+	count, _ := hs.byKey()
 	for _, k := range keysOf(hs, nil) {
 		if err := sl.give(ctx, k, count[k]); err != nil {
-			return nil, err
+			return err
 		}
 	}
-	return []Stmt{stmt(sl.q.MarkSlots(ids, false))}, nil
+	return nil
 }
 
 // slotless is a running job with a concurrency key that holds none of its
@@ -498,15 +575,19 @@ type slotless struct {
 // by a release or a recovery, without the slot its key needs — a free slot
 // of its key, or, with none free, blocks it, as a promotion does: a job
 // that runs again never runs beside the jobs its key's slots went to. It
-// is never discarded: it was ready before. It locks all their semaphores
-// at once, in key order, stamping their activity with c, and returns the
-// statements that write the slots, the jobs of back it blocked, and the
-// queues whose blocked jobs became ready.
-func (s *Store) settle(ctx context.Context, ex Executor, c Clock, hs holders, back []slotless) ([]Stmt, map[int64]bool, []string, error) {
+// is never discarded: it was ready before. A job of back whose queue is
+// paused takes no slot: it waits scheduled, due at once, for the resume,
+// when the dispatcher promotes it (LockDue), as an enqueue's does. It
+// locks all their semaphores at once, in key order (reading the paused
+// queues with them when back has jobs), stamping their activity with c,
+// and returns the statements that write the slots, the state each job of
+// back goes to instead of ready (blocked or scheduled), and the queues
+// whose blocked jobs became ready.
+func (s *Store) settle(ctx context.Context, ex Executor, c Clock, hs holders, back []slotless) ([]Stmt, map[int64]State, []string, error) {
 	if len(hs) == 0 && len(back) == 0 {
 		return nil, nil, nil, nil
 	}
-	sl, err := s.lockSlots(ctx, ex, keysOf(hs, back), c)
+	sl, err := s.lockSlotsSeeing(ctx, ex, keysOf(hs, back), c, len(back) > 0)
 	if err != nil {
 		return nil, nil, nil, err
 	}
@@ -567,21 +648,25 @@ func (sl *slots) settle(ctx context.Context, hs holders, back []slotless) ([]Stm
 		return nil, nil, nil, err
 	}
 	var took []int64
-	var blocked map[int64]bool
+	var instead map[int64]State
 	for _, b := range back {
-		if sl.take(b.conc) {
-			took = append(took, b.id)
-			continue
+		state := StateScheduled
+		if !sl.waits(b.queue, b.conc, false) {
+			if sl.take(b.conc) {
+				took = append(took, b.id)
+				continue
+			}
+			state = StateBlocked
 		}
-		if blocked == nil {
-			blocked = map[int64]bool{}
+		if instead == nil {
+			instead = map[int64]State{}
 		}
-		blocked[b.id] = true
+		instead[b.id] = state
 	}
 	if len(took) > 0 {
 		writes = append(writes, stmt(sl.q.MarkSlots(took, true)))
 	}
-	return append(writes, sl.writes()...), blocked, sl.queues, nil
+	return append(writes, sl.writes()...), instead, sl.queues, nil
 }
 
 // MaintainSemaphores frees the slots that running jobs hold of keys that

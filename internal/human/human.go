@@ -169,9 +169,27 @@ func Clip(s string, n int) string {
 }
 
 // Cell is Clip for a terminal: s on one line, its control characters
-// escaped as Text does, cut to at most n characters.
+// escaped as Text does, cut to at most n characters. It cuts between
+// escapes, never inside one: an escape that does not fit before the "…"
+// is left out whole.
 func Cell(s string, n int) string {
-	return cut(Text(oneLine(s)), n)
+	s = oneLine(s)
+	t := Text(s)
+	if n = max(n, 1); utf8.RuneCountInString(t) <= n {
+		return t
+	}
+	var b strings.Builder
+	w := 0
+	for i := 0; i < len(s); {
+		_, size := utf8.DecodeRuneInString(s[i:])
+		e := Text(s[i : i+size])
+		if w += utf8.RuneCountInString(e); w > n-1 {
+			break
+		}
+		b.WriteString(e)
+		i += size
+	}
+	return b.String() + "…"
 }
 
 // oneLine joins the words of s with one space.

@@ -103,7 +103,7 @@ func TestTextEscapesControlCharacters(t *testing.T) {
 
 // Clip and Cell put text on one line and cut it on a character boundary;
 // Cell escapes control characters too, before cutting, so that a cell is
-// at most n characters wide.
+// at most n characters wide, and cuts between escapes, never inside one.
 func TestClipCutsOnACharacterBoundary(t *testing.T) {
 	for _, c := range []struct {
 		in         string
@@ -117,6 +117,11 @@ func TestClipCutsOnACharacterBoundary(t *testing.T) {
 		{"exactly10!", 10, "exactly10!", "exactly10!"},
 		{"x\x1by", 10, "x\x1by", `x\x1by`},
 		{"\x1b\x1b\x1b", 5, "\x1b\x1b\x1b", `\x1b…`},
+		{"\x1b\x1b\x1b", 4, "\x1b\x1b\x1b", `…`},
+		{"ab\x1bcd", 5, "ab\x1bcd", `ab…`},
+		{"ab\x1bcd", 7, "ab\x1bcd", `ab\x1b…`},
+		{"é\u009bé", 4, "é\u009bé", `é…`},
+		{"a\xffb", 3, "a\xffb", `a…`},
 		{"abc", 0, "…", "…"},
 	} {
 		if got := Clip(c.in, c.n); got != c.clip {

@@ -41,8 +41,18 @@ WHERE name = :key AND next_slot_ns = :from;
 
 -- name: LockParkedBudgets
 -- Budgets with parked jobs whose next slot falls before :until, soonest
--- first. (Whether a paused budget hands out slots is the store's call.)
-SELECT {BudgetColumns} FROM sluice_budgets WHERE parked > 0 AND next_slot_ns <= :until
+-- first, but those whose parked jobs all wait for their queues to resume:
+-- such a budget would come first every time, for nothing, and keep the
+-- budgets behind it out of :limit. A budget with a parked job of a queue
+-- not paused is taken, and so is one with no parked job at all, whose
+-- count ran ahead and is corrected as it is unparked. (Whether a paused
+-- budget hands out slots is the store's call.) The reads of jobs lock
+-- nothing: they sit in subqueries without a locking clause of their own.
+SELECT {BudgetColumns} FROM sluice_budgets b WHERE parked > 0 AND next_slot_ns <= :until
+  AND (EXISTS (SELECT 1 FROM sluice_jobs j WHERE {ParkedPlainJob} AND {ParkedPlainKey} = b.name AND {JobQueueNotPaused})
+    OR EXISTS (SELECT 1 FROM sluice_jobs j WHERE {ParkedFairJob} AND {ParkedFairKey} = b.name AND {JobQueueNotPaused})
+    OR NOT EXISTS (SELECT 1 FROM sluice_jobs j WHERE {ParkedPlainJob} AND {ParkedPlainKey} = b.name)
+      AND NOT EXISTS (SELECT 1 FROM sluice_jobs j WHERE {ParkedFairJob} AND {ParkedFairKey} = b.name))
 ORDER BY next_slot_ns LIMIT :limit FOR UPDATE SKIP LOCKED;
 
 -- name: ReadRepriced
@@ -68,13 +78,17 @@ ORDER BY name {Bytewise} LIMIT :limit;
 -- and up to :limit fair ones (fair 1), by priority and virtual start. The
 -- store merges the two at their heads, as a claim merges its streams, and
 -- unparks the first :limit; the others stay parked, locked until the
--- transaction ends. (Each locking read sits in a derived table: PostgreSQL
--- refuses one in a branch of a UNION.)
+-- transaction ends. A paused queue's jobs are passed over: they stay
+-- parked, counted by the budget (CountParked), until the queue resumes.
+-- (Each locking read sits in a derived table: PostgreSQL refuses one in a
+-- branch of a UNION.)
 SELECT id, rate_keys, priority, fair_start, 0 AS fair FROM (
   SELECT j.id, j.rate_keys, j.priority, j.fair_start FROM sluice_jobs j WHERE {ParkedPlainJob} AND {ParkedPlainKey} = :key
+    AND {JobQueueNotPaused}
   ORDER BY j.priority, j.id LIMIT :limit FOR UPDATE SKIP LOCKED) p
 UNION ALL SELECT id, rate_keys, priority, fair_start, 1 FROM (
   SELECT j.id, j.rate_keys, j.priority, j.fair_start FROM sluice_jobs j WHERE {ParkedFairJob} AND {ParkedFairKey} = :key
+    AND {JobQueueNotPaused}
   ORDER BY j.priority, j.fair_start, j.id LIMIT :limit FOR UPDATE SKIP LOCKED) f;
 
 -- name: LockSlotted
@@ -87,7 +101,8 @@ ORDER BY {DueAt}, id LIMIT :limit FOR UPDATE SKIP LOCKED;
 
 -- name: CountParked
 -- A budget's parked jobs, whether or not another transaction holds them:
--- both streams.
+-- both streams, a paused queue's too (LockParked passes them over, and
+-- the count is what brings the dispatcher back to them after the resume).
 SELECT (SELECT count(*) FROM sluice_jobs j WHERE {ParkedPlainJob} AND {ParkedPlainKey} = :key)
   + (SELECT count(*) FROM sluice_jobs j WHERE {ParkedFairJob} AND {ParkedFairKey} = :key);
 

@@ -112,8 +112,13 @@ WHERE id IN (:ids) AND state = :running AND process_id = :process_id AND claims 
 DELETE FROM sluice_jobs WHERE id IN (:ids) AND state = :running AND process_id = :process_id AND claims = :claim;
 
 -- name: LockDue
+-- The due jobs, soonest first, but those of a paused queue that would take
+-- a concurrency slot: they stay scheduled until the queue resumes, so that
+-- they hold no slot another queue's jobs of their key wait for, and are
+-- then promoted as any due job is (a slot, blocked, or discarded).
 SELECT id, queue, conc_key, conc_limit, conc_duration, conc_discard, holds_slot, attempted_at, deferrals FROM sluice_jobs j
 WHERE {ScheduledJob} AND {DueAt} <= :now
+  AND (j.conc_key IS NULL OR j.holds_slot = TRUE OR {JobQueueNotPaused})
 ORDER BY {DueAt}, id LIMIT :limit FOR UPDATE SKIP LOCKED;
 
 -- name: LockDueWaiting
@@ -122,7 +127,7 @@ ORDER BY {DueAt}, id LIMIT :limit FOR UPDATE SKIP LOCKED;
 -- dispatcher, which makes them ready where claims skip them.
 SELECT {JobColumns}, conc_limit, conc_duration, conc_discard, attempted_at FROM sluice_jobs j
 WHERE {ScheduledJob} AND {DueAt} <= :now AND j.wait_key IS NOT NULL AND j.queue IN (:queues)
-  AND NOT EXISTS (SELECT 1 FROM sluice_queues q WHERE q.name = j.queue AND q.paused = TRUE)
+  AND {JobQueueNotPaused}
 ORDER BY {DueAt}, id LIMIT :limit FOR UPDATE SKIP LOCKED;
 
 -- name: MarkReady

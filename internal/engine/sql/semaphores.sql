@@ -34,17 +34,27 @@ ON CONFLICT (name) DO UPDATE SET held = EXCLUDED.held, limit_to = EXCLUDED.limit
 -- except that a fair one's goes to the fair job of its level (its queue
 -- and priority: starts of different levels do not compare) with the
 -- lowest start (docs/fairness.md); the others stay blocked, locked until
--- the transaction ends. The fair read is an empty range where no job is
--- fair. (Each locking read sits in a derived table: PostgreSQL refuses
--- one in a branch of a UNION.) Columns: id, queue, priority, fair,
--- fair_start (0 in stream 0), stream.
+-- the transaction ends. A paused queue's jobs are passed over: they stay
+-- blocked, in their places, until the queue resumes. The fair read is an
+-- empty range where no job is fair. (Each locking read sits in a derived
+-- table: PostgreSQL refuses one in a branch of a UNION.) Columns: id,
+-- queue, priority, fair, fair_start (0 in stream 0), stream.
 SELECT id, queue, priority, fair, 0 AS fair_start, 0 AS stream FROM (
   SELECT j.id, j.queue, j.priority, CASE WHEN j.fair_key IS NULL THEN 0 ELSE 1 END AS fair FROM sluice_jobs j
-  WHERE {BlockedJob} AND {BlockedKey} = :key
+  WHERE {BlockedJob} AND {BlockedKey} = :key AND {JobQueueNotPaused}
   ORDER BY j.priority, j.id LIMIT :limit FOR UPDATE SKIP LOCKED) b
 UNION ALL SELECT id, queue, priority, 1, fair_start, 1 FROM (
   SELECT j.id, j.queue, j.priority, j.fair_start FROM sluice_jobs j WHERE {BlockedFairJob} AND {BlockedFairKey} = :key
+    AND {JobQueueNotPaused}
   ORDER BY j.priority, j.fair_start, j.id LIMIT :limit FOR UPDATE SKIP LOCKED) f;
+
+-- name: BlockedLimit
+-- The limit (To and Duration, in microseconds) that the first blocked job
+-- of :key, of a queue not paused, was enqueued under, through the index
+-- of blocked jobs: the key's row declares none (fill). Columns:
+-- conc_limit, conc_duration.
+SELECT j.conc_limit, j.conc_duration FROM sluice_jobs j WHERE {BlockedJob} AND {BlockedKey} = :key AND {JobQueueNotPaused}
+ORDER BY j.priority, j.id LIMIT 1;
 
 -- name: MarkSlots
 UPDATE sluice_jobs SET holds_slot = :holds WHERE id IN (:ids);
@@ -64,9 +74,12 @@ SELECT name FROM sluice_semaphores WHERE held > 0 AND expires_at < :now
 ORDER BY expires_at LIMIT :limit;
 
 -- name: BlockedKeys
--- Keys with blocked jobs whose semaphore has a free slot or no row.
+-- Keys with blocked jobs of a queue not paused whose semaphore has a free
+-- slot, or no row, or no limit declared (which the first blocked job
+-- declares: fill). (A paused queue's blocked jobs wait for its resume:
+-- their keys would otherwise come back every time, for nothing.)
 SELECT DISTINCT {BlockedKey} FROM sluice_jobs j LEFT JOIN sluice_semaphores s ON s.name = {BlockedKey}
-WHERE {BlockedJob} AND (s.name IS NULL OR s.held < s.limit_to) LIMIT :limit;
+WHERE {BlockedJob} AND (s.name IS NULL OR s.held < s.limit_to OR s.limit_to <= 0) AND {JobQueueNotPaused} LIMIT :limit;
 
 -- name: LockIdleSemaphores
 -- Up to :limit semaphores after :after, in the primary key's order (the

@@ -110,3 +110,10 @@ j.queue
 -- fragment: QueueNotPaused
 -- A paused queue's ready jobs stay where they are.
 NOT EXISTS (SELECT 1 FROM sluice_queues WHERE name = :queue AND paused = TRUE)
+
+-- fragment: JobQueueNotPaused
+-- The queue of job j is not paused. A paused queue's jobs stay where they
+-- are until it resumes: they take none of the slots of a budget or of a
+-- concurrency key that other queues' jobs share, which would wait behind
+-- jobs that cannot run.
+NOT EXISTS (SELECT 1 FROM sluice_queues q WHERE q.name = j.queue AND q.paused = TRUE)
