@@ -159,7 +159,7 @@ func (s *Store) ReapDeadProcesses(ctx context.Context, c Clock, threshold time.D
 		// elsewhere would stop its heartbeats, and its process would be
 		// presumed dead in turn. Holders of the semaphores it cannot lock
 		// at once are left for a later reap.
-		stmts, blocked, left, handed, err := s.settleUnwaiting(ctx, tx, now, gives, back)
+		stmts, instead, left, handed, err := s.settleUnwaiting(ctx, tx, now, gives, back)
 		if err != nil {
 			return err
 		}
@@ -174,7 +174,7 @@ func (s *Store) ReapDeadProcesses(ctx context.Context, c Clock, threshold time.D
 			}
 			ts, inQueue = ts[:kept], inQueue[:kept]
 		}
-		ts = block(ts, blocked)
+		ts = block(ts, instead)
 		for i := range ts {
 			if ts[i].State == StateReady && !slices.Contains(queues, inQueue[i]) {
 				queues = append(queues, inQueue[i])

@@ -67,20 +67,14 @@ func (s *Store) lockSlotsSeeing(ctx context.Context, ex Executor, keys []string,
 		after = append(after, query(s.d.Now(), nil))
 	}
 	if paused {
-		sl.paused = map[string]bool{}
-		after = append(after, query(s.q.PausedQueues(), nil))
+		after = sl.seePaused(s.q, after)
 	}
 	var dbNow int64
 	readAfter := func(i int, rows Rows) error {
 		if i == clockAt {
 			return rows.Scan(&dbNow)
 		}
-		var queue string
-		if err := rows.Scan(&queue); err != nil {
-			return err
-		}
-		sl.paused[queue] = true
-		return nil
+		return sl.loadPaused(i, rows)
 	}
 	var err error
 	if s.d.Capabilities().RowLocks {
@@ -117,6 +111,23 @@ func (sl *slots) load(rows Rows) error {
 	return err
 }
 
+// seePaused asks for the paused queues with the locks: it returns after
+// with the statement that reads them, whose rows loadPaused reads.
+func (sl *slots) seePaused(q *SQL, after []Stmt) []Stmt {
+	sl.paused = map[string]bool{}
+	return append(after, query(q.PausedQueues(), nil))
+}
+
+// loadPaused reads one paused queue into the view.
+func (sl *slots) loadPaused(_ int, rows Rows) error {
+	var queue string
+	if err := rows.Scan(&queue); err != nil {
+		return err
+	}
+	sl.paused[queue] = true
+	return nil
+}
+
 // has says whether the view holds key's row.
 func (sl *slots) has(key string) bool { return sl.sems[key] != nil }
 
@@ -136,7 +147,7 @@ func sortedKeys(keys []string) []string {
 // with one holding a key that sorts before one the claim's promotion
 // locked. Where a transaction holds the only write lock it is lockSlots.
 func (s *Store) lockFreeSlots(ctx context.Context, ex Executor, keys []string, at time.Time) (*slots, error) {
-	sl, busy, err := s.lockUnheldSlots(ctx, ex, keys, at)
+	sl, busy, err := s.lockUnheldSlots(ctx, ex, keys, at, false)
 	if err != nil {
 		return nil, err
 	}
@@ -150,16 +161,22 @@ func (s *Store) lockFreeSlots(ctx context.Context, ex Executor, keys []string, a
 // holds, as lockSlots does but waiting for none, stamping their activity
 // at at, and returns the others, sorted: the keys another transaction
 // holds, or that have no row (it creates none, as creating one may wait
-// for a transaction creating it too). Where a transaction holds the only
-// write lock it is lockSlots, and every key is locked.
-func (s *Store) lockUnheldSlots(ctx context.Context, ex Executor, keys []string, at time.Time) (*slots, []string, error) {
+// for a transaction creating it too). With paused it reads the paused
+// queues with the locks, as lockSlotsSeeing does. Where a transaction
+// holds the only write lock it is lockSlotsSeeing, and every key is
+// locked.
+func (s *Store) lockUnheldSlots(ctx context.Context, ex Executor, keys []string, at time.Time, paused bool) (*slots, []string, error) {
 	if !s.d.Capabilities().RowLocks {
-		sl, err := s.lockSlots(ctx, ex, keys, At(at))
+		sl, err := s.lockSlotsSeeing(ctx, ex, keys, At(at), paused)
 		return sl, nil, err
 	}
 	keys = sortedKeys(keys)
 	sl := s.newSlots(ex)
-	if err := s.lockByName(ctx, ex, keys, s.q.LockFreeSemaphores, nil, nil, nil, sl.has, sl.load, nil); err != nil {
+	var after []Stmt
+	if paused {
+		after = sl.seePaused(s.q, after)
+	}
+	if err := s.lockByName(ctx, ex, keys, s.q.LockFreeSemaphores, nil, nil, after, sl.has, sl.load, sl.loadPaused); err != nil {
 		return nil, nil, fmt.Errorf("lock free semaphores: %w", err)
 	}
 	var busy []string
@@ -602,19 +619,20 @@ func (s *Store) settle(ctx context.Context, ex Executor, c Clock, hs holders, ba
 // holder of another key is left out, returned in left, for a later reap:
 // its slot is given back with it, so it waits until its semaphore is free
 // (a key with a holder has a row, which the clean-up never deletes). A
-// job of back of another key is blocked, without a slot: the dispatcher
-// hands it one once one is free (MaintainSemaphores looks every second
-// for blocked jobs whose key has a slot free or no row), or a slot given
-// back does.
-func (s *Store) settleUnwaiting(ctx context.Context, ex Executor, at time.Time, hs holders, back []slotless) (stmts []Stmt, blocked, left map[int64]bool, queues []string, err error) {
+// job of back of another key takes no slot: it is blocked, and the
+// dispatcher hands it one once one is free (MaintainSemaphores looks
+// every second for blocked jobs whose key has a slot free or no row), or
+// a slot given back does; or, its queue paused, it waits scheduled for
+// the resume, as settle's do.
+func (s *Store) settleUnwaiting(ctx context.Context, ex Executor, at time.Time, hs holders, back []slotless) (stmts []Stmt, instead map[int64]State, left map[int64]bool, queues []string, err error) {
 	if len(hs) == 0 && len(back) == 0 {
 		return nil, nil, nil, nil, nil
 	}
-	sl, busy, err := s.lockUnheldSlots(ctx, ex, keysOf(hs, back), at)
+	sl, busy, err := s.lockUnheldSlots(ctx, ex, keysOf(hs, back), at, len(back) > 0)
 	if err != nil {
 		return nil, nil, nil, nil, err
 	}
-	blocked, left = map[int64]bool{}, map[int64]bool{}
+	instead, left = map[int64]State{}, map[int64]bool{}
 	if len(busy) > 0 {
 		hs = maps.Clone(hs)
 		for id, k := range hs {
@@ -624,23 +642,26 @@ func (s *Store) settleUnwaiting(ctx context.Context, ex Executor, at time.Time, 
 			}
 		}
 		back = slices.DeleteFunc(slices.Clone(back), func(b slotless) bool {
-			if slices.Contains(busy, b.conc.Key) {
-				blocked[b.id] = true
-				return true
+			if !slices.Contains(busy, b.conc.Key) {
+				return false
 			}
-			return false
+			instead[b.id] = StateBlocked
+			if sl.waits(b.queue, b.conc, false) {
+				instead[b.id] = StateScheduled
+			}
+			return true
 		})
 	}
 	stmts, more, queues, err := sl.settle(ctx, hs, back)
 	if err != nil {
 		return nil, nil, nil, nil, err
 	}
-	maps.Copy(blocked, more)
-	return stmts, blocked, left, queues, nil
+	maps.Copy(instead, more)
+	return stmts, instead, left, queues, nil
 }
 
 // settle is Store.settle on semaphores already locked.
-func (sl *slots) settle(ctx context.Context, hs holders, back []slotless) ([]Stmt, map[int64]bool, []string, error) {
+func (sl *slots) settle(ctx context.Context, hs holders, back []slotless) ([]Stmt, map[int64]State, []string, error) {
 	// The slots given back go to the jobs blocked already, first; the
 	// jobs coming back take what is left.
 	writes, err := sl.giveAll(ctx, hs)
