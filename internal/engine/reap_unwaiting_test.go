@@ -89,6 +89,52 @@ func TestAReapWaitsForNoSemaphoreAnotherTransactionHolds(t *testing.T) {
 	})
 }
 
+// The same reap for a slotless job of a paused queue: a job of a paused
+// queue takes no slot (docs/concurrency.md), so whether or not its key's
+// semaphore is free it waits scheduled for the resume, not blocked, and
+// takes its slot when the dispatcher promotes it after the resume.
+func TestAReapedSlotlessJobOfAPausedQueueWaitsForTheResumeThoughItsKeyIsBusy(t *testing.T) {
+	testdb.Each(t, func(t *testing.T, s *engine.Store) {
+		if s.Dialect().Name() == "sqlite" {
+			t.Skip("one writer: an open transaction stops every other")
+		}
+		ctx := context.Background()
+		j := concJob("z", 1, time.Minute)
+		j.Queue = "bulk"
+		id := enqueue(t, s, t0, j)[0]
+		dead := register(t, s, t0)
+		require.Len(t, claim(t, s, dead, t0, 1, "bulk").Jobs, 1)
+		freed, _, err := s.MaintainSemaphores(ctx, engine.At(at(time.Minute+time.Second)), 100)
+		require.NoError(t, err)
+		require.Equal(t, 1, freed, "z expires: its running holder loses its slot")
+		require.NoError(t, s.PauseQueue(ctx, "bulk", at(2*time.Minute)))
+
+		app, err := s.DB().Begin(ctx)
+		require.NoError(t, err)
+		rows, err := app.Query(ctx, "SELECT name FROM sluice_semaphores WHERE name = 'z' FOR UPDATE")
+		require.NoError(t, err)
+		for rows.Next() {
+		}
+		require.NoError(t, rows.Err())
+		rows.Close()
+		bounded, cancel := context.WithTimeout(ctx, 10*time.Second)
+		defer cancel()
+		n, err := s.ReapDeadProcesses(bounded, engine.At(at(10*time.Minute)), 5*time.Minute)
+		require.NoError(t, app.Rollback(ctx))
+		require.NoError(t, err, "the reap waited for the app's transaction")
+		require.Equal(t, 1, n)
+		require.Equal(t, engine.StateScheduled, state(t, s, id).State, "its queue is paused: it waits for the resume")
+		require.False(t, state(t, s, id).HoldsSlot)
+
+		require.NoError(t, s.ResumeQueue(ctx, "bulk", at(11*time.Minute)))
+		_, _, err = s.Promote(ctx, engine.At(at(11*time.Minute)), 10)
+		require.NoError(t, err)
+		got := state(t, s, id)
+		require.Equal(t, engine.StateReady, got.State)
+		require.True(t, got.HoldsSlot, "it takes its slot as it becomes ready")
+	})
+}
+
 // A reap locks the dead processes' rows and no live one's: a live
 // process's heartbeat, stamped while another process's reap is under
 // way, does not wait for it. MariaDB read the dead processes through the
