@@ -18,10 +18,10 @@ import (
 )
 
 // explainApp migrates a fresh database of backend b, enqueues three
-// jobs of a kind limited to one an hour and drains them once (one runs,
+// jobs of a kind limited to one an hour on budget key and drains them once (one runs,
 // one waits at a slot, one parks), and returns the job ids and a function
 // that runs the app's command line against that database.
-func explainApp(t *testing.T, b testdb.Backend) ([]int64, func(args ...string) (int, string, string)) {
+func explainApp(t *testing.T, b testdb.Backend, key string) ([]int64, func(args ...string) (int, string, string)) {
 	ctx := context.Background()
 	url := b.URL(t)
 	s, err := cli.Open(ctx, url)
@@ -31,7 +31,7 @@ func explainApp(t *testing.T, b testdb.Backend) ([]int64, func(args ...string) (
 	require.NoError(t, err)
 	reg := jobs.NewRegistry()
 	require.NoError(t, jobs.Register(reg, func(context.Context, *jobs.Job[limited]) error { return nil },
-		jobs.RateLimit(ratelimit.Limit[limited]{To: 1, Per: time.Hour, Key: "global"})))
+		jobs.RateLimit(ratelimit.Limit[limited]{To: 1, Per: time.Hour, Key: key})))
 	c := jobs.NewClient(s, reg, jobs.ClientConfig{})
 	var ids []int64
 	for i := range 3 {
@@ -59,7 +59,7 @@ func explainApp(t *testing.T, b testdb.Backend) ([]int64, func(args ...string) (
 func TestExplainOfAMissingJobNamesTheCommandOnce(t *testing.T) {
 	for _, b := range testdb.Backends(t) {
 		t.Run(b.Name, func(t *testing.T) {
-			_, run := explainApp(t, b)
+			_, run := explainApp(t, b, "global")
 			code, _, stderr := run("explain", "99999999")
 			require.Equal(t, 1, code)
 			require.Contains(t, stderr, "not found")
@@ -75,7 +75,7 @@ func TestExplainOfAMissingJobNamesTheCommandOnce(t *testing.T) {
 func TestExplainJSONKeysAreSnakeCase(t *testing.T) {
 	for _, b := range testdb.Backends(t) {
 		t.Run(b.Name, func(t *testing.T) {
-			ids, run := explainApp(t, b)
+			ids, run := explainApp(t, b, "global")
 			code, out, stderr := run("explain", "--json", strconv.FormatInt(ids[2], 10))
 			require.Equal(t, 0, code, stderr)
 			var doc map[string]any

@@ -1,21 +1,16 @@
 package cli_test
 
 import (
-	"bytes"
-	"context"
 	"encoding/json"
 	"io"
 	"log/slog"
 	"strconv"
 	"testing"
-	"time"
 
 	"github.com/stretchr/testify/require"
 
-	"github.com/sluicequeue/sluice/cli"
 	"github.com/sluicequeue/sluice/internal/testdb"
 	"github.com/sluicequeue/sluice/jobs"
-	"github.com/sluicequeue/sluice/ratelimit"
 )
 
 type limited struct{ N int }
@@ -25,34 +20,7 @@ func (limited) Kind() string { return "limited" }
 func TestExplainCommand(t *testing.T) {
 	for _, b := range testdb.Backends(t) {
 		t.Run(b.Name, func(t *testing.T) {
-			ctx := context.Background()
-			url := b.URL(t)
-			s, err := cli.Open(ctx, url)
-			require.NoError(t, err)
-			defer s.Close()
-			_, err = s.MigrateUp(ctx, 0)
-			require.NoError(t, err)
-			reg := jobs.NewRegistry()
-			require.NoError(t, jobs.Register(reg, func(context.Context, *jobs.Job[limited]) error { return nil },
-				jobs.RateLimit(ratelimit.Limit[limited]{To: 1, Per: time.Hour, Key: "<script>alert(1)</script>"})))
-			c := jobs.NewClient(s, reg, jobs.ClientConfig{})
-			var ids []int64
-			for i := range 3 {
-				res, err := c.Enqueue(ctx, limited{N: i})
-				require.NoError(t, err)
-				ids = append(ids, res.ID)
-			}
-			w, err := jobs.NewWorker(s, reg, jobs.WorkerConfig{Logger: quietLogger()})
-			require.NoError(t, err)
-			_, err = w.Drain(ctx)
-			require.NoError(t, err)
-
-			runApp := func(args ...string) (int, string, string) {
-				var out, errOut bytes.Buffer
-				app := &cli.App{Name: "myapp", Registry: reg, Stdout: &out, Stderr: &errOut}
-				code := app.Run(ctx, append(args, "--database-url="+url))
-				return code, out.String(), errOut.String()
-			}
+			ids, runApp := explainApp(t, b, "<script>alert(1)</script>")
 			code, out, stderr := runApp("explain", strconv.FormatInt(ids[2], 10))
 			require.Equal(t, 0, code, stderr)
 			require.Contains(t, out, "is parked on rate limit limited/<script>alert(1)</script> (1 per 1h0m0s, burst 1 (1 every 1h0m0s)): 1 parked job(s) of the budget get slots before it")
