@@ -52,8 +52,9 @@ type Maintenance struct {
 	// fairness keys whose next job would start at their queue's virtual
 	// time anyway (docs/fairness.md), and, in batches as well, the
 	// semaphores of concurrency keys that hold no slot, have no blocked
-	// job and saw no activity for an hour (docs/concurrency.md). Defaults
-	// to "@hourly".
+	// job and saw no activity for an hour (docs/concurrency.md), and, on
+	// MySQL, the coalesce keys' lock rows no call holds
+	// (docs/coalesce.md). Defaults to "@hourly".
 	ClearIdleBudgets MaintenanceTask
 	// ClearFinishedJobs deletes completed and cancelled jobs older than
 	// Retention, in batches of 500, and the records of ticks older than a
@@ -186,7 +187,14 @@ func (d *Dispatcher) compileTasks(cfg Config) error {
 			if sems > 0 {
 				d.log.Info("sluice: cleared idle concurrency keys", "count", sems)
 			}
-			return n + keys + sems, err
+			if err != nil {
+				return n + keys + sems, err
+			}
+			co, err := d.store.ClearCoalesceKeys(ctx, 500, 300*time.Millisecond)
+			if co > 0 {
+				d.log.Info("sluice: cleared coalesce key locks", "count", co)
+			}
+			return n + keys + sems + co, err
 		}},
 		{TaskClearFinishedJobs, m.ClearFinishedJobs, "@hourly", true, func(ctx context.Context, now time.Time) (int, error) {
 			n, err := d.store.DeleteFinished(ctx, now.Add(-retention), 500)

@@ -17,7 +17,8 @@ const maxCoalesceRounds = 5
 // enqueueTx enqueues jobs of which some coalesce, need concurrency slots
 // or are fair, in one transaction (the caller's, or one of the store's).
 // Locks are taken in one order everywhere: the fairness keys (by queue and
-// key), the pending jobs calls join (by key), then the semaphores (by
+// key), on MySQL the coalesce keys' rows (lockCoalesceKeys), the pending
+// jobs calls join (by key), then the semaphores (by
 // key), all of them at once: those of the jobs enqueued (each declares its
 // limit; those ready on arrival take a slot), of the full jobs their
 // calls dispatch, and of the ready jobs a debounce sends back to wait,
@@ -56,6 +57,9 @@ func (s *Store) enqueueTx(ctx context.Context, ex Executor, c Clock, jobs []NewJ
 		}
 	}
 	slices.SortStableFunc(order, func(a, b int) int { return cmp.Compare(jobs[a].Coalesce.Key, jobs[b].Coalesce.Key) })
+	if err := s.lockCoalesceKeys(ctx, ex, jobs, order); err != nil {
+		return nil, err
+	}
 	for _, i := range order {
 		co, err := s.coalesceOne(ctx, ex, now, jobs[i], &rows[i])
 		if err != nil {
@@ -228,7 +232,7 @@ func (s *Store) coalesceOne(ctx context.Context, ex Executor, now time.Time, j N
 		}
 	}
 	for round := 0; round < maxCoalesceRounds; round++ {
-		p, err := s.lockPending(ctx, ex, j.Coalesce.Key)
+		p, err := s.lockPending(ctx, ex, j.Coalesce.Key, round == 0)
 		if err != nil {
 			return coalesced{}, err
 		}
@@ -272,9 +276,62 @@ func (c *Coalesce) joins(kind, pending string) bool {
 	return c.Rule.OnConflict == coalesce.Discard || pending == kind
 }
 
-// lockPending locks the pending job that holds key, or returns nil.
-func (s *Store) lockPending(ctx context.Context, ex Executor, key string) (*PendingRow, error) {
+// lockCoalesceKeys locks the rows of the keys that the calls at order
+// (sorted by key) coalesce on, where the database locks index entries
+// apart from rows (IndexLocks); elsewhere it does nothing. Only coalescing
+// calls lock these rows, after the fairness keys and before anything
+// else, in key order.
+func (s *Store) lockCoalesceKeys(ctx context.Context, ex Executor, jobs []NewJob, order []int) error {
+	if len(order) == 0 || !s.d.Capabilities().IndexLocks {
+		return nil
+	}
+	keys := make([]string, 0, len(order))
+	for _, i := range order {
+		if k := jobs[i].Coalesce.Key; len(keys) == 0 || keys[len(keys)-1] != k {
+			keys = append(keys, k)
+		}
+	}
+	q, args := s.q.LockCoalesceKeys(keys)
+	if _, err := exec(ctx, ex, q, args); err != nil {
+		return fmt.Errorf("lock coalesce keys: %w", err)
+	}
+	return nil
+}
+
+// lockPending locks the pending job that holds key, or returns nil. On a
+// call's first look where the database locks index entries apart from
+// rows (IndexLocks), it holds the key's row (lockCoalesceKeys), so no
+// other call creates or joins a pending job of the key meanwhile: it reads
+// which job that is without a lock and locks it through the primary key,
+// never holding the coalesce index's entry while it waits for the job (a
+// claim or a cancel holding the job waits for that entry to release the
+// key). When the read finds none, or a job that no longer holds the key
+// once locked (a claim took it meanwhile), a locking read through the
+// index looks again: the plain read may have been on a snapshot older
+// than the job (a caller's transaction at REPEATABLE READ that read
+// before), and only a locking read sees the latest. At READ COMMITTED it
+// finds no job of the key then, and waits for none that a holder of the
+// entry waits for.
+func (s *Store) lockPending(ctx context.Context, ex Executor, key string, first bool) (*PendingRow, error) {
+	if first && s.d.Capabilities().IndexLocks {
+		q, args := s.q.FindPending(key)
+		ids, err := queryInt64s(ctx, ex, q, args)
+		if err != nil {
+			return nil, err
+		}
+		if len(ids) > 0 {
+			q, args = s.q.LockPendingByID(ids[0], key)
+			if p, err := s.readPending(ctx, ex, q, args); err != nil || p != nil {
+				return p, err
+			}
+		}
+	}
 	q, args := s.q.LockPending(key)
+	return s.readPending(ctx, ex, q, args)
+}
+
+// readPending runs a statement that reads the pending job of a key.
+func (s *Store) readPending(ctx context.Context, ex Executor, q string, args []any) (*PendingRow, error) {
 	var first nullInt64
 	rows, err := s.queryJobInfosExtra(ctx, ex, q, args, &first)
 	if err != nil || len(rows) == 0 {

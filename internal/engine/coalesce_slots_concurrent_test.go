@@ -170,24 +170,11 @@ func TestDebouncedSlotHoldersUnderConcurrentWorkNeverDeadlock(t *testing.T) {
 				wg.Add(1)
 				go func() {
 					defer wg.Done()
-					// A deadlock the database breaks by failing the
-					// caller's transaction is a retryable error, which a
-					// caller runs again (docs/concurrency.md names the
-					// rare MariaDB case this stress test meets about once
-					// in eight runs); any other error fails the test.
-					for try := 0; ; try++ {
-						tx, err := st.DB().Begin(ctx)
-						if !assert.NoError(t, err) {
-							return
-						}
-						err = enqueueAndCommit(ctx, st, tx, now, jobs...)
-						if err != nil && st.RetryableErr(err) && try < 5 {
-							t.Logf("caller %d round %d: retryable error, run again: %v", c, round, err)
-							continue
-						}
-						assert.NoError(t, err, "caller %d round %d", c, round)
+					tx, err := st.DB().Begin(ctx)
+					if !assert.NoError(t, err) {
 						return
 					}
+					assert.NoError(t, enqueueAndCommit(ctx, st, tx, now, jobs...), "caller %d round %d", c, round)
 				}()
 			}
 			c := engine.At(now)

@@ -13,7 +13,3 @@ func SetMaxInsertBatch(s *Store, n int) {
 	}
 	s.q.c.MaxInsertBatch = n
 }
-
-// RetryableErr reports whether err lets a transaction run again (a
-// deadlock or a serialization failure), as the store's own runs decide.
-func (s *Store) RetryableErr(err error) bool { return s.retryable(err) }

@@ -42,7 +42,8 @@ type SQL struct {
 	expiredSemaphores, blockedKeys, lockIdleSemaphores, blockedAmong, deleteSemaphores, blockedLimit                 *sqlStatement
 	listSemaphores                                                                                                   string
 
-	insertCoalescing, lockPending, updateCoalesced, insertCall, loadCalls, deleteCalls *sqlStatement
+	insertCoalescing, lockPending, updateCoalesced, insertCall, loadCalls, deleteCalls       *sqlStatement
+	lockCoalesceKeys, findPending, lockPendingByID, lockIdleCoalesceKeys, deleteCoalesceKeys *sqlStatement
 
 	insertTick, setTickJob, deleteTicks *sqlStatement
 
@@ -213,6 +214,11 @@ func NewSQL(d Dialect) (*SQL, error) {
 			"rate_keys", "conc_key", "conc_limit", "conc_duration", "conc_discard", "holds_slot", "coalesce_key", "first_call_at", "metadata",
 			"fair_key", "fair_start"}},
 		{&q.lockPending, "LockPending", []string{"key"}},
+		{&q.lockCoalesceKeys, "LockCoalesceKeys", []string{"rows"}},
+		{&q.findPending, "FindPending", []string{"key"}},
+		{&q.lockPendingByID, "LockPendingByID", []string{"id", "key"}},
+		{&q.lockIdleCoalesceKeys, "LockIdleCoalesceKeys", []string{"after", "limit"}},
+		{&q.deleteCoalesceKeys, "DeleteCoalesceKeys", []string{"names"}},
 		{&q.updateCoalesced, "UpdateCoalesced", []string{"id", "args", "calls", "state", "run_at", "release"}},
 		{&q.insertCall, "InsertCall", []string{"job_id", "seq", "args", "now"}},
 		{&q.loadCalls, "LoadCalls", []string{"job_ids"}},

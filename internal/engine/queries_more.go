@@ -69,6 +69,33 @@ func (q *SQL) InsertCoalescing(j InsertRow) (string, []any) {
 // key. Columns: JobInfoColumns, first_call_at.
 func (q *SQL) LockPending(key string) (string, []any) { return q.lockPending.bind(key) }
 
+// LockCoalesceKeys creates the rows of coalesce keys (sorted) that do not
+// exist and locks them all, in key order. Used where IndexLocks.
+func (q *SQL) LockCoalesceKeys(keys []string) (string, []any) {
+	return q.lockCoalesceKeys.bind(columns{keys})
+}
+
+// FindPending reads, without a lock, the pending job that holds a coalesce
+// key. Columns: id.
+func (q *SQL) FindPending(key string) (string, []any) { return q.findPending.bind(key) }
+
+// LockPendingByID locks the job id through the primary key if it still
+// holds the coalesce key. Columns: JobInfoColumns, first_call_at.
+func (q *SQL) LockPendingByID(id int64, key string) (string, []any) {
+	return q.lockPendingByID.bind(id, key)
+}
+
+// LockIdleCoalesceKeys locks up to limit coalesce key rows after after,
+// in key order, skipping those another transaction holds. Columns: name.
+func (q *SQL) LockIdleCoalesceKeys(after string, limit int) (string, []any) {
+	return q.lockIdleCoalesceKeys.bind(after, limit)
+}
+
+// DeleteCoalesceKeys deletes coalesce key rows by name.
+func (q *SQL) DeleteCoalesceKeys(names []string) (string, []any) {
+	return q.deleteCoalesceKeys.bind(names)
+}
+
 // UpdateCoalesced applies a joining call to the pending job.
 func (q *SQL) UpdateCoalesced(u CoalesceUpdate) (string, []any) {
 	return q.updateCoalesced.bind(u.ID, u.Args, u.Calls, string(u.State), u.RunAt, u.ReleaseKey)

@@ -1,0 +1,1 @@
+DROP TABLE sluice_coalesce_keys;
