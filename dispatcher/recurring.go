@@ -52,8 +52,8 @@ type Maintenance struct {
 	// fairness keys whose next job would start at their queue's virtual
 	// time anyway (docs/fairness.md), and, in batches as well, the
 	// semaphores of concurrency keys that hold no slot, have no blocked
-	// job and saw no activity for an hour (docs/concurrency.md), and, on
-	// MySQL, the coalesce keys' lock rows no call holds
+	// job and saw no activity for an hour (docs/concurrency.md), and the
+	// rows of coalesce keys whose job no longer holds the key
 	// (docs/coalesce.md). Defaults to "@hourly".
 	ClearIdleBudgets MaintenanceTask
 	// ClearFinishedJobs deletes completed and cancelled jobs older than
@@ -192,7 +192,7 @@ func (d *Dispatcher) compileTasks(cfg Config) error {
 			}
 			co, err := d.store.ClearCoalesceKeys(ctx, 500, 300*time.Millisecond)
 			if co > 0 {
-				d.log.Info("sluice: cleared coalesce key locks", "count", co)
+				d.log.Info("sluice: cleared released coalesce keys", "count", co)
 			}
 			return n + keys + sems + co, err
 		}},

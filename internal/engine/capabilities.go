@@ -30,13 +30,4 @@ type Capabilities struct {
 	MaxKeyLength int
 	// MaxInsertBatch is how many jobs one InsertJobs may carry.
 	MaxInsertBatch int
-	// IndexLocks says a locking read or a write locks the entries of a
-	// secondary index apart from the rows they lead to (InnoDB), so that
-	// a locking read through the coalesce index, which locks the entry
-	// and then the job, could wait for a job whose holder waits for that
-	// entry (a claim releasing the job's key). A coalescing call then
-	// takes its key's row in sluice_coalesce_locks first, finds the
-	// pending job with a plain read and locks it through the primary key
-	// (lockPending).
-	IndexLocks bool
 }

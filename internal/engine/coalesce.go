@@ -4,6 +4,7 @@ import (
 	"cmp"
 	"context"
 	"fmt"
+	"maps"
 	"slices"
 	"time"
 
@@ -17,7 +18,7 @@ const maxCoalesceRounds = 5
 // enqueueTx enqueues jobs of which some coalesce, need concurrency slots
 // or are fair, in one transaction (the caller's, or one of the store's).
 // Locks are taken in one order everywhere: the fairness keys (by queue and
-// key), on MySQL the coalesce keys' rows (lockCoalesceKeys), the pending
+// key), the coalesce keys' rows (lockCoalesceKeys), the pending
 // jobs calls join (by key), then the semaphores (by
 // key), all of them at once: those of the jobs enqueued (each declares its
 // limit; those ready on arrival take a slot), of the full jobs their
@@ -57,13 +58,18 @@ func (s *Store) enqueueTx(ctx context.Context, ex Executor, c Clock, jobs []NewJ
 		}
 	}
 	slices.SortStableFunc(order, func(a, b int) int { return cmp.Compare(jobs[a].Coalesce.Key, jobs[b].Coalesce.Key) })
-	if err := s.lockCoalesceKeys(ctx, ex, jobs, order); err != nil {
+	pointers, err := s.lockCoalesceKeys(ctx, ex, jobs, order)
+	if err != nil {
 		return nil, err
 	}
+	repointed := map[string]bool{}
 	for _, i := range order {
-		co, err := s.coalesceOne(ctx, ex, now, jobs[i], &rows[i])
+		co, err := s.coalesceOne(ctx, ex, now, jobs[i], &rows[i], pointers)
 		if err != nil {
 			return nil, err
+		}
+		if co.created {
+			pointers[jobs[i].Coalesce.Key], repointed[jobs[i].Coalesce.Key] = co.ID, true
 		}
 		out[i], created[i] = co.Enqueued, co.created
 		if co.alone {
@@ -95,7 +101,7 @@ func (s *Store) enqueueTx(ctx context.Context, ex Executor, c Clock, jobs []NewJ
 			takes = takes || r.State == StateReady
 		}
 	}
-	var writes []Stmt
+	writes := s.repoint(pointers, repointed)
 	var sl *slots
 	if len(keys) > 0 {
 		var err error
@@ -220,9 +226,10 @@ type coalesced struct {
 	unslotted *DueRow
 }
 
-// coalesceOne joins the call to the pending job of its key, or creates
-// that job, and reports which.
-func (s *Store) coalesceOne(ctx context.Context, ex Executor, now time.Time, j NewJob, row *InsertRow) (coalesced, error) {
+// coalesceOne joins the call to the pending job of its key, which the
+// key's row points to (pointers, lockCoalesceKeys), or creates that job,
+// and reports which.
+func (s *Store) coalesceOne(ctx context.Context, ex Executor, now time.Time, j NewJob, row *InsertRow, pointers map[string]int64) (coalesced, error) {
 	nowUS := Micros(now)
 	rule := j.Coalesce.Rule
 	row.CoalesceKey, row.FirstCallAt = j.Coalesce.Key, nowUS
@@ -232,7 +239,17 @@ func (s *Store) coalesceOne(ctx context.Context, ex Executor, now time.Time, j N
 		}
 	}
 	for round := 0; round < maxCoalesceRounds; round++ {
-		p, err := s.lockPending(ctx, ex, j.Coalesce.Key, round == 0)
+		var p *PendingRow
+		var err error
+		if round == 0 {
+			p, err = s.pointedPending(ctx, ex, j.Coalesce.Key, pointers[j.Coalesce.Key])
+		} else {
+			// The insert met a pending job of the key that its row does
+			// not point to: one a process of a version before migration
+			// 020 made, which takes no key row (PostgreSQL's and SQLite's
+			// unique index finds it; MySQL's is not unique).
+			p, err = s.lockPending(ctx, ex, j.Coalesce.Key)
+		}
 		if err != nil {
 			return coalesced{}, err
 		}
@@ -260,7 +277,6 @@ func (s *Store) coalesceOne(ctx context.Context, ex Executor, now time.Time, j N
 		if err != nil || ok {
 			return coalesced{Enqueued: Enqueued{ID: id, State: row.State}, created: ok}, err
 		}
-		// Another enqueue created the pending job since we looked: join it.
 	}
 	return coalesced{}, fmt.Errorf("coalesce %s: the pending job kept changing under this call; try again", j.Coalesce.Key)
 }
@@ -277,13 +293,19 @@ func (c *Coalesce) joins(kind, pending string) bool {
 }
 
 // lockCoalesceKeys locks the rows of the keys that the calls at order
-// (sorted by key) coalesce on, where the database locks index entries
-// apart from rows (IndexLocks); elsewhere it does nothing. Only coalescing
-// calls lock these rows, after the fairness keys and before anything
-// else, in key order.
-func (s *Store) lockCoalesceKeys(ctx context.Context, ex Executor, jobs []NewJob, order []int) error {
-	if len(order) == 0 || !s.d.Capabilities().IndexLocks {
-		return nil
+// (sorted by key) coalesce on, creating those missing, and returns the job
+// each row points to (0 for none): the key's pending job unless it has
+// released the key since. Only coalescing calls lock these rows, after the
+// fairness keys and before anything else, in key order, so no other call
+// creates or joins a pending job of the key until this transaction ends.
+// The pointer is read with the row's lock, so as last committed at any
+// isolation level: a caller's transaction at REPEATABLE READ, whose plain
+// reads may see a snapshot older than the key's job, finds it too. A
+// claim or a cancel that releases a key leaves its row alone, so neither
+// waits for a row a call holds (pointedPending checks the job).
+func (s *Store) lockCoalesceKeys(ctx context.Context, ex Executor, jobs []NewJob, order []int) (map[string]int64, error) {
+	if len(order) == 0 {
+		return nil, nil
 	}
 	keys := make([]string, 0, len(order))
 	for _, i := range order {
@@ -291,41 +313,56 @@ func (s *Store) lockCoalesceKeys(ctx context.Context, ex Executor, jobs []NewJob
 			keys = append(keys, k)
 		}
 	}
-	q, args := s.q.LockCoalesceKeys(keys)
-	if _, err := exec(ctx, ex, q, args); err != nil {
-		return fmt.Errorf("lock coalesce keys: %w", err)
+	pointers := make(map[string]int64, len(keys))
+	stmts := []Stmt{stmt(s.q.LockCoalesceKeys(keys)), query(s.q.ReadCoalesceKeys(keys))}
+	err := pipeline(ctx, ex, stmts, func(_ int, rows Rows) error {
+		for rows.Next() {
+			var key string
+			var id int64
+			if err := rows.Scan(&key, &id); err != nil {
+				return err
+			}
+			pointers[key] = id
+		}
+		return nil
+	})
+	if err != nil {
+		return nil, fmt.Errorf("lock coalesce keys: %w", err)
 	}
-	return nil
+	return pointers, nil
 }
 
-// lockPending locks the pending job that holds key, or returns nil. On a
-// call's first look where the database locks index entries apart from
-// rows (IndexLocks), it holds the key's row (lockCoalesceKeys), so no
-// other call creates or joins a pending job of the key meanwhile: it reads
-// which job that is without a lock and locks it through the primary key,
-// never holding the coalesce index's entry while it waits for the job (a
-// claim or a cancel holding the job waits for that entry to release the
-// key). When the read finds none, or a job that no longer holds the key
-// once locked (a claim took it meanwhile), a locking read through the
-// index looks again: the plain read may have been on a snapshot older
-// than the job (a caller's transaction at REPEATABLE READ that read
-// before), and only a locking read sees the latest. At READ COMMITTED it
-// finds no job of the key then, and waits for none that a holder of the
-// entry waits for.
-func (s *Store) lockPending(ctx context.Context, ex Executor, key string, first bool) (*PendingRow, error) {
-	if first && s.d.Capabilities().IndexLocks {
-		q, args := s.q.FindPending(key)
-		ids, err := queryInt64s(ctx, ex, q, args)
-		if err != nil {
-			return nil, err
-		}
-		if len(ids) > 0 {
-			q, args = s.q.LockPendingByID(ids[0], key)
-			if p, err := s.readPending(ctx, ex, q, args); err != nil || p != nil {
-				return p, err
-			}
-		}
+// repoint points the rows of the keys a call created a pending job for to
+// that job (the last one, when calls of one enqueue made several).
+func (s *Store) repoint(pointers map[string]int64, repointed map[string]bool) []Stmt {
+	if len(repointed) == 0 {
+		return nil
 	}
+	keys := slices.Sorted(maps.Keys(repointed))
+	ids := make([]int64, len(keys))
+	for i, k := range keys {
+		ids[i] = pointers[k]
+	}
+	return []Stmt{stmt(s.q.PointCoalesceKeys(keys, ids))}
+}
+
+// pointedPending locks the job a key's row points to (id; 0 for none)
+// through the primary key, if it still holds the key, or returns nil. It
+// never locks the coalesce index's entry: a claim or a cancel that holds
+// the job locks that entry to release the key (on MySQL, whose InnoDB
+// locks index entries apart from rows), so a call that held the entry
+// while it waited for the job could close a cycle with it.
+func (s *Store) pointedPending(ctx context.Context, ex Executor, key string, id int64) (*PendingRow, error) {
+	if id == 0 {
+		return nil, nil
+	}
+	q, args := s.q.LockPendingByID(id, key)
+	return s.readPending(ctx, ex, q, args)
+}
+
+// lockPending locks the pending job that holds key through the coalesce
+// index, or returns nil: for a job no key row points to (coalesceOne).
+func (s *Store) lockPending(ctx context.Context, ex Executor, key string) (*PendingRow, error) {
 	q, args := s.q.LockPending(key)
 	return s.readPending(ctx, ex, q, args)
 }

@@ -7,21 +7,20 @@ import (
 )
 
 // ClearCoalesceKeys deletes, batchSize at a time with a pause between
-// batches, the rows of coalesce keys (sluice_coalesce_keys) that no
-// transaction holds, and returns how many it deleted. A row serves only to
-// be locked by a call of its key, where the database locks index entries
-// apart from rows (IndexLocks: MySQL), and the next call creates it again
-// (LockCoalesceKeys), so any row not in use may go. Elsewhere the table
-// stays empty and nothing is read.
+// batches, the rows of coalesce keys (sluice_coalesce_keys) whose job no
+// longer holds the key (claimed, cancelled, or full), and returns how many
+// it deleted. A row serves a call of its key to find the key's pending
+// job and to keep others from making one meanwhile (lockCoalesceKeys); a
+// job that released its key never takes it again, so such a row points to
+// nothing, and the next call of the key creates it again.
 //
-// Each batch locks the next rows in key order without waiting, deletes
-// them and commits: it holds no other lock and waits for none, so it
-// deadlocks with no one; a call that wants a row it holds waits for its
-// commit, then creates the row anew.
+// Each batch locks the next rows in key order without waiting (a row a
+// call holds is in use, and skipped), deletes those whose job no longer
+// holds the key, and commits: it holds no other lock and waits for none
+// (a job it reads is read without a lock), so it deadlocks with no one; a
+// call that wants a row it holds waits for its commit, then creates the
+// row anew.
 func (s *Store) ClearCoalesceKeys(ctx context.Context, batchSize int, pause time.Duration) (int, error) {
-	if !s.d.Capabilities().IndexLocks {
-		return 0, nil
-	}
 	after := ""
 	return inBatches(ctx, batchSize, pause, func(limit int) (found, deleted int, err error) {
 		var last string

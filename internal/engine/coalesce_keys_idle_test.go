@@ -24,12 +24,13 @@ func countCoalesceKeys(t *testing.T, s *engine.Store) int {
 	return n
 }
 
-// On MySQL each coalescing call locks its key's row, created on first use;
-// the hourly clean-up deletes the rows no call holds, in batches, and a
-// later call of a deleted key creates its row again and still joins the
-// key's pending job. Elsewhere calls never use the table and the clean-up
-// reads nothing.
-func TestCoalesceKeyRowsAreClearedAndCreatedAgain(t *testing.T) {
+// Each coalescing call locks its key's row, created on first use, which
+// points to the key's pending job. The hourly clean-up deletes, in batches
+// and skipping the rows a call holds, the rows whose job released its key
+// (claimed or cancelled), and keeps those of pending jobs, through which
+// the next call finds its job; a call of a deleted key creates its row
+// again, and a new job.
+func TestCoalesceKeyRowsOfReleasedJobsAreCleared(t *testing.T) {
 	testdb.EachPool(t, func(t *testing.T, s *engine.Store, open func() *engine.Store) {
 		ctx := context.Background()
 		call := func(key string) engine.NewJob {
@@ -37,38 +38,46 @@ func TestCoalesceKeyRowsAreClearedAndCreatedAgain(t *testing.T) {
 			j.Coalesce = &engine.Coalesce{Key: key, Rule: coalesce.Spec{Scope: "co", OnConflict: coalesce.Discard}}
 			return j
 		}
-		first := enqueue(t, s, t0, call("co/a"), call("co/b"), call("co/c"), call("co/a"))
+		first := enqueue(t, s, t0, call("co/a"), call("co/b"), call("co/c"), call("co/a"), call("co/d"))
 		require.Equal(t, first[0], first[3], "the second call of co/a joined the first")
-		mysql := s.Dialect().Capabilities().IndexLocks
-		if !mysql {
-			require.Zero(t, countCoalesceKeys(t, s))
-			n, err := s.ClearCoalesceKeys(ctx, 2, time.Millisecond)
-			require.NoError(t, err)
-			require.Zero(t, n)
-			return
-		}
-		require.Equal(t, 3, countCoalesceKeys(t, s))
-
-		// A caller's transaction holds co/b's row: the clean-up skips it
-		// without waiting, and deletes the others, two at a time.
-		other := open()
-		tx, err := other.DB().Begin(ctx)
-		require.NoError(t, err)
-		defer func() { _ = tx.Rollback(ctx) }()
-		_, err = other.Enqueue(ctx, tx, engine.At(t0), []engine.NewJob{call("co/b")})
-		require.NoError(t, err)
+		require.Equal(t, 4, countCoalesceKeys(t, s))
 		n, err := s.ClearCoalesceKeys(ctx, 2, time.Millisecond)
 		require.NoError(t, err)
-		require.Equal(t, 2, n)
-		require.NoError(t, tx.Commit(ctx))
-		require.Equal(t, 1, countCoalesceKeys(t, s))
+		require.Zero(t, n, "every row points to a pending job")
 
-		again := enqueue(t, s, t0, call("co/a"), call("co/c"))
-		require.Equal(t, []int64{first[0], first[2]}, again, "calls of cleared keys still join their pending jobs")
-		require.Equal(t, 3, countCoalesceKeys(t, s))
+		pid := register(t, s, t0)
+		require.Equal(t, []int64{first[0], first[1], first[2]}, ids(claim(t, s, pid, t0, 3).Jobs))
+		_, err = s.CancelJobs(ctx, engine.At(t0), []int64{first[4]}, "")
+		require.NoError(t, err)
+		// co/b's next call, in a caller's transaction still open, holds
+		// its row: the clean-up skips it without waiting.
+		if s.Dialect().Capabilities().RowLocks {
+			other := open()
+			tx, err := other.DB().Begin(ctx)
+			require.NoError(t, err)
+			defer func() { _ = tx.Rollback(ctx) }()
+			_, err = other.Enqueue(ctx, tx, engine.At(t0), []engine.NewJob{call("co/b")})
+			require.NoError(t, err)
+			n, err = s.ClearCoalesceKeys(ctx, 2, time.Millisecond)
+			require.NoError(t, err)
+			require.Equal(t, 3, n, "co/a, co/c and co/d released their keys; co/b is held")
+			require.NoError(t, tx.Commit(ctx))
+		} else {
+			n, err = s.ClearCoalesceKeys(ctx, 2, time.Millisecond)
+			require.NoError(t, err)
+			require.Equal(t, 4, n)
+		}
+
+		again := enqueue(t, s, t0, call("co/a"), call("co/b"))
+		require.NotContains(t, first, again[0], "co/a's call made a new job")
+		b := again[1]
+		if s.Dialect().Capabilities().RowLocks {
+			require.Equal(t, engine.StateReady, state(t, s, b).State)
+		}
+		require.Equal(t, 2, countCoalesceKeys(t, s))
 		n, err = s.ClearCoalesceKeys(ctx, 0, time.Millisecond)
 		require.NoError(t, err)
-		require.Equal(t, 3, n)
-		require.Zero(t, countCoalesceKeys(t, s))
+		require.Zero(t, n, "both rows point to pending jobs")
+		require.Equal(t, b, enqueue(t, s, t0, call("co/b"))[0], "a call after the clean-up joins the pending job")
 	})
 }

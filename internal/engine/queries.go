@@ -42,8 +42,8 @@ type SQL struct {
 	expiredSemaphores, blockedKeys, lockIdleSemaphores, blockedAmong, deleteSemaphores, blockedLimit                 *sqlStatement
 	listSemaphores                                                                                                   string
 
-	insertCoalescing, lockPending, updateCoalesced, insertCall, loadCalls, deleteCalls       *sqlStatement
-	lockCoalesceKeys, findPending, lockPendingByID, lockIdleCoalesceKeys, deleteCoalesceKeys *sqlStatement
+	insertCoalescing, lockPending, updateCoalesced, insertCall, loadCalls, deleteCalls                               *sqlStatement
+	lockCoalesceKeys, readCoalesceKeys, lockPendingByID, pointCoalesceKeys, lockIdleCoalesceKeys, deleteCoalesceKeys *sqlStatement
 
 	insertTick, setTickJob, deleteTicks *sqlStatement
 
@@ -215,8 +215,9 @@ func NewSQL(d Dialect) (*SQL, error) {
 			"fair_key", "fair_start"}},
 		{&q.lockPending, "LockPending", []string{"key"}},
 		{&q.lockCoalesceKeys, "LockCoalesceKeys", []string{"rows"}},
-		{&q.findPending, "FindPending", []string{"key"}},
+		{&q.readCoalesceKeys, "ReadCoalesceKeys", []string{"names"}},
 		{&q.lockPendingByID, "LockPendingByID", []string{"id", "key"}},
+		{&q.pointCoalesceKeys, "PointCoalesceKeys", []string{"rows"}},
 		{&q.lockIdleCoalesceKeys, "LockIdleCoalesceKeys", []string{"after", "limit"}},
 		{&q.deleteCoalesceKeys, "DeleteCoalesceKeys", []string{"names"}},
 		{&q.updateCoalesced, "UpdateCoalesced", []string{"id", "args", "calls", "state", "run_at", "release"}},

@@ -70,19 +70,25 @@ func (q *SQL) InsertCoalescing(j InsertRow) (string, []any) {
 func (q *SQL) LockPending(key string) (string, []any) { return q.lockPending.bind(key) }
 
 // LockCoalesceKeys creates the rows of coalesce keys (sorted) that do not
-// exist and locks them all, in key order. Used where IndexLocks.
+// exist and locks them all, in key order.
 func (q *SQL) LockCoalesceKeys(keys []string) (string, []any) {
 	return q.lockCoalesceKeys.bind(columns{keys})
 }
 
-// FindPending reads, without a lock, the pending job that holds a coalesce
-// key. Columns: id.
-func (q *SQL) FindPending(key string) (string, []any) { return q.findPending.bind(key) }
+// ReadCoalesceKeys reads the job each key's row points to, 0 for none.
+// Columns: name, job_id.
+func (q *SQL) ReadCoalesceKeys(keys []string) (string, []any) { return q.readCoalesceKeys.bind(keys) }
 
 // LockPendingByID locks the job id through the primary key if it still
 // holds the coalesce key. Columns: JobInfoColumns, first_call_at.
 func (q *SQL) LockPendingByID(id int64, key string) (string, []any) {
 	return q.lockPendingByID.bind(id, key)
+}
+
+// PointCoalesceKeys points each key's row (key, sorted) to the job ids[i]
+// created for it.
+func (q *SQL) PointCoalesceKeys(keys []string, ids []int64) (string, []any) {
+	return q.pointCoalesceKeys.bind(columns{keys, ids})
 }
 
 // LockIdleCoalesceKeys locks up to limit coalesce key rows after after,
@@ -91,7 +97,8 @@ func (q *SQL) LockIdleCoalesceKeys(after string, limit int) (string, []any) {
 	return q.lockIdleCoalesceKeys.bind(after, limit)
 }
 
-// DeleteCoalesceKeys deletes coalesce key rows by name.
+// DeleteCoalesceKeys deletes, of the key rows names, those whose job no
+// longer holds the key.
 func (q *SQL) DeleteCoalesceKeys(names []string) (string, []any) {
 	return q.deleteCoalesceKeys.bind(names)
 }

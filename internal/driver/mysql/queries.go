@@ -13,10 +13,9 @@ import (
 // lock on the queue row.
 
 // Capabilities: row locks and ON DUPLICATE KEY; no arrays, no RETURNING,
-// booleans as integers; keys of at most 255 characters; InnoDB locks
-// index entries apart from rows.
+// booleans as integers; keys of at most 255 characters.
 func (Dialect) Capabilities() engine.Capabilities {
-	return engine.Capabilities{RowLocks: true, DuplicateKey: true, MaxKeyLength: 255, MaxInsertBatch: 1000, IndexLocks: true}
+	return engine.Capabilities{RowLocks: true, DuplicateKey: true, MaxKeyLength: 255, MaxInsertBatch: 1000}
 }
 
 // Replacements replaces the predicates that say a job is in a state with

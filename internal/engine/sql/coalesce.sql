@@ -15,33 +15,47 @@ RETURNING id;
 SELECT {JobInfoColumns}, first_call_at FROM sluice_jobs WHERE coalesce_key = :key FOR UPDATE;
 
 -- name: LockCoalesceKeys
--- Where a locking read locks index entries apart from rows (IndexLocks:
--- MySQL), a coalescing call takes its key's row here before it looks for
--- the key's pending job, so that no other call creates one meanwhile; the
--- rows (sorted) that do not exist are created, those that do are locked
--- without being changed, in key order. A row being deleted
+-- A coalescing call first takes its key's row, so that no other call
+-- creates or joins a pending job of the key until its transaction ends:
+-- the rows (sorted) that do not exist are created, those that do are
+-- locked without being changed, in key order. A row being deleted
 -- (DeleteCoalesceKeys) makes the insert wait, then insert it anew.
+-- ReadCoalesceKeys follows it.
 INSERT INTO sluice_coalesce_keys (name) VALUES :rows(text) ON CONFLICT (name) DO UPDATE SET name = EXCLUDED.name WHERE FALSE;
 
--- name: FindPending
--- The pending job of a key, read without a lock (at READ COMMITTED, as
--- last committed): LockPendingByID then locks it through the primary
--- key, never through the coalesce index's entry, which a claim that
--- releases the job's key must lock after the job.
-SELECT id FROM sluice_jobs WHERE coalesce_key = :key ORDER BY id LIMIT 1;
+-- name: ReadCoalesceKeys
+-- The job each key's row last pointed to (0 for none), read with a lock
+-- the transaction already holds, so as committed last whatever the
+-- isolation level: the key's pending job, unless it has released the key
+-- since (LockPendingByID checks). Columns: name, job_id.
+SELECT name, COALESCE(job_id, 0) FROM sluice_coalesce_keys WHERE name IN (:names) FOR UPDATE;
 
 -- name: LockPendingByID
+-- The job a key's row points to, locked through the primary key, if it
+-- still holds the key: never through the coalesce index, whose entry a
+-- claim or a cancel holding the job locks to release the key (InnoDB locks
+-- index entries apart from rows).
 SELECT {JobInfoColumns}, first_call_at FROM sluice_jobs WHERE id = :id AND coalesce_key = :key FOR UPDATE;
+
+-- name: PointCoalesceKeys
+-- Each key's row to the pending job a call created for it.
+INSERT INTO sluice_coalesce_keys (name, job_id) VALUES :rows(text, bigint)
+ON CONFLICT (name) DO UPDATE SET job_id = EXCLUDED.job_id;
 
 -- name: LockIdleCoalesceKeys
 -- Up to :limit key rows after :after, in key order, locked without
--- waiting: a row another transaction holds is in use, and skipped. A row
--- only serves to be locked, so any other may go (DeleteCoalesceKeys): the
--- next call of its key creates it again.
+-- waiting: a row another transaction holds is in use, and skipped.
+-- DeleteCoalesceKeys then deletes those whose job no longer holds the
+-- key.
 SELECT name FROM sluice_coalesce_keys WHERE name > :after ORDER BY name LIMIT :limit FOR UPDATE SKIP LOCKED;
 
 -- name: DeleteCoalesceKeys
-DELETE FROM sluice_coalesce_keys WHERE name IN (:names);
+-- The rows among :names (locked) whose job no longer holds their key: a
+-- job that released its key never takes it again, so a row whose job
+-- holds it is kept (it is how the next call finds the job), and the
+-- others go; the next call of their key creates the row again.
+DELETE FROM sluice_coalesce_keys WHERE name IN (:names)
+  AND NOT EXISTS (SELECT 1 FROM sluice_jobs j WHERE j.id = sluice_coalesce_keys.job_id AND j.coalesce_key = sluice_coalesce_keys.name);
 
 -- name: UpdateCoalesced
 -- A joining call: new args unless empty, the call count, the state, a new
