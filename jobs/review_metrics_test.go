@@ -2,6 +2,7 @@ package jobs_test
 
 import (
 	"context"
+	"sync"
 	"testing"
 	"time"
 
@@ -148,5 +149,58 @@ func TestReviewExplainAPausedQueuesSlotlessJobSaysThePauseHoldsIt(t *testing.T) 
 
 		e := h.explain(id)
 		require.Equal(t, jobs.ReasonQueuePaused, e.Reason, "explain says %q", e.Summary)
+	})
+}
+
+type revCharge struct{ N int }
+
+func (revCharge) Kind() string { return "rev_charge" }
+
+// docs/rate-limits.md: the DeferEvents, "and sluice_jobs_deferred_total,
+// count every deferral the jobs record"; docs/observability.md: each
+// deferral "is reported to OnDefer". guarantees.md knows of claims whose
+// commit lands and whose reply is lost ("A claim whose outcome is
+// unknown"): the worker releases the jobs it claimed, but the deferrals
+// the same transaction recorded are reported to no one. The jobs record
+// the lost claim's two deferrals; OnDefer (and so both counters) saw
+// none of them.
+func TestReviewAClaimWhoseReplyIsLostReportsTheDeferralsItRecorded(t *testing.T) {
+	each(t, func(t *testing.T, h *harness) {
+		ctx := context.Background()
+		require.NoError(t, jobs.Register(h.reg, func(context.Context, *jobs.Job[revCharge]) error { return nil },
+			jobs.RateLimit(ratelimit.Limit[revCharge]{To: 1, Per: time.Minute, Key: "global"})))
+		for i := range 3 {
+			h.enqueue(revCharge{N: i})
+		}
+		s, db, _ := lossStore(h)
+		db.loseReply = once(func(stmts []string) bool { return has(stmts, markRunning) })
+		var mu sync.Mutex
+		reported := 0
+		w, err := jobs.NewWorker(testdb.Public(s), h.reg, jobs.WorkerConfig{Clock: h.clock, Logger: quiet(),
+			Hooks: jobs.Hooks{OnDefer: func(e jobs.DeferEvent) {
+				mu.Lock()
+				defer mu.Unlock()
+				reported += e.Count
+			}}})
+		require.NoError(t, err)
+		_, err = w.Drain(ctx)
+		require.ErrorIs(t, err, errConnReset, "the claim's reply was lost")
+		_, err = w.Drain(ctx)
+		require.NoError(t, err)
+
+		var recorded int64
+		rows, err := h.store.DB().Query(ctx, `SELECT COALESCE(SUM(deferrals), 0) FROM sluice_jobs`)
+		require.NoError(t, err)
+		for rows.Next() {
+			require.NoError(t, rows.Scan(&recorded))
+		}
+		rows.Close()
+		// The lost claim deferred two jobs; the job it claimed, released,
+		// is deferred by the next claim (the budget is spent), which is
+		// reported: 3 recorded.
+		require.EqualValues(t, 3, recorded, "the lost claim's deferrals landed")
+		mu.Lock()
+		defer mu.Unlock()
+		require.EqualValues(t, recorded, reported, "every deferral the jobs record is reported once")
 	})
 }
