@@ -22,7 +22,9 @@ type Hooks struct {
 	// later slots to make room for more urgent ones (DeferEvent.Displaced),
 	// and once for each batch of jobs the worker's sweep defers in bulk
 	// behind a full budget (DeferEvent.Swept), so that the events count
-	// every deferral the jobs record. Sweeps run in
+	// every deferral the jobs record, but those of a claim or batch whose
+	// commit landed and whose reply was lost, which the worker takes for
+	// failed and reports nothing of. Sweeps run in
 	// goroutines of their own: OnDefer may be called from several at once.
 	OnDefer func(DeferEvent)
 	// OnFinish is called once for each run the worker starts, when it

@@ -21,7 +21,9 @@ const (
 	// ReasonQueuePaused: the job's queue is paused.
 	ReasonQueuePaused Reason = "queue_paused"
 	// ReasonRateLimited: a rate limit deferred the job, which holds a
-	// slot (a time to come back) on the budget.
+	// slot (a time to come back) on the budget; or an upstream refused it
+	// (RetryAfter), and it waits out the upstream's time, before which its
+	// budgets admit nothing.
 	ReasonRateLimited Reason = "rate_limited"
 	// ReasonParked: a rate limit deferred the job beyond the horizon; it
 	// waits for a slot among the budget's parked jobs.
@@ -214,8 +216,11 @@ func Explain(ctx context.Context, pub *store.Store, reg *Registry, id int64, now
 		}
 	}
 	if sf := f.Semaphore; sf != nil {
+		// The key's limit is the one its row records, most recently
+		// declared; a key without one (no row, or a row no enqueue
+		// declared a limit on) takes the job's own To, as the engine does.
 		ce := &ConcurrencyExplanation{Key: sf.Key, Holders: sf.Holders, HoldsSlot: j.HoldsSlot, Held: sf.Row.Held, To: sf.Row.Limit}
-		if j.Conc != nil && j.Conc.To > 0 {
+		if (!sf.Found || sf.Row.Limit <= 0) && j.Conc != nil {
 			ce.To = j.Conc.To
 		}
 		e.Concurrency = ce
@@ -308,6 +313,15 @@ func (e *Explanation) reason(f *engine.ExplainFacts, binding *engine.BudgetFacts
 		}
 	case engine.StateScheduled:
 		switch {
+		case j.WaitKey != "" && j.DeferredAt.IsZero():
+			// Not deferred since it last ran: an upstream refused it (a
+			// 429), which held its budgets back until its time, and gave
+			// it no slot on them.
+			e.Reason = ReasonRateLimited
+			e.Summary = fmt.Sprintf("refused by the upstream (a 429, RetryAfter): it waits until %s, and rate limit %s (%s) admits nothing before then%s",
+				stamp(j.RunAt), j.WaitKey, limitText(limit), paused)
+			e.EstimatedStart = j.RunAt
+			e.EstimateBasis = "the end of the upstream's wait (if the budget is spent when it comes back, it waits again)"
 		case j.WaitKey != "":
 			e.Reason = ReasonRateLimited
 			e.Ahead = aheadOf(binding)
@@ -315,6 +329,17 @@ func (e *Explanation) reason(f *engine.ExplainFacts, binding *engine.BudgetFacts
 				j.WaitKey, limitText(limit), stamp(j.RunAt), countText(e.Ahead), paused)
 			e.EstimatedStart = j.RunAt
 			e.EstimateBasis = "its slot on the budget (a slot is a hint: if the budget is spent when it comes back, it waits again)"
+		case f.QueuePaused && !j.RunAt.After(e.Now):
+			// Due, and held by the pause alone: a job of a concurrency key
+			// takes no slot while its queue is paused (it waits scheduled
+			// and due); another is made ready, from which nothing is
+			// claimed either.
+			e.Reason = ReasonQueuePaused
+			e.Summary = fmt.Sprintf("due since %s, but queue %s is paused: nothing is claimed from it until it is resumed", stamp(j.RunAt), j.Queue)
+			if j.ConcKey != "" && !j.HoldsSlot {
+				e.Summary = fmt.Sprintf("due since %s, but queue %s is paused: it takes a slot of concurrency key %s (or is blocked) within a tick of the resume, not before",
+					stamp(j.RunAt), j.Queue, j.ConcKey)
+			}
 		case j.Attempt > 0 || j.LastError != "":
 			e.Reason = ReasonRetryBackoff
 			e.Summary = fmt.Sprintf("waiting out a retry backoff after attempt %d of %d failed; it is due %s%s", j.Attempt, j.MaxAttempts, stamp(j.RunAt), paused)
@@ -331,9 +356,22 @@ func (e *Explanation) reason(f *engine.ExplainFacts, binding *engine.BudgetFacts
 		e.Reason = ReasonBlocked
 		e.Ahead = &f.Semaphore.Ahead
 		c := e.Concurrency
-		e.Summary = fmt.Sprintf("blocked on concurrency key %s: %d of %d slot(s) held, %s blocked job(s) before it%s",
-			c.Key, c.Held, c.To, countText(e.Ahead), paused)
-		e.EstimateBasis = "a slot is given back when a holder finishes, which cannot be told in advance"
+		switch {
+		case f.QueuePaused:
+			e.Summary = fmt.Sprintf("blocked on concurrency key %s: %d of %d slot(s) held, %s blocked job(s) before it%s",
+				c.Key, c.Held, c.To, countText(e.Ahead), paused)
+			e.EstimateBasis = "not before the queue is resumed"
+		case c.Held < c.To:
+			// A slot free (or the key has no row): no job of the key
+			// needs to finish; the dispatcher's tick hands it out.
+			e.Summary = fmt.Sprintf("blocked on concurrency key %s: %d of %d slot(s) held, so one is free for the dispatcher to hand out; %s blocked job(s) before it",
+				c.Key, c.Held, c.To, countText(e.Ahead))
+			e.EstimateBasis = "a slot of its key is free: the dispatcher hands free slots to the key's blocked jobs, in their order, within a tick"
+		default:
+			e.Summary = fmt.Sprintf("blocked on concurrency key %s: %d of %d slot(s) held, %s blocked job(s) before it",
+				c.Key, c.Held, c.To, countText(e.Ahead))
+			e.EstimateBasis = "a slot is given back when a holder finishes, which cannot be told in advance"
+		}
 	case engine.StateReady:
 		if f.QueuePaused {
 			e.Reason = ReasonQueuePaused

@@ -69,11 +69,12 @@ func parseCatalog(text string) (map[string]entry, error) {
 // replacements.
 func loadCatalog(replacements string) (map[string]entry, error) {
 	all := map[string]entry{
-		"JobColumns":       {fragment: true, text: JobColumns},
-		"JobInfoColumns":   {fragment: true, text: JobInfoColumns},
-		"BudgetColumns":    {fragment: true, text: BudgetColumns},
-		"SemaphoreColumns": {fragment: true, text: SemaphoreColumns},
-		"ProcessColumns":   {fragment: true, text: ProcessColumns},
+		"JobColumns":        {fragment: true, text: JobColumns},
+		"JobInfoColumns":    {fragment: true, text: JobInfoColumns},
+		"BudgetColumns":     {fragment: true, text: BudgetColumns},
+		"SemaphoreColumns":  {fragment: true, text: SemaphoreColumns},
+		"ProcessColumns":    {fragment: true, text: ProcessColumns},
+		"JobQueueNotPaused": {fragment: true, text: JobQueueNotPaused},
 	}
 	files, err := fs.Glob(catalogFS, "sql/*.sql")
 	if err != nil {

@@ -100,6 +100,16 @@ const BudgetColumns = "name, tat_ns, next_slot_ns, interval_ns, burst, parked, u
 // order.
 const SemaphoreColumns = "name, held, limit_to, duration_us, expires_at, updated_at"
 
+// JobQueueNotPaused says the queue of job j (the alias) is not paused: the
+// catalog's {JobQueueNotPaused}. A paused queue's jobs stay where they are
+// until it resumes: they take none of the slots of a budget or of a
+// concurrency key that other queues' jobs share, which would wait behind
+// jobs that cannot run. The dashboards' counts of the jobs ahead of one
+// (DashboardDialect) pass them over with it too, as the hand-outs do. It
+// reads as written on every database (TRUE is 1 where booleans are
+// integers).
+const JobQueueNotPaused = "NOT EXISTS (SELECT 1 FROM sluice_queues q WHERE q.name = j.queue AND q.paused = TRUE)"
+
 // SemaphoreRow is a concurrency key's stored state.
 type SemaphoreRow struct {
 	Name string

@@ -61,15 +61,17 @@ func (Dialect) ReadyAhead(queue string, priority int, id int64, limit int) (stri
 // the job (priority, id), in the two parked keys: the budget's jobs
 // without a fairness key before (priority, id), and its fair jobs before
 // the job's (priority, fair_start, id) when it is fair, else before
-// (priority, id). (Unparking merges the two streams at their heads: an
+// (priority, id); of queues not paused, as LockParked passes a paused
+// queue's jobs over. (Unparking merges the two streams at their heads: an
 // estimate, as ReadyAhead's.)
 func (Dialect) ParkedAhead(key string, priority int, id int64, limit int) (string, []any) {
-	return `SELECT (SELECT count(*) FROM (SELECT 1 FROM sluice_jobs WHERE parked_plain = ?
-    AND (priority < ? OR (priority = ? AND id < ?)) LIMIT ?) a)
-  + (SELECT count(*) FROM (SELECT 1 FROM sluice_jobs f JOIN sluice_jobs me ON me.id = ?
-    WHERE f.parked_fair = ? AND f.priority <= ?
-    AND (f.priority < ? OR IF(me.fair_key IS NULL, f.id < ?,
-      f.fair_start < me.fair_start OR (f.fair_start = me.fair_start AND f.id < ?))) LIMIT ?) b)`,
+	return `SELECT (SELECT count(*) FROM (SELECT 1 FROM sluice_jobs j WHERE j.parked_plain = ?
+    AND (j.priority < ? OR (j.priority = ? AND j.id < ?)) AND ` + engine.JobQueueNotPaused + ` LIMIT ?) a)
+  + (SELECT count(*) FROM (SELECT 1 FROM sluice_jobs j JOIN sluice_jobs me ON me.id = ?
+    WHERE j.parked_fair = ? AND j.priority <= ?
+    AND (j.priority < ? OR IF(me.fair_key IS NULL, j.id < ?,
+      j.fair_start < me.fair_start OR (j.fair_start = me.fair_start AND j.id < ?)))
+    AND ` + engine.JobQueueNotPaused + ` LIMIT ?) b)`,
 		[]any{key, priority, priority, id, limit, id, key, priority, priority, id, id, limit}
 }
 
@@ -80,10 +82,12 @@ func (Dialect) SlotsAhead(key string, runAt, id int64, limit int) (string, []any
   AND (run_at < ? OR (run_at = ? AND id < ?)) LIMIT ?) c`, []any{key, runAt, runAt, id, limit}
 }
 
-// BlockedAhead counts the jobs blocked on a key before (priority, id).
+// BlockedAhead counts the jobs blocked on a key before (priority, id), of
+// queues not paused, as LockBlocked passes a paused queue's jobs over.
 func (Dialect) BlockedAhead(key string, priority int, id int64, limit int) (string, []any) {
-	return `SELECT count(*) FROM (SELECT 1 FROM sluice_jobs WHERE blocked_key = ?
-  AND (priority < ? OR (priority = ? AND id < ?)) LIMIT ?) c`, []any{key, priority, priority, id, limit}
+	return `SELECT count(*) FROM (SELECT 1 FROM sluice_jobs j WHERE j.blocked_key = ?
+  AND (j.priority < ? OR (j.priority = ? AND j.id < ?)) AND ` + engine.JobQueueNotPaused + ` LIMIT ?) c`,
+		[]any{key, priority, priority, id, limit}
 }
 
 // GetSemaphore reads one semaphore.

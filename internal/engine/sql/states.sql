@@ -111,9 +111,6 @@ j.queue
 -- A paused queue's ready jobs stay where they are.
 NOT EXISTS (SELECT 1 FROM sluice_queues WHERE name = :queue AND paused = TRUE)
 
--- fragment: JobQueueNotPaused
--- The queue of job j is not paused. A paused queue's jobs stay where they
--- are until it resumes: they take none of the slots of a budget or of a
--- concurrency key that other queues' jobs share, which would wait behind
--- jobs that cannot run.
-NOT EXISTS (SELECT 1 FROM sluice_queues q WHERE q.name = j.queue AND q.paused = TRUE)
+-- {JobQueueNotPaused}, that the queue of job j is not paused, is
+-- engine.JobQueueNotPaused (dialect.go): the dashboards' counts of jobs
+-- ahead use it too.
