@@ -2,6 +2,8 @@ package cli_test
 
 import (
 	"context"
+	"fmt"
+	"strings"
 	"testing"
 
 	"github.com/stretchr/testify/assert"
@@ -24,13 +26,12 @@ func appliedVersions(t *testing.T, url string) (newest, count int) {
 }
 
 // `migrate status` prints versions as 017, operations.md names them so
-// (019, 020), and `migrate down 010` reads its count in decimal; but
-// `--to` and `--steps` are parsed by the flag package, which takes a
-// leading 0 for octal: `migrate up --to 017` stopped after 015, `migrate
-// down --steps 010` reverted 8 migrations, and `--to 019` was "invalid
-// value". A version or count with leading zeros must mean what it says
-// (or be refused), never another number.
-func TestReviewMigrateVersionsWithLeadingZerosAreDecimal(t *testing.T) {
+// (019, 020), and `migrate down 010` reads its count in decimal; so do
+// `--to` and `--steps`, which the flag package's Int would read as octal
+// (`--to 017` stopping after 015, `--steps 010` reverting 8, `--to 019`
+// refused). A `migrate up --to` below the newest applied says what is
+// applied past it rather than only "up to date".
+func TestMigrateVersionsWithLeadingZerosAreDecimal(t *testing.T) {
 	for _, b := range testdb.Backends(t) {
 		t.Run(b.Name, func(t *testing.T) {
 			url := b.URL(t)
@@ -39,10 +40,22 @@ func TestReviewMigrateVersionsWithLeadingZerosAreDecimal(t *testing.T) {
 			newest, _ := appliedVersions(t, url)
 			require.Equal(t, 0, code, stderr)
 			assert.Equal(t, 17, newest, "migrate up --to 017 applied up to %03d:\n%s", newest, out)
+			code, out, stderr = run(t, "migrate", "up", "--to", "019", db)
+			require.Equal(t, 0, code, stderr)
+			require.Equal(t, "applied 018_waiting_fair\napplied 019_delayed\n", afterDB(t, out))
 
 			code, _, stderr = run(t, "migrate", "up", db)
 			require.Equal(t, 0, code, stderr)
-			_, all := appliedVersions(t, url)
+			latest, all := appliedVersions(t, url)
+			var past []string
+			for v := 18; v <= latest; v++ {
+				past = append(past, fmt.Sprintf("%03d", v))
+			}
+			code, out, stderr = run(t, "migrate", "up", "--to", "017", db)
+			require.Equal(t, 0, code, stderr)
+			require.Equal(t, fmt.Sprintf("up to date to 017, and past it: %s are applied, which migrate up never reverts "+
+				"(migrate down %d takes the database back to 017)\n", strings.Join(past, ", "), len(past)), afterDB(t, out))
+
 			code, out, stderr = run(t, "migrate", "down", "--steps", "010", db)
 			require.Equal(t, 0, code, stderr)
 			_, left := appliedVersions(t, url)
