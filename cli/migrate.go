@@ -57,31 +57,32 @@ func runMigrate(ctx context.Context, env *Env, args []string) error {
 		"down":   "migrate down [N] [flags]",
 		"status": "migrate status [flags]",
 	}[verb])
-	var steps, to *int
+	// --to and --steps are read in decimal, as N is: the flag package's
+	// Int takes a leading 0 for octal, and versions are written 017.
+	var stepsFlag, toFlag *string
 	switch verb {
 	case "up":
-		to = fs.Int("to", 0, "stop after this version (0: the newest)")
+		toFlag = fs.String("to", "", "stop after this `VERSION` (0 or none: the newest)")
 	case "down":
-		steps = fs.Int("steps", 0, "how many migrations to revert, as N (default 1)")
+		stepsFlag = fs.String("steps", "", "how many migrations to revert, as `N` (default 1)")
 	}
 	if err := Parse(fs, rest); err != nil {
 		return err
 	}
-	n := 0
+	n, to := 0, 0
 	switch {
-	case verb == "up" && *to < 0:
-		return Usagef("--to must be a migration's version (0 for the newest), got %d", *to)
+	case verb == "up":
+		var err error
+		if to, err = upTarget(fs, *toFlag); err != nil {
+			return err
+		}
 	case verb == "down":
 		var err error
-		if n, err = downCount(fs, *steps); err != nil {
+		if n, err = downCount(fs, *stepsFlag); err != nil {
 			return err
 		}
 	case fs.NArg() > 0:
-		hint := ""
-		if verb == "up" {
-			hint = "; to stop at a version, use --to VERSION"
-		}
-		return Usagef("migrate %s takes no arguments, got %q%s", verb, strings.Join(fs.Args(), " "), hint)
+		return Usagef("migrate %s takes no arguments, got %q", verb, strings.Join(fs.Args(), " "))
 	}
 	// migrate names its database every time, on stdout: the notice of
 	// the default is part of it.
@@ -108,23 +109,15 @@ func runMigrate(ctx context.Context, env *Env, args []string) error {
 		if err != nil {
 			return err
 		}
-		if err := engine.CheckTarget(ms, *to); err != nil {
-			return Usagef("--to %d: %v", *to, err)
+		if err := engine.CheckTarget(ms, to); err != nil {
+			return Usagef("--to %d: %v", to, err)
 		}
-		done, err := s.MigrateUp(ctx, *to)
+		done, err := s.MigrateUp(ctx, to)
 		for _, m := range done {
 			fmt.Fprintf(env.Stdout, "applied %03d_%s\n", m.Version, m.Name)
 		}
 		if err == nil && len(done) == 0 {
-			newer, nerr := s.NewerMigrations(ctx)
-			if nerr != nil {
-				return nerr
-			}
-			if len(newer) > 0 {
-				fmt.Fprintf(env.Stdout, "up to date, and newer: %s\n", newerNote(ms, newer))
-			} else {
-				fmt.Fprintln(env.Stdout, "up to date")
-			}
+			return upToDate(ctx, env, s, ms, to)
 		}
 		return err
 	case "down":
@@ -149,12 +142,12 @@ func runMigrate(ctx context.Context, env *Env, args []string) error {
 	for _, m := range st {
 		fmt.Fprintf(tw, "%03d\t%s\t%s\n", m.Version, m.Name, m.State())
 	}
-	newer, err := s.NewerMigrations(ctx)
+	newer, err := s.NewerMigrationStatus(ctx)
 	if err != nil {
 		return err
 	}
-	for _, v := range newer {
-		fmt.Fprintf(tw, "%03d\t?\tapplied by a newer sluice (unknown to this one)\n", v)
+	for _, m := range newer {
+		fmt.Fprintf(tw, "%03d\t?\t%s\n", m.Version, m.State())
 	}
 	if err := tw.Flush(); err != nil {
 		return err
@@ -169,25 +162,56 @@ func runMigrate(ctx context.Context, env *Env, args []string) error {
 	return nil
 }
 
+// upToDate says that `migrate up` found nothing to apply up to to (0:
+// the newest), and what is applied past it: migrations newer than this
+// sluice knows, or, below the newest, this sluice's own past --to, which
+// up never reverts.
+func upToDate(ctx context.Context, env *Env, s *engine.Store, ms []engine.Migration, to int) error {
+	newer, err := s.NewerMigrationStatus(ctx)
+	if err != nil {
+		return err
+	}
+	if len(newer) > 0 {
+		fmt.Fprintf(env.Stdout, "up to date, and newer: %s\n", newerNote(ms, newer))
+		return nil
+	}
+	var past []string
+	if to > 0 {
+		st, err := s.MigrationStatus(ctx)
+		if err != nil {
+			return err
+		}
+		for _, m := range st {
+			if m.Version > to && (m.Applied || m.Partly != nil) {
+				past = append(past, fmt.Sprintf("%03d", m.Version))
+			}
+		}
+	}
+	if len(past) == 0 {
+		fmt.Fprintln(env.Stdout, "up to date")
+		return nil
+	}
+	fmt.Fprintf(env.Stdout, "up to date to %03d, and past it: %s %s applied, which migrate up never reverts (migrate down %d takes the database back to %03d)\n",
+		to, strings.Join(past, ", "), map[bool]string{true: "is", false: "are"}[len(past) == 1], len(past), to)
+	return nil
+}
+
 // newerNote says that the database has migrations newer than this
 // version of sluice knows, and what that means for it.
-func newerNote(ms []engine.Migration, newer []int) string {
-	vs := make([]string, len(newer))
-	for i, v := range newer {
-		vs[i] = fmt.Sprintf("%03d", v)
-	}
+func newerNote(ms []engine.Migration, newer []engine.NewerMigration) string {
 	latest := 0
 	if len(ms) > 0 {
 		latest = ms[len(ms)-1].Version
 	}
-	return fmt.Sprintf("the database has %s applied, newer than this sluice knows (its newest is %03d): "+
+	return fmt.Sprintf("the database has %s, newer than this sluice knows (its newest is %03d): "+
 		"a newer sluice migrated it; this one runs beside it but reverts nothing (migrate down) until that sluice reverts %s",
-		strings.Join(vs, ", "), latest, map[bool]string{true: "it", false: "them"}[len(newer) == 1])
+		engine.NewerList(newer, false), latest, map[bool]string{true: "it", false: "them"}[len(newer) == 1])
 }
 
 // checkDownCount refuses to revert more migrations than are applied: a
 // typo (down 99 for down 9) would otherwise revert them all, and drop every
-// job with the first.
+// job with the first. It says how to revert them all, unless migrations
+// newer than this sluice knows keep it from reverting any.
 func checkDownCount(ctx context.Context, s *engine.Store, n int) error {
 	st, err := s.MigrationStatus(ctx)
 	if err != nil {
@@ -199,15 +223,45 @@ func checkDownCount(ctx context.Context, s *engine.Store, n int) error {
 			applied++
 		}
 	}
-	if applied > 0 && n > applied {
-		return Usagef("migrate down %d: only %d migration(s) are applied; to revert them all, dropping sluice's tables and every job, say migrate down %d", n, applied, applied)
+	if applied == 0 || n <= applied {
+		return nil
 	}
-	return nil
+	newer, err := s.NewerMigrationStatus(ctx)
+	if err != nil {
+		return err
+	}
+	if len(newer) > 0 {
+		// Saying down N would only be refused: nothing is reverted from
+		// under a newer migration.
+		them := map[bool]string{true: "it", false: "them"}[len(newer) == 1]
+		return Usagef("migrate down %d: only %d migration(s) are applied, and the database has %s, newer than this sluice knows: "+
+			"this one reverts nothing until the sluice that applied %s reverts %s", n, applied, engine.NewerList(newer, false), them, them)
+	}
+	return Usagef("migrate down %d: only %d migration(s) are applied; to revert them all, dropping sluice's tables and every job, say migrate down %d", n, applied, applied)
+}
+
+// upTarget is the version `migrate up` stops after: --to VERSION (raw,
+// in decimal), else 0 for the newest.
+func upTarget(fs *flag.FlagSet, raw string) (int, error) {
+	to := 0
+	if isSet(fs, "to") {
+		var err error
+		if to, err = strconv.Atoi(raw); err != nil {
+			return 0, Usagef("--to %q is not a migration's version: give its number (--to 17 or --to 017), or 0 for the newest", raw)
+		}
+	}
+	switch {
+	case to < 0:
+		return 0, Usagef("--to must be a migration's version (0 for the newest), got %d", to)
+	case fs.NArg() > 0:
+		return 0, Usagef("migrate up takes no arguments, got %q; to stop at a version, use --to VERSION", strings.Join(fs.Args(), " "))
+	}
+	return to, nil
 }
 
 // downCount is how many migrations `migrate down` reverts: its one
-// argument N, or --steps N, else 1.
-func downCount(fs *flag.FlagSet, steps int) (int, error) {
+// argument N, or --steps N (steps, in decimal), else 1.
+func downCount(fs *flag.FlagSet, steps string) (int, error) {
 	stepsSet := isSet(fs, "steps")
 	switch {
 	case fs.NArg() > 1:
@@ -224,10 +278,14 @@ func downCount(fs *flag.FlagSet, steps int) (int, error) {
 		}
 		return n, nil
 	case stepsSet:
-		if steps < 1 {
-			return 0, Usagef("--steps is %d; it must be at least 1", steps)
+		n, err := strconv.Atoi(steps)
+		if err != nil {
+			return 0, Usagef("--steps %q is not a number of migrations to revert", steps)
 		}
-		return steps, nil
+		if n < 1 {
+			return 0, Usagef("--steps is %d; it must be at least 1", n)
+		}
+		return n, nil
 	}
 	return 1, nil
 }

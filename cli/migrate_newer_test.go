@@ -48,11 +48,31 @@ func TestMigrateAndCheckReportANewerSluicesMigrations(t *testing.T) {
 			require.NoError(t, err)
 			require.Empty(t, engine.Pending(st), "a refused down reverts nothing")
 
+			code, _, stderr = run(t, "migrate", "down", "99", db)
+			require.Equal(t, 2, code, stderr)
+			require.Contains(t, stderr, "and the database has "+newer+" applied, newer than this sluice knows: this one reverts nothing")
+			require.NotContains(t, stderr, "say migrate down", "a down that would be refused is not suggested")
+
 			code, out, stderr = run(t, "check", db)
 			require.Equal(t, 0, code, stderr)
 			require.Contains(t, out, "W010 warning: the database has migration "+newer+" applied")
 			code, _, _ = run(t, "check", "--strict", db)
 			require.NotEqual(t, 0, code)
+			if !s.SQL().TracksMigrationProgress() {
+				return // PostgreSQL and SQLite roll a failed migration back whole
+			}
+			// MySQL: the newer sluice's next migration failed part way.
+			further := fmt.Sprintf("%03d", latest+2)
+			q, args = s.SQL().SaveMigrationProgress(latest+2, "up", 1)
+			_, err = s.DB().Exec(ctx, q, args...)
+			require.NoError(t, err)
+			code, out, stderr = run(t, "migrate", "status", db)
+			require.Equal(t, 0, code, stderr)
+			require.Regexp(t, further+` +\? +partly applied by a newer sluice: 1 statement ran`, out)
+			require.Contains(t, out, "the database has "+newer+" applied, "+further+" partly applied, newer than this sluice knows")
+			code, out, stderr = run(t, "check", db)
+			require.Equal(t, 0, code, stderr)
+			require.Contains(t, out, "W010 warning: the database has migration "+newer+" applied, migration "+further+" partly applied")
 		})
 	}
 }

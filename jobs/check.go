@@ -101,14 +101,14 @@ func Check(ctx context.Context, r *Registry, pub *store.Store) ([]Finding, error
 		add(CodePendingMigrations, SeverityError, "%v", err)
 		return out, nil
 	}
-	newer, err := s.NewerMigrations(ctx)
+	newer, err := s.NewerMigrationStatus(ctx)
 	if err != nil {
 		return nil, err
 	}
 	if len(newer) > 0 {
-		add(CodeNewerMigrations, SeverityWarning, "the database has %s applied, newer than this version of sluice knows (its newest is %03d): "+
+		add(CodeNewerMigrations, SeverityWarning, "the database has %s, newer than this version of sluice knows (its newest is %03d): "+
 			"a newer sluice migrated it; this one runs beside it, but `migrate down` reverts nothing until that sluice reverts %s",
-			versionList(newer), latestVersion(s), map[bool]string{true: "it", false: "them"}[len(newer) == 1])
+			engine.NewerList(newer, true), latestVersion(s), map[bool]string{true: "it", false: "them"}[len(newer) == 1])
 	}
 
 	r.mu.RLock()
@@ -294,18 +294,6 @@ func sortedKeys[V any](m map[string]V) []string {
 	}
 	slices.Sort(out)
 	return out
-}
-
-// versionList lists versions as "migration 018" or "migrations 018, 019".
-func versionList(vs []int) string {
-	out := make([]string, len(vs))
-	for i, v := range vs {
-		out[i] = fmt.Sprintf("%03d", v)
-	}
-	if len(vs) == 1 {
-		return "migration " + out[0]
-	}
-	return "migrations " + strings.Join(out, ", ")
 }
 
 // latestVersion is the newest migration s's sluice knows, or 0.

@@ -38,8 +38,9 @@ var ErrMigrationLocked = engine.ErrMigrationLocked
 
 // ErrNewerMigrations is returned by MigrateDown, and by MigrateUp when it
 // has migrations to apply, while the database records a migration newer
-// than this build knows (a newer sluice migrated it): they applied and
-// reverted nothing.
+// than this build knows, applied or, on MySQL, under way after failing
+// part way (a newer sluice migrated it): they applied and reverted
+// nothing.
 var ErrNewerMigrations = engine.ErrNewerMigrations
 
 // Migration is one numbered schema change: its version, name, and the SQL
@@ -87,10 +88,10 @@ func (s *Store) MigrationStatus(ctx context.Context) ([]MigrationStatus, error) 
 	return s.e.MigrationStatus(ctx)
 }
 
-// NewerMigrations returns the versions the database records as applied
-// that are newer than every migration this build knows: a newer sluice
-// migrated the database. MigrateDown refuses to revert anything while
-// there are any.
+// NewerMigrations returns the versions the database records as applied,
+// or on MySQL as under way (applied or reverted part way), that are newer
+// than every migration this build knows: a newer sluice migrated the
+// database. MigrateDown refuses to revert anything while there are any.
 func (s *Store) NewerMigrations(ctx context.Context) ([]int, error) { return s.e.NewerMigrations(ctx) }
 
 // CheckSchema returns ErrPendingMigrations unless the database has every

@@ -2,7 +2,6 @@ package engine
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"io/fs"
 	"regexp"
@@ -237,8 +236,9 @@ func (s *Store) checkSchema(ctx context.Context, ex Executor) error {
 //
 // What to apply is decided once the lock is held, from what is applied
 // then. While the database records a migration newer than this version of
-// sluice knows (ErrNewerMigrations), MigrateUp applies nothing: it
-// succeeds if nothing of its own is pending, and refuses otherwise.
+// sluice knows, applied or (MySQL) under way (ErrNewerMigrations),
+// MigrateUp applies nothing: it succeeds if nothing of its own is
+// pending, and refuses otherwise.
 func (s *Store) MigrateUp(ctx context.Context, target int) ([]Migration, error) {
 	ms, err := s.Migrations()
 	if err != nil {
@@ -259,7 +259,7 @@ func (s *Store) MigrateUp(ctx context.Context, target int) ([]Migration, error) 
 		}
 		if newer := rec.newer(ms); len(todo) > 0 && len(newer) > 0 {
 			return nil, fmt.Errorf("migrate up: %w; it would apply %s below %s: upgrade sluice, whose newer version has them",
-				newerError(ms, newer), names(todo), plural(newer, "it", "them"))
+				newerError(ms, newer), names(todo), plural(len(newer), "it", "them"))
 		}
 		return todo, nil
 	}
@@ -291,8 +291,9 @@ func CheckTarget(ms []Migration, target int) error {
 // always stay the oldest ones.
 //
 // While the database records a migration newer than this version of
-// sluice knows, MigrateDown reverts nothing and fails with
-// ErrNewerMigrations: the newest applied is one it cannot revert.
+// sluice knows, applied or (MySQL) under way, MigrateDown reverts nothing
+// and fails with ErrNewerMigrations: the newest applied is one it cannot
+// revert.
 func (s *Store) MigrateDown(ctx context.Context, steps int) ([]Migration, error) {
 	ms, err := s.Migrations()
 	if err != nil {
@@ -305,7 +306,7 @@ func (s *Store) MigrateDown(ctx context.Context, steps int) ([]Migration, error)
 	floor := -1 // unknown until the first plan, made before the lock
 	plan := func(rec recorded) ([]Migration, error) {
 		if newer := rec.newer(ms); len(newer) > 0 {
-			them := plural(newer, "it", "them")
+			them := plural(len(newer), "it", "them")
 			return nil, fmt.Errorf("migrate down: %w; revert %s first with the sluice that applied %s: this one reverts nothing from under %s",
 				newerError(ms, newer), them, them, them)
 		}
@@ -333,30 +334,6 @@ func (s *Store) MigrateDown(ctx context.Context, steps int) ([]Migration, error)
 	return s.migrate(ctx, false, plan)
 }
 
-// ErrNewerMigrations is returned by MigrateDown, and by MigrateUp when it
-// has migrations to apply, while the database records as applied a
-// migration newer than this version of sluice knows: a newer sluice
-// migrated it.
-var ErrNewerMigrations = errors.New("the database has migrations newer than this version of sluice knows")
-
-// newerError names the versions newer than ms that the database records.
-func newerError(ms []Migration, newer []int) error {
-	vs := make([]string, len(newer))
-	for i, v := range newer {
-		vs[i] = fmt.Sprintf("%03d", v)
-	}
-	return fmt.Errorf("%w: %s %s applied, and this one's newest is %03d (a newer sluice migrated the database)",
-		ErrNewerMigrations, plural(newer, "migration", "migrations"), strings.Join(vs, ", ")+plural(newer, " is", " are"), latestOf(ms))
-}
-
-// plural returns one if vs has one element, else many.
-func plural(vs []int, one, many string) string {
-	if len(vs) == 1 {
-		return one
-	}
-	return many
-}
-
 // names lists ms as "016_parked_fair, 017_claims".
 func names(ms []Migration) string {
 	out := make([]string, len(ms))
@@ -364,22 +341,6 @@ func names(ms []Migration) string {
 		out[i] = fmt.Sprintf("%03d_%s", m.Version, m.Name)
 	}
 	return strings.Join(out, ", ")
-}
-
-// NewerMigrations returns the versions the database records as applied
-// that are newer than every migration this version of sluice knows: a
-// newer sluice applied them. `migrate status` and `sluice check` report
-// them; MigrateDown refuses to revert anything while there are any.
-func (s *Store) NewerMigrations(ctx context.Context) ([]int, error) {
-	ms, err := s.Migrations()
-	if err != nil {
-		return nil, err
-	}
-	rec, err := s.readRecorded(ctx, s.db)
-	if err != nil {
-		return nil, fmt.Errorf("read applied migrations: %w", err)
-	}
-	return rec.newer(ms), nil
 }
 
 // prepareMigrations creates the migrator's tables unless they exist and
@@ -460,20 +421,6 @@ func (r recorded) partly(v int) (progressRow, bool) {
 func (r recorded) needs(v int, up bool) bool {
 	_, partly := r.partly(v)
 	return partly || r.applied[v] != up
-}
-
-// newer returns the versions r records as applied that are newer than
-// the newest of ms, in order.
-func (r recorded) newer(ms []Migration) []int {
-	latest := latestOf(ms)
-	var out []int
-	for v, ok := range r.applied {
-		if ok && v > latest {
-			out = append(out, v)
-		}
-	}
-	sort.Ints(out)
-	return out
 }
 
 // readRecorded reads the applied migrations and their progress through

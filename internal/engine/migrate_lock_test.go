@@ -185,3 +185,41 @@ func longNamedDatabase(t *testing.T, b testdb.Backend) string {
 	u.Path = "/" + name
 	return u.String()
 }
+
+// docs/operations.md, Several migrators at once: "A migrator that finds
+// nothing to do returns without waiting for the lock" (and "A database a
+// newer sluice migrated": old replicas still boot while the newer one
+// migrates). Here another migrator holds the lock in the middle of its
+// run (PostgreSQL: the advisory lock in its transaction; SQLite: the
+// write lock its BEGIN IMMEDIATE took; MySQL: the named lock) while a
+// migrator with nothing to do runs migrate up.
+func TestAMigratorWithNothingToDoDoesNotWaitForTheLockOnAnyDatabase(t *testing.T) {
+	testdb.EachPool(t, func(t *testing.T, s *engine.Store, open func() *engine.Store) {
+		ctx := context.Background()
+		holder := open()
+		switch {
+		case holder.SQL().SessionLock():
+			holdMigrationLock(t, holder)
+		default:
+			tx, err := holder.DB().Begin(ctx)
+			require.NoError(t, err)
+			t.Cleanup(func() { _ = tx.Rollback(context.Background()) })
+			if q := holder.SQL().LockMigrations(); q != "" {
+				_, err = tx.Exec(ctx, q)
+			} else {
+				// BEGIN IMMEDIATE holds the write lock; a migration's first
+				// write makes sure of it.
+				_, err = tx.Exec(ctx, "CREATE TABLE sluice_lock_holder (x INTEGER)")
+			}
+			require.NoError(t, err)
+		}
+		other := open()
+		cctx, cancel := context.WithTimeout(ctx, 3*time.Second)
+		defer cancel()
+		began := time.Now()
+		done, err := other.MigrateUp(cctx, 0)
+		require.NoError(t, err, "after %v", time.Since(began))
+		require.Empty(t, done)
+		require.Less(t, time.Since(began), 2*time.Second, "a migrator with nothing to do does not wait for the lock")
+	})
+}

@@ -210,7 +210,8 @@ func (sp savepoint) Commit(ctx context.Context) error   { return sp.m.Keep(ctx) 
 func (sp savepoint) Rollback(ctx context.Context) error { return sp.m.Undo(ctx) }
 
 // migrateOne applies or reverts m unless that is done, and reports
-// whether it ran.
+// whether it ran. A revert whose version has a check (revertChecks) runs
+// it first, and is refused, with nothing of it run, if the check fails.
 func (r *migrationRun) migrateOne(ctx context.Context, m Migration) (bool, error) {
 	if r.s.q.TracksMigrationProgress() {
 		return r.stepwise(ctx, m)
@@ -230,6 +231,11 @@ func (r *migrationRun) whole(ctx context.Context, m Migration) (bool, error) {
 			return fmt.Errorf("read applied migrations: %w", err)
 		}
 		if rec.needs(m.Version, r.up) {
+			if !r.up {
+				if err := s.checkRevert(ctx, tx, m); err != nil {
+					return err
+				}
+			}
 			stmts := Statements(m.body(r.up))
 			for i, stmt := range stmts {
 				if _, err := tx.Exec(ctx, stmt); err != nil {
@@ -261,6 +267,10 @@ func (r *migrationRun) stepwise(ctx context.Context, m Migration) (bool, error) 
 		return false, r.underWay(m, p)
 	case !rec.needs(m.Version, r.up):
 		return false, nil
+	case !r.up && p.done == 0:
+		if err := s.checkRevert(ctx, r.sess, m); err != nil {
+			return false, err
+		}
 	}
 	stmts := Statements(m.body(r.up))
 	for i := p.done; i < len(stmts); i++ {

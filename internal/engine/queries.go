@@ -19,6 +19,7 @@ type SQL struct {
 	recordMigration, forgetMigration                                                         *sqlStatement
 	releaseMigrationLock, createMigrationProgressTable, migrationProgress                    string
 	takeMigrationLock, saveMigrationProgress, clearMigrationProgress                         *sqlStatement
+	coalesceKeysHeldTwice                                                                    *sqlStatement
 
 	insertJobs, lockReadyPlain, lockReadyLimited, lockReadyLike, markRunning, completeJobs, deleteJobs   *sqlStatement
 	lockReadyLimitedAt, lockReadyLimitedBefore, lockReadyLimitedAfter, firstReadyLike, lastReadyLike     *sqlStatement
@@ -219,6 +220,7 @@ func NewSQL(d Dialect) (*SQL, error) {
 		{&q.lockPendingByID, "LockPendingByID", []string{"id", "key"}},
 		{&q.pointCoalesceKeys, "PointCoalesceKeys", []string{"rows"}},
 		{&q.lockIdleCoalesceKeys, "LockIdleCoalesceKeys", []string{"after", "limit"}},
+		{&q.coalesceKeysHeldTwice, "CoalesceKeysHeldTwice", []string{"limit"}},
 		{&q.deleteCoalesceKeys, "DeleteCoalesceKeys", []string{"names"}},
 		{&q.updateCoalesced, "UpdateCoalesced", []string{"id", "args", "calls", "state", "run_at", "release"}},
 		{&q.insertCall, "InsertCall", []string{"job_id", "seq", "args", "now"}},
@@ -322,6 +324,12 @@ func (q *SQL) TakeMigrationLock(timeout int64) (string, []any) {
 // ReleaseMigrationLock releases what TakeMigrationLock took, on the same
 // connection.
 func (q *SQL) ReleaseMigrationLock() string { return q.releaseMigrationLock }
+
+// CoalesceKeysHeldTwice lists the coalesce keys more than one job holds,
+// as rows of key and job id in key and id order, at most limit rows.
+func (q *SQL) CoalesceKeysHeldTwice(limit int) (string, []any) {
+	return q.coalesceKeysHeldTwice.bind(limit)
+}
 
 // TracksMigrationProgress reports whether the database records how many
 // statements of a migration have run (MySQL, whose DDL commits at once,

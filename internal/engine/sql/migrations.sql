@@ -23,3 +23,13 @@ INSERT INTO sluice_migrations (version, name, applied_at) VALUES (:version, :nam
 
 -- name: ForgetMigration
 DELETE FROM sluice_migrations WHERE version = :version;
+
+-- name: CoalesceKeysHeldTwice
+-- The jobs of the coalesce keys more than one job holds, by key: reverting
+-- migration 020 makes MySQL's coalesce index unique again, which they
+-- would fail (on PostgreSQL and SQLite the index is unique throughout, so
+-- there are none).
+SELECT j.coalesce_key, j.id FROM sluice_jobs j
+JOIN (SELECT coalesce_key FROM sluice_jobs WHERE coalesce_key IS NOT NULL GROUP BY coalesce_key HAVING COUNT(*) > 1) d
+  ON d.coalesce_key = j.coalesce_key
+ORDER BY j.coalesce_key, j.id LIMIT :limit;
