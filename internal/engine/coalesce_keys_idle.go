@@ -16,8 +16,8 @@ import (
 //
 // Each batch locks the next rows in key order without waiting (a row a
 // call holds is in use, and skipped), deletes those whose job no longer
-// holds the key, and commits: it holds no other lock and waits for none
-// (a job it reads is read without a lock), so it deadlocks with no one; a
+// holds the key (read without a lock: ReleasedCoalesceKeys), and commits:
+// it holds no other lock and waits for none, so it deadlocks with no one; a
 // call that wants a row it holds waits for its commit, then creates the
 // row anew.
 func (s *Store) ClearCoalesceKeys(ctx context.Context, batchSize int, pause time.Duration) (int, error) {
@@ -32,7 +32,12 @@ func (s *Store) ClearCoalesceKeys(ctx context.Context, batchSize int, pause time
 				return err
 			}
 			found, last = len(idle), idle[len(idle)-1]
-			q, args = s.q.DeleteCoalesceKeys(idle)
+			q, args = s.q.ReleasedCoalesceKeys(idle)
+			released, err := queryStrings(ctx, tx, q, args)
+			if err != nil || len(released) == 0 {
+				return err
+			}
+			q, args = s.q.DeleteCoalesceKeys(released)
 			res, err := exec(ctx, tx, q, args)
 			if err != nil {
 				return err

@@ -43,8 +43,9 @@ type SQL struct {
 	expiredSemaphores, blockedKeys, lockIdleSemaphores, blockedAmong, deleteSemaphores, blockedLimit                 *sqlStatement
 	listSemaphores                                                                                                   string
 
-	insertCoalescing, lockPending, updateCoalesced, insertCall, loadCalls, deleteCalls                               *sqlStatement
-	lockCoalesceKeys, readCoalesceKeys, lockPendingByID, pointCoalesceKeys, lockIdleCoalesceKeys, deleteCoalesceKeys *sqlStatement
+	insertCoalescing, lockPending, updateCoalesced, insertCall, loadCalls, deleteCalls                                 *sqlStatement
+	lockCoalesceKeys, readCoalesceKeys, lockPendingByID, pointCoalesceKeys, lockIdleCoalesceKeys, releasedCoalesceKeys *sqlStatement
+	deleteCoalesceKeys                                                                                                 *sqlStatement
 
 	insertTick, setTickJob, deleteTicks *sqlStatement
 
@@ -220,6 +221,7 @@ func NewSQL(d Dialect) (*SQL, error) {
 		{&q.lockPendingByID, "LockPendingByID", []string{"id", "key"}},
 		{&q.pointCoalesceKeys, "PointCoalesceKeys", []string{"rows"}},
 		{&q.lockIdleCoalesceKeys, "LockIdleCoalesceKeys", []string{"after", "limit"}},
+		{&q.releasedCoalesceKeys, "ReleasedCoalesceKeys", []string{"names"}},
 		{&q.coalesceKeysHeldTwice, "CoalesceKeysHeldTwice", []string{"limit"}},
 		{&q.deleteCoalesceKeys, "DeleteCoalesceKeys", []string{"names"}},
 		{&q.updateCoalesced, "UpdateCoalesced", []string{"id", "args", "calls", "state", "run_at", "release"}},

@@ -97,8 +97,13 @@ func (q *SQL) LockIdleCoalesceKeys(after string, limit int) (string, []any) {
 	return q.lockIdleCoalesceKeys.bind(after, limit)
 }
 
-// DeleteCoalesceKeys deletes, of the key rows names, those whose job no
-// longer holds the key.
+// ReleasedCoalesceKeys selects, of the key rows names, those whose job no
+// longer holds the key, without a lock. Columns: name.
+func (q *SQL) ReleasedCoalesceKeys(names []string) (string, []any) {
+	return q.releasedCoalesceKeys.bind(names)
+}
+
+// DeleteCoalesceKeys deletes key rows by name.
 func (q *SQL) DeleteCoalesceKeys(names []string) (string, []any) {
 	return q.deleteCoalesceKeys.bind(names)
 }

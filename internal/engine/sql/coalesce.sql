@@ -45,17 +45,22 @@ ON CONFLICT (name) DO UPDATE SET job_id = EXCLUDED.job_id;
 -- name: LockIdleCoalesceKeys
 -- Up to :limit key rows after :after, in key order, locked without
 -- waiting: a row another transaction holds is in use, and skipped.
--- DeleteCoalesceKeys then deletes those whose job no longer holds the
--- key.
+-- ReleasedCoalesceKeys then tells which of them point to a job that no
+-- longer holds the key, and DeleteCoalesceKeys deletes those.
 SELECT name FROM sluice_coalesce_keys WHERE name > :after ORDER BY name LIMIT :limit FOR UPDATE SKIP LOCKED;
 
+-- name: ReleasedCoalesceKeys
+-- Which of the key rows :names (locked) point to no job that still holds
+-- the key, read without a lock (MySQL locks the rows a DELETE's subquery
+-- reads, so the clean-up would wait for a job a completion holds): a job
+-- that released its key never takes it again, so what this read finds
+-- released stays released, and the pointer cannot change while the row is
+-- locked. Columns: name.
+SELECT k.name FROM sluice_coalesce_keys k WHERE k.name IN (:names)
+  AND NOT EXISTS (SELECT 1 FROM sluice_jobs j WHERE j.id = k.job_id AND j.coalesce_key = k.name);
+
 -- name: DeleteCoalesceKeys
--- The rows among :names (locked) whose job no longer holds their key: a
--- job that released its key never takes it again, so a row whose job
--- holds it is kept (it is how the next call finds the job), and the
--- others go; the next call of their key creates the row again.
-DELETE FROM sluice_coalesce_keys WHERE name IN (:names)
-  AND NOT EXISTS (SELECT 1 FROM sluice_jobs j WHERE j.id = sluice_coalesce_keys.job_id AND j.coalesce_key = sluice_coalesce_keys.name);
+DELETE FROM sluice_coalesce_keys WHERE name IN (:names);
 
 -- name: UpdateCoalesced
 -- A joining call: new args unless empty, the call count, the state, a new
