@@ -397,7 +397,7 @@ func TestAppConfiguresTheWorkerAndTheStore(t *testing.T) {
 			}
 			code, _, stderr := runApp(app, "worker", "--help")
 			require.Equal(t, 0, code)
-			require.Regexp(t, `-concurrency int\n\s+jobs run at once \(default 3\)`, stderr)
+			require.Regexp(t, `-concurrency N\n\s+N jobs run at once \(default 3\)`, stderr)
 
 			logs := startApp(t, app, "worker", db, "--poll-interval", "10ms")
 			waitFor(t, "the worker to start", func() bool { return strings.Contains(logs(), "worker started") })

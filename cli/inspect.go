@@ -152,7 +152,7 @@ func runJobs(ctx context.Context, env *Env, args []string) error {
 	state := fs.String("state", "", "only jobs in this state: "+stateNames())
 	kind := fs.String("kind", "", "only jobs of this kind")
 	queue := fs.String("queue", "", "only jobs in this queue")
-	limit := fs.Int("limit", 50, "at most this many, newest first")
+	limit := decimalFlag(fs, "limit", 50, "at most `N`, newest first")
 	asJSON := fs.Bool("json", false, "print JSON for scripts")
 	if err := Parse(fs, args); err != nil {
 		return err
@@ -384,7 +384,7 @@ func runQueues(ctx context.Context, env *Env, args []string) error {
 func runBudgets(ctx context.Context, env *Env, args []string) error {
 	fs, url := env.FlagSet("budgets", "budgets [list | clear-idle] [flags]")
 	asJSON := fs.Bool("json", false, "print JSON for scripts")
-	batch := fs.Int("batch-size", 500, "with clear-idle: rows deleted per batch")
+	batch := decimalFlag(fs, "batch-size", 500, "with clear-idle: `N` rows deleted per batch")
 	pause := fs.Duration("pause", 0, "with clear-idle: pause between batches")
 	verb, rest, err := parseVerb(fs, args, "list", "list", "clear-idle")
 	if err != nil {

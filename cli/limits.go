@@ -17,9 +17,9 @@ import (
 
 func runLimits(ctx context.Context, env *Env, args []string) error {
 	fs, url := env.FlagSet("limits", "limits [list | set TARGET --to N --per D [--burst B] | clear TARGET] [flags]")
-	to := fs.Int("to", -1, "with set: how many jobs any window of --per admits (0 pauses)")
+	to := decimalFlag(fs, "to", -1, "with set: `N` jobs any window of --per admits (0 pauses)")
 	per := fs.Duration("per", 0, "with set: the window, a whole number of microseconds up to 100 years")
-	burst := fs.Int("burst", 1, "with set: how many a quiet budget admits at once, 1 to --to (0 means 1)")
+	burst := decimalFlag(fs, "burst", 1, "with set: `N` a quiet budget admits at once, 1 to --to (0 means 1)")
 	asJSON := fs.Bool("json", false, "print JSON for scripts")
 	verb, rest, err := parseVerb(fs, args, "list", "list", "set", "clear")
 	if err != nil {

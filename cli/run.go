@@ -83,7 +83,7 @@ func runWorker(ctx context.Context, env *Env, args []string) error {
 	}
 	fs, url := env.FlagSet("worker", "worker [--queues a,b] [--concurrency N] [--http-addr :8080] [flags]")
 	queues := fs.String("queues", defQueues, queuesHelp)
-	concurrency := fs.Int("concurrency", orDefault(base.Concurrency, jobs.DefaultConcurrency), "jobs run at once")
+	concurrency := decimalFlag(fs, "concurrency", orDefault(base.Concurrency, jobs.DefaultConcurrency), "`N` jobs run at once")
 	poll := fs.Duration("poll-interval", orDefault(base.PollInterval, jobs.DefaultPollInterval), "how often an idle worker looks for jobs")
 	jobTimeout := fs.Duration("job-timeout", orDefault(base.JobTimeout, jobs.DefaultJobTimeout), "bound on one run unless its kind sets one; negative for none")
 	shutdown := fs.Duration("shutdown-timeout", orDefault(base.ShutdownTimeout, jobs.DefaultShutdownTimeout), "how long running jobs get to finish on SIGTERM")
@@ -183,7 +183,7 @@ func runDispatcher(ctx context.Context, env *Env, args []string) error {
 	base := env.App.Dispatcher
 	fs, url := env.FlagSet("dispatcher", "dispatcher [--interval 1s] [--batch-size 500] [--config FILE] [--http-addr :8081] [flags]")
 	interval := fs.Duration("interval", orDefault(base.Interval, dispatcher.DefaultInterval), "how often to look for due jobs")
-	batch := fs.Int("batch-size", orDefault(base.BatchSize, dispatcher.DefaultBatchSize), "jobs one promotion moves")
+	batch := decimalFlag(fs, "batch-size", orDefault(base.BatchSize, dispatcher.DefaultBatchSize), "`N` jobs one promotion moves")
 	horizon := fs.Duration("horizon", orDefault(base.Horizon, engine.DefaultHorizon), "how far ahead parked jobs get rate-limit slots")
 	config := configFlag(fs)
 	beat := beatFlags(fs, base.HeartbeatInterval, base.DeadAfter)
