@@ -314,7 +314,10 @@ func (s *Store) lockCoalesceKeys(ctx context.Context, ex Executor, jobs []NewJob
 		}
 	}
 	pointers := make(map[string]int64, len(keys))
-	stmts := []Stmt{stmt(s.q.LockCoalesceKeys(keys)), query(s.q.ReadCoalesceKeys(keys))}
+	stmts := []Stmt{stmt(s.q.LockCoalesceKeys(keys))}
+	for _, k := range keys {
+		stmts = append(stmts, query(s.q.ReadCoalesceKey(k)))
+	}
 	err := pipeline(ctx, ex, stmts, func(_ int, rows Rows) error {
 		for rows.Next() {
 			var key string

@@ -43,9 +43,9 @@ type SQL struct {
 	expiredSemaphores, blockedKeys, lockIdleSemaphores, blockedAmong, deleteSemaphores, blockedLimit                 *sqlStatement
 	listSemaphores                                                                                                   string
 
-	insertCoalescing, lockPending, updateCoalesced, insertCall, loadCalls, deleteCalls                                 *sqlStatement
-	lockCoalesceKeys, readCoalesceKeys, lockPendingByID, pointCoalesceKeys, lockIdleCoalesceKeys, releasedCoalesceKeys *sqlStatement
-	deleteCoalesceKeys                                                                                                 *sqlStatement
+	insertCoalescing, lockPending, updateCoalesced, insertCall, loadCalls, deleteCalls                                *sqlStatement
+	lockCoalesceKeys, readCoalesceKey, lockPendingByID, pointCoalesceKeys, lockIdleCoalesceKeys, releasedCoalesceKeys *sqlStatement
+	deleteCoalesceKeys                                                                                                *sqlStatement
 
 	insertTick, setTickJob, deleteTicks *sqlStatement
 
@@ -217,7 +217,7 @@ func NewSQL(d Dialect) (*SQL, error) {
 			"fair_key", "fair_start"}},
 		{&q.lockPending, "LockPending", []string{"key"}},
 		{&q.lockCoalesceKeys, "LockCoalesceKeys", []string{"rows"}},
-		{&q.readCoalesceKeys, "ReadCoalesceKeys", []string{"names"}},
+		{&q.readCoalesceKey, "ReadCoalesceKey", []string{"name"}},
 		{&q.lockPendingByID, "LockPendingByID", []string{"id", "key"}},
 		{&q.pointCoalesceKeys, "PointCoalesceKeys", []string{"rows"}},
 		{&q.lockIdleCoalesceKeys, "LockIdleCoalesceKeys", []string{"after", "limit"}},

@@ -75,9 +75,9 @@ func (q *SQL) LockCoalesceKeys(keys []string) (string, []any) {
 	return q.lockCoalesceKeys.bind(columns{keys})
 }
 
-// ReadCoalesceKeys reads the job each key's row points to, 0 for none.
+// ReadCoalesceKey reads the job a key's row points to, 0 for none.
 // Columns: name, job_id.
-func (q *SQL) ReadCoalesceKeys(keys []string) (string, []any) { return q.readCoalesceKeys.bind(keys) }
+func (q *SQL) ReadCoalesceKey(key string) (string, []any) { return q.readCoalesceKey.bind(key) }
 
 // LockPendingByID locks the job id through the primary key if it still
 // holds the coalesce key. Columns: JobInfoColumns, first_call_at.

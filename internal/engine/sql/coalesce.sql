@@ -20,15 +20,18 @@ SELECT {JobInfoColumns}, first_call_at FROM sluice_jobs WHERE coalesce_key = :ke
 -- the rows (sorted) that do not exist are created, those that do are
 -- locked without being changed, in key order. A row being deleted
 -- (DeleteCoalesceKeys) makes the insert wait, then insert it anew.
--- ReadCoalesceKeys follows it.
+-- ReadCoalesceKey follows it, for each key.
 INSERT INTO sluice_coalesce_keys (name) VALUES :rows(text) ON CONFLICT (name) DO UPDATE SET name = EXCLUDED.name WHERE FALSE;
 
--- name: ReadCoalesceKeys
--- The job each key's row last pointed to (0 for none), read with a lock
--- the transaction already holds, so as committed last whatever the
--- isolation level: the key's pending job, unless it has released the key
--- since (LockPendingByID checks). Columns: name, job_id.
-SELECT name, COALESCE(job_id, 0) FROM sluice_coalesce_keys WHERE name IN (:names) FOR UPDATE;
+-- name: ReadCoalesceKey
+-- The job a key's row last pointed to (0 for none), read with a lock the
+-- transaction already holds, so as committed last whatever the isolation
+-- level: the key's pending job, unless it has released the key since
+-- (LockPendingByID checks). One key a statement, found through the
+-- primary key: MariaDB reads a list of names against a small table by
+-- scanning the whole key, which locks (or waits for) the rows of other
+-- keys, which their own calls hold. Columns: name, job_id.
+SELECT name, COALESCE(job_id, 0) FROM sluice_coalesce_keys WHERE name = :name FOR UPDATE;
 
 -- name: LockPendingByID
 -- The job a key's row points to, locked through the primary key, if it
