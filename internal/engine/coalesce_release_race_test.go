@@ -3,7 +3,6 @@ package engine_test
 import (
 	"context"
 	"strings"
-	"sync"
 	"testing"
 
 	"github.com/stretchr/testify/require"
@@ -55,47 +54,25 @@ func TestACallNeverDeadlocksWithATransactionReleasingItsPendingJob(t *testing.T)
 				pid := register(t, s, t0)
 
 				caller := open()
-				var wg sync.WaitGroup
-				var enqErr error
 				var res []engine.Enqueued
+				var wait func() error
 				rh, recH := testdb.Record(s)
-				armed := true
 				recH.Before = func(stmt string) {
-					if !armed || !strings.Contains(stmt, tc.holding) {
+					if wait != nil || !strings.Contains(stmt, tc.holding) {
 						return
 					}
 					// The holder has locked P and is about to release its
 					// key: the call comes now, and the holder goes on once
 					// the call waits for a lock (or has finished).
-					armed = false
-					tx, err := caller.DB().Begin(ctx)
-					require.NoError(t, err)
-					sid, err := testdb.SessionID(ctx, caller, tx)
-					require.NoError(t, err)
-					done := make(chan struct{})
-					wg.Add(1)
-					go func() {
-						defer wg.Done()
-						defer close(done)
-						if res, enqErr = caller.Enqueue(ctx, tx, engine.At(t0), []engine.NewJob{call()}); enqErr != nil {
-							_ = tx.Rollback(ctx)
-							return
-						}
-						enqErr = tx.Commit(ctx)
-					}()
-					require.NoError(t, testdb.AwaitLockWait(ctx, s, sid, done))
+					wait = testdb.CallWhileHeld(t, s, caller, func(tx engine.Tx) (err error) {
+						res, err = caller.Enqueue(ctx, tx, engine.At(t0), []engine.NewJob{call()})
+						return err
+					})
 				}
 				tc.release(t, rh, pid, p)
-				wg.Wait()
-				require.False(t, armed, "the holder never released the key")
-				require.NoError(t, enqErr, "the caller's transaction never gets a deadlock back")
-				released := 0
-				for _, stmt := range recH.Take() {
-					if strings.Contains(stmt, tc.holding) {
-						released++
-					}
-				}
-				require.Equal(t, 1, released, "the holder ran once: no deadlock failed it")
+				require.NotNil(t, wait, "the holder never released the key")
+				require.NoError(t, wait(), "the caller's transaction never gets a deadlock back")
+				require.Equal(t, 1, testdb.Count(recH.Take(), tc.holding), "the holder ran once: no deadlock failed it")
 				require.Len(t, res, 1)
 				require.False(t, res[0].Joined, "the call joined a job no longer pending")
 				require.NotEqual(t, p, res[0].ID)
@@ -135,44 +112,22 @@ func TestACallCreatingAKeyNeverDeadlocksWithAClaimReleasingAnother(t *testing.T)
 		m := enqueue(t, s, t0, call("co/m"))[0]
 
 		caller := open()
-		var wg sync.WaitGroup
-		var enqErr error
 		var res []engine.Enqueued
+		var wait func() error
 		rh, recH := testdb.Record(s)
-		armed := true
 		recH.Before = func(stmt string) {
-			if !armed || !strings.Contains(stmt, "SET state = 'running'") {
+			if wait != nil || !strings.Contains(stmt, "SET state = 'running'") {
 				return
 			}
-			armed = false
-			tx, err := caller.DB().Begin(ctx)
-			require.NoError(t, err)
-			sid, err := testdb.SessionID(ctx, caller, tx)
-			require.NoError(t, err)
-			done := make(chan struct{})
-			wg.Add(1)
-			go func() {
-				defer wg.Done()
-				defer close(done)
-				if res, enqErr = caller.Enqueue(ctx, tx, engine.At(t0), []engine.NewJob{call("co/a"), call("co/m")}); enqErr != nil {
-					_ = tx.Rollback(ctx)
-					return
-				}
-				enqErr = tx.Commit(ctx)
-			}()
-			require.NoError(t, testdb.AwaitLockWait(ctx, s, sid, done))
+			wait = testdb.CallWhileHeld(t, s, caller, func(tx engine.Tx) (err error) {
+				res, err = caller.Enqueue(ctx, tx, engine.At(t0), []engine.NewJob{call("co/a"), call("co/m")})
+				return err
+			})
 		}
 		require.Equal(t, []int64{m}, ids(claim(t, rh, pid, t0, 1).Jobs))
-		wg.Wait()
-		require.False(t, armed, "the claim never marked its job running")
-		require.NoError(t, enqErr, "the caller's transaction never gets a deadlock back")
-		marks := 0
-		for _, stmt := range recH.Take() {
-			if strings.Contains(stmt, "SET state = 'running'") {
-				marks++
-			}
-		}
-		require.Equal(t, 1, marks, "the claim ran once: no deadlock failed it")
+		require.NotNil(t, wait, "the claim never marked its job running")
+		require.NoError(t, wait(), "the caller's transaction never gets a deadlock back")
+		require.Equal(t, 1, testdb.Count(recH.Take(), "SET state = 'running'"), "the claim ran once: no deadlock failed it")
 		require.Len(t, res, 2)
 		for i, r := range res {
 			require.False(t, r.Joined, "call %d joined a job no longer pending", i)

@@ -4,6 +4,8 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strings"
+	"testing"
 	"time"
 
 	"github.com/sluicequeue/sluice/internal/engine"
@@ -83,4 +85,51 @@ func AwaitLockWait(ctx context.Context, s *engine.Store, id int64, done <-chan s
 		}
 		time.Sleep(every)
 	}
+}
+
+// CallWhileHeld runs call in a transaction of its own on caller's pool, in
+// a goroutine (a caller's enqueue, say, at a moment another transaction
+// holds locks it will want), and returns once that transaction waits for
+// a lock or has finished, watching it through s's pool. wait waits for it
+// and returns call's error, or the commit's: call's transaction is rolled
+// back when call fails, committed otherwise.
+func CallWhileHeld(t testing.TB, s, caller *engine.Store, call func(tx engine.Tx) error) (wait func() error) {
+	t.Helper()
+	ctx := context.Background()
+	tx, err := caller.DB().Begin(ctx)
+	if err != nil {
+		t.Fatalf("testdb: CallWhileHeld: %v", err)
+	}
+	sid, err := SessionID(ctx, caller, tx)
+	if err != nil {
+		t.Fatalf("testdb: CallWhileHeld: %v", err)
+	}
+	done := make(chan struct{})
+	var callErr error
+	go func() {
+		defer close(done)
+		if callErr = call(tx); callErr != nil {
+			_ = tx.Rollback(ctx)
+			return
+		}
+		callErr = tx.Commit(ctx)
+	}()
+	if err := AwaitLockWait(ctx, s, sid, done); err != nil {
+		t.Errorf("testdb: CallWhileHeld: %v", err)
+	}
+	return func() error {
+		<-done
+		return callErr
+	}
+}
+
+// Count counts the statements that contain marker.
+func Count(stmts []string, marker string) int {
+	n := 0
+	for _, q := range stmts {
+		if strings.Contains(q, marker) {
+			n++
+		}
+	}
+	return n
 }
