@@ -47,7 +47,7 @@ type SQL struct {
 	lockCoalesceKeys, readCoalesceKey, lockPendingByID, pointCoalesceKeys, lockIdleCoalesceKeys, releasedCoalesceKeys *sqlStatement
 	deleteCoalesceKeys                                                                                                *sqlStatement
 
-	insertTick, setTickJob, deleteTicks *sqlStatement
+	insertTick, setTickJob, oldTicks, deleteTick *sqlStatement
 
 	lockReadyFair, insertFairKeys, lockFairKeys, fairVirtualTime, saveFairKeys, refundFairKeys *sqlStatement
 	fairPruneBound, lockPrunableFairKeys, deleteFairKeys                                       *sqlStatement
@@ -231,7 +231,8 @@ func NewSQL(d Dialect) (*SQL, error) {
 
 		{&q.insertTick, "InsertTick", []string{"task", "run_at", "now"}},
 		{&q.setTickJob, "SetTickJob", []string{"job_id", "task", "run_at"}},
-		{&q.deleteTicks, "DeleteTicks", []string{"before"}},
+		{&q.oldTicks, "OldTicks", []string{"before", "limit"}},
+		{&q.deleteTick, "DeleteTick", []string{"task", "run_at"}},
 
 		{&q.lockReadyFair, "LockReadyFair", []string{"queue", "limited", "limit"}},
 		{&q.insertFairKeys, "InsertFairKeys", []string{"rows"}},

@@ -140,6 +140,9 @@ func (q *SQL) SetTickJob(task string, runAt, jobID int64) (string, []any) {
 // ran_at, job_id.
 func (q *SQL) LastTicks() string { return q.lastTicks }
 
-// DeleteTicks deletes the records of ticks before the given time, except
-// each task's latest.
-func (q *SQL) DeleteTicks(before int64) (string, []any) { return q.deleteTicks.bind(before) }
+// OldTicks reads up to limit records of ticks before before, but each
+// task's latest. Columns: task, run_at.
+func (q *SQL) OldTicks(before int64, limit int) (string, []any) { return q.oldTicks.bind(before, limit) }
+
+// DeleteTick deletes one tick record.
+func (q *SQL) DeleteTick(task string, runAt int64) (string, []any) { return q.deleteTick.bind(task, runAt) }

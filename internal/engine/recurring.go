@@ -108,12 +108,47 @@ func (s *Store) LastTicks(ctx context.Context) (map[string]Tick, error) {
 // DeleteTicks deletes the records of ticks older than before, except each
 // task's latest, however old: a dispatcher that catches up after a stall
 // runs the latest tick that passed unless it finds it recorded, and
-// LastTicks lists it.
+// LastTicks lists it. It reads the records to delete without a lock, then
+// deletes each through its primary key: none is a task's latest, which
+// dispatchers write when they record a tick again, so it waits for no
+// tick being recorded and none waits for it. It returns how many records
+// it deleted (a record deleted meanwhile by another dispatcher's clean-up
+// is counted by both).
 func (s *Store) DeleteTicks(ctx context.Context, before time.Time) (int, error) {
-	q, args := s.q.DeleteTicks(Micros(before))
-	res, err := exec(ctx, s.db, q, args)
-	if err != nil {
-		return 0, s.wrap(fmt.Errorf("delete old ticks: %w", err))
+	deleted := 0
+	for {
+		q, args := s.q.OldTicks(Micros(before), tickBatch)
+		rows, err := s.db.Query(ctx, q, args...)
+		if err != nil {
+			return deleted, s.wrap(fmt.Errorf("delete old ticks: %w", err))
+		}
+		var stmts []Stmt
+		for rows.Next() {
+			var task string
+			var at int64
+			if err := rows.Scan(&task, &at); err != nil {
+				rows.Close()
+				return deleted, s.wrap(fmt.Errorf("delete old ticks: %w", err))
+			}
+			stmts = append(stmts, stmt(s.q.DeleteTick(task, at)))
+		}
+		rows.Close()
+		if err := rows.Err(); err != nil {
+			return deleted, s.wrap(fmt.Errorf("delete old ticks: %w", err))
+		}
+		if len(stmts) == 0 {
+			return deleted, nil
+		}
+		if err := pipeline(ctx, s.db, stmts, nil); err != nil {
+			return deleted, s.wrap(fmt.Errorf("delete old ticks: %w", err))
+		}
+		deleted += len(stmts)
+		if len(stmts) < tickBatch {
+			return deleted, nil
+		}
 	}
-	return int(res.RowsAffected), nil
 }
+
+// tickBatch is how many old tick records DeleteTicks reads, then deletes,
+// at a time.
+const tickBatch = 500

@@ -51,3 +51,40 @@ func TestOldTickRecordsAreDeletedButEachTasksLatest(t *testing.T) {
 		require.True(t, again, "hourly's old tick was deleted")
 	})
 }
+
+// Dispatchers record a tick (each dispatcher the same one; all but the
+// first find it recorded) while another runs the hourly clean-up of old
+// records. Here a dispatcher's transaction holds the latest record of a
+// task (it is recording that tick again) when the clean-up runs: the
+// clean-up deletes the old records without waiting for it. On MySQL the
+// clean-up's one statement read every task's latest through a subquery,
+// which MySQL's DML locks, so it waited for the tick being recorded, and
+// with three dispatchers at the hour deadlocked with their ticks
+// (TestSeveralDispatchersEnqueueEachTickOnce met it once in CI).
+func TestTheTickCleanUpWaitsForNoTickBeingRecorded(t *testing.T) {
+	testdb.EachPool(t, func(t *testing.T, s *engine.Store, open func() *engine.Store) {
+		if !s.Dialect().Capabilities().RowLocks {
+			return // SQLite: one writer at a time, nothing to interleave
+		}
+		ctx := context.Background()
+		day := 24 * time.Hour
+		for _, d := range []time.Duration{-9 * day, -8 * day, -time.Hour} {
+			ran, err := s.RunTick(ctx, "hourly", at(d), at(d), nil)
+			require.NoError(t, err)
+			require.True(t, ran)
+		}
+		other := open()
+		tx, err := other.DB().Begin(ctx)
+		require.NoError(t, err)
+		defer func() { _ = tx.Rollback(ctx) }()
+		q, args := other.SQL().InsertTick("hourly", engine.Micros(at(-time.Hour)), engine.Micros(at(0)))
+		_, err = tx.Exec(ctx, q, args...)
+		require.NoError(t, err)
+
+		wait, cancel := context.WithTimeout(ctx, 5*time.Second)
+		defer cancel()
+		n, err := s.DeleteTicks(wait, at(-7*day))
+		require.NoError(t, err, "the clean-up waited for the tick being recorded")
+		require.Equal(t, 2, n)
+	})
+}

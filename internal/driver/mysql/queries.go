@@ -21,9 +21,8 @@ func (Dialect) Capabilities() engine.Capabilities {
 // Replacements replaces the predicates that say a job is in a state with
 // reads of the generated key columns that hold a value only in that state
 // (migrations 007, 010, 013, 014, 016, 018 and 019), each with an index of its own;
-// the lock of dead processes (along the primary key) and the delete of
-// old tick records (a DELETE reads its own table only through a derived
-// table); and its migrations table, lock and progress.
+// the lock of dead processes (along the primary key); and its migrations
+// table, lock and progress.
 func (Dialect) Replacements() string { return replacements }
 
 const replacements = `
@@ -134,14 +133,6 @@ j.failed_queue
 -- oldest heartbeat, whose beats would then wait for the reap to commit.
 -- Along the primary key it lets go of each row the condition refuses.
 SELECT id FROM sluice_processes FORCE INDEX (PRIMARY) WHERE heartbeat_at < :before ORDER BY id LIMIT :limit FOR UPDATE SKIP LOCKED;
-
--- name: DeleteTicks
--- MySQL refuses a DELETE whose subquery reads the table it deletes from
--- (error 1093), unless the subquery is a derived table it materializes,
--- as one grouped by task is: each task's latest tick, read first.
-DELETE r FROM sluice_recurring_runs r
-JOIN (SELECT task, MAX(run_at) AS last_run FROM sluice_recurring_runs GROUP BY task) l ON l.task = r.task
-WHERE r.run_at < :before AND r.run_at < l.last_run;
 
 -- name: CreateMigrationsTable
 CREATE TABLE IF NOT EXISTS sluice_migrations (
