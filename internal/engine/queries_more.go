@@ -142,7 +142,11 @@ func (q *SQL) LastTicks() string { return q.lastTicks }
 
 // OldTicks reads up to limit records of ticks before before, but each
 // task's latest. Columns: task, run_at.
-func (q *SQL) OldTicks(before int64, limit int) (string, []any) { return q.oldTicks.bind(before, limit) }
+func (q *SQL) OldTicks(before int64, limit int) (string, []any) {
+	return q.oldTicks.bind(before, limit)
+}
 
 // DeleteTick deletes one tick record.
-func (q *SQL) DeleteTick(task string, runAt int64) (string, []any) { return q.deleteTick.bind(task, runAt) }
+func (q *SQL) DeleteTick(task string, runAt int64) (string, []any) {
+	return q.deleteTick.bind(task, runAt)
+}
