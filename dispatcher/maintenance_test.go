@@ -37,9 +37,10 @@ func startCleanUpRun(t *testing.T, s *engine.Store) *cleanUpRun {
 	var once sync.Once
 	r.release = func() { once.Do(func() { close(released) }) }
 	rec.Before = func(q string) {
-		// The clean-up's last statement, outside any transaction (a
-		// blocked batch would hold SQLite's one writer lock).
-		if strings.HasPrefix(q, "DELETE") && strings.Contains(q, "sluice_recurring_runs") { // DeleteTicks
+		// The clean-up's last read, outside any transaction (a blocked
+		// batch would hold SQLite's one writer lock): the old tick
+		// records it then deletes (none here).
+		if strings.HasPrefix(q, "SELECT r.task, r.run_at FROM sluice_recurring_runs") { // OldTicks
 			switch r.cleanups.Add(1) {
 			case 1:
 				cleaning <- struct{}{}
