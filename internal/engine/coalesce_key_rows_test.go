@@ -85,6 +85,32 @@ func eachApp(t *testing.T, fn func(t *testing.T, s *engine.Store, open func() *e
 	}
 }
 
+// enqueueWhileHeld runs a's Enqueue of calls in tx, in a goroutine (a
+// caller's enqueue at a moment another transaction holds locks it will
+// want), and returns once tx waits for a lock or has finished, watching it
+// through s's pool. wait waits for it and returns the call's result and
+// its error, or the commit's: tx is rolled back when the call fails.
+func enqueueWhileHeld(t *testing.T, s *engine.Store, a appDB, tx appTx, calls ...engine.NewJob) (wait func() ([]engine.Enqueued, error)) {
+	t.Helper()
+	ctx := context.Background()
+	done := make(chan struct{})
+	var res []engine.Enqueued
+	var err error
+	go func() {
+		defer close(done)
+		if res, err = a.s.Enqueue(ctx, tx.ex, engine.At(t0), calls); err != nil {
+			tx.rollback()
+			return
+		}
+		err = tx.commit()
+	}()
+	require.NoError(t, testdb.AwaitLockWait(ctx, s, tx.sid, done))
+	return func() ([]engine.Enqueued, error) {
+		<-done
+		return res, err
+	}
+}
+
 // hookEx runs before ahead of each statement of ex.
 type hookEx struct {
 	engine.Executor
@@ -169,8 +195,8 @@ func twoAppTransactionsCreatingKeys(t *testing.T, deleted bool) {
 		}
 		concurrent := s.Dialect().Capabilities().RowLocks
 		txA := a.begin(t)
-		var wg sync.WaitGroup
 		var errB error
+		waitB := func() ([]engine.Enqueued, error) { return nil, nil }
 		armed := concurrent
 		exA := hookEx{Executor: txA.ex, before: func(q string) {
 			if !armed || !strings.Contains(q, "INSERT INTO sluice_jobs") {
@@ -179,19 +205,7 @@ func twoAppTransactionsCreatingKeys(t *testing.T, deleted bool) {
 			// A looked for its key's job and is about to create it: B
 			// does the same now, and A goes on once B waits (or is done).
 			armed = false
-			txB := b.begin(t)
-			done := make(chan struct{})
-			wg.Add(1)
-			go func() {
-				defer wg.Done()
-				defer close(done)
-				if _, errB = b.s.Enqueue(ctx, txB.ex, engine.At(t0), []engine.NewJob{discardCall("co/b")}); errB != nil {
-					txB.rollback()
-					return
-				}
-				errB = txB.commit()
-			}()
-			require.NoError(t, testdb.AwaitLockWait(ctx, s, txB.sid, done))
+			waitB = enqueueWhileHeld(t, s, b, b.begin(t), discardCall("co/b"))
 		}}
 		_, errA := a.s.Enqueue(ctx, exA, engine.At(t0), []engine.NewJob{discardCall("co/a")})
 		if errA == nil {
@@ -199,7 +213,7 @@ func twoAppTransactionsCreatingKeys(t *testing.T, deleted bool) {
 		} else {
 			txA.rollback()
 		}
-		wg.Wait()
+		_, errB = waitB()
 		if !concurrent {
 			txB := b.begin(t)
 			_, errB = b.s.Enqueue(ctx, txB.ex, engine.At(t0), []engine.NewJob{discardCall("co/b")})
@@ -242,8 +256,7 @@ func TestCallsWaitingForAKeyRowTheCleanUpDeletesShareOneJob(t *testing.T) {
 			pools[i] = open()
 		}
 		rh, rec := testdb.Record(s)
-		var wg sync.WaitGroup
-		errs := make([]error, callers)
+		waits := make([]func() error, callers)
 		res := make([][]engine.Enqueued, callers)
 		armed := true
 		rec.Before = func(q string) {
@@ -254,32 +267,19 @@ func TestCallsWaitingForAKeyRowTheCleanUpDeletesShareOneJob(t *testing.T) {
 			// The clean-up holds co/a's and co/b's rows and is about to
 			// delete them: the calls come now and wait for co/a's.
 			for i, p := range pools {
-				tx, err := p.DB().Begin(ctx)
-				require.NoError(t, err)
-				sid, err := testdb.SessionID(ctx, p, tx)
-				require.NoError(t, err)
-				wg.Add(1)
-				done := make(chan struct{})
-				go func() {
-					defer wg.Done()
-					defer close(done)
-					if res[i], errs[i] = p.Enqueue(ctx, tx, engine.At(t0), []engine.NewJob{discardCall("co/a")}); errs[i] != nil {
-						_ = tx.Rollback(ctx)
-						return
-					}
-					errs[i] = tx.Commit(ctx)
-				}()
-				require.NoError(t, testdb.AwaitLockWait(ctx, s, sid, done))
+				waits[i] = testdb.CallWhileHeld(t, s, p, func(tx engine.Tx) (err error) {
+					res[i], err = p.Enqueue(ctx, tx, engine.At(t0), []engine.NewJob{discardCall("co/a")})
+					return err
+				})
 			}
 		}
 		n, err := rh.ClearCoalesceKeys(ctx, 10, 0)
 		require.NoError(t, err)
 		require.Equal(t, 1, n, "co/a's row goes (its job was claimed); co/b's job is pending")
-		wg.Wait()
 		require.False(t, armed)
 		got := map[int64]bool{}
 		for i := range pools {
-			require.NoError(t, errs[i], "caller %d", i)
+			require.NoError(t, waits[i](), "caller %d", i)
 			got[res[i][0].ID] = true
 		}
 		require.Len(t, got, 1, "every call is in one job")
@@ -518,9 +518,7 @@ func TestACallThatKeepsLosingTheRaceToCreateItsJobStillLands(t *testing.T) {
 		caller := open()
 		tx, err := caller.DB().Begin(ctx)
 		require.NoError(t, err)
-		var wg sync.WaitGroup
-		var otherErrs []error
-		var mu sync.Mutex
+		var others []func() error
 		looks, inserts := 0, 0
 		ex := hookEx{Executor: tx, before: func(q string) {
 			if !concurrent {
@@ -533,26 +531,10 @@ func TestACallThatKeepsLosingTheRaceToCreateItsJobStillLands(t *testing.T) {
 				if inserts > 10 {
 					return
 				}
-				otx, err := other.DB().Begin(ctx)
-				require.NoError(t, err)
-				sid, err := testdb.SessionID(ctx, other, otx)
-				require.NoError(t, err)
-				done := make(chan struct{})
-				wg.Add(1)
-				go func() {
-					defer wg.Done()
-					defer close(done)
+				others = append(others, testdb.CallWhileHeld(t, s, other, func(otx engine.Tx) error {
 					_, err := other.Enqueue(ctx, otx, engine.At(t0), []engine.NewJob{discardCall("co/a")})
-					if err == nil {
-						err = otx.Commit(ctx)
-					} else {
-						_ = otx.Rollback(ctx)
-					}
-					mu.Lock()
-					otherErrs = append(otherErrs, err)
-					mu.Unlock()
-				}()
-				require.NoError(t, testdb.AwaitLockWait(ctx, s, sid, done))
+					return err
+				}))
 			case strings.Contains(q, "WHERE coalesce_key = ") && strings.Contains(q, "FOR UPDATE"):
 				// And a worker claims it before the call looks again.
 				looks++
@@ -567,7 +549,10 @@ func TestACallThatKeepsLosingTheRaceToCreateItsJobStillLands(t *testing.T) {
 		} else {
 			err = tx.Commit(ctx)
 		}
-		wg.Wait()
+		otherErrs := make([]error, len(others))
+		for i, wait := range others {
+			otherErrs[i] = wait()
+		}
 		require.NoError(t, err, "the call joins or creates the key's pending job")
 		for _, e := range otherErrs {
 			require.NoError(t, e)
@@ -605,30 +590,17 @@ func TestAnOldSnapshotCallRacingAClaimNeverDeadlocks(t *testing.T) {
 		p := enqueue(t, s, t0, discardCall("co/a"))[0]
 
 		rh, rec := testdb.Record(s)
-		var wg sync.WaitGroup
-		var enqErr error
-		var res []engine.Enqueued
+		wait := func() ([]engine.Enqueued, error) { return nil, nil }
 		armed := true
 		rec.Before = func(q string) {
 			if !armed || !strings.Contains(q, "SET state = 'running'") {
 				return
 			}
 			armed = false
-			done := make(chan struct{})
-			wg.Add(1)
-			go func() {
-				defer wg.Done()
-				defer close(done)
-				if res, enqErr = a.s.Enqueue(ctx, tx.ex, engine.At(t0), []engine.NewJob{discardCall("co/a")}); enqErr != nil {
-					tx.rollback()
-					return
-				}
-				enqErr = tx.commit()
-			}()
-			require.NoError(t, testdb.AwaitLockWait(ctx, s, tx.sid, done))
+			wait = enqueueWhileHeld(t, s, a, tx, discardCall("co/a"))
 		}
 		claimed := claim(t, rh, pid, t0, 1).Jobs
-		wg.Wait()
+		res, enqErr := wait()
 		require.False(t, armed)
 		require.NoError(t, enqErr, "the app's transaction gets no deadlock back")
 		marks := 0
@@ -669,9 +641,7 @@ func TestAnAppCallOfANewKeyNeverDeadlocksWithAClaimOfTheNextKeysJob(t *testing.T
 			return
 		}
 		rh, rec := testdb.Record(s)
-		var wg sync.WaitGroup
-		var enqErr error
-		var res []engine.Enqueued
+		wait := func() ([]engine.Enqueued, error) { return nil, nil }
 		armed := true
 		rec.Before = func(q string) {
 			if !armed || !strings.Contains(q, "SET state = 'running'") {
@@ -679,22 +649,10 @@ func TestAnAppCallOfANewKeyNeverDeadlocksWithAClaimOfTheNextKeysJob(t *testing.T
 			}
 			// The claim holds Z and is about to release its key.
 			armed = false
-			tx := a.begin(t)
-			done := make(chan struct{})
-			wg.Add(1)
-			go func() {
-				defer wg.Done()
-				defer close(done)
-				if res, enqErr = a.s.Enqueue(ctx, tx.ex, engine.At(t0), calls); enqErr != nil {
-					tx.rollback()
-					return
-				}
-				enqErr = tx.commit()
-			}()
-			require.NoError(t, testdb.AwaitLockWait(ctx, s, tx.sid, done))
+			wait = enqueueWhileHeld(t, s, a, a.begin(t), calls...)
 		}
 		claimed := claim(t, rh, pid, t0, 1).Jobs
-		wg.Wait()
+		res, enqErr := wait()
 		require.False(t, armed)
 		require.NoError(t, enqErr, "the app's transaction gets no deadlock back")
 		marks := 0
