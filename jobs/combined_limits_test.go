@@ -176,7 +176,7 @@ func TestA429FromAFairSlotHolderGivesItsSlotHoldsTheBudgetAndKeepsItsStart(t *te
 
 // docs/guarantees.md, Queues: a paused queue's jobs "stay where they are
 // until resume"; docs/rate-limits.md, Changing a limit without a restart:
-// a tighter override "starts from the state as left", and a window that
+// a tighter override counts the debt "in its own intervals too", and a window that
 // spans the change can hold more than the new limit only until one new
 // Per has passed. A fair, concurrency-limited, rate-limited kind with
 // mixed priorities has a backlog waiting (slotted and parked) when its

@@ -80,7 +80,7 @@ func budget(t *testing.T, h *harness, key string) engine.BudgetInfo {
 }
 
 // An override applies "from the next claim, under the rules for a changed
-// limit: ... a tighter one starts from the state as left", and "a window
+// limit: ... a tighter one counts it in its own intervals too", and "a window
 // that spans the change can hold more than the new limit allows, until
 // one new Per has passed". Jobs deferred under the old limit come back and
 // run, never more than the new To in a window of the new Per once that
@@ -106,12 +106,12 @@ func TestATighterOverrideHoldsForJobsAlreadyWaiting(t *testing.T) {
 	})
 }
 
-// A tighter override over a backlog that is parked: the budget starts from
-// the state as the old limit left it (its debt and slot cursor untouched),
-// now charged under the new limit, so the dispatcher hands the parked jobs
+// A tighter override over a backlog that is parked: the budget counts its
+// debt in the new limit's intervals (its slot cursor untouched), now
+// charged under the new limit, so the dispatcher hands the parked jobs
 // slots at the new pace; after one new Per no window holds more than the
 // new To.
-func TestATighterOverrideLeavesAParkedBacklogsBudgetAsItWas(t *testing.T) {
+func TestATighterOverrideCountsAParkedBacklogsDebtInItsIntervals(t *testing.T) {
 	each(t, func(t *testing.T, h *harness) {
 		ctx := context.Background()
 		record, starts := startRecorder()
@@ -128,7 +128,9 @@ func TestATighterOverrideLeavesAParkedBacklogsBudgetAsItWas(t *testing.T) {
 		h.drain(jobs.WorkerConfig{})
 		after := budget(t, h, "sms/global")
 		require.Equal(t, (2 * time.Minute).Nanoseconds(), after.IntervalNS, "charged under the new limit")
-		require.Equal(t, before.TAT, after.TAT, "the debt as left")
+		debt := before.TAT - change.UnixNano()
+		require.Positive(t, debt)
+		require.Equal(t, change.UnixNano()+2*debt, after.TAT, "the debt of one a minute counted in intervals of two minutes")
 		require.Equal(t, before.NextSlot, after.NextSlot, "the slot cursor as left")
 
 		d := newDispatcher(t, h.store, dispatcher.Config{Clock: h.clock, Logger: quiet()})

@@ -197,9 +197,13 @@ func TestAnOverrideTakesEffectWithinTheRefreshInterval(t *testing.T) {
 		h.enqueue(sms{To: "premium"}) // wakes the worker: denied, its slot within a second
 		// The worker waits for that slot, not for its hour-long poll: the
 		// 3,595 s left of one hour-long interval count as 3,595/3,600 of
-		// one new interval (1 s), and the debt is never less than Burst
-		// (1) new intervals.
-		<-h.clock.WaitForTimerAt(t0.Add(6 * time.Second))
+		// one new interval (1 s), rounded up to the nanosecond.
+		slot := t0.Add(5*time.Second + 998_611_112*time.Nanosecond)
+		select {
+		case <-h.clock.WaitForTimerAt(slot):
+		case <-time.After(10 * time.Second):
+			t.Fatalf("the worker set no timer for the slot at %s", slot.Sub(t0))
+		}
 		res, err := h.store.ListJobs(ctx, engine.JobFilter{State: engine.StateScheduled})
 		require.NoError(t, err)
 		require.Len(t, res, 1)

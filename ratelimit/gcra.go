@@ -125,42 +125,62 @@ func (p Params) Slot(s *State, earliest int64, cost int) int64 {
 	return slot
 }
 
-// CarryDebt applies the rule for a changed limit: when p is looser than the
-// limit the state was built under (see Loosens), the debt the budget
-// carries over is counted again in p's intervals. The debt past now, d, stands
-// for d / T' cost-1 admissions under prev's interval T'; under p they are
-// worth d·T / T' (rounded up, so that a conversion can never admit early).
-// The admissions made under prev then count under p as if made as late as
-// they could have been, so no window of p's Per holds more than p's To,
-// the change's included, and a budget that spent its old burst admits
-// again within that burst's worth of new intervals. After a pause (whose
-// interval says nothing of the admissions before it) the debt is capped at
-// b intervals of p instead, so admissions resume within one new interval.
-// A conversion never lowers the debt below that cap (nor raises it above
-// the debt it had), so workers that take turns under two limits cannot
-// wear it away. A tighter limit starts from the state as left.
+// CarryDebt applies the rule for a changed limit: the debt the budget
+// carries past now, d, built under prev's interval T', stands for d / T'
+// cost-1 admissions, and under p's interval T it is worth d·T / T' (rounded
+// up, so that a conversion can never admit early). A looser limit (see
+// Loosens) thus counts the admissions made under prev as if made as late as
+// they could have been, so no window of p's Per holds more than p's To, the
+// change's included, and a budget that spent its old burst admits again
+// within that burst's worth of new intervals. A tighter limit (a longer
+// interval) counts them the same way, count for count, so that workers that
+// disagree on the limit (a rolling deploy, an override not yet read
+// everywhere) and convert the same debt in turn hand each other the
+// admissions they made, not their time: a conversion there and back at one
+// instant never lowers the debt, and a burst one worker's limit allows is
+// not spent again under the other's. After a pause (whose interval says
+// nothing of the admissions before it) the debt is capped at b intervals of
+// p instead, so admissions resume within one new interval. A budget held
+// back to Never stays held.
 func (p Params) CarryDebt(s *State, now int64, prev Params) {
-	if !p.Loosens(prev) || s.TAT <= now {
+	if p.Paused || prev.Interval == 0 || s.TAT <= now || s.TAT == Never || p.Interval == prev.Interval && !prev.Paused {
 		return
 	}
-	capped := min(s.TAT, now+int64(p.Burst)*p.Interval)
-	if prev.Paused {
-		s.TAT = capped
-		return
+	d := uint64(s.TAT - now)
+	switch {
+	case prev.Paused:
+		s.TAT = min(s.TAT, Later(now, int64(p.Burst)*p.Interval))
+	case p.Interval < prev.Interval:
+		s.TAT = now + scaleDown(d, uint64(p.Interval), uint64(prev.Interval))
+	default:
+		s.TAT = Later(now, scaleUp(d, uint64(p.Interval), uint64(prev.Interval)))
 	}
-	// Never below the cap: workers that disagree on the limit (a rolling
-	// deploy, an override not yet read everywhere) take turns converting
-	// the same debt, and each turn would shrink it again.
-	s.TAT = max(capped, now+scaleUp(uint64(s.TAT-now), uint64(p.Interval), uint64(prev.Interval)))
 }
 
-// scaleUp returns ⌈d·num/den⌉ for num < den, without overflow: the result
-// is at most d.
-func scaleUp(d, num, den uint64) int64 {
+// scaleDown returns ⌈d·num/den⌉ for num < den, without overflow: the
+// result is at most d.
+func scaleDown(d, num, den uint64) int64 {
 	hi, lo := bits.Mul64(d, num)
 	q, r := bits.Div64(hi, lo, den) // hi < den since num < den
 	if r > 0 {
 		q++
+	}
+	return int64(q)
+}
+
+// scaleUp returns ⌈d·num/den⌉ for num > den, or Never's worth when that
+// lies past what the times reach.
+func scaleUp(d, num, den uint64) int64 {
+	hi, lo := bits.Mul64(d, num)
+	if hi >= den {
+		return Never
+	}
+	q, r := bits.Div64(hi, lo, den)
+	if r > 0 {
+		q++
+	}
+	if q > uint64(Never) {
+		return Never
 	}
 	return int64(q)
 }

@@ -18,8 +18,9 @@ var ErrNoOverride = engine.ErrNoOverride
 
 // SetOverride stores an override, checked as a declaration is (To, Per and
 // Burst). Workers read overrides every WorkerConfig.OverrideRefresh and
-// apply them from their next claim: a looser limit caps the debt the
-// budget inherited, a tighter one starts from the state as left.
+// apply them from their next claim: the debt the budget inherited is
+// counted in the new limit's intervals (docs/rate-limits.md, "Changing a
+// limit").
 func (s *Store) SetOverride(ctx context.Context, o Override) error {
 	return s.e.SetOverride(ctx, o, time.Now())
 }

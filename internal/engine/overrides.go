@@ -52,8 +52,8 @@ func (o Override) Check() (int, error) {
 
 // SetOverride stores an override, checked as a declaration is. Workers
 // read it within their refresh interval; the change follows the rules of a
-// changed limit (a looser one caps inherited debt, a tighter one starts
-// from the state as left).
+// changed limit (the inherited debt counted in the new limit's intervals;
+// ratelimit.Params.CarryDebt).
 func (s *Store) SetOverride(ctx context.Context, o Override, now time.Time) error {
 	burst, err := o.Check()
 	if err != nil {

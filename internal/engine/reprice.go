@@ -35,9 +35,9 @@ type Repricing struct {
 
 // Reprice applies a changed limit to the budgets it covers that have
 // parked jobs and were last charged under another limit, as the next
-// claim on each would (the same rules: a looser limit caps the debt and
-// the slot cursor at the horizon, a tighter one starts from the state as
-// left), and records the limit on them. A budget whose jobs are all parked
+// claim on each would (the same rules: the debt counted in the new
+// limit's intervals and, for a looser one, the slot cursor brought back to
+// the horizon), and records the limit on them. A budget whose jobs are all parked
 // is touched by no claim, and the dispatcher hands its parked jobs slots at
 // the pace its row remembers: without this a looser limit would reach such
 // a backlog only after an interval of the old one.

@@ -113,9 +113,10 @@ func TestRepriceOfOneBudgetChangesThatBudgetOnly(t *testing.T) {
 	})
 }
 
-// A tighter limit, or a pause, is recorded on the budget, which keeps the
-// state the old limit left: its debt and its slot cursor.
-func TestRepriceLeavesTheStateAsItWasForATighterLimitOrAPause(t *testing.T) {
+// A tighter limit is recorded on the budget, which counts its debt in the
+// new intervals and keeps its slot cursor; a pause keeps both as the old
+// limit left them.
+func TestRepriceOfATighterLimitCountsTheDebtAndAPauseKeepsIt(t *testing.T) {
 	testdb.Each(t, func(t *testing.T, s *engine.Store) {
 		ctx := context.Background()
 		parkOnePerBudget(t, s, "tight/a", "paused/a")
@@ -134,8 +135,12 @@ func TestRepriceLeavesTheStateAsItWasForATighterLimitOrAPause(t *testing.T) {
 		after := budgetsByName(t, s)
 		require.Equal(t, tighter, after["tight/a"].Params())
 		require.Equal(t, paused, after["paused/a"].Params())
+		// One admission of an hour at t0 is 59 minutes of debt a minute
+		// later: 118 minutes of one every two hours.
+		require.Equal(t, before["tight/a"].TAT, engine.Nanos(at(time.Hour)))
+		require.Equal(t, engine.Nanos(at(time.Minute+118*time.Minute)), after["tight/a"].TAT)
+		require.Equal(t, before["paused/a"].TAT, after["paused/a"].TAT)
 		for _, k := range []string{"tight/a", "paused/a"} {
-			require.Equal(t, before[k].TAT, after[k].TAT, k)
 			require.Equal(t, before[k].NextSlot, after[k].NextSlot, k)
 		}
 	})
