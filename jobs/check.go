@@ -78,6 +78,10 @@ const (
 	// this version of sluice knows (a newer sluice migrated it), which it
 	// can neither revert nor account for.
 	CodeNewerMigrations = "W010"
+	// CodeStrandedJobs: a queue that no live worker claims and no
+	// registered kind goes to holds jobs waiting to run (a queue renamed,
+	// a kind moved to another queue, a kind removed), which wait for good.
+	CodeStrandedJobs = "W011"
 )
 
 // LiveAfter is how recent a process's heartbeat must be for Check to
@@ -227,6 +231,9 @@ func Check(ctx context.Context, r *Registry, pub *store.Store) ([]Finding, error
 				q, strings.Join(byQueue[q], ", "), q)
 		}
 	}
+	if err := strandedFindings(ctx, s, add, claimed, byQueue); err != nil {
+		return nil, err
+	}
 	if dispatchers == 0 {
 		add(CodeNoDispatcher, SeverityWarning, "no dispatcher has heartbeated in the last %s: scheduled jobs (retries, jobs to run later, rate-limited jobs waiting for a slot) are not made ready; run one (dispatcher)", LiveAfter)
 	}
@@ -300,4 +307,33 @@ func sortedKeys[V any](m map[string]V) []string {
 func latestVersion(s *engine.Store) int {
 	v, _ := s.LatestVersion()
 	return v
+}
+
+// waitingStates are the states of a job that waits to run.
+var waitingStates = []engine.State{engine.StateReady, engine.StateScheduled, engine.StateParked, engine.StateBlocked}
+
+// strandedFindings warns of the queues whose jobs wait with no live worker
+// claiming them and no registered kind going to them (W007 speaks of
+// those): jobs left behind in a queue a deploy renamed or moved a kind
+// away from.
+func strandedFindings(ctx context.Context, s *engine.Store, add func(code string, sev Severity, format string, args ...any), claimed map[string]bool, kinds map[string][]string) error {
+	depth, err := s.Depth(ctx)
+	if err != nil {
+		return fmt.Errorf("check: count waiting jobs: %w", err)
+	}
+	for _, d := range depth {
+		if claimed[d.Queue] || kinds[d.Queue] != nil {
+			continue
+		}
+		var n int64
+		for _, st := range waitingStates {
+			n += d.Counts[st]
+		}
+		if n > 0 {
+			add(CodeStrandedJobs, SeverityWarning, "queue %s holds %d job(s) waiting to run, but no live worker claims it and no registered kind goes to it "+
+				"(a queue renamed, or a kind moved or removed, leaves its jobs there): claim it until they are done (worker --queues %s), or cancel them",
+				d.Queue, n, d.Queue)
+		}
+	}
+	return nil
 }
