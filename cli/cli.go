@@ -95,9 +95,10 @@ type App struct {
 	// cannot say (Hooks, Middleware, Logger, Clock, …) is taken from it as
 	// is, and the settings that have flags (Queues, Concurrency,
 	// PollInterval, JobTimeout, ShutdownTimeout, HeartbeatInterval,
-	// DeadAfter, Horizon, MaxRetryAfter, HostClock, ShadowLimits) take it
-	// as their defaults, which the command line overrides. Queues
-	// defaults to every queue the registry's kinds declare.
+	// DeadAfter, Horizon, MaxRetryAfter, GiveBackFor, HostClock,
+	// ShadowLimits) take it as their defaults, which the command line
+	// overrides. Queues defaults to every queue the registry's kinds
+	// declare.
 	Worker jobs.WorkerConfig
 	// Dispatcher is the dispatcher command's base configuration, the same
 	// way (Interval, BatchSize, Horizon, HeartbeatInterval and DeadAfter

@@ -179,6 +179,7 @@ func TestBadInputIsOneLineAndANonZeroExit(t *testing.T) {
 		{[]string{"worker", "--heartbeat", "0"}, 2, "--heartbeat is 0s; it must be at least 1ms"},
 		{[]string{"worker", "--poll-interval", "-1ms"}, 2, "--poll-interval is -1ms; it must be at least 1ms"},
 		{[]string{"worker", "--shutdown-timeout", "-1s"}, 2, "--shutdown-timeout is -1s; it must be positive"},
+		{[]string{"worker", "--give-back-for", "0"}, 2, "--give-back-for is 0s; it must be positive"},
 		{[]string{"dispatcher", "--heartbeat", "10s", "--dead-after", "20s"}, 2, "--dead-after is 20s; it must be at least 3 × --heartbeat (10s)"},
 		{[]string{"dispatcher", "--heartbeat", "1ns"}, 2, "--heartbeat is 1ns; it must be at least 1ms"},
 		{[]string{"dispatcher", "--interval", "-1s"}, 2, "--interval is -1s; it must be at least 1ms"},

@@ -33,10 +33,19 @@ func Cancel(err error) error {
 	return &cancelError{err: err}
 }
 
-// snoozeError runs a job again later without spending an attempt.
-type snoozeError struct{ d time.Duration }
+// snoozeError runs a job again later without spending an attempt. back
+// is set when the worker gave the job back, unable to run it (classify).
+type snoozeError struct {
+	d    time.Duration
+	back *givenBackError
+}
 
-func (e *snoozeError) Error() string { return fmt.Sprintf("job snoozed for %s", e.d) }
+func (e *snoozeError) Error() string {
+	if e.back != nil {
+		return e.back.Error()
+	}
+	return fmt.Sprintf("job snoozed for %s", e.d)
+}
 
 // Snooze returns an error that, returned by a handler, runs the job again
 // after d without counting this run as an attempt.

@@ -38,6 +38,9 @@ type result struct {
 	holdsSlot bool
 	// withCalls is set when the job collected calls.
 	withCalls bool
+	// givenBack is set when the worker could not run the job and gave it
+	// back (givenBackError), which gives its concurrency slot back.
+	givenBack bool
 	// throttled is set when an upstream refused the run (RetryAfter), and
 	// pushes hold the job's budgets back until the wait is over.
 	throttled bool
@@ -69,12 +72,15 @@ func (r result) final() bool {
 }
 
 // givesSlotBack reports whether a job that held a concurrency slot gives
-// it back: when it ends, and when an upstream refused it (a 429), which
+// it back: when it ends; when an upstream refused it (a 429), which
 // makes it wait on its rate limits as a rate-limit deferral does — and a
-// job waiting on a rate holds no concurrency slot. It takes one again when
-// it comes back, or is blocked (never discarded, whatever its limit's
+// job waiting on a rate holds no concurrency slot; and when the worker
+// could not run it and gave it back (givenBackError), so that a job no
+// worker here runs does not hold its key's slot from the jobs that can
+// run while it waits for a worker that can. It takes one again when it
+// comes back, or is blocked (never discarded, whatever its limit's
 // OnConflict). A retry or a snooze keeps its slot while it waits.
-func (r result) givesSlotBack() bool { return r.final() || r.throttled }
+func (r result) givesSlotBack() bool { return r.final() || r.throttled || r.givenBack }
 
 // execute runs one claimed job and decides what becomes of it. It reports
 // nothing: the caller reports the run to OnFinish (finished) once it knows
@@ -179,16 +185,20 @@ func (w *Worker) settle(ctx context.Context, j *engine.Job, err error) (res resu
 
 // decode reads what the handler of a claimed job is given: its args, its
 // metadata and its collected calls. bad is why the job cannot run: its kind
-// has no handler here, or something does not decode. The attempt then
-// fails with bad, still inside the middleware (see call), so that every
-// attempt is seen by it.
+// has no handler here, or its handler here would not read the calls it
+// holds (both given back: see giveBack), or something does not decode (the
+// attempt fails). It is returned still inside the middleware (see call),
+// so that every attempt is seen by it.
 func (w *Worker) decode(j *engine.Job, k *kind) (args any, md map[string]string, more []any, bad error) {
 	if k == nil || k.work == nil {
-		if _, seen := w.unknown.LoadOrStore(j.Kind, true); !seen {
-			w.log.Error("sluice: no handler for a claimed job's kind; it is retried with backoff until a worker that has one claims it",
-				"kind", j.Kind, "job_id", j.ID)
-		}
-		return nil, nil, nil, fmt.Errorf("%w: no handler for kind %q in worker %q", ErrUnknownKind, j.Kind, w.cfg.Name)
+		why := fmt.Errorf("%w: no handler for kind %q in worker %q", ErrUnknownKind, j.Kind, w.cfg.Name)
+		return nil, nil, nil, w.giveBack(j, why, unrunnableLog{kind: j.Kind})
+	}
+	if j.Calls > 1 && !k.readsCalls {
+		why := fmt.Errorf("kind %q: its handler in worker %q is registered with jobs.Register, which reads only j.Args, "+
+			"but the job holds %d collected calls (another version of the kind coalesces with Collect and jobs.RegisterCalls)",
+			j.Kind, w.cfg.Name, j.Calls)
+		return nil, nil, nil, w.giveBack(j, why, unrunnableLog{kind: j.Kind, calls: true})
 	}
 	md, err := engine.DecodeMetadata(j.Metadata)
 	if err != nil {
@@ -238,12 +248,83 @@ func (w *Worker) outcome(ctx context.Context, j *engine.Job, err error) result {
 	case OutcomeCancelled:
 		return result{id: j.ID, t: engine.Transition{ID: j.ID, State: engine.StateCancelled, Error: errorText(cancelled.err), Finished: true}}
 	case OutcomeSnoozed:
-		return result{id: j.ID, t: engine.Transition{ID: j.ID, State: engine.StateScheduled, Wait: snoozed.d, AttemptDelta: -1}}
+		t := engine.Transition{ID: j.ID, State: engine.StateScheduled, Wait: snoozed.d, AttemptDelta: -1}
+		if snoozed.back != nil {
+			// Given back: the reason is the job's last error, for
+			// operators to see.
+			t.Error = errorText(err)
+			return result{id: j.ID, t: t, givenBack: true}
+		}
+		return result{id: j.ID, t: t}
+	case OutcomeFailed:
+		// Given back for longer than GiveBackFor: failed for good,
+		// whatever attempts it has left.
+		return result{id: j.ID, t: engine.Transition{ID: j.ID, State: engine.StateFailed, Error: errorText(err), Finished: true}}
 	case OutcomeThrottled:
 		return w.waitUpstream(j, retryAfter)
 	default:
 		return w.failure(j, err)
 	}
+}
+
+// givenBackError is why a claimed job cannot run on this worker as it is
+// stored (decode): its kind has no handler here, or its handler here
+// would not read the calls it holds. Unless final, the job is given back
+// (classify takes it as a snooze of wait): it waits without spending an
+// attempt, gives its concurrency slot back, and keeps the error as its
+// last. final is set once the job is older than GiveBackFor: it then
+// fails for good.
+type givenBackError struct {
+	why   error
+	msg   string
+	wait  time.Duration
+	final bool
+}
+
+func (e *givenBackError) Error() string { return e.msg }
+func (e *givenBackError) Unwrap() error { return e.why }
+
+// unrunnableLog names a line giveBack logs once per kind and worker: a
+// kind with no handler here, or one whose jobs hold calls its handler
+// here does not read; final for the jobs of either failed for good.
+type unrunnableLog struct {
+	kind         string
+	calls, final bool
+}
+
+// giveBack is the error of a run of j that this worker cannot make, for
+// the reason why: the job is given back, to be claimed again after a
+// wait that doubles from 2 s with each time it was given back (its
+// claims that spent no attempt: snoozes, 429s and releases count too), up
+// to MaxGiveBackWait, with jitter; or, once it is older than GiveBackFor,
+// failed for good. Each kind's case is logged once.
+func (w *Worker) giveBack(j *engine.Job, why error, line unrunnableLog) error {
+	// This claim and every earlier one that gave its attempt back. After
+	// an operator's retry, which sets the attempt back to 0, the earlier
+	// runs count too: the wait reaches its longest sooner.
+	times := max(j.Claims-int64(j.Attempt)+1, 1)
+	e := &givenBackError{why: why, wait: jitter(min(DefaultBackoff(int(min(times, 64))), MaxGiveBackWait))}
+	deadline := j.CreatedAt.Add(w.cfg.GiveBackFor)
+	e.final = !j.CreatedAt.IsZero() && !w.clock.Now().Before(deadline)
+	if e.final {
+		e.msg = fmt.Sprintf("%v; no worker ran it within %s of its enqueue (WorkerConfig.GiveBackFor), so it fails", why, w.cfg.GiveBackFor)
+	} else {
+		e.msg = fmt.Sprintf("%v; given back without spending an attempt (%d time(s) so far) for a worker that can run it, until %s (%s after its enqueue), when it fails",
+			why, times, deadline.UTC().Format(time.RFC3339), w.cfg.GiveBackFor)
+	}
+	line.final = e.final
+	if _, seen := w.unknown.LoadOrStore(line, true); !seen {
+		msg := "sluice: no handler for a claimed job's kind; it is given back, without spending an attempt, until a worker that has one claims it"
+		if line.calls {
+			msg = "sluice: a claimed job holds collected calls its handler here (registered with jobs.Register) would not read; " +
+				"it is given back, without spending an attempt, until a worker whose handler reads them (jobs.RegisterCalls) claims it"
+		}
+		if line.final {
+			msg = "sluice: a job no worker ran within GiveBackFor of its enqueue fails for good (logged once per kind)"
+		}
+		w.log.Error(msg, "kind", j.Kind, "job_id", j.ID, "calls", j.Calls, "err", e.msg)
+	}
+	return e
 }
 
 // waitUpstream sends a job an upstream refused (a 429) back to wait

@@ -199,6 +199,8 @@ func Classify(ctx context.Context, job JobInfo, err error) Verdict {
 		return Verdict{Outcome: k, Wait: s.d, Reason: s.Error()}
 	case OutcomeThrottled:
 		return Verdict{Outcome: k, Wait: upstreamWait(ctx, r), Reason: r.Error()}
+	case OutcomeFailed:
+		return Verdict{Outcome: k, Reason: err.Error()}
 	}
 	v := Verdict{Outcome: OutcomeRetried, Reason: err.Error()}
 	if job.Attempt >= job.MaxAttempts {
@@ -231,8 +233,10 @@ func shuttingDown(ctx context.Context) bool {
 }
 
 // classify sorts a run's error: completed, released, cancelled, snoozed,
-// throttled, or "" for a failed attempt. It allocates nothing (a run that
-// completed pays for no error targets).
+// throttled, or "" for a failed attempt. A job the worker could not run
+// (givenBackError) is snoozed for its wait, or failed for good once it was
+// given back for longer than GiveBackFor. It allocates nothing (a run that
+// completed pays for no error targets), but for a job given back.
 func classify(ctx context.Context, err error) (Outcome, *cancelError, *snoozeError, *retryAfterError) {
 	if err == nil {
 		return OutcomeCompleted, nil, nil, nil
@@ -248,6 +252,12 @@ func classify(ctx context.Context, err error) (Outcome, *cancelError, *snoozeErr
 	}
 	if retryAfter, ok := errors.AsType[*retryAfterError](err); ok {
 		return OutcomeThrottled, nil, nil, retryAfter
+	}
+	if back, ok := errors.AsType[*givenBackError](err); ok {
+		if back.final {
+			return OutcomeFailed, nil, nil, nil
+		}
+		return OutcomeSnoozed, nil, &snoozeError{d: back.wait, back: back}, nil
 	}
 	return "", nil, nil, nil
 }

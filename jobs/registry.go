@@ -53,6 +53,11 @@ type kind struct {
 	// work runs the handler with the job's args (and its collected calls,
 	// decoded); nil for a kind declared without one.
 	work func(ctx context.Context, j *engine.Job, md map[string]string, args any, calls []any) error
+	// readsCalls is set when the handler reads every call the job
+	// collected (RegisterCalls); a handler registered with Register or
+	// RegisterHandler reads only j.Args, and is never given a job that
+	// holds more calls (see Worker.decode).
+	readsCalls bool
 	// coalesce is the kind's coalescing rule; nil without one.
 	coalesce *coalesceRule
 	// fair is the kind's fairness key and weight; nil without one.
@@ -281,6 +286,7 @@ func register[T Args](r *Registry, h Handler[T], calls CallsHandler[T], opts []R
 	case !collects && calls != nil:
 		return fail(errors.New("RegisterCalls is for kinds that Coalesce with OnConflict: Collect"))
 	}
+	k.readsCalls = calls != nil
 	if h != nil || calls != nil {
 		k.work = func(ctx context.Context, j *engine.Job, md map[string]string, args any, more []any) error {
 			job := &Job[T]{

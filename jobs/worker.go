@@ -28,6 +28,14 @@ const (
 	DefaultDeadAfter         = 5 * time.Minute
 	// DefaultMaxRetryAfter caps the wait a RetryAfter error asks for.
 	DefaultMaxRetryAfter = time.Hour
+	// DefaultGiveBackFor is how long after its enqueue a job that a
+	// worker cannot run as stored is given back for another worker
+	// (WorkerConfig.GiveBackFor).
+	DefaultGiveBackFor = 7 * 24 * time.Hour
+	// MaxGiveBackWait is the longest a job given back waits before it may
+	// be claimed again: the wait doubles from 2 s with each time the job
+	// was given back, up to this (with ±10% jitter).
+	MaxGiveBackWait = time.Hour
 	// DeadAfterHeartbeats is how many heartbeat intervals DeadAfter must
 	// span at least, so that a live process is never presumed dead (and
 	// its jobs run twice) between two of its heartbeats.
@@ -122,6 +130,20 @@ type WorkerConfig struct {
 	// MaxRetryAfter caps the wait a handler's RetryAfter error asks for.
 	// Defaults to 1 hour.
 	MaxRetryAfter time.Duration
+	// GiveBackFor is how long after its enqueue a job this worker cannot
+	// run as stored is given back for a worker that can: a job whose kind
+	// has no handler here (a rolling deploy that adds the kind, whose old
+	// workers serve the same queue), or one that holds collected calls its
+	// handler here would not read (registered with Register, where the
+	// job's other version collects with RegisterCalls). Such a job goes
+	// back to wait without spending an attempt — 2 s doubling with each
+	// time it was given back, up to MaxGiveBackWait — and gives back its
+	// concurrency slot, with the reason as its last error. A worker that
+	// claims it once it is older than GiveBackFor (on this worker's
+	// clock, from the job's created_at) fails it for good instead, with
+	// that error: a job no worker can run does not loop for ever. Defaults
+	// to DefaultGiveBackFor (7 days).
+	GiveBackFor time.Duration
 	// Name labels the worker's process row: a key, as a queue's name is
 	// (1 to 255 bytes of UTF-8, no control characters, no trailing
 	// space). Defaults to the host name.
@@ -175,7 +197,7 @@ type Worker struct {
 	freed   chan struct{}
 	results chan result
 
-	unknown sync.Map // kinds already logged as unknown
+	unknown sync.Map // kinds already logged as unknown, or as unread calls (unrunnableLog)
 	// badBackoff holds the kinds whose Backoff returned a delay out of
 	// range, already logged (backoffWarning).
 	badBackoff sync.Map
@@ -273,6 +295,7 @@ func NewWorker(pub *store.Store, reg *Registry, cfg WorkerConfig) (*Worker, erro
 		{"PollInterval", cfg.PollInterval}, {"ShutdownTimeout", cfg.ShutdownTimeout},
 		{"HeartbeatInterval", cfg.HeartbeatInterval}, {"DeadAfter", cfg.DeadAfter},
 		{"Horizon", cfg.Horizon}, {"OverrideRefresh", cfg.OverrideRefresh}, {"MaxRetryAfter", cfg.MaxRetryAfter},
+		{"GiveBackFor", cfg.GiveBackFor},
 	} {
 		if f.d < 0 {
 			return nil, fmt.Errorf("jobs: NewWorker: %s is %s; it must be positive, or 0 for the default", f.name, f.d)
@@ -288,6 +311,7 @@ func NewWorker(pub *store.Store, reg *Registry, cfg WorkerConfig) (*Worker, erro
 	setDefault(&cfg.Horizon, engine.DefaultHorizon)
 	setDefault(&cfg.OverrideRefresh, 5*time.Second)
 	setDefault(&cfg.MaxRetryAfter, DefaultMaxRetryAfter)
+	setDefault(&cfg.GiveBackFor, DefaultGiveBackFor)
 	for _, f := range []struct {
 		name string
 		d    time.Duration

@@ -41,6 +41,7 @@ func TestNewWorkerRefusesNonsenseSettings(t *testing.T) {
 		{jobs.WorkerConfig{OverrideRefresh: -time.Second}, "OverrideRefresh is -1s"},
 		{jobs.WorkerConfig{OverrideRefresh: time.Microsecond}, "OverrideRefresh is 1µs; it must be at least 1ms"},
 		{jobs.WorkerConfig{MaxRetryAfter: -time.Second}, "MaxRetryAfter is -1s"},
+		{jobs.WorkerConfig{GiveBackFor: -time.Second}, "GiveBackFor is -1s"},
 		// Below the heartbeat: the worker's own process would be reaped.
 		{jobs.WorkerConfig{DeadAfter: 30 * time.Second}, "DeadAfter is 30s; it must be at least 3 × HeartbeatInterval (1m0s)"},
 		{jobs.WorkerConfig{HeartbeatInterval: 10 * time.Second, DeadAfter: 29 * time.Second}, "DeadAfter is 29s; it must be at least 3 × HeartbeatInterval (10s)"},

@@ -190,13 +190,17 @@ func TestUnknownKindAndUndecodableArgsAreRetriedNotLost(t *testing.T) {
 		unknown := h.enqueue(email{To: "x"})
 		bad, err := h.store.Enqueue(context.Background(), nil, engine.At(t0), []engine.NewJob{{Kind: "noop", Queue: "default", Args: []byte(`{"N":"not a number"}`), MaxAttempts: 3}})
 		require.NoError(t, err)
-		require.Equal(t, 2, h.drain(jobs.WorkerConfig{}).Retried)
+		res := h.drain(jobs.WorkerConfig{})
+		require.Equal(t, 1, res.Retried, "args that do not decode fail the attempt")
+		require.Equal(t, 1, res.Snoozed, "a kind with no handler here is given back, its attempt unspent")
 
 		j := h.job(unknown)
 		require.Equal(t, engine.StateScheduled, j.State)
+		require.Equal(t, 0, j.Attempt)
 		require.Contains(t, j.LastError, `no handler for kind "email"`)
 		j = h.job(bad[0].ID)
 		require.Equal(t, engine.StateScheduled, j.State)
+		require.Equal(t, 1, j.Attempt)
 		require.Contains(t, j.LastError, "decode args of noop")
 	})
 }
