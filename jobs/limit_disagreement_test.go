@@ -13,17 +13,6 @@ import (
 	"github.com/sluicequeue/sluice/ratelimit"
 )
 
-// drainOn runs one Drain of a fresh worker on reg (a version of the app
-// other than h's) and returns how many jobs it completed.
-func (h *harness) drainOn(reg *jobs.Registry) int {
-	h.t.Helper()
-	w, err := jobs.NewWorker(testdb.Public(h.store), reg, jobs.WorkerConfig{Clock: h.clock, Logger: quiet()})
-	require.NoError(h.t, err)
-	res, err := w.Drain(context.Background())
-	require.NoError(h.t, err)
-	return res.Completed
-}
-
 // twoBursts registers sms on two registries, as two versions of an app
 // during a rolling deploy: both at most 10 a minute on one budget, the old
 // with a burst of 10, the new with a burst of 1. Jobs are enqueued by the
@@ -52,14 +41,14 @@ func TestTwoWorkersThatDisagreeOnlyOnBurstNeverAdmitMoreThanToInAWindow(t *testi
 		for range 10 {
 			h.enqueue(sms{})
 		}
-		require.Equal(t, 10, h.drainOn(oldReg), "a quiet budget admits the old burst")
+		require.Equal(t, 10, drainWith(t, h, oldReg), "a quiet budget admits the old burst")
 		for range 3 { // the two versions' workers take turns, within one second
 			h.enqueue(sms{})
-			h.drainOn(newReg)
+			drainWith(t, h, newReg)
 			for range 10 {
 				h.enqueue(sms{})
 			}
-			h.drainOn(oldReg)
+			drainWith(t, h, oldReg)
 			h.clock.Advance(100 * time.Millisecond)
 		}
 		require.LessOrEqual(t, ratelimit.BusiestWindow(starts(), time.Minute), 10,
@@ -86,9 +75,9 @@ func TestTwoWorkersThatDisagreeOnlyOnBurstKeepToOverABacklog(t *testing.T) {
 		steps(t, h, d, func() {
 			turn++
 			if turn%2 == 0 {
-				h.drainOn(newReg)
+				drainWith(t, h, newReg)
 			} else {
-				h.drainOn(oldReg)
+				drainWith(t, h, oldReg)
 			}
 		}, 300, 2*time.Second)
 		late := since(starts(), start.Add(time.Minute))
