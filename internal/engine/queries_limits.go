@@ -145,7 +145,7 @@ func (q *SQL) MarkSlots(ids []int64, holds bool) (string, []any) {
 }
 
 // LockRunningHolders selects and locks, skipping locked rows, the running
-// jobs of keys that hold a slot. Columns: id, conc_key.
+// jobs of keys that hold a slot. Columns: id, conc_key, attempted_at.
 func (q *SQL) LockRunningHolders(keys []string) (string, []any) {
 	return q.lockRunningHolders.bind(keys)
 }

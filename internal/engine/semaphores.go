@@ -304,13 +304,17 @@ func (sl *slots) give(ctx context.Context, key string, n int) error {
 	return sl.fill(ctx, key)
 }
 
-// expire frees the n slots of key that its running holders held: they are
-// presumed lost, and lose their slots in the same transaction, so that one
-// finishing later gives nothing back. Its other holders, ready or
-// scheduled, are not lost and keep theirs. It stamps the key's activity,
-// so that a key whose holders all wait is looked at again only after
-// another Duration.
-func (sl *slots) expire(key string, n int) {
+// expire frees the n slots of key that its lost running holders held:
+// they lose their slots in the same transaction, so that one finishing
+// later gives nothing back. Its other holders, ready or scheduled, or
+// running but claimed less than Duration ago, are not lost and keep
+// theirs. It stamps the key's activity, so that a key whose holders all
+// wait is looked at again only after another Duration; but when a running
+// holder kept its slot only because it was claimed recently, the key
+// expires as that holder's run reaches Duration (next, its claim time
+// plus Duration, 0 for none), so that it is presumed lost then and no
+// later.
+func (sl *slots) expire(key string, n int, next int64) {
 	sl.apply(key, func(s *concurrency.Semaphore) {
 		for range n {
 			if !s.Give() {
@@ -319,6 +323,9 @@ func (sl *slots) expire(key string, n int) {
 		}
 	})
 	sl.touch(key)
+	if r := sl.sems[key]; next > 0 && next < r.ExpiresAt {
+		r.ExpiresAt = next
+	}
 }
 
 // fill hands a key's free slots to its first blocked jobs. A key with no
@@ -498,23 +505,37 @@ func (hs holders) byKey() (map[string]int, []int64) {
 	return count, ids
 }
 
-// queryHolders reads rows of id and conc_key.
-func queryHolders(ctx context.Context, ex Executor, q string, args []any) (holders, error) {
-	out := holders{}
+// lostHolders locks the running holders of the keys expired (sorted) whose
+// semaphores sl holds, skipping those another transaction holds, and sorts
+// them: the lost ones, claimed more than their key's Duration before now
+// (µs), and for each key whose running holders are not all lost, when the
+// first of the others will be (its claim time plus Duration). A job that
+// took its slot long before its claim (in a transaction committed late, or
+// ready behind a backlog) has run for no longer than since its claim,
+// whatever its key's last activity.
+func (sl *slots) lostHolders(ctx context.Context, ex Executor, expired []string, now int64) (holders, map[string]int64, error) {
+	q, args := sl.q.LockRunningHolders(expired)
 	rows, err := ex.Query(ctx, q, args...)
 	if err != nil {
-		return nil, err
+		return nil, nil, err
 	}
 	defer rows.Close()
+	lost, next := holders{}, map[string]int64{}
 	for rows.Next() {
 		var id int64
 		var key string
-		if err := rows.Scan(&id, &key); err != nil {
-			return nil, err
+		var claimed nullInt64
+		if err := rows.Scan(&id, &key, &claimed); err != nil {
+			return nil, nil, err
 		}
-		out[id] = key
+		ends := claimed.Int64 + sl.sems[key].DurationUS
+		if !claimed.Valid || ends < now {
+			lost[id] = key
+		} else if n, ok := next[key]; !ok || ends < n {
+			next[key] = ends
+		}
 	}
-	return out, rows.Err()
+	return lost, next, rows.Err()
 }
 
 // giveBack returns the slots of jobs that no longer need them, clearing
@@ -691,8 +712,9 @@ func (sl *slots) settle(ctx context.Context, hs holders, back []slotless) ([]Stm
 }
 
 // MaintainSemaphores frees the slots that running jobs hold of keys that
-// saw no activity for their Duration (those holders are presumed lost; a
-// ready or scheduled holder is not, and keeps its slot) and hands free
+// saw no activity for their Duration, when those jobs were claimed more
+// than Duration ago (those holders are presumed lost; a ready or scheduled
+// holder is not, and keeps its slot, nor is one claimed since) and hands free
 // slots to blocked jobs wherever a key has both, up to limit keys each. It
 // returns how many keys it freed slots of and how many blocked jobs became
 // ready. The dispatcher runs it every tick.
@@ -730,14 +752,13 @@ func (s *Store) MaintainSemaphores(ctx context.Context, c Clock, limit int) (fre
 		})
 		var writes []Stmt
 		if len(expired) > 0 {
-			q, args := s.q.LockRunningHolders(expired)
-			lost, err := queryHolders(ctx, tx, q, args)
+			lost, next, err := sl.lostHolders(ctx, tx, expired, Micros(at))
 			if err != nil {
 				return fmt.Errorf("lock running slot holders: %w", err)
 			}
 			count, ids := lost.byKey()
 			for _, k := range expired {
-				sl.expire(k, count[k])
+				sl.expire(k, count[k], next[k])
 				if count[k] > 0 {
 					freed++
 				}

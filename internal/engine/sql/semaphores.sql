@@ -60,11 +60,14 @@ ORDER BY j.priority, j.id LIMIT 1;
 UPDATE sluice_jobs SET holds_slot = :holds WHERE id IN (:ids);
 
 -- name: LockRunningHolders
--- The running jobs of expired keys that hold a slot: they are presumed
+-- The running jobs of expired keys that hold a slot, with their claim
+-- times: those claimed more than the key's Duration ago are presumed
 -- lost, and lose it (a ready or scheduled holder is not lost, and keeps
--- its). Those another transaction holds (a finish or a release, which
--- lock jobs before semaphores) are skipped, and keep their slots.
-SELECT id, conc_key FROM sluice_jobs j WHERE j.conc_key IN (:keys) AND j.holds_slot = TRUE AND {RunningJob}
+-- its; a running one claimed since is not lost yet). Those another
+-- transaction holds (a finish or a release, which lock jobs before
+-- semaphores) are skipped, and keep their slots. Columns: id, conc_key,
+-- attempted_at.
+SELECT id, conc_key, attempted_at FROM sluice_jobs j WHERE j.conc_key IN (:keys) AND j.holds_slot = TRUE AND {RunningJob}
 ORDER BY id FOR UPDATE SKIP LOCKED;
 
 -- name: ExpiredSemaphores
