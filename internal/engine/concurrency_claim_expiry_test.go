@@ -83,3 +83,37 @@ func TestConcEachRunningHolderIsPresumedLostByItsOwnClaim(t *testing.T) {
 		require.Equal(t, engine.Micros(at(160*time.Second)), sem.ExpiresAt)
 	})
 }
+
+// An app's transaction enqueues job J1 of concurrency key c (To 1,
+// Duration 1 minute), making c's row and taking its slot, and commits
+// late: 5 minutes after (the app's request went on; the same happens to a
+// job that waits ready behind a backlog for longer than Duration). J2 of
+// c, enqueued then, is blocked. A worker claims J1 at once, and the
+// dispatcher's next tick, a second later, found c's slot expired (its
+// activity was stamped when J1 took the slot, inside the app's
+// transaction, and a claim stamps none), presumed J1 lost after one second
+// of running, and handed its slot to J2: two jobs of c ran at once under
+// To 1. A run counts from its claim (docs/concurrency.md, "Lost slots").
+func TestConcAJobWhoseSlotWasTakenInALateCommitKeepsItOnceItRuns(t *testing.T) {
+	eachApp(t, func(t *testing.T, s *engine.Store, open func() *engine.Store, app func() appDB) {
+		ctx := context.Background()
+		a := app()
+		tx := a.begin(t)
+		got, err := a.s.Enqueue(ctx, tx.ex, engine.At(t0), []engine.NewJob{concJob("c", 1, time.Minute)})
+		require.NoError(t, err)
+		require.Equal(t, engine.StateReady, got[0].State)
+		j1 := got[0].ID
+		require.NoError(t, tx.commit(), "the app commits, 5 minutes later")
+		j2 := enqueue(t, s, at(5*time.Minute), concJob("c", 1, time.Minute))[0]
+		require.Equal(t, engine.StateBlocked, state(t, s, j2).State)
+		pid := register(t, s, at(5*time.Minute))
+		require.Equal(t, []int64{j1}, ids(claim(t, s, pid, at(5*time.Minute), 5).Jobs))
+
+		freed, unblocked, err := s.MaintainSemaphores(ctx, engine.At(at(5*time.Minute+time.Second)), 100)
+		require.NoError(t, err)
+		running := claim(t, s, pid, at(5*time.Minute+time.Second), 5).Jobs
+		require.Empty(t, ids(running), "J2 (%d) runs beside J1 under To 1", j2)
+		require.Zero(t, freed, "J1 has run for a second, not its Duration: its slot is not presumed lost")
+		require.Zero(t, unblocked)
+	})
+}

@@ -189,6 +189,127 @@ func (s *Store) lockUnheldSlots(ctx context.Context, ex Executor, keys []string,
 	return sl, busy, nil
 }
 
+// lockDueSlots locks the semaphores a promotion needs: those of also (a
+// claim's slotHint) first, waiting for them as lockSlots does, then those
+// of keys that no other transaction holds or is creating, waiting for
+// none, and returns the other keys, sorted. A promotion leaves the due
+// jobs of those keys due, for a later one, and promotes the rest at once:
+// a key's semaphore is held until commit by the transaction of every
+// enqueue of the key, an app's own too (EnqueueTx), and waiting for it
+// would hold every due job of the batch, the unlimited ones too, and the
+// rest of the dispatcher's tick or of a worker's claim, as long as the
+// app's transaction stays open. A row that no read finds is made, without
+// waiting for a transaction that is making it too (createUnwaiting).
+// at stamps the slots' activity. Where a transaction holds the only write
+// lock it is lockSlots, and every key is locked.
+func (s *Store) lockDueSlots(ctx context.Context, ex Executor, keys, also []string, at time.Time) (*slots, []string, error) {
+	if !s.d.Capabilities().RowLocks {
+		sl, err := s.lockSlots(ctx, ex, append(slices.Clone(also), keys...), At(at))
+		return sl, nil, err
+	}
+	sl := s.newSlots(ex)
+	if len(also) > 0 {
+		var err error
+		if sl, err = s.lockSlots(ctx, ex, also, At(at)); err != nil {
+			return nil, nil, err
+		}
+	}
+	rest := slices.DeleteFunc(sortedKeys(keys), sl.has)
+	if len(rest) > 0 {
+		if err := s.lockByName(ctx, ex, rest, s.q.LockFreeSemaphores, nil, nil, nil, sl.has, sl.load, nil); err != nil {
+			return nil, nil, fmt.Errorf("lock free semaphores: %w", err)
+		}
+		rest = slices.DeleteFunc(rest, sl.has)
+	}
+	var busy []string
+	if len(rest) > 0 {
+		var err error
+		if busy, err = s.createUnwaiting(ctx, ex, sl, rest); err != nil {
+			return nil, nil, err
+		}
+	}
+	sl.now = Micros(at)
+	return sl, busy, nil
+}
+
+// createUnwaiting sorts keys (sorted), which no locking read that skips
+// held rows found, into those another transaction holds (a read finds
+// their rows) or is creating, which it returns, and those that have no
+// row, which it creates and locks into sl, waiting for no other
+// transaction (tryCreate). A batch of keys of which one could not be
+// created at once is tried again key by key, so that one key's creator
+// holds back no other key.
+func (s *Store) createUnwaiting(ctx context.Context, ex Executor, sl *slots, keys []string) ([]string, error) {
+	q, args := s.q.ExistingSemaphores(keys)
+	busy, err := queryStrings(ctx, ex, q, args)
+	if err != nil {
+		return nil, fmt.Errorf("read held semaphores: %w", err)
+	}
+	missing := slices.DeleteFunc(slices.Clone(keys), func(k string) bool { return slices.Contains(busy, k) })
+	if len(missing) == 0 {
+		return sortedKeys(busy), nil
+	}
+	made, err := s.tryCreate(ctx, ex, sl, missing)
+	if err != nil || made {
+		return sortedKeys(busy), err
+	}
+	if len(missing) == 1 {
+		return sortedKeys(append(busy, missing...)), nil
+	}
+	for _, k := range missing {
+		made, err := s.tryCreate(ctx, ex, sl, []string{k})
+		if err != nil {
+			return nil, err
+		}
+		if !made {
+			busy = append(busy, k)
+		}
+	}
+	return sortedKeys(busy), nil
+}
+
+// tryCreate creates the semaphore rows of keys, which a read found none
+// of, and locks them into sl, unless another transaction holds one or is
+// creating one, and reports whether it did. It waits for no other
+// transaction: where a locking read sees a row being inserted (MySQL) it
+// first probes the keys with one that fails at once (ProbeSemaphores);
+// elsewhere (PostgreSQL) it bounds the insert's lock waits to a moment,
+// in a savepoint it rolls back when one runs out (ShortLockWait). A
+// database with neither creates them as lockSlots does, waiting.
+func (s *Store) tryCreate(ctx context.Context, ex Executor, sl *slots, keys []string) (bool, error) {
+	switch {
+	case s.q.probeSemaphores != nil:
+		q, args := s.q.ProbeSemaphores(keys)
+		if _, err := queryStrings(ctx, ex, q, args); err != nil {
+			if s.retryable(err) {
+				return false, nil
+			}
+			return false, fmt.Errorf("probe semaphores: %w", err)
+		}
+	case s.q.ShortLockWait() != "":
+		name := func(q string) string { return strings.TrimRight(q, "; \n") + "_slots" }
+		stmts := []Stmt{stmt(name(s.q.savepoint), nil), stmt(s.q.ShortLockWait(), nil), stmt(s.q.InsertSemaphores(keys)),
+			query(s.q.LockSemaphores(keys)), stmt(s.q.RestoreLockWait(), nil), stmt(name(s.q.releaseSavepoint), nil)}
+		if err := pipeline(ctx, ex, stmts, readLocked(3, sl.load, nil)); err != nil {
+			if !s.retryable(err) {
+				return false, fmt.Errorf("create semaphores: %w", err)
+			}
+			for _, k := range keys {
+				delete(sl.sems, k)
+			}
+			if _, err := ex.Exec(ctx, name(s.q.rollbackToSavepoint)); err != nil {
+				return false, fmt.Errorf("create semaphores: roll back to the savepoint: %w", err)
+			}
+			return false, nil
+		}
+		return true, nil
+	}
+	if err := s.createThenLock(ctx, ex, keys, nil, sl.load, nil); err != nil {
+		return false, fmt.Errorf("create semaphores: %w", err)
+	}
+	return true, nil
+}
+
 // heldSemaphores are semaphores a claim needed after locking its budgets
 // and could not lock without waiting. The claim runs again, locking them
 // first (ClaimParams.slotHint).

@@ -9,6 +9,13 @@ SELECT {SemaphoreColumns} FROM sluice_semaphores WHERE name IN (:keys) ORDER BY 
 -- waiting for the others (giveBack inside a claim, after its budgets).
 SELECT {SemaphoreColumns} FROM sluice_semaphores WHERE name IN (:keys) ORDER BY name {Bytewise} FOR UPDATE SKIP LOCKED;
 
+-- name: ExistingSemaphores
+-- Which of :keys have a committed row, read without locking: of the
+-- semaphores a promotion could not lock without waiting (lockDueSlots),
+-- those another transaction holds; the others have no row, or one being
+-- created by another transaction, which no read sees.
+SELECT name FROM sluice_semaphores WHERE name IN (:keys);
+
 -- name: InsertSemaphores
 -- Unused semaphores for keys (sorted), in key order, locking those that
 -- exist without changing them (the update's WHERE is false; MySQL's
