@@ -24,8 +24,9 @@ import (
 	"github.com/sluicequeue/sluice/internal/keys"
 )
 
-// DefaultDuration is how long a key's slots go without activity before
-// those its running jobs hold are presumed lost.
+// DefaultDuration is how long a key's slots go without activity, and a
+// job runs from its claim, before the slot that running job holds is
+// presumed lost.
 const DefaultDuration = 3 * time.Minute
 
 // OnConflict says what happens to a job that finds no slot free.
@@ -62,7 +63,8 @@ type Limit[T any] struct {
 	Group string
 	// Duration is how long a key's slots go without any activity before
 	// those its running jobs hold are presumed lost (their process died)
-	// and freed; a ready or scheduled job keeps its slot. Defaults to
+	// and freed, each once its job has run for Duration since its claim;
+	// a ready or scheduled job keeps its slot. Defaults to
 	// DefaultDuration (3 minutes).
 	Duration time.Duration
 	// OnConflict is Block (the default) or Discard.
@@ -75,8 +77,9 @@ type Spec struct {
 	Scope string
 	// To is how many jobs with one key may hold a slot at once.
 	To int
-	// Duration is how long a slot is held at most before the dispatcher
-	// frees it (the declared Duration, or its default).
+	// Duration is how long a running job holds a slot, from its claim
+	// and without other activity of its key, before the dispatcher frees
+	// it (the declared Duration, or its default).
 	Duration time.Duration
 	// Discard drops a job that finds no free slot instead of blocking it.
 	Discard bool

@@ -186,7 +186,10 @@ type ClaimResult struct {
 	// out of the claims' way.
 	Overflows []Overflow
 	// DueAt is the time PromoteDue took due jobs at, on the claim's clock:
-	// every waiting job due by then was taken (zero without PromoteDue).
+	// every waiting job due by then was taken (zero without PromoteDue),
+	// but those that needed a slot of a key whose semaphore another
+	// transaction held, which are left due: the dispatcher promotes them
+	// once it is free (Store.Promote).
 	DueAt time.Time
 	// Unparked are the slots the claim handed to parked jobs of the
 	// budgets it locked, when those budgets' slots came within the
@@ -519,7 +522,9 @@ func mergeFair(others, fair []*Job, order func(a, b *Job) int) []*Job {
 // promoteDue makes the due jobs of p's queues that wait on a rate limit
 // ready, taking concurrency slots for those that need one, so that the
 // claim's candidates include them. It wakes no other worker: this claim
-// takes them.
+// takes them. One that needs a slot of a key whose semaphore another
+// transaction holds is left due, waiting for no one (lockDueSlots), so
+// that the claim's other jobs do not wait for that transaction either.
 func (s *Store) promoteDue(ctx context.Context, tx Tx, p ClaimParams, limit int, res *ClaimResult) ([]*Job, error) {
 	at, err := s.now(ctx, tx, p.Clock)
 	if err != nil {
@@ -553,11 +558,11 @@ func (s *Store) promoteDue(ctx context.Context, tx Tx, p ClaimParams, limit int,
 	if err := rows.Err(); err != nil {
 		return nil, fmt.Errorf("lock due waiting jobs: %w", err)
 	}
-	res.Promoted, res.DueAt = len(due), by
 	pr, err := s.promote(ctx, tx, due, Micros(at), false, p.slotHint)
 	if err != nil {
 		return nil, fmt.Errorf("promote due waiting jobs: %w", err)
 	}
+	res.Promoted, res.DueAt = len(due)-len(pr.left), by
 	// The ones made ready are this claim's candidates, whatever else the
 	// claim looks at.
 	var ready []*Job

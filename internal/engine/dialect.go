@@ -120,7 +120,8 @@ type SemaphoreRow struct {
 	Limit      int
 	DurationUS int64
 	// ExpiresAt is when the key's slots are presumed lost if nothing
-	// touches them before.
+	// touches them before: those of its running jobs claimed more than
+	// Duration before then (MaintainSemaphores).
 	ExpiresAt int64
 	UpdatedAt int64
 }

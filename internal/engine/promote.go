@@ -15,8 +15,11 @@ import (
 // that comes back, from a 429 or a deferral, is blocked). A due job of a
 // paused queue that would take a slot is left scheduled until the queue
 // resumes (LockDue), holding none of the slots other queues' jobs of its
-// key wait for. Several dispatchers may run it at once; each job is
-// promoted once.
+// key wait for. A due job that would take a slot of a key whose semaphore
+// another transaction holds (an app's open transaction that enqueued a
+// job of the key) is left due, for a later promotion, and the others are
+// promoted at once (lockDueSlots). Several dispatchers may run it at once;
+// each job is promoted once.
 func (s *Store) Promote(ctx context.Context, c Clock, batch int) (int, []string, error) {
 	var n int
 	var queues []string
@@ -32,9 +35,8 @@ func (s *Store) Promote(ctx context.Context, c Clock, batch int) (int, []string,
 		if err != nil {
 			return fmt.Errorf("lock due jobs: %w", err)
 		}
-		n = len(due)
 		pr, err := s.promote(ctx, tx, due, nowUS, true, nil)
-		queues = pr.queues
+		n, queues = len(due)-len(pr.left), pr.queues
 		return err
 	})
 	if err != nil {
@@ -45,31 +47,47 @@ func (s *Store) Promote(ctx context.Context, c Clock, batch int) (int, []string,
 }
 
 // promotion is what a promote did: the queues that gained ready jobs, the
-// jobs made ready, those of them that took a concurrency slot, and each
-// promoted job's state after it, in the order they were given.
+// jobs made ready, those of them that took a concurrency slot, the jobs
+// it left due because another transaction held their key's semaphore, and
+// each promoted job's state after it, in the order they were given.
 type promotion struct {
-	queues         []string
-	ready, slotted []int64
-	states         []State
+	queues               []string
+	ready, slotted, left []int64
+	states               []State
 }
 
 // promote makes locked scheduled jobs ready, taking a concurrency slot for
 // each that needs one (blocking or discarding it when none is free), and
 // says what it did; it wakes the workers of the queues that gained ready
-// jobs when notify is set. It also locks the semaphores of also, with
-// those it needs, in key order (ClaimParams.slotHint).
+// jobs when notify is set. A job that needs a slot of a key whose
+// semaphore another transaction holds is left as it is, due
+// (promotion.left), and waits for no one (lockDueSlots). It also locks
+// the semaphores of also first, waiting for them
+// (ClaimParams.slotHint).
 func (s *Store) promote(ctx context.Context, ex Executor, due []DueRow, nowUS int64, notify bool, also []string) (promotion, error) {
 	if len(due) == 0 && len(also) == 0 {
 		return promotion{}, nil
 	}
 	var sl *slots
-	if keys := append(slices.Clone(also), slotKeys(due)...); len(keys) > 0 {
+	var left []int64
+	if keys := slotKeys(due); len(keys) > 0 || len(also) > 0 {
+		var busy []string
 		var err error
-		if sl, err = s.lockSlots(ctx, ex, keys, At(FromMicros(nowUS))); err != nil {
+		if sl, busy, err = s.lockDueSlots(ctx, ex, keys, also, FromMicros(nowUS)); err != nil {
 			return promotion{}, err
+		}
+		if len(busy) > 0 {
+			due = slices.DeleteFunc(slices.Clone(due), func(d DueRow) bool {
+				if d.Conc == nil || d.HoldsSlot || !slices.Contains(busy, d.Conc.Key) {
+					return false
+				}
+				left = append(left, d.ID)
+				return true
+			})
 		}
 	}
 	pr, writes := s.promoteLocked(due, sl, nowUS)
+	pr.left = left
 	if sl != nil {
 		writes = append(writes, sl.writes()...)
 	}

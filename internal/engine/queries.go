@@ -41,7 +41,8 @@ type SQL struct {
 
 	lockSemaphores, lockFreeSemaphores, insertSemaphores, saveSemaphores, lockBlocked, markSlots, lockRunningHolders *sqlStatement
 	expiredSemaphores, blockedKeys, lockIdleSemaphores, blockedAmong, deleteSemaphores, blockedLimit                 *sqlStatement
-	listSemaphores                                                                                                   string
+	existingSemaphores, probeSemaphores                                                                              *sqlStatement
+	listSemaphores, shortLockWait, restoreLockWait                                                                   string
 
 	insertCoalescing, lockPending, updateCoalesced, insertCall, loadCalls, deleteCalls                                *sqlStatement
 	lockCoalesceKeys, readCoalesceKey, lockPendingByID, pointCoalesceKeys, lockIdleCoalesceKeys, releasedCoalesceKeys *sqlStatement
@@ -61,9 +62,16 @@ type SQL struct {
 // migrators rely on their run's transaction alone (SQLite's BEGIN
 // IMMEDIATE); without GenericPlans a
 // claim around a sweep plans its statements as the database chooses.
+// ProbeSemaphores (a locking read that fails at once on a row another
+// transaction holds or is inserting: MySQL's) or else ShortLockWait and
+// RestoreLockWait (a bound on lock waits in a transaction: PostgreSQL's)
+// let a promotion make its keys' missing semaphore rows without waiting
+// for a transaction that is making one too; a database with row locks
+// and neither waits for it (lockDueSlots).
 // Only a database whose DDL commits at once (MySQL) has the session's
 // migration lock and the migration progress (see migrationStatements).
 var optional = map[string]bool{"Notify": true, "WakeOnInsert": true, "LockMigrations": true, "UnlockMigrations": true, "GenericPlans": true,
+	"ProbeSemaphores": true, "ShortLockWait": true, "RestoreLockWait": true,
 	"TakeMigrationLock": true, "ReleaseMigrationLock": true,
 	"CreateMigrationProgressTable": true, "MigrationProgress": true, "SaveMigrationProgress": true, "ClearMigrationProgress": true}
 
@@ -120,6 +128,7 @@ func NewSQL(d Dialect) (*SQL, error) {
 		{&q.fairLevels, "FairLevels"}, {&q.releaseMigrationLock, "ReleaseMigrationLock"},
 		{&q.createMigrationProgressTable, "CreateMigrationProgressTable"}, {&q.migrationProgress, "MigrationProgress"},
 		{&q.savepoint, "Savepoint"}, {&q.rollbackToSavepoint, "RollbackToSavepoint"}, {&q.releaseSavepoint, "ReleaseSavepoint"},
+		{&q.shortLockWait, "ShortLockWait"}, {&q.restoreLockWait, "RestoreLockWait"},
 	}
 	for _, t := range texts {
 		if *t.dst, err = render(t.name); err != nil {
@@ -200,6 +209,8 @@ func NewSQL(d Dialect) (*SQL, error) {
 
 		{&q.lockSemaphores, "LockSemaphores", []string{"keys"}},
 		{&q.lockFreeSemaphores, "LockFreeSemaphores", []string{"keys"}},
+		{&q.existingSemaphores, "ExistingSemaphores", []string{"keys"}},
+		{&q.probeSemaphores, "ProbeSemaphores", []string{"keys"}},
 		{&q.insertSemaphores, "InsertSemaphores", []string{"rows"}},
 		{&q.saveSemaphores, "SaveSemaphores", []string{"rows"}},
 		{&q.lockBlocked, "LockBlocked", []string{"key", "limit"}},

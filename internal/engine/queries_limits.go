@@ -112,6 +112,32 @@ func (q *SQL) LockFreeSemaphores(keys []string) (string, []any) {
 	return q.lockFreeSemaphores.bind(keys)
 }
 
+// ExistingSemaphores selects which of keys have a row, without locking
+// them. Columns: name.
+func (q *SQL) ExistingSemaphores(keys []string) (string, []any) {
+	return q.existingSemaphores.bind(keys)
+}
+
+// ProbeSemaphores locks the semaphores of keys without waiting, failing
+// when another transaction holds one or is inserting one; empty where the
+// database has no such read (ShortLockWait bounds the insert instead).
+// Columns: name.
+func (q *SQL) ProbeSemaphores(keys []string) (string, []any) {
+	if q.probeSemaphores == nil {
+		return "", nil
+	}
+	return q.probeSemaphores.bind(keys)
+}
+
+// ShortLockWait bounds the lock waits of the rest of a transaction (or of
+// the savepoint it is set in) to a moment; "" where the database has no
+// such setting. RestoreLockWait undoes it.
+func (q *SQL) ShortLockWait() string { return q.shortLockWait }
+
+// RestoreLockWait sets the lock waits of a transaction back to the
+// session's own bound, after ShortLockWait.
+func (q *SQL) RestoreLockWait() string { return q.restoreLockWait }
+
 // InsertSemaphores inserts unused semaphore rows for keys, ignoring those
 // that exist.
 func (q *SQL) InsertSemaphores(keys []string) (string, []any) {
@@ -145,7 +171,7 @@ func (q *SQL) MarkSlots(ids []int64, holds bool) (string, []any) {
 }
 
 // LockRunningHolders selects and locks, skipping locked rows, the running
-// jobs of keys that hold a slot. Columns: id, conc_key.
+// jobs of keys that hold a slot. Columns: id, conc_key, attempted_at.
 func (q *SQL) LockRunningHolders(keys []string) (string, []any) {
 	return q.lockRunningHolders.bind(keys)
 }

@@ -189,6 +189,127 @@ func (s *Store) lockUnheldSlots(ctx context.Context, ex Executor, keys []string,
 	return sl, busy, nil
 }
 
+// lockDueSlots locks the semaphores a promotion needs: those of also (a
+// claim's slotHint) first, waiting for them as lockSlots does, then those
+// of keys that no other transaction holds or is creating, waiting for
+// none, and returns the other keys, sorted. A promotion leaves the due
+// jobs of those keys due, for a later one, and promotes the rest at once:
+// a key's semaphore is held until commit by the transaction of every
+// enqueue of the key, an app's own too (EnqueueTx), and waiting for it
+// would hold every due job of the batch, the unlimited ones too, and the
+// rest of the dispatcher's tick or of a worker's claim, as long as the
+// app's transaction stays open. A row that no read finds is made, without
+// waiting for a transaction that is making it too (createUnwaiting).
+// at stamps the slots' activity. Where a transaction holds the only write
+// lock it is lockSlots, and every key is locked.
+func (s *Store) lockDueSlots(ctx context.Context, ex Executor, keys, also []string, at time.Time) (*slots, []string, error) {
+	if !s.d.Capabilities().RowLocks {
+		sl, err := s.lockSlots(ctx, ex, append(slices.Clone(also), keys...), At(at))
+		return sl, nil, err
+	}
+	sl := s.newSlots(ex)
+	if len(also) > 0 {
+		var err error
+		if sl, err = s.lockSlots(ctx, ex, also, At(at)); err != nil {
+			return nil, nil, err
+		}
+	}
+	rest := slices.DeleteFunc(sortedKeys(keys), sl.has)
+	if len(rest) > 0 {
+		if err := s.lockByName(ctx, ex, rest, s.q.LockFreeSemaphores, nil, nil, nil, sl.has, sl.load, nil); err != nil {
+			return nil, nil, fmt.Errorf("lock free semaphores: %w", err)
+		}
+		rest = slices.DeleteFunc(rest, sl.has)
+	}
+	var busy []string
+	if len(rest) > 0 {
+		var err error
+		if busy, err = s.createUnwaiting(ctx, ex, sl, rest); err != nil {
+			return nil, nil, err
+		}
+	}
+	sl.now = Micros(at)
+	return sl, busy, nil
+}
+
+// createUnwaiting sorts keys (sorted), which no locking read that skips
+// held rows found, into those another transaction holds (a read finds
+// their rows) or is creating, which it returns, and those that have no
+// row, which it creates and locks into sl, waiting for no other
+// transaction (tryCreate). A batch of keys of which one could not be
+// created at once is tried again key by key, so that one key's creator
+// holds back no other key.
+func (s *Store) createUnwaiting(ctx context.Context, ex Executor, sl *slots, keys []string) ([]string, error) {
+	q, args := s.q.ExistingSemaphores(keys)
+	busy, err := queryStrings(ctx, ex, q, args)
+	if err != nil {
+		return nil, fmt.Errorf("read held semaphores: %w", err)
+	}
+	missing := slices.DeleteFunc(slices.Clone(keys), func(k string) bool { return slices.Contains(busy, k) })
+	if len(missing) == 0 {
+		return sortedKeys(busy), nil
+	}
+	made, err := s.tryCreate(ctx, ex, sl, missing)
+	if err != nil || made {
+		return sortedKeys(busy), err
+	}
+	if len(missing) == 1 {
+		return sortedKeys(append(busy, missing...)), nil
+	}
+	for _, k := range missing {
+		made, err := s.tryCreate(ctx, ex, sl, []string{k})
+		if err != nil {
+			return nil, err
+		}
+		if !made {
+			busy = append(busy, k)
+		}
+	}
+	return sortedKeys(busy), nil
+}
+
+// tryCreate creates the semaphore rows of keys, which a read found none
+// of, and locks them into sl, unless another transaction holds one or is
+// creating one, and reports whether it did. It waits for no other
+// transaction: where a locking read sees a row being inserted (MySQL) it
+// first probes the keys with one that fails at once (ProbeSemaphores);
+// elsewhere (PostgreSQL) it bounds the insert's lock waits to a moment,
+// in a savepoint it rolls back when one runs out (ShortLockWait). A
+// database with neither creates them as lockSlots does, waiting.
+func (s *Store) tryCreate(ctx context.Context, ex Executor, sl *slots, keys []string) (bool, error) {
+	switch {
+	case s.q.probeSemaphores != nil:
+		q, args := s.q.ProbeSemaphores(keys)
+		if _, err := queryStrings(ctx, ex, q, args); err != nil {
+			if s.retryable(err) {
+				return false, nil
+			}
+			return false, fmt.Errorf("probe semaphores: %w", err)
+		}
+	case s.q.ShortLockWait() != "":
+		name := func(q string) string { return strings.TrimRight(q, "; \n") + "_slots" }
+		stmts := []Stmt{stmt(name(s.q.savepoint), nil), stmt(s.q.ShortLockWait(), nil), stmt(s.q.InsertSemaphores(keys)),
+			query(s.q.LockSemaphores(keys)), stmt(s.q.RestoreLockWait(), nil), stmt(name(s.q.releaseSavepoint), nil)}
+		if err := pipeline(ctx, ex, stmts, readLocked(3, sl.load, nil)); err != nil {
+			if !s.retryable(err) {
+				return false, fmt.Errorf("create semaphores: %w", err)
+			}
+			for _, k := range keys {
+				delete(sl.sems, k)
+			}
+			if _, err := ex.Exec(ctx, name(s.q.rollbackToSavepoint)); err != nil {
+				return false, fmt.Errorf("create semaphores: roll back to the savepoint: %w", err)
+			}
+			return false, nil
+		}
+		return true, nil
+	}
+	if err := s.createThenLock(ctx, ex, keys, nil, sl.load, nil); err != nil {
+		return false, fmt.Errorf("create semaphores: %w", err)
+	}
+	return true, nil
+}
+
 // heldSemaphores are semaphores a claim needed after locking its budgets
 // and could not lock without waiting. The claim runs again, locking them
 // first (ClaimParams.slotHint).
@@ -304,13 +425,17 @@ func (sl *slots) give(ctx context.Context, key string, n int) error {
 	return sl.fill(ctx, key)
 }
 
-// expire frees the n slots of key that its running holders held: they are
-// presumed lost, and lose their slots in the same transaction, so that one
-// finishing later gives nothing back. Its other holders, ready or
-// scheduled, are not lost and keep theirs. It stamps the key's activity,
-// so that a key whose holders all wait is looked at again only after
-// another Duration.
-func (sl *slots) expire(key string, n int) {
+// expire frees the n slots of key that its lost running holders held:
+// they lose their slots in the same transaction, so that one finishing
+// later gives nothing back. Its other holders, ready or scheduled, or
+// running but claimed less than Duration ago, are not lost and keep
+// theirs. It stamps the key's activity, so that a key whose holders all
+// wait is looked at again only after another Duration; but when a running
+// holder kept its slot only because it was claimed recently, the key
+// expires as that holder's run reaches Duration (next, its claim time
+// plus Duration, 0 for none), so that it is presumed lost then and no
+// later.
+func (sl *slots) expire(key string, n int, next int64) {
 	sl.apply(key, func(s *concurrency.Semaphore) {
 		for range n {
 			if !s.Give() {
@@ -319,6 +444,9 @@ func (sl *slots) expire(key string, n int) {
 		}
 	})
 	sl.touch(key)
+	if r := sl.sems[key]; next > 0 && next < r.ExpiresAt {
+		r.ExpiresAt = next
+	}
 }
 
 // fill hands a key's free slots to its first blocked jobs. A key with no
@@ -498,23 +626,37 @@ func (hs holders) byKey() (map[string]int, []int64) {
 	return count, ids
 }
 
-// queryHolders reads rows of id and conc_key.
-func queryHolders(ctx context.Context, ex Executor, q string, args []any) (holders, error) {
-	out := holders{}
+// lostHolders locks the running holders of the keys expired (sorted) whose
+// semaphores sl holds, skipping those another transaction holds, and sorts
+// them: the lost ones, claimed more than their key's Duration before now
+// (µs), and for each key whose running holders are not all lost, when the
+// first of the others will be (its claim time plus Duration). A job that
+// took its slot long before its claim (in a transaction committed late, or
+// ready behind a backlog) has run for no longer than since its claim,
+// whatever its key's last activity.
+func (sl *slots) lostHolders(ctx context.Context, ex Executor, expired []string, now int64) (holders, map[string]int64, error) {
+	q, args := sl.q.LockRunningHolders(expired)
 	rows, err := ex.Query(ctx, q, args...)
 	if err != nil {
-		return nil, err
+		return nil, nil, err
 	}
 	defer rows.Close()
+	lost, next := holders{}, map[string]int64{}
 	for rows.Next() {
 		var id int64
 		var key string
-		if err := rows.Scan(&id, &key); err != nil {
-			return nil, err
+		var claimed nullInt64
+		if err := rows.Scan(&id, &key, &claimed); err != nil {
+			return nil, nil, err
 		}
-		out[id] = key
+		ends := claimed.Int64 + sl.sems[key].DurationUS
+		if !claimed.Valid || ends < now {
+			lost[id] = key
+		} else if n, ok := next[key]; !ok || ends < n {
+			next[key] = ends
+		}
 	}
-	return out, rows.Err()
+	return lost, next, rows.Err()
 }
 
 // giveBack returns the slots of jobs that no longer need them, clearing
@@ -691,8 +833,9 @@ func (sl *slots) settle(ctx context.Context, hs holders, back []slotless) ([]Stm
 }
 
 // MaintainSemaphores frees the slots that running jobs hold of keys that
-// saw no activity for their Duration (those holders are presumed lost; a
-// ready or scheduled holder is not, and keeps its slot) and hands free
+// saw no activity for their Duration, when those jobs were claimed more
+// than Duration ago (those holders are presumed lost; a ready or scheduled
+// holder is not, and keeps its slot, nor is one claimed since) and hands free
 // slots to blocked jobs wherever a key has both, up to limit keys each. It
 // returns how many keys it freed slots of and how many blocked jobs became
 // ready. The dispatcher runs it every tick.
@@ -730,14 +873,13 @@ func (s *Store) MaintainSemaphores(ctx context.Context, c Clock, limit int) (fre
 		})
 		var writes []Stmt
 		if len(expired) > 0 {
-			q, args := s.q.LockRunningHolders(expired)
-			lost, err := queryHolders(ctx, tx, q, args)
+			lost, next, err := sl.lostHolders(ctx, tx, expired, Micros(at))
 			if err != nil {
 				return fmt.Errorf("lock running slot holders: %w", err)
 			}
 			count, ids := lost.byKey()
 			for _, k := range expired {
-				sl.expire(k, count[k])
+				sl.expire(k, count[k], next[k])
 				if count[k] > 0 {
 					freed++
 				}

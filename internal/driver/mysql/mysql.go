@@ -236,8 +236,9 @@ func (Dialect) IsDataError(err error) bool {
 var _ engine.DataErrorer = Dialect{}
 var _ engine.ArgsLimiter = Dialect{}
 
-// IsRetryable recognises deadlocks and lock wait timeouts.
+// IsRetryable recognises deadlocks and lock wait timeouts, and a lock
+// NOWAIT could not take (3572 on MySQL; MariaDB's is 1205).
 func (Dialect) IsRetryable(err error) bool {
 	var e *driver.MySQLError
-	return errors.As(err, &e) && (e.Number == 1213 || e.Number == 1205)
+	return errors.As(err, &e) && (e.Number == 1213 || e.Number == 1205 || e.Number == 3572)
 }

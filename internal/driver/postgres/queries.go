@@ -15,9 +15,10 @@ func (Dialect) Capabilities() engine.Capabilities {
 }
 
 // Replacements are the notifications (unless NoNotify), the advisory
-// migration lock (unless NoAdvisoryLock) and the switch to generic plans.
+// migration lock (unless NoAdvisoryLock), the switch to generic plans and
+// the bounded lock wait of a promotion's new semaphores.
 func (d Dialect) Replacements() string {
-	s := placeRanges + genericPlans
+	s := placeRanges + genericPlans + shortLockWait
 	if !d.NoNotify {
 		s += notifications
 	}
@@ -26,6 +27,23 @@ func (d Dialect) Replacements() string {
 	}
 	return s
 }
+
+// shortLockWait bounds, to a millisecond, how long a promotion waits
+// while it creates the semaphore rows its keys lack (engine's
+// lockDueSlots), in a savepoint: a row another transaction is inserting
+// (an app's open transaction that enqueued the key's first job) is seen
+// by no read, and the insert waits for that transaction's end. A lock
+// wait that runs out rolls the savepoint back, with the setting, and the
+// promotion leaves those keys' due jobs for a later one. RestoreLockWait
+// sets the session's own value back (its value at connection, where
+// sluice's pool sets it) once the rows are made.
+const shortLockWait = `
+-- name: ShortLockWait
+SET LOCAL lock_timeout = '1ms';
+
+-- name: RestoreLockWait
+SET LOCAL lock_timeout = DEFAULT;
+`
 
 // genericPlans is sent, ahead of the statements that read its candidates,
 // by a claim that goes around a flood a sweep is moving (engine.Span): it

@@ -9,6 +9,13 @@ SELECT {SemaphoreColumns} FROM sluice_semaphores WHERE name IN (:keys) ORDER BY 
 -- waiting for the others (giveBack inside a claim, after its budgets).
 SELECT {SemaphoreColumns} FROM sluice_semaphores WHERE name IN (:keys) ORDER BY name {Bytewise} FOR UPDATE SKIP LOCKED;
 
+-- name: ExistingSemaphores
+-- Which of :keys have a committed row, read without locking: of the
+-- semaphores a promotion could not lock without waiting (lockDueSlots),
+-- those another transaction holds; the others have no row, or one being
+-- created by another transaction, which no read sees.
+SELECT name FROM sluice_semaphores WHERE name IN (:keys);
+
 -- name: InsertSemaphores
 -- Unused semaphores for keys (sorted), in key order, locking those that
 -- exist without changing them (the update's WHERE is false; MySQL's
@@ -60,11 +67,14 @@ ORDER BY j.priority, j.id LIMIT 1;
 UPDATE sluice_jobs SET holds_slot = :holds WHERE id IN (:ids);
 
 -- name: LockRunningHolders
--- The running jobs of expired keys that hold a slot: they are presumed
+-- The running jobs of expired keys that hold a slot, with their claim
+-- times: those claimed more than the key's Duration ago are presumed
 -- lost, and lose it (a ready or scheduled holder is not lost, and keeps
--- its). Those another transaction holds (a finish or a release, which
--- lock jobs before semaphores) are skipped, and keep their slots.
-SELECT id, conc_key FROM sluice_jobs j WHERE j.conc_key IN (:keys) AND j.holds_slot = TRUE AND {RunningJob}
+-- its; a running one claimed since is not lost yet). Those another
+-- transaction holds (a finish or a release, which lock jobs before
+-- semaphores) are skipped, and keep their slots. Columns: id, conc_key,
+-- attempted_at.
+SELECT id, conc_key, attempted_at FROM sluice_jobs j WHERE j.conc_key IN (:keys) AND j.holds_slot = TRUE AND {RunningJob}
 ORDER BY id FOR UPDATE SKIP LOCKED;
 
 -- name: ExpiredSemaphores
