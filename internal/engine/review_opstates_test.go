@@ -11,7 +11,7 @@ import (
 	"github.com/sluicequeue/sluice/internal/testdb"
 )
 
-// budgetInfo reads one budget as `sluice budgets` lists it.
+// reviewBudgetInfo reads one budget as `sluice budgets` lists it.
 func reviewBudgetInfo(t *testing.T, s *engine.Store, key string) engine.BudgetInfo {
 	t.Helper()
 	bs, err := s.ListBudgets(context.Background())
