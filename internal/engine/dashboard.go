@@ -36,21 +36,23 @@ type DashboardDialect interface {
 	// before (priority, id). Columns: count.
 	ReadyAhead(queue string, priority int, id int64, limit int) (string, []any)
 	// ParkedAhead counts, up to limit, the jobs parked on a budget that
-	// get slots before (priority, id): those of queues not paused
-	// (JobQueueNotPaused), as unparking passes a paused queue's jobs
-	// over. Columns: count.
-	ParkedAhead(key string, priority int, id int64, limit int) (string, []any)
+	// get slots before (priority, id): those of queue, the job's own, and
+	// of queues not paused (JobQueueNotPaused), as unparking passes
+	// another paused queue's jobs over; a paused queue's own parked jobs
+	// keep their places for the resume. Columns: count.
+	ParkedAhead(key, queue string, priority int, id int64, limit int) (string, []any)
 	// SlotsAhead counts, up to limit, the scheduled jobs waiting on a
 	// budget whose slot comes before (runAt, id). Columns: count.
 	SlotsAhead(key string, runAt, id int64, limit int) (string, []any)
 	// BlockedAhead counts, up to limit, the jobs blocked on a concurrency
-	// key that get a slot before (priority, id): those of queues not
-	// paused (JobQueueNotPaused), as the hand-out of slots passes a
-	// paused queue's jobs over. Columns: count. (A fair
-	// job's place by (priority, id) goes to the blocked fair job of its
-	// queue and priority with the lowest start: for a fair job, an
-	// estimate.)
-	BlockedAhead(key string, priority int, id int64, limit int) (string, []any)
+	// key that get a slot before (priority, id): those of queue, the
+	// job's own, and of queues not paused (JobQueueNotPaused), as the
+	// hand-out of slots passes another paused queue's jobs over; a paused
+	// queue's own blocked jobs keep their places in the key's line for
+	// the resume. Columns: count. (A fair job's place by (priority, id)
+	// goes to the blocked fair job of its queue and priority with the
+	// lowest start: for a fair job, an estimate.)
+	BlockedAhead(key, queue string, priority int, id int64, limit int) (string, []any)
 	// GetSemaphore reads one semaphore. Columns: SemaphoreColumns.
 	GetSemaphore(key string) (string, []any)
 	// SlotHolders lists up to limit jobs holding a slot of a concurrency

@@ -105,8 +105,9 @@ const SemaphoreColumns = "name, held, limit_to, duration_us, expires_at, updated
 // until it resumes: they take none of the slots of a budget or of a
 // concurrency key that other queues' jobs share, which would wait behind
 // jobs that cannot run. The dashboards' counts of the jobs ahead of one
-// (DashboardDialect) pass them over with it too, as the hand-outs do. It
-// reads as written on every database (TRUE is 1 where booleans are
+// (DashboardDialect) pass them over with it too, as the hand-outs do, but
+// for the jobs of the one's own queue: those keep their places in the
+// line for the resume. It reads as written on every database (TRUE is 1 where booleans are
 // integers).
 const JobQueueNotPaused = "NOT EXISTS (SELECT 1 FROM sluice_queues q WHERE q.name = j.queue AND q.paused = TRUE)"
 

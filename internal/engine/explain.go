@@ -124,7 +124,7 @@ func (s *Store) ExplainFacts(ctx context.Context, id int64, now time.Time, lim L
 		}
 		switch {
 		case bf.Waiting && j.State == StateParked:
-			q, args := d.ParkedAhead(rk.Key, j.Priority, id, MaxAhead+1)
+			q, args := d.ParkedAhead(rk.Key, j.Queue, j.Priority, id, MaxAhead+1)
 			bf.Ahead, err = count("parked ahead", q, args)
 		case bf.Waiting && j.State == StateScheduled:
 			q, args := d.SlotsAhead(rk.Key, Micros(j.RunAt), id, MaxAhead+1)
@@ -183,7 +183,7 @@ func (s *Store) semaphoreFacts(ctx context.Context, d DashboardDialect, j *JobIn
 		return nil, err
 	}
 	if j.State == StateBlocked {
-		q, args := d.BlockedAhead(j.ConcKey, j.Priority, j.ID, MaxAhead+1)
+		q, args := d.BlockedAhead(j.ConcKey, j.Queue, j.Priority, j.ID, MaxAhead+1)
 		if sf.Ahead, err = s.boundedCount(ctx, "blocked ahead", q, args, MaxAhead); err != nil {
 			return nil, err
 		}

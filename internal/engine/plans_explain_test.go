@@ -54,7 +54,9 @@ func TestExplainCountsOfJobsAheadReadThroughTheirIndexes(t *testing.T) {
 		}
 		target := ids[len(ids)-1]
 		check("sluice_jobs_blocked", map[string]func() (string, []any){
-			"BlockedAhead": func() (string, []any) { return d.BlockedAhead("export/global", 1, target, engine.MaxAhead+1) },
+			"BlockedAhead": func() (string, []any) {
+				return d.BlockedAhead("export/global", "default", 1, target, engine.MaxAhead+1)
+			},
 		})
 
 		// The same jobs parked on a budget instead.
@@ -62,7 +64,7 @@ func TestExplainCountsOfJobsAheadReadThroughTheirIndexes(t *testing.T) {
 			map[bool]string{true: "FALSE", false: "0"}[name == "postgres"]+" WHERE conc_key IS NOT NULL")
 		require.NoError(t, err)
 		check("sluice_jobs_parked", map[string]func() (string, []any){
-			"ParkedAhead": func() (string, []any) { return d.ParkedAhead("api/global", 1, target, engine.MaxAhead+1) },
+			"ParkedAhead": func() (string, []any) { return d.ParkedAhead("api/global", "default", 1, target, engine.MaxAhead+1) },
 		})
 	})
 }

@@ -61,18 +61,18 @@ func (Dialect) ReadyAhead(queue string, priority int, id int64, limit int) (stri
 // the job (priority, id), in the two parked keys: the budget's jobs
 // without a fairness key before (priority, id), and its fair jobs before
 // the job's (priority, fair_start, id) when it is fair, else before
-// (priority, id); of queues not paused, as LockParked passes a paused
-// queue's jobs over. (Unparking merges the two streams at their heads: an
-// estimate, as ReadyAhead's.)
-func (Dialect) ParkedAhead(key string, priority int, id int64, limit int) (string, []any) {
+// (priority, id); of the job's own queue and of queues not paused, as
+// LockParked passes another paused queue's jobs over. (Unparking merges
+// the two streams at their heads: an estimate, as ReadyAhead's.)
+func (Dialect) ParkedAhead(key, queue string, priority int, id int64, limit int) (string, []any) {
 	return `SELECT (SELECT count(*) FROM (SELECT 1 FROM sluice_jobs j WHERE j.parked_plain = ?
-    AND (j.priority < ? OR (j.priority = ? AND j.id < ?)) AND ` + engine.JobQueueNotPaused + ` LIMIT ?) a)
+    AND (j.priority < ? OR (j.priority = ? AND j.id < ?)) AND (j.queue = ? OR ` + engine.JobQueueNotPaused + `) LIMIT ?) a)
   + (SELECT count(*) FROM (SELECT 1 FROM sluice_jobs j JOIN sluice_jobs me ON me.id = ?
     WHERE j.parked_fair = ? AND j.priority <= ?
     AND (j.priority < ? OR IF(me.fair_key IS NULL, j.id < ?,
       j.fair_start < me.fair_start OR (j.fair_start = me.fair_start AND j.id < ?)))
-    AND ` + engine.JobQueueNotPaused + ` LIMIT ?) b)`,
-		[]any{key, priority, priority, id, limit, id, key, priority, priority, id, id, limit}
+    AND (j.queue = ? OR ` + engine.JobQueueNotPaused + `) LIMIT ?) b)`,
+		[]any{key, priority, priority, id, queue, limit, id, key, priority, priority, id, id, queue, limit}
 }
 
 // SlotsAhead counts the jobs holding a budget's slots before (run_at,
@@ -83,11 +83,12 @@ func (Dialect) SlotsAhead(key string, runAt, id int64, limit int) (string, []any
 }
 
 // BlockedAhead counts the jobs blocked on a key before (priority, id), of
-// queues not paused, as LockBlocked passes a paused queue's jobs over.
-func (Dialect) BlockedAhead(key string, priority int, id int64, limit int) (string, []any) {
+// the job's own queue and of queues not paused, as LockBlocked passes
+// another paused queue's jobs over.
+func (Dialect) BlockedAhead(key, queue string, priority int, id int64, limit int) (string, []any) {
 	return `SELECT count(*) FROM (SELECT 1 FROM sluice_jobs j WHERE j.blocked_key = ?
-  AND (j.priority < ? OR (j.priority = ? AND j.id < ?)) AND ` + engine.JobQueueNotPaused + ` LIMIT ?) c`,
-		[]any{key, priority, priority, id, limit}
+  AND (j.priority < ? OR (j.priority = ? AND j.id < ?)) AND (j.queue = ? OR ` + engine.JobQueueNotPaused + `) LIMIT ?) c`,
+		[]any{key, priority, priority, id, queue, limit}
 }
 
 // GetSemaphore reads one semaphore.

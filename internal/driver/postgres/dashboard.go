@@ -61,17 +61,17 @@ func (Dialect) ReadyAhead(queue string, priority int, id int64, limit int) (stri
 // the job (priority, id), in the two parked indexes: the budget's jobs
 // without a fairness key before (priority, id), and its fair jobs before
 // the job's (priority, fair_start, id) when it is fair, else before
-// (priority, id); of queues not paused, as LockParked passes a paused
-// queue's jobs over. (Unparking merges the two streams at their heads: an
-// estimate, as ReadyAhead's.)
-func (Dialect) ParkedAhead(key string, priority int, id int64, limit int) (string, []any) {
+// (priority, id); of the job's own queue and of queues not paused, as
+// LockParked passes another paused queue's jobs over. (Unparking merges
+// the two streams at their heads: an estimate, as ReadyAhead's.)
+func (Dialect) ParkedAhead(key, queue string, priority int, id int64, limit int) (string, []any) {
 	return `SELECT (SELECT count(*) FROM (SELECT 1 FROM sluice_jobs j WHERE j.state = 'parked' AND j.fair_key IS NULL AND j.wait_key = $1
-    AND (j.priority, j.id) < ($2, $3) AND ` + engine.JobQueueNotPaused + ` LIMIT $4) a)
+    AND (j.priority, j.id) < ($2, $3) AND (j.queue = $5 OR ` + engine.JobQueueNotPaused + `) LIMIT $4) a)
   + (SELECT count(*) FROM (SELECT 1 FROM sluice_jobs j JOIN sluice_jobs me ON me.id = $3
     WHERE j.state = 'parked' AND j.fair_key IS NOT NULL AND j.wait_key = $1 AND j.priority <= $2
     AND (j.priority < $2 OR CASE WHEN me.fair_key IS NULL THEN j.id < $3 ELSE (j.fair_start, j.id) < (me.fair_start, $3) END)
-    AND ` + engine.JobQueueNotPaused + ` LIMIT $4) b)`,
-		[]any{key, priority, id, limit}
+    AND (j.queue = $5 OR ` + engine.JobQueueNotPaused + `) LIMIT $4) b)`,
+		[]any{key, priority, id, limit, queue}
 }
 
 // SlotsAhead counts the jobs holding a budget's slots before (run_at,
@@ -82,10 +82,12 @@ func (Dialect) SlotsAhead(key string, runAt, id int64, limit int) (string, []any
 }
 
 // BlockedAhead counts the jobs blocked on a key before (priority, id), of
-// queues not paused, as LockBlocked passes a paused queue's jobs over.
-func (Dialect) BlockedAhead(key string, priority int, id int64, limit int) (string, []any) {
+// the job's own queue and of queues not paused, as LockBlocked passes
+// another paused queue's jobs over.
+func (Dialect) BlockedAhead(key, queue string, priority int, id int64, limit int) (string, []any) {
 	return `SELECT count(*) FROM (SELECT 1 FROM sluice_jobs j WHERE j.state = 'blocked' AND j.conc_key = $1
-  AND (j.priority, j.id) < ($2, $3) AND ` + engine.JobQueueNotPaused + ` LIMIT $4) c`, []any{key, priority, id, limit}
+  AND (j.priority, j.id) < ($2, $3) AND (j.queue = $5 OR ` + engine.JobQueueNotPaused + `) LIMIT $4) c`,
+		[]any{key, priority, id, limit, queue}
 }
 
 // GetSemaphore reads one semaphore.
