@@ -411,17 +411,18 @@ func (e *Explanation) estimateParked(b *engine.BudgetFacts, l *LimitExplanation)
 }
 
 // estimateReady: a ready job starts after the jobs ahead of it, at the
-// pace the queue finished jobs in the last minute.
+// pace the queue completed or failed jobs in the last minute (cancelled
+// ones are not counted: most never ran).
 func (e *Explanation) estimateReady(f *engine.ExplainFacts) {
 	switch {
 	case f.ReadyAhead.N == 0:
 		e.EstimatedStart, e.EstimateBasis = e.Now, "no job of its queue ahead of it: it starts as soon as a worker of the queue is free"
 	case f.FinishedLastMinute == 0:
-		e.EstimateBasis = "no job of the queue finished in the last minute, so its pace is not known"
+		e.EstimateBasis = "no job of the queue completed or failed in the last minute, so its pace is not known"
 	default:
 		per := time.Minute / time.Duration(f.FinishedLastMinute)
 		e.EstimatedStart = e.Now.Add(time.Duration(f.ReadyAhead.N) * per)
-		e.EstimateBasis = fmt.Sprintf("the jobs ahead of it at the queue's pace in the last minute (%d finished)", f.FinishedLastMinute)
+		e.EstimateBasis = fmt.Sprintf("the jobs ahead of it at the queue's pace in the last minute (%d completed or failed)", f.FinishedLastMinute)
 	}
 }
 

@@ -33,7 +33,8 @@ type queueRow struct {
 	// OldestHeld and OldestFree are the creation times of the oldest job
 	// a limit holds and of the oldest one no limit holds.
 	OldestHeld, OldestFree time.Time
-	// CompletedPerSec and FailedPerSec are over the last minute.
+	// CompletedPerSec and FailedPerSec are over the last minute; cancelled
+	// jobs count in neither.
 	CompletedPerSec, FailedPerSec float64
 	Chart                         template.HTML
 }
@@ -121,9 +122,14 @@ func (s *server) overview(w http.ResponseWriter, r *http.Request) {
 		if i < 0 || i > buckets {
 			continue
 		}
-		k := 0
-		if f.State == engine.StateFailed {
+		var k int
+		switch f.State {
+		case engine.StateCompleted:
+			k = 0
+		case engine.StateFailed:
 			k = 1
+		default:
+			continue // cancelled: neither completed nor failed, and most never ran
 		}
 		sr[k][i] += float64(f.Count) / throughputBucket.Seconds()
 		if !f.At.Before(now.Add(-time.Minute)) {

@@ -39,9 +39,12 @@ type ExplainFacts struct {
 	// LastDeferral says why the last time.
 	Deferrals    int
 	LastDeferral string
-	// FinishedLastMinute counts the jobs of the queue that finished in
-	// the minute before Now (completed, cancelled or failed; 0 when jobs
-	// are deleted on completion): the queue's recent pace.
+	// FinishedLastMinute counts the jobs of the queue that completed or
+	// failed in the minute before Now: the queue's recent pace. Cancelled
+	// jobs are left out: most never ran (an operator's bulk cancel would
+	// make the pace look fast), and one a handler cancelled is not told
+	// apart from them. With jobs deleted on completion only the failed
+	// ones are counted.
 	FinishedLastMinute int64
 }
 
@@ -151,7 +154,7 @@ func (s *Store) ExplainFacts(ctx context.Context, id int64, now time.Time, lim L
 		return nil, err
 	}
 	for _, x := range fin {
-		if x.Queue == j.Queue {
+		if x.Queue == j.Queue && x.State != StateCancelled {
 			f.FinishedLastMinute += x.Count
 		}
 	}
