@@ -205,7 +205,8 @@ func (s *Store) queryJobInfosExtra(ctx context.Context, ex Executor, q string, a
 
 // RetryJobs makes failed, cancelled, scheduled or parked jobs ready now,
 // and resets the attempts of those (and of ready ones). A job with a concurrency limit
-// takes a slot (unless it holds one), or is blocked. Running and completed
+// takes a slot (unless it holds one), or is blocked. A parked job leaves
+// its budget's count of parked jobs (uncountParked). Running and completed
 // jobs are refused. It returns the jobs it moved, each with the state it
 // is now in (ready or blocked); see operate for refusals.
 func (s *Store) RetryJobs(ctx context.Context, c Clock, ids []int64) ([]Moved, error) {
@@ -226,12 +227,14 @@ func (s *Store) RetryJobs(ctx context.Context, c Clock, ids []int64) ([]Moved, e
 				}
 				writes = append(writes, sl.writes()...)
 			}
+			writes = append(writes, s.uncountParked(j)...)
 			return append([]Stmt{stmt(s.q.SetJobs(j.State, 0, Micros(now), setRows([]Transition{t}, Micros(now))))}, writes...), t.State, nil
 		})
 }
 
 // CancelJobs discards jobs that have not finished and are not running,
-// recording reason; a job that held a concurrency slot gives it back. A
+// recording reason; a job that held a concurrency slot gives it back, and
+// a parked job leaves its budget's count of parked jobs. A
 // fair job that was never claimed gives back its key's charge, once the
 // jobs are cancelled (refundFair). It returns the jobs it moved; see
 // operate for refusals.
@@ -262,11 +265,14 @@ func (s *Store) CancelJobs(ctx context.Context, c Clock, ids []int64, reason str
 			}
 			t := Transition{ID: j.ID, State: StateCancelled, Error: reason, Finished: true}
 			writes := []Stmt{stmt(s.q.SetJobs(j.State, 0, Micros(now), setRows([]Transition{t}, Micros(now))))}
-			if !j.HoldsSlot {
-				return writes, StateCancelled, nil
+			if j.HoldsSlot {
+				gives, _, err := s.giveBack(ctx, tx, c, holders{j.ID: j.ConcKey})
+				if err != nil {
+					return nil, "", err
+				}
+				writes = append(writes, gives...)
 			}
-			gives, _, err := s.giveBack(ctx, tx, c, holders{j.ID: j.ConcKey})
-			return append(writes, gives...), StateCancelled, err
+			return append(writes, s.uncountParked(j)...), StateCancelled, nil
 		})
 	for _, m := range moved {
 		if j := unclaimed[m.ID]; j != nil {
@@ -277,6 +283,21 @@ func (s *Store) CancelJobs(ctx context.Context, c Clock, ids []int64, reason str
 		return moved, errors.Join(err, rerr)
 	}
 	return moved, err
+}
+
+// uncountParked is the statement that takes a parked job an operator
+// moves away off its budget's count of parked jobs (the count that
+// `sluice budgets`, the dashboard and explain show, and that brings the
+// dispatcher back to the budget); none for a job in another state. It
+// runs last in the job's transaction: after the job's row and any
+// semaphore, as every transaction that waits for a budget locks them.
+// Without it the count stayed at its old value until the budget next
+// unparked (a slot away, an hour for a limit of one an hour).
+func (s *Store) uncountParked(j *JobInfo) []Stmt {
+	if j.State != StateParked || j.WaitKey == "" {
+		return nil
+	}
+	return []Stmt{stmt(s.q.UncountParked(j.WaitKey))}
 }
 
 // refundFair gives back the charge of fair jobs cancelled before any

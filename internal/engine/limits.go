@@ -476,10 +476,11 @@ func (s *Store) Unpark(ctx context.Context, c Clock, horizon time.Duration, limi
 // the slots that fall within until, each as many intervals wide as its
 // cost on this budget. Times are nanoseconds.
 //
-// The budget's parked count may run ahead of its parked jobs (a job left
-// parked by a coalescing call or an operator), never behind: the count is
-// what brings the dispatcher back to the budget, so a parked job the count
-// forgot would wait forever. So when the jobs it finds to lock fall short
+// The budget's parked count may run ahead of its parked jobs (a parked
+// job that a full coalescing call dispatched; an operator's cancel or
+// retry takes its job off the count, uncountParked), never behind: the
+// count is what brings the dispatcher back to the budget, so a parked job
+// the count forgot would wait forever. So when the jobs it finds to lock fall short
 // of what it asked for — some left, or are locked by another transaction
 // (a coalescing join, a caller's EnqueueTx, an operator's cancel), or wait
 // for their paused queue to resume, which LockParked passes over — it

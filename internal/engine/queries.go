@@ -36,7 +36,7 @@ type SQL struct {
 	listQueues, listOverrides, pausedQueues      string
 
 	lockBudgets, lockFreeBudgets, readBudgets, getBudget, insertBudgets, saveBudgets, moveCursor, lockParkedBudgets *sqlStatement
-	lockParked, lockSlotted, countParked, lockIdleBudgets, deleteBudgets, readRepriced                              *sqlStatement
+	lockParked, lockSlotted, countParked, uncountParked, lockIdleBudgets, deleteBudgets, readRepriced               *sqlStatement
 	listBudgets                                                                                                     string
 
 	lockSemaphores, lockFreeSemaphores, insertSemaphores, saveSemaphores, lockBlocked, markSlots, lockRunningHolders *sqlStatement
@@ -204,6 +204,7 @@ func NewSQL(d Dialect) (*SQL, error) {
 		{&q.lockParked, "LockParked", []string{"key", "limit"}},
 		{&q.lockSlotted, "LockSlotted", []string{"key", "from", "priority", "limit"}},
 		{&q.countParked, "CountParked", []string{"key"}},
+		{&q.uncountParked, "UncountParked", []string{"key"}},
 		{&q.lockIdleBudgets, "LockIdleBudgets", []string{"now", "limit"}},
 		{&q.deleteBudgets, "DeleteBudgets", []string{"names"}},
 

@@ -88,6 +88,10 @@ func (q *SQL) LockSlotted(key string, from int64, priority, limit int) (string, 
 // transaction holds them locked. Columns: count.
 func (q *SQL) CountParked(key string) (string, []any) { return q.countParked.bind(key) }
 
+// UncountParked lowers a budget's count of parked jobs by one, not below
+// 0: for a parked job an operator moved away.
+func (q *SQL) UncountParked(key string) (string, []any) { return q.uncountParked.bind(key) }
+
 // LockIdleBudgets selects and locks, skipping locked rows, up to limit
 // budgets that may be idle at now. Columns: BudgetColumns.
 func (q *SQL) LockIdleBudgets(now int64, limit int) (string, []any) {

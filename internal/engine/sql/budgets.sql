@@ -106,6 +106,14 @@ ORDER BY {DueAt}, id LIMIT :limit FOR UPDATE SKIP LOCKED;
 SELECT (SELECT count(*) FROM sluice_jobs j WHERE {ParkedPlainJob} AND {ParkedPlainKey} = :key)
   + (SELECT count(*) FROM sluice_jobs j WHERE {ParkedFairJob} AND {ParkedFairKey} = :key);
 
+-- name: UncountParked
+-- One parked job fewer on a budget: an operator's cancel or retry took it
+-- away, in the transaction that moves it, which holds the job's row
+-- (jobs, then semaphores, then budgets, as every transaction locks them).
+-- The count may run ahead of the parked jobs, never behind, so it never
+-- goes below 0.
+UPDATE sluice_budgets SET parked = parked - 1 WHERE name = :key AND parked > 0;
+
 -- name: LockIdleBudgets
 -- Budgets whose times have passed and on which no job is parked. (MySQL
 -- cannot skip locked rows in a DELETE, so they are locked, then deleted.)
