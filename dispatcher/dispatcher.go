@@ -166,8 +166,17 @@ func New(pub *store.Store, cfg Config) (*Dispatcher, error) {
 
 // TickResult counts what one tick did.
 type TickResult struct {
-	// Promoted counts scheduled jobs made ready.
+	// Promoted counts the due scheduled jobs the promotion took: made
+	// ready, or, with no concurrency slot of their key free, blocked or
+	// discarded (Discarded counts those).
 	Promoted int
+	// Discarded counts the promoted jobs discarded for want of a
+	// concurrency slot, under a limit with Discard: a job that waited
+	// scheduled (delayed, or enqueued into a paused queue) and found its
+	// key's slots all held when it came due is cancelled with
+	// engine.DiscardedError. Package metrics counts them in
+	// sluice_jobs_enqueued_total{result="discarded"}.
+	Discarded int
 	// Unparked counts parked jobs given a slot.
 	Unparked int
 	// Full is set when a promotion or the unparking came back full: more
@@ -187,11 +196,11 @@ type TickResult struct {
 // due jobs and the other tasks never wait for them.
 func (d *Dispatcher) Tick(ctx context.Context) (TickResult, error) {
 	now := d.clock.Now()
-	n, _, err := d.store.Promote(ctx, d.storeClock(), d.cfg.BatchSize)
+	p, err := d.store.PromoteDue(ctx, d.storeClock(), d.cfg.BatchSize)
 	if err != nil {
 		return TickResult{}, fmt.Errorf("dispatcher: %w", err)
 	}
-	res := TickResult{Promoted: n, Full: n == d.cfg.BatchSize}
+	res := TickResult{Promoted: p.Due, Discarded: len(p.Discarded), Full: p.Due == d.cfg.BatchSize}
 	if res.Unparked, err = d.store.Unpark(ctx, d.storeClock(), d.cfg.Horizon, 100, d.cfg.BatchSize); err != nil {
 		return res, fmt.Errorf("dispatcher: %w", err)
 	}

@@ -6,9 +6,13 @@
 //	client := jobs.NewClient(store, reg, jobs.ClientConfig{OnEnqueue: m.OnEnqueue})
 //	worker, _ := jobs.NewWorker(store, reg, jobs.WorkerConfig{Hooks: m.Hooks()})
 //
-// Counters come from the client's and the worker's hooks; the queue depth
-// and the age of the oldest waiting job are read from the database at each
-// scrape.
+// Counters come from the client's and the worker's hooks, and, for the
+// jobs a promotion discards (a job with a concurrency limit that says
+// Discard, which waited scheduled and found no slot free when it came
+// due), from the store: those a dispatcher or a drain of this process
+// discards on the same store count with the enqueues' discards. The queue
+// depth and the age of the oldest waiting job are read from the database
+// at each scrape.
 package metrics
 
 import (
@@ -59,7 +63,8 @@ type Metrics struct {
 	oldest *prometheus.Desc
 }
 
-// New returns the metrics of the jobs in s.
+// New returns the metrics of the jobs in s. It watches s for the jobs its
+// promotions discard, for as long as s lives.
 func New(pub *store.Store, cfg Config) *Metrics {
 	s := engine.From(pub)
 	if cfg.Namespace == "" {
@@ -76,9 +81,9 @@ func New(pub *store.Store, cfg Config) *Metrics {
 	counter := func(name, help string, labels ...string) *prometheus.CounterVec {
 		return prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: ns, Name: name, Help: help}, labels)
 	}
-	return &Metrics{
+	m := &Metrics{
 		cfg: cfg, store: s, clock: clock.OrSystem(cfg.Clock), log: log,
-		enqueued:  counter("jobs_enqueued_total", "Jobs enqueued, by kind and by what became of them: created, joined (coalesced into a pending job), blocked (no concurrency slot) or discarded.", "kind", "result"),
+		enqueued:  counter("jobs_enqueued_total", "Jobs enqueued, by kind and by what became of them: created, joined (coalesced into a pending job), blocked (no concurrency slot) or discarded (no concurrency slot, under Discard: at the enqueue, or when a job that waited scheduled came due, which counted created too).", "kind", "result"),
 		coalesced: counter("jobs_coalesced_total", "Enqueues that joined a pending job instead of adding one, by kind.", "kind"),
 		blocked:   counter("jobs_blocked_total", "Jobs blocked at enqueue because their concurrency key had no slot free, by kind.", "kind"),
 		claimed: prometheus.NewCounter(prometheus.CounterOpts{Namespace: ns, Name: "jobs_claimed_total",
@@ -94,6 +99,14 @@ func New(pub *store.Store, cfg Config) *Metrics {
 			"Age of the oldest job waiting to run, by queue, split by whether a limit holds it (throttled: waiting on a rate limit or a concurrency slot). Alert on throttled=\"false\": a throttled backlog is a limit working.",
 			[]string{"queue", "throttled"}, nil),
 	}
+	s.WatchDiscards(m.onDiscard)
+	return m
+}
+
+// onDiscard counts a job a promotion discarded for want of a concurrency
+// slot: it was counted created at its enqueue, and now discarded too.
+func (m *Metrics) onDiscard(kind string) {
+	m.enqueued.WithLabelValues(kind, "discarded").Inc()
 }
 
 // OnEnqueue counts an enqueue; pass it as jobs.ClientConfig.OnEnqueue.

@@ -85,7 +85,7 @@ sluice_oldest_waiting_job_age_seconds{queue="other",throttled="false"} 60
 		require.NoError(t, err)
 
 		require.NoError(t, testutil.GatherAndCompare(reg, strings.NewReader(`
-# HELP sluice_jobs_enqueued_total Jobs enqueued, by kind and by what became of them: created, joined (coalesced into a pending job), blocked (no concurrency slot) or discarded.
+# HELP sluice_jobs_enqueued_total Jobs enqueued, by kind and by what became of them: created, joined (coalesced into a pending job), blocked (no concurrency slot) or discarded (no concurrency slot, under Discard: at the enqueue, or when a job that waited scheduled came due, which counted created too).
 # TYPE sluice_jobs_enqueued_total counter
 sluice_jobs_enqueued_total{kind="charge",result="created"} 2
 sluice_jobs_enqueued_total{kind="ping",result="blocked"} 1

@@ -138,6 +138,9 @@ type DueRow struct {
 	// slot free it is blocked, never discarded (Discard applies to a job
 	// becoming ready for the first time).
 	CameBack bool
+	// Kind is the job's kind, which a promotion that discards the job
+	// reports (LockDue reads it; empty where no discard can happen).
+	Kind string
 }
 
 // ProcessColumns are a process row's columns, in ProcessRow's scan order.

@@ -8,7 +8,27 @@ import (
 )
 
 // Promote makes up to batch scheduled jobs that are due at now ready, and
-// returns how many it moved and the queues that gained ready jobs. A job
+// returns how many due jobs it took (made ready, blocked or discarded) and
+// the queues that gained ready jobs: PromoteDue, counted.
+func (s *Store) Promote(ctx context.Context, c Clock, batch int) (int, []string, error) {
+	p, err := s.PromoteDue(ctx, c, batch)
+	return p.Due, p.Queues, err
+}
+
+// Promoted is what one PromoteDue did.
+type Promoted struct {
+	// Due counts the due jobs it took: made ready, or, with no
+	// concurrency slot free, blocked or discarded (not those it left due,
+	// their key's semaphore held by another transaction).
+	Due int
+	// Queues are the queues that gained ready jobs.
+	Queues []string
+	// Discarded has the kind of each job it discarded (cancelled with
+	// DiscardedError, for want of a slot), one entry per job.
+	Discarded []string
+}
+
+// PromoteDue makes up to batch scheduled jobs that are due at now ready. A job
 // with a concurrency limit takes a slot as it becomes ready, unless it
 // kept its slot while it waited (a retry); with none free it is blocked,
 // or discarded when its limit says so and it was never ready before (one
@@ -19,12 +39,13 @@ import (
 // another transaction holds (an app's open transaction that enqueued a
 // job of the key) is left due, for a later promotion, and the others are
 // promoted at once (lockDueSlots). Several dispatchers may run it at once;
-// each job is promoted once.
-func (s *Store) Promote(ctx context.Context, c Clock, batch int) (int, []string, error) {
+// each job is promoted once. Once its transaction commits, it reports the
+// jobs it discarded to the store's watchers (WatchDiscards).
+func (s *Store) PromoteDue(ctx context.Context, c Clock, batch int) (Promoted, error) {
 	var n int
-	var queues []string
+	var queues, discarded []string
 	err := s.inTx(ctx, func(tx Tx) error {
-		n, queues = 0, nil
+		n, queues, discarded = 0, nil, nil
 		at, err := s.now(ctx, tx, c)
 		if err != nil {
 			return err
@@ -36,24 +57,27 @@ func (s *Store) Promote(ctx context.Context, c Clock, batch int) (int, []string,
 			return fmt.Errorf("lock due jobs: %w", err)
 		}
 		pr, err := s.promote(ctx, tx, due, nowUS, true, nil)
-		n, queues = len(due)-len(pr.left), pr.queues
+		n, queues, discarded = len(due)-len(pr.left), pr.queues, pr.discarded
 		return err
 	})
 	if err != nil {
-		return 0, nil, s.wrap(fmt.Errorf("promote: %w", err))
+		return Promoted{}, s.wrap(fmt.Errorf("promote: %w", err))
 	}
 	s.Wake(queues...)
-	return n, queues, nil
+	s.discards.report(discarded)
+	return Promoted{Due: n, Queues: queues, Discarded: discarded}, nil
 }
 
 // promotion is what a promote did: the queues that gained ready jobs, the
 // jobs made ready, those of them that took a concurrency slot, the jobs
-// it left due because another transaction held their key's semaphore, and
-// each promoted job's state after it, in the order they were given.
+// it left due because another transaction held their key's semaphore,
+// each promoted job's state after it, in the order they were given, and
+// the kind of each job it discarded.
 type promotion struct {
 	queues               []string
 	ready, slotted, left []int64
 	states               []State
+	discarded            []string
 }
 
 // promote makes locked scheduled jobs ready, taking a concurrency slot for
@@ -133,6 +157,7 @@ func (s *Store) promoteLocked(due []DueRow, sl *slots, nowUS int64) (promotion, 
 		case d.Conc.Discard && !d.CameBack:
 			others = append(others, SetRow{ID: d.ID, State: StateCancelled, Error: DiscardedError + " for " + d.Conc.Key, FinishedAt: nowUS})
 			pr.states = append(pr.states, StateCancelled)
+			pr.discarded = append(pr.discarded, d.Kind)
 			continue
 		default:
 			others = append(others, SetRow{ID: d.ID, State: StateBlocked})
@@ -174,7 +199,7 @@ func scanDue(ctx context.Context, ex Executor, q string, args []any) ([]DueRow, 
 		var discard bool
 		var attempted nullInt64
 		var deferrals int
-		if err := rows.Scan(&d.ID, &d.Queue, &key, &limit, &duration, &discard, &d.HoldsSlot, &attempted, &deferrals); err != nil {
+		if err := rows.Scan(&d.ID, &d.Queue, &d.Kind, &key, &limit, &duration, &discard, &d.HoldsSlot, &attempted, &deferrals); err != nil {
 			return nil, err
 		}
 		d.CameBack = attempted.Valid || deferrals > 0

@@ -106,8 +106,8 @@ func (q *SQL) SetJobs(from State, processID, now int64, rows []SetRow) (string, 
 
 // LockDue selects and locks up to limit scheduled jobs due at now, but
 // those of a paused queue that need a concurrency slot. Columns: id,
-// queue, conc_key, conc_limit, conc_duration, conc_discard, holds_slot,
-// attempted_at, deferrals.
+// queue, kind, conc_key, conc_limit, conc_duration, conc_discard,
+// holds_slot, attempted_at, deferrals.
 func (q *SQL) LockDue(now int64, limit int) (string, []any) { return q.lockDue.bind(now, limit) }
 
 // LockDueWaiting selects and locks, skipping locked rows, up to limit

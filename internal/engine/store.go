@@ -28,6 +28,7 @@ type Store struct {
 	marks    atomic.Uint64 // the last Mark's number
 	wake     wakeHub
 	sweeps   sweepHub
+	discards discardHub
 	// DeleteOnComplete deletes jobs when they complete instead of keeping
 	// them for inspection. Defaults to false.
 	DeleteOnComplete bool

@@ -116,7 +116,7 @@ DELETE FROM sluice_jobs WHERE id IN (:ids) AND state = :running AND process_id =
 -- a concurrency slot: they stay scheduled until the queue resumes, so that
 -- they hold no slot another queue's jobs of their key wait for, and are
 -- then promoted as any due job is (a slot, blocked, or discarded).
-SELECT id, queue, conc_key, conc_limit, conc_duration, conc_discard, holds_slot, attempted_at, deferrals FROM sluice_jobs j
+SELECT id, queue, kind, conc_key, conc_limit, conc_duration, conc_discard, holds_slot, attempted_at, deferrals FROM sluice_jobs j
 WHERE {ScheduledJob} AND {DueAt} <= :now
   AND (j.conc_key IS NULL OR j.holds_slot = TRUE OR {JobQueueNotPaused})
 ORDER BY {DueAt}, id LIMIT :limit FOR UPDATE SKIP LOCKED;
