@@ -15,24 +15,24 @@ import (
 	"github.com/sluicequeue/sluice/ui"
 )
 
-type reviewHeld struct{ N int }
+type heldBacklog struct{ N int }
 
-func (reviewHeld) Kind() string { return "review_held" }
+func (heldBacklog) Kind() string { return "held_backlog" }
 
 // docs/dashboard.md: the Overview shows each queue's "completed and
 // failed per second over the last minute". An operator who cancels a
-// paused queue's backlog (60 jobs, none of which ever ran) sees the queue
-// complete 1.00/s: the overview sums every finished state that is not
+// paused queue's backlog (60 jobs, none of which ever ran) saw the queue
+// complete 1.00/s: the overview summed every finished state that is not
 // failed (FinishedSince returns cancelled rows too) as completed.
-func TestReviewOverviewDoesNotCountCancelledJobsAsCompleted(t *testing.T) {
+func TestOverviewDoesNotCountCancelledJobsAsCompleted(t *testing.T) {
 	testdb.Each(t, func(t *testing.T, s *engine.Store) {
 		ctx := context.Background()
 		f := &fixture{store: s, reg: jobs.NewRegistry(), clock: clock.NewFake(t0)}
 		f.client = jobs.NewClient(testdb.Public(s), f.reg, jobs.ClientConfig{Clock: f.clock})
-		require.NoError(t, jobs.Register(f.reg, func(context.Context, *jobs.Job[reviewHeld]) error { return nil }, jobs.Queue("held")))
+		require.NoError(t, jobs.Register(f.reg, func(context.Context, *jobs.Job[heldBacklog]) error { return nil }, jobs.Queue("held")))
 		var ids []int64
 		for i := range 60 {
-			res, err := f.client.Enqueue(ctx, reviewHeld{N: i})
+			res, err := f.client.Enqueue(ctx, heldBacklog{N: i})
 			require.NoError(t, err)
 			ids = append(ids, res.ID)
 		}
