@@ -168,7 +168,9 @@ func New(pub *store.Store, cfg Config) (*Dispatcher, error) {
 type TickResult struct {
 	// Promoted counts the due scheduled jobs the promotion took: made
 	// ready, or, with no concurrency slot of their key free, blocked or
-	// discarded (Discarded counts those).
+	// discarded (Discarded counts those). Due jobs it left for a later
+	// tick, their key's semaphore held by another transaction, are not
+	// counted.
 	Promoted int
 	// Discarded counts the promoted jobs discarded for want of a
 	// concurrency slot, under a limit with Discard: a job that waited
