@@ -133,42 +133,96 @@ func (p Params) Slot(s *State, earliest int64, cost int) int64 {
 // they could have been, so no window of p's Per holds more than p's To, the
 // change's included, and a budget that spent its old burst admits again
 // within that burst's worth of new intervals. A tighter limit (a longer
-// interval) counts them the same way, count for count, so that workers that
-// disagree on the limit (a rolling deploy, an override not yet read
+// interval) counts them the same way, count for count, so that workers
+// that disagree on the limit (a rolling deploy, an override not yet read
 // everywhere) and convert the same debt in turn hand each other the
 // admissions they made, not their time: a conversion there and back at one
 // instant never lowers the debt, and a burst one worker's limit allows is
-// not spent again under the other's. After a pause (whose interval says
-// nothing of the admissions before it) the debt is capped at b intervals of
-// p instead, so admissions resume within one new interval. A budget held
-// back to Never stays held.
-func (p Params) CarryDebt(s *State, now int64, prev Params) {
-	if p.Paused || prev.Interval == 0 || s.TAT <= now || s.TAT == Never || p.Interval == prev.Interval && !prev.Paused {
-		return
+// not spent again after the other's turn.
+//
+// Admissions build at most a burst of intervals of debt, of prev's or (in
+// a budget another limit's conversion left) of p's counted in prev's
+// intervals. A debt past both holds a wait an upstream asked for (Hold):
+// its time, not admissions, which no conversion multiplies or cuts short.
+// Such a budget admits under p no sooner than prev would have (the wait's
+// end) and no later than that or p's full burst of intervals, whichever
+// comes last.
+//
+// After a pause (whose interval says nothing of the admissions before it)
+// the debt is capped at b intervals of p instead, so admissions resume
+// within one new interval. A budget held back to Never stays held.
+//
+// It reports whether the debt it left holds such a wait. A debt it
+// counted past p's own burst of intervals (prev's burst was larger) is
+// admissions all the same: a budget that stores it records the burst its
+// debt stands for (Covering), so that the next conversion counts it too.
+func (p Params) CarryDebt(s *State, now int64, prev Params) (wait bool) {
+	if p.Paused || prev.Interval == 0 || s.TAT <= now || s.TAT == Never || p == prev {
+		return false
+	}
+	if prev.Paused {
+		s.TAT = min(s.TAT, Later(now, int64(p.Burst)*p.Interval))
+		return false
 	}
 	d := uint64(s.TAT - now)
-	switch {
-	case prev.Paused:
-		s.TAT = min(s.TAT, Later(now, int64(p.Burst)*p.Interval))
-	case p.Interval < prev.Interval:
-		s.TAT = now + scaleDown(d, uint64(p.Interval), uint64(prev.Interval))
-	default:
-		s.TAT = Later(now, scaleUp(d, uint64(p.Interval), uint64(prev.Interval)))
+	count := func(d uint64) int64 { // prev's intervals counted in p's
+		if p.Interval <= prev.Interval {
+			return scaleDown(d, uint64(p.Interval), uint64(prev.Interval))
+		}
+		return scaleUp(d, uint64(p.Interval), uint64(prev.Interval))
 	}
+	var back int64 // p's burst of intervals counted in prev's
+	if p.Interval <= prev.Interval {
+		back = scaleUp(uint64(p.capacity()), uint64(prev.Interval), uint64(p.Interval))
+	} else {
+		back = scaleDown(uint64(p.capacity()), uint64(prev.Interval), uint64(p.Interval))
+	}
+	room := max(prev.capacity(), back)
+	if d <= uint64(room) {
+		s.TAT = Later(now, count(d))
+		return false
+	}
+	// A wait: from its end, as prev would have admitted, under p.
+	s.TAT = max(Later(s.TAT-prev.Tolerance(), p.Tolerance()), Later(now, count(uint64(room))))
+	return true
 }
 
-// scaleDown returns ⌈d·num/den⌉ for num < den, without overflow: the
+// Covering returns p with its burst raised, if need be, to cover the debt
+// s carries past now as admissions (CarryDebt): the limit a budget records
+// when a conversion left it owing more intervals than p's burst. A budget
+// whose debt p's burst covers records p.
+func (p Params) Covering(s State, now int64) Params {
+	if p.Paused || p.Interval <= 0 || s.TAT <= now || s.TAT == Never {
+		return p
+	}
+	n := (s.TAT - now + p.Interval - 1) / p.Interval
+	if n > int64(p.Burst) {
+		p.Burst = int(min(n, math.MaxInt32))
+	}
+	return p
+}
+
+// capacity is the most debt admissions can build, b·T, saturating at
+// Never.
+func (p Params) capacity() int64 {
+	if p.Burst > 0 && p.Interval > Never/int64(p.Burst) {
+		return Never
+	}
+	return int64(p.Burst) * p.Interval
+}
+
+// scaleDown returns ⌈d·num/den⌉ for num ≤ den, without overflow: the
 // result is at most d.
 func scaleDown(d, num, den uint64) int64 {
 	hi, lo := bits.Mul64(d, num)
-	q, r := bits.Div64(hi, lo, den) // hi < den since num < den
+	q, r := bits.Div64(hi, lo, den) // hi < den since num ≤ den
 	if r > 0 {
 		q++
 	}
 	return int64(q)
 }
 
-// scaleUp returns ⌈d·num/den⌉ for num > den, or Never's worth when that
+// scaleUp returns ⌈d·num/den⌉ for num ≥ den, or Never's worth when that
 // lies past what the times reach.
 func scaleUp(d, num, den uint64) int64 {
 	hi, lo := bits.Mul64(d, num)

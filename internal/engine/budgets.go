@@ -24,6 +24,13 @@ type budget struct {
 	// this claim applies.
 	prepared bool
 	dirty    bool
+	// changed is the limit prepare carried the budget's debt over to, when
+	// it changed; wait is set when the debt holds an upstream's wait
+	// (ratelimit.Params.CarryDebt, Hold). save records changed, its burst
+	// raised to cover a debt of admissions the conversion left past it
+	// (ratelimit.Params.Covering), so that the next conversion counts them.
+	changed *ratelimit.Params
+	wait    bool
 	// parkedNow is set when this transaction parked jobs on the budget.
 	parkedNow bool
 	// displaced are the jobs this transaction moved out of their slots for
@@ -68,10 +75,11 @@ func (b *budget) prepare(p ratelimit.Params, now, until int64) {
 	if prev == p {
 		return
 	}
-	p.CarryDebt(&b.state, now, prev)
+	b.wait = p.CarryDebt(&b.state, now, prev)
 	if p.Loosens(prev) && b.state.NextSlot > until {
 		b.state.NextSlot = until
 	}
+	b.changed = &p
 	b.row.IntervalNS, b.row.Burst = storedLimit(p)
 	b.dirty = true
 }
@@ -81,6 +89,9 @@ func (b *budget) prepare(p ratelimit.Params, now, until int64) {
 // time than the claim that charged the budget last: snapshot.go).
 func (b *budget) save(now int64) BudgetRow {
 	b.row.TAT, b.row.NextSlot, b.row.UpdatedAt = b.state.TAT, b.state.NextSlot, max(b.row.UpdatedAt, now)
+	if b.changed != nil && !b.wait {
+		b.row.IntervalNS, b.row.Burst = storedLimit(b.changed.Covering(b.state, now*int64(time.Microsecond)))
+	}
 	return b.row
 }
 

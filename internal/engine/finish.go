@@ -355,7 +355,7 @@ func (s *Store) pushBudgets(ctx context.Context, tx Tx, c Clock, pushes []Budget
 		p, b := byKey[k], budgets[k]
 		b.prepare(p.Params, now, now+DefaultHorizon.Nanoseconds())
 		p.Params.Hold(&b.state, ratelimit.Later(now, p.Wait.Nanoseconds()))
-		b.dirty = true
+		b.dirty, b.wait = true, true
 	}
 	st, _ := s.saveBudgets(budgets, Micros(at))
 	return st, at, nil
