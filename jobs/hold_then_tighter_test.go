@@ -12,8 +12,6 @@ import (
 	"github.com/sluicequeue/sluice/ratelimit"
 )
 
-
-
 // docs/rate-limits.md, "When the upstream says 429": the budget is held
 // back until the upstream's time and "resumes at its steady rate"; the
 // wait "is capped at WorkerConfig.MaxRetryAfter (1 hour by default), so a
