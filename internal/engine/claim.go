@@ -524,18 +524,57 @@ func mergeFair(others, fair []*Job, order func(a, b *Job) int) []*Job {
 // claim's candidates include them. It wakes no other worker: this claim
 // takes them. One that needs a slot of a key whose semaphore another
 // transaction holds is left due, waiting for no one (lockDueSlots), so
-// that the claim's other jobs do not wait for that transaction either.
+// that the claim's other jobs do not wait for that transaction either,
+// and the jobs due after it are taken in its place (dueRounds).
 func (s *Store) promoteDue(ctx context.Context, tx Tx, p ClaimParams, limit int, res *ClaimResult) ([]*Job, error) {
 	at, err := s.now(ctx, tx, p.Clock)
 	if err != nil {
 		return nil, err
 	}
 	by := at.Add(max(p.DueLead, 0))
-	q, args := s.q.LockDueWaiting(p.Queues, Micros(by), limit)
+	res.DueAt = by
+	// The ones made ready are this claim's candidates, whatever else the
+	// claim looks at.
+	var ready []*Job
+	also := p.slotHint
+	var held []string
+	for round := 1; ; round++ {
+		q, args := s.q.LockDueWaiting(p.Queues, Micros(by), limit)
+		if len(held) > 0 {
+			q, args = s.q.LockDueWaitingBeyond(p.Queues, Micros(by), held, limit)
+		}
+		jobs, due, err := scanDueWaiting(ctx, tx, q, args)
+		if err != nil {
+			return nil, fmt.Errorf("lock due waiting jobs: %w", err)
+		}
+		pr, err := s.promote(ctx, tx, due, Micros(at), false, also)
+		if err != nil {
+			return nil, fmt.Errorf("promote due waiting jobs: %w", err)
+		}
+		also = nil // locked by the first round, for the claim
+		res.Promoted += len(due) - len(pr.left)
+		for _, j := range jobs {
+			if slices.Contains(pr.ready, j.ID) {
+				j.HoldsSlot = j.HoldsSlot || slices.Contains(pr.slotted, j.ID)
+				ready = append(ready, j)
+			}
+		}
+		if len(pr.left) == 0 || len(due) < limit || round == dueRounds {
+			return ready, nil
+		}
+		limit = len(pr.left)
+		held = appendNew(held, leftKeys(due, pr.left)...)
+	}
+}
+
+// scanDueWaiting reads the rows of LockDueWaiting (or
+// LockDueWaitingBeyond): the jobs, and what promoting them needs.
+func scanDueWaiting(ctx context.Context, tx Tx, q string, args []any) ([]*Job, []DueRow, error) {
 	rows, err := tx.Query(ctx, q, args...)
 	if err != nil {
-		return nil, fmt.Errorf("lock due waiting jobs: %w", err)
+		return nil, nil, err
 	}
+	defer rows.Close()
 	var jobs []*Job
 	var due []DueRow
 	for rows.Next() {
@@ -545,8 +584,7 @@ func (s *Store) promoteDue(ctx context.Context, tx Tx, p ClaimParams, limit int,
 		var attempted nullInt64
 		j, err := scanJob(rows, &limit, &duration, &discard, &attempted)
 		if err != nil {
-			rows.Close()
-			return nil, err
+			return nil, nil, err
 		}
 		d := DueRow{ID: j.ID, Queue: j.Queue, HoldsSlot: j.HoldsSlot, CameBack: attempted.Valid || j.Deferrals > 0}
 		if j.ConcKey != "" {
@@ -554,25 +592,7 @@ func (s *Store) promoteDue(ctx context.Context, tx Tx, p ClaimParams, limit int,
 		}
 		jobs, due = append(jobs, j), append(due, d)
 	}
-	rows.Close()
-	if err := rows.Err(); err != nil {
-		return nil, fmt.Errorf("lock due waiting jobs: %w", err)
-	}
-	pr, err := s.promote(ctx, tx, due, Micros(at), false, p.slotHint)
-	if err != nil {
-		return nil, fmt.Errorf("promote due waiting jobs: %w", err)
-	}
-	res.Promoted, res.DueAt = len(due)-len(pr.left), by
-	// The ones made ready are this claim's candidates, whatever else the
-	// claim looks at.
-	var ready []*Job
-	for _, j := range jobs {
-		if slices.Contains(pr.ready, j.ID) {
-			j.HoldsSlot = j.HoldsSlot || slices.Contains(pr.slotted, j.ID)
-			ready = append(ready, j)
-		}
-	}
-	return ready, nil
+	return jobs, due, rows.Err()
 }
 
 func scanJob(rows Rows, extra ...any) (*Job, error) {

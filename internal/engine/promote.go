@@ -38,9 +38,11 @@ type Promoted struct {
 // key wait for. A due job that would take a slot of a key whose semaphore
 // another transaction holds (an app's open transaction that enqueued a
 // job of the key) is left due, for a later promotion, and the others are
-// promoted at once (lockDueSlots). Several dispatchers may run it at once;
-// each job is promoted once. Once its transaction commits, it reports the
-// jobs it discarded to the store's watchers (WatchDiscards).
+// promoted at once (lockDueSlots), with the jobs due after it, up to
+// batch: the jobs left count in neither (dueRounds). Several dispatchers
+// may run it at once; each job is promoted once. Once its transaction
+// commits, it reports the jobs it discarded to the store's watchers
+// (WatchDiscards).
 func (s *Store) PromoteDue(ctx context.Context, c Clock, batch int) (Promoted, error) {
 	var n int
 	var queues, discarded []string
@@ -51,14 +53,31 @@ func (s *Store) PromoteDue(ctx context.Context, c Clock, batch int) (Promoted, e
 			return err
 		}
 		nowUS := Micros(at)
-		q, args := s.q.LockDue(nowUS, batch)
-		due, err := scanDue(ctx, tx, q, args)
-		if err != nil {
-			return fmt.Errorf("lock due jobs: %w", err)
+		// held lists the keys whose due jobs a round left; the next round
+		// passes over them (see dueRounds).
+		var held []string
+		for round := 1; ; round++ {
+			limit := batch - n
+			q, args := s.q.LockDue(nowUS, limit)
+			if len(held) > 0 {
+				q, args = s.q.LockDueBeyond(nowUS, held, limit)
+			}
+			due, err := scanDue(ctx, tx, q, args)
+			if err != nil {
+				return fmt.Errorf("lock due jobs: %w", err)
+			}
+			pr, err := s.promote(ctx, tx, due, nowUS, true, nil)
+			if err != nil {
+				return err
+			}
+			n += len(due) - len(pr.left)
+			queues = appendNew(queues, pr.queues...)
+			discarded = append(discarded, pr.discarded...)
+			if len(pr.left) == 0 || len(due) < limit || round == dueRounds {
+				return nil
+			}
+			held = appendNew(held, leftKeys(due, pr.left)...)
 		}
-		pr, err := s.promote(ctx, tx, due, nowUS, true, nil)
-		n, queues, discarded = len(due)-len(pr.left), pr.queues, pr.discarded
-		return err
 	})
 	if err != nil {
 		return Promoted{}, s.wrap(fmt.Errorf("promote: %w", err))
@@ -66,6 +85,38 @@ func (s *Store) PromoteDue(ctx context.Context, c Clock, batch int) (Promoted, e
 	s.Wake(queues...)
 	s.discards.report(discarded)
 	return Promoted{Due: n, Queues: queues, Discarded: discarded}, nil
+}
+
+// dueRounds bounds the rounds of a promotion (PromoteDue, and a claim's
+// promoteDue). A round that leaves due jobs of keys whose semaphores other
+// transactions hold, and took as many due jobs as it asked for, is followed
+// by one that passes over those keys' due jobs (LockDueBeyond), so that
+// they, always the soonest due while the transactions stay open, do not
+// hold back the jobs due after them, unlimited ones too. A round that
+// leaves none, or took fewer than it asked for, is the last: a promotion
+// that leaves no job due runs one statement as before.
+const dueRounds = 4
+
+// leftKeys lists the concurrency keys of the jobs of due that a promotion
+// left (promotion.left).
+func leftKeys(due []DueRow, left []int64) []string {
+	var keys []string
+	for _, d := range due {
+		if d.Conc != nil && slices.Contains(left, d.ID) {
+			keys = appendNew(keys, d.Conc.Key)
+		}
+	}
+	return keys
+}
+
+// appendNew appends to list the elements of add it does not hold yet.
+func appendNew[T comparable](list []T, add ...T) []T {
+	for _, a := range add {
+		if !slices.Contains(list, a) {
+			list = append(list, a)
+		}
+	}
+	return list
 }
 
 // promotion is what a promote did: the queues that gained ready jobs, the

@@ -24,6 +24,7 @@ type SQL struct {
 	insertJobs, lockReadyPlain, lockReadyLimited, lockReadyLike, markRunning, completeJobs, deleteJobs   *sqlStatement
 	lockReadyLimitedAt, lockReadyLimitedBefore, lockReadyLimitedAfter, firstReadyLike, lastReadyLike     *sqlStatement
 	lockDue, lockDueWaiting, markReady, notify, lockOrphans, lockRunningOf, lockFinished, deleteJobsByID *sqlStatement
+	lockDueBeyond, lockDueWaitingBeyond                                                                  *sqlStatement
 	getJob, lockJob, listJobs, lockRuns                                                                  *sqlStatement
 	recordAttempts, loadAttempts, deleteAttempts                                                         *sqlStatement
 	jobsByState, unfinishedByState, oldestWaiting                                                        string
@@ -167,6 +168,8 @@ func NewSQL(d Dialect) (*SQL, error) {
 		{&q.deleteJobs, "DeleteJobs", []string{"ids", "process_id", "claim", "running"}},
 		{&q.lockDue, "LockDue", []string{"now", "limit"}},
 		{&q.lockDueWaiting, "LockDueWaiting", []string{"now", "queues", "limit"}},
+		{&q.lockDueBeyond, "LockDueBeyond", []string{"now", "keys", "limit"}},
+		{&q.lockDueWaitingBeyond, "LockDueWaitingBeyond", []string{"now", "queues", "keys", "limit"}},
 		{&q.markReady, "MarkReady", []string{"ids", "scheduled"}},
 		{&q.notify, "Notify", []string{"queues"}},
 		{&q.lockOrphans, "LockOrphans", []string{"process_ids", "lost_before", "limit"}},

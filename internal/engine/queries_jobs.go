@@ -118,6 +118,19 @@ func (q *SQL) LockDueWaiting(queues []string, now int64, limit int) (string, []a
 	return q.lockDueWaiting.bind(now, queues, limit)
 }
 
+// LockDueBeyond is LockDue but for the jobs that would take a slot of
+// one of keys: a promotion that left those keys' due jobs (their
+// semaphores held by another transaction) takes the jobs due after them.
+func (q *SQL) LockDueBeyond(now int64, keys []string, limit int) (string, []any) {
+	return q.lockDueBeyond.bind(now, keys, limit)
+}
+
+// LockDueWaitingBeyond is LockDueWaiting but for the jobs that would take
+// a slot of one of keys, as LockDueBeyond.
+func (q *SQL) LockDueWaitingBeyond(queues []string, now int64, keys []string, limit int) (string, []any) {
+	return q.lockDueWaitingBeyond.bind(now, queues, keys, limit)
+}
+
 // MarkReady makes locked jobs ready.
 func (q *SQL) MarkReady(ids []int64) (string, []any) {
 	return q.markReady.bind(ids, string(StateScheduled))

@@ -130,6 +130,26 @@ WHERE {ScheduledJob} AND {DueAt} <= :now AND j.wait_key IS NOT NULL AND j.queue 
   AND {JobQueueNotPaused}
 ORDER BY {DueAt}, id LIMIT :limit FOR UPDATE SKIP LOCKED;
 
+-- name: LockDueBeyond
+-- LockDue but for the jobs that would take a slot of one of :keys, whose
+-- semaphores another transaction holds: a promotion that left such jobs
+-- due takes the jobs due after them (Store.PromoteDue). Run only then.
+SELECT id, queue, kind, conc_key, conc_limit, conc_duration, conc_discard, holds_slot, attempted_at, deferrals FROM sluice_jobs j
+WHERE {ScheduledJob} AND {DueAt} <= :now
+  AND (j.conc_key IS NULL OR j.holds_slot = TRUE OR {JobQueueNotPaused})
+  AND (j.conc_key IS NULL OR j.holds_slot = TRUE OR NOT (j.conc_key IN (:keys)))
+ORDER BY {DueAt}, id LIMIT :limit FOR UPDATE SKIP LOCKED;
+
+-- name: LockDueWaitingBeyond
+-- LockDueWaiting but for the jobs that would take a slot of one of :keys,
+-- whose semaphores another transaction holds: a claim whose promotion left
+-- such jobs due takes the jobs due after them. Run only then.
+SELECT {JobColumns}, conc_limit, conc_duration, conc_discard, attempted_at FROM sluice_jobs j
+WHERE {ScheduledJob} AND {DueAt} <= :now AND j.wait_key IS NOT NULL AND j.queue IN (:queues)
+  AND {JobQueueNotPaused}
+  AND (j.conc_key IS NULL OR j.holds_slot = TRUE OR NOT (j.conc_key IN (:keys)))
+ORDER BY {DueAt}, id LIMIT :limit FOR UPDATE SKIP LOCKED;
+
 -- name: MarkReady
 -- :scheduled is 'scheduled', as in CompleteJobs.
 UPDATE sluice_jobs SET state = 'ready' WHERE id IN (:ids) AND state = :scheduled;
