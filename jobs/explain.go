@@ -3,6 +3,7 @@ package jobs
 import (
 	"context"
 	"fmt"
+	"strings"
 	"time"
 
 	"github.com/sluicequeue/sluice/internal/engine"
@@ -33,6 +34,12 @@ const (
 	// ReasonRetryBackoff: an attempt failed and the job waits out its
 	// backoff (or a snooze).
 	ReasonRetryBackoff Reason = "retry_backoff"
+	// ReasonGivenBack: a worker that could not run the job as stored (no
+	// handler for its kind there, or one that would not read its collected
+	// calls: a rolling deploy) gave it back without spending an attempt;
+	// it waits to be claimed again, by a worker that can run it. Its last
+	// error says why.
+	ReasonGivenBack Reason = "given_back"
 	// ReasonScheduled: the job was enqueued to run later.
 	ReasonScheduled Reason = "scheduled"
 	// ReasonRunning: the job is running.
@@ -285,6 +292,14 @@ func DescribeBudgets(ctx context.Context, s *engine.Store, reg *Registry, rows [
 	return out, nil
 }
 
+// givenBack says whether a scheduled job waits because a worker that
+// could not run it gave it back (giveBack): the last thing that set its
+// last error was a give-back, and a claim of it spent no attempt. A
+// failed attempt or an upstream's 429 since then replaces the error.
+func givenBack(j *engine.JobInfo) bool {
+	return strings.Contains(j.LastError, givenBackText) && j.Claims > int64(j.Attempt)
+}
+
 // reason decides the main reason and the estimate.
 func (e *Explanation) reason(f *engine.ExplainFacts, binding *engine.BudgetFacts, limit *LimitExplanation) {
 	j := f.Job
@@ -340,6 +355,11 @@ func (e *Explanation) reason(f *engine.ExplainFacts, binding *engine.BudgetFacts
 				e.Summary = fmt.Sprintf("due since %s, but queue %s is paused: it takes a slot of concurrency key %s (or is blocked) within a tick of the resume, not before",
 					stamp(j.RunAt), j.Queue, j.ConcKey)
 			}
+		case givenBack(j):
+			e.Reason = ReasonGivenBack
+			e.Summary = fmt.Sprintf("given back, without spending an attempt (%d of %d spent), by a worker that could not run it (its last error says why): "+
+				"it is due %s, for a worker that can run it%s", j.Attempt, j.MaxAttempts, stamp(j.RunAt), paused)
+			e.EstimatedStart, e.EstimateBasis = j.RunAt, "the end of its wait after the give-back (a worker that cannot run it gives it back again)"
 		case j.Attempt > 0 || j.LastError != "":
 			e.Reason = ReasonRetryBackoff
 			e.Summary = fmt.Sprintf("waiting out a retry backoff after attempt %d of %d failed; it is due %s%s", j.Attempt, j.MaxAttempts, stamp(j.RunAt), paused)

@@ -28,8 +28,8 @@ const (
 	DefaultDeadAfter         = 5 * time.Minute
 	// DefaultMaxRetryAfter caps the wait a RetryAfter error asks for.
 	DefaultMaxRetryAfter = time.Hour
-	// DefaultGiveBackFor is how long after its enqueue a job that a
-	// worker cannot run as stored is given back for another worker
+	// DefaultGiveBackFor is how long a job that a worker cannot run as
+	// stored is given back for another worker before it fails
 	// (WorkerConfig.GiveBackFor).
 	DefaultGiveBackFor = 7 * 24 * time.Hour
 	// MaxGiveBackWait is the longest a job given back waits before it may
@@ -130,19 +130,27 @@ type WorkerConfig struct {
 	// MaxRetryAfter caps the wait a handler's RetryAfter error asks for.
 	// Defaults to 1 hour.
 	MaxRetryAfter time.Duration
-	// GiveBackFor is how long after its enqueue a job this worker cannot
-	// run as stored is given back for a worker that can: a job whose kind
-	// has no handler here (a rolling deploy that adds the kind, whose old
-	// workers serve the same queue), or one that holds collected calls its
-	// handler here would not read (registered with Register, where the
-	// job's other version collects with RegisterCalls). Such a job goes
-	// back to wait without spending an attempt — 2 s doubling with each
-	// time it was given back, up to MaxGiveBackWait — and gives back its
-	// concurrency slot, with the reason as its last error. A worker that
-	// claims it once it is older than GiveBackFor (on this worker's
-	// clock, from the job's created_at) fails it for good instead, with
-	// that error: a job no worker can run does not loop for ever. Defaults
-	// to DefaultGiveBackFor (7 days).
+	// GiveBackFor is how long a job this worker cannot run as stored is
+	// given back for a worker that can: a job whose kind has no handler
+	// here (a rolling deploy that adds the kind, whose old workers serve
+	// the same queue), or one that holds collected calls its handler here
+	// would not read (registered with Register, where the job's other
+	// version collects with RegisterCalls). Such a job goes back to wait
+	// without spending an attempt — 2 s doubling with each time it was
+	// given back, up to MaxGiveBackWait — and gives back its concurrency
+	// slot, with the reason as its last error. A worker that claims it
+	// once it was given back for GiveBackFor fails it for good instead,
+	// with that error: a job no worker can run does not loop for ever.
+	// The time is reckoned from the number of times it was given back
+	// (its claims that spent no attempt: a snooze, a 429 or a release
+	// counts as one too) and the schedule of the waits, each at its
+	// shortest (less 10% of jitter), and the job must also be GiveBackFor
+	// old (on this worker's clock, from its created_at). So the time it
+	// waited before it was first given back (a job enqueued to run a month
+	// ahead, or retried with backoff for weeks) does not count, and a job
+	// bounced every hour fails after GiveBackFor of give-backs, and at
+	// most a quarter (and an hour) later. Defaults to DefaultGiveBackFor
+	// (7 days).
 	GiveBackFor time.Duration
 	// Name labels the worker's process row: a key, as a queue's name is
 	// (1 to 255 bytes of UTF-8, no control characters, no trailing
