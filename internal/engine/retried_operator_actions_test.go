@@ -1,8 +1,9 @@
 package engine_test
 
-// A review of what a retried transaction leaves outside the database:
-// DESIGN.md invariant 6, "A transaction that is retried starts from fresh
-// inputs; nothing it computed in a failed attempt survives into the next."
+// What a retried operator's action keeps of its failed attempts: nothing
+// (DESIGN.md invariant 6, "A transaction that is retried starts from
+// fresh inputs; nothing it computed in a failed attempt survives into the
+// next").
 
 import (
 	"context"
@@ -17,8 +18,8 @@ import (
 	"github.com/sluicequeue/sluice/internal/testdb"
 )
 
-// queryInt64 reads one integer.
-func reviewInt64(t *testing.T, s *engine.Store, q string) int64 {
+// readInt64 reads one integer.
+func readInt64(t *testing.T, s *engine.Store, q string) int64 {
 	t.Helper()
 	rows, err := s.DB().Query(context.Background(), q)
 	require.NoError(t, err)
@@ -66,24 +67,25 @@ func failFirstWithArg(f *testdb.Faults, mark string) *bool {
 
 // guarantees.md / fairness.md: "A fair job that was never claimed gives
 // back its key's charge" — a job that was claimed keeps it. CancelJobs
-// notes the fair jobs it finds unclaimed in a map that outlives the
-// attempt: when the cancel's first attempt deadlocks after it read a fair
-// job as never claimed, and a worker claims that job and its run fails
-// (a retry, scheduled) before the second attempt, the second attempt
-// cancels a job that ran — and the refund of the first attempt's stale
-// view gives its key the charge of a run it had.
-func TestReviewRetriedCancelRefundsNoFairChargeOfAJobClaimedMeanwhile(t *testing.T) {
+// noted the fair jobs it found unclaimed in a map that outlived the
+// attempt: when the cancel's first attempt deadlocked after it read a
+// fair job as never claimed, and a worker claimed that job and its run
+// failed (a retry, scheduled) before the second attempt, the second
+// attempt cancelled a job that ran — and the refund of the first
+// attempt's stale view gave its key the charge of a run it had. Now only
+// the attempt that commits says which jobs were never claimed.
+func TestARetriedCancelRefundsNoFairChargeOfAJobClaimedMeanwhile(t *testing.T) {
 	testdb.Each(t, func(t *testing.T, base *engine.Store) {
 		ctx := context.Background()
 		s, faults := testdb.WithFaults(base)
 		pid := register(t, s, t0)
 		id := enqueue(t, s, t0, fairJob("tenant", 1))[0]
 		finish := func() int64 {
-			return reviewInt64(t, s, "SELECT finish FROM sluice_fair_keys WHERE fair_key = 'tenant'")
+			return readInt64(t, s, "SELECT finish FROM sluice_fair_keys WHERE fair_key = 'tenant'")
 		}
 		charged := finish()
 
-		const reason = "review: cancel raced by a claim"
+		const reason = "cancel raced by a claim"
 		fired := failFirstWithArg(faults, reason)
 		faults.BeforeRetry = func() {
 			// Another worker claims the job, and its run fails: it waits
@@ -104,5 +106,27 @@ func TestReviewRetriedCancelRefundsNoFairChargeOfAJobClaimedMeanwhile(t *testing
 		require.Equal(t, charged, finish(), fmt.Sprintf(
 			"job %d was claimed and ran before the retried cancel committed, yet the cancel gave its key back the charge of a never-claimed job (finish %d → %d): the first attempt's view of the job survived into the second",
 			id, charged, finish()))
+	})
+}
+
+// The other side of TestARetriedCancelRefundsNoFairChargeOfAJobClaimedMeanwhile:
+// a cancel whose first attempt deadlocked, and whose job nobody claimed
+// before the retry, still gives the key back its charge, once the retry
+// read it never claimed.
+func TestARetriedCancelStillRefundsAJobNeverClaimed(t *testing.T) {
+	testdb.Each(t, func(t *testing.T, base *engine.Store) {
+		ctx := context.Background()
+		s, faults := testdb.WithFaults(base)
+		id := enqueue(t, s, t0, fairJob("tenant", 1))[0]
+		charged := readInt64(t, s, "SELECT finish FROM sluice_fair_keys WHERE fair_key = 'tenant'")
+
+		const reason = "cancel retried"
+		fired := failFirstWithArg(faults, reason)
+		moved, err := s.CancelJobs(ctx, engine.At(t0), []int64{id}, reason)
+		require.NoError(t, err)
+		require.True(t, *fired, "the cancel's write deadlocked once")
+		require.Equal(t, []engine.Moved{{ID: id, State: engine.StateCancelled}}, moved)
+		require.Less(t, readInt64(t, s, "SELECT finish FROM sluice_fair_keys WHERE fair_key = 'tenant'"), charged,
+			"the job was never claimed: its key gets its charge back")
 	})
 }
