@@ -256,7 +256,9 @@ func (c *Client) enqueueChain(ctx context.Context, ex engine.Executor, sc engine
 			var m engine.Mark
 			if m, err = c.store.MarkTx(nctx, ex); err == nil {
 				mark = &m
-				res, err = c.store.Enqueue(nctx, ex, sc, rows)
+				// The mark undoes a failed write: the write sets no
+				// savepoint of its own.
+				res, err = c.store.EnqueueUnder(nctx, m, sc, rows)
 			}
 		} else {
 			// Begun with the enqueue's own context, which outlives the
