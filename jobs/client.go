@@ -165,7 +165,14 @@ func (c *Client) EnqueueMany(ctx context.Context, items []Item) ([]Enqueued, err
 	return c.enqueue(ctx, nil, items)
 }
 
-// EnqueueManyTx is EnqueueMany inside the caller's transaction.
+// EnqueueManyTx is EnqueueMany inside the caller's transaction. It is all
+// or nothing there too: a batch the database refuses (a trigger, a
+// deadlock) leaves none of its jobs in the transaction. One that takes
+// several statements (more jobs than one insert carries, or coalescing,
+// concurrency-limited or fair jobs) runs under a savepoint it rolls back
+// to, so that the transaction goes on after the refusal, on PostgreSQL
+// too; a single insert refused there aborts it, as any failed statement
+// does.
 func (c *Client) EnqueueManyTx(ctx context.Context, tx any, items []Item) ([]Enqueued, error) {
 	ex, err := c.wrapTx(tx)
 	if err != nil {

@@ -116,27 +116,29 @@ func TestEnqueueTxDeadlockReturnsTheDatabasesRetryableError(t *testing.T) {
 		require.NoError(t, err)
 		_, err = h.client.EnqueueTx(ctx, tx2, accountJob{Account: 2, N: 2})
 		require.NoError(t, err)
+		// Each side rolls back at once when its enqueue fails, as the
+		// docs ask: on PostgreSQL the enqueue's savepoint undid only the
+		// enqueue, and the victim's transaction holds the semaphore of
+		// its first enqueue, which the other waits for, until it ends.
 		done := make(chan error, 1)
 		go func() {
 			_, err := h.client.EnqueueTx(ctx, tx1, accountJob{Account: 2, N: 1})
+			if err != nil {
+				rollback1()
+			}
 			done <- err
 		}()
 		// tx1 now waits for account 2's semaphore (or will); tx2 takes
 		// account 1's: one of them is the deadlock's victim.
 		_, err2 := h.client.EnqueueTx(ctx, tx2, accountJob{Account: 1, N: 2})
-		var err1 error
 		if err2 == nil {
 			commit2()
-			err1 = <-done
-			rollback1()
 		} else {
 			rollback2()
-			err1 = <-done
-			if err1 == nil {
-				commit1()
-			} else {
-				rollback1()
-			}
+		}
+		err1 := <-done
+		if err1 == nil {
+			commit1()
 		}
 		victim := err1
 		if victim == nil {

@@ -65,7 +65,10 @@ func (m metadataOption) applyEnqueue(c *enqueueConfig) error {
 // its context ends: do such work before next, or in ClientConfig.OnEnqueue,
 // which runs after the commit. A deadlock or serialization failure
 // in the write is retried inside next, in a new transaction: the
-// middleware runs once per enqueue, never again for a retry. In a
+// middleware runs once per enqueue, never again for a retry. The commit
+// is not retried: a deadlock or serialization failure reported at commit
+// is returned (nothing written), where an enqueue without middleware
+// writes the jobs again in a new transaction. In a
 // caller's transaction (EnqueueTx, EnqueueManyTx) next writes into it
 // under a savepoint, which the same failures roll back to: after a failed
 // enqueue your transaction holds none of its jobs, and may go on and
@@ -256,7 +259,9 @@ func (c *Client) enqueueChain(ctx context.Context, ex engine.Executor, sc engine
 			var m engine.Mark
 			if m, err = c.store.MarkTx(nctx, ex); err == nil {
 				mark = &m
-				res, err = c.store.Enqueue(nctx, ex, sc, rows)
+				// The mark undoes a failed write: the write sets no
+				// savepoint of its own.
+				res, err = c.store.EnqueueUnder(nctx, m, sc, rows)
 			}
 		} else {
 			// Begun with the enqueue's own context, which outlives the

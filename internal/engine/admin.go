@@ -211,7 +211,7 @@ func (s *Store) queryJobInfosExtra(ctx context.Context, ex Executor, q string, a
 // is now in (ready or blocked); see operate for refusals.
 func (s *Store) RetryJobs(ctx context.Context, c Clock, ids []int64) ([]Moved, error) {
 	now := c.Host()
-	return s.operate(ctx, ids, "retry", "retried", []State{StateFailed, StateCancelled, StateScheduled, StateParked, StateReady}, nil,
+	return s.operate(ctx, ids, "retry", "retried", []State{StateFailed, StateCancelled, StateScheduled, StateParked, StateReady}, operateNotes{},
 		func(ctx context.Context, tx Tx, j *JobInfo) ([]Stmt, State, error) {
 			t := Transition{ID: j.ID, State: StateReady, RunAt: now, AttemptDelta: -j.Attempt}
 			var writes []Stmt
@@ -246,23 +246,29 @@ func (s *Store) CancelJobs(ctx context.Context, c Clock, ids []int64, reason str
 		return nil, fmt.Errorf("cancel: %w", err)
 	}
 	now := c.Host()
-	unclaimed := map[int64]*JobInfo{} // fair jobs that never ran, by id
+	// The fair jobs to refund are those read never claimed by the attempt
+	// that committed (operateNotes.onMoved): a job read unclaimed by an
+	// attempt that failed may have been claimed, and run, before the
+	// retry locked it again.
+	var dead []*JobInfo
+	unclaimed := func(j *JobInfo) {
+		if j.FairKey != "" && j.Claims == 0 {
+			dead = append(dead, j)
+		}
+	}
 	// A fair job cancelled before, never claimed, is refused again but
 	// still has its turns given back: a refund that failed after its
 	// cancel committed (a crash, a lost connection) is done by cancelling
 	// again. The refund only lowers a key's finish, so doing it twice
 	// changes nothing more.
-	var dead []*JobInfo
 	again := func(j *JobInfo) {
-		if j.State == StateCancelled && j.FairKey != "" && j.Claims == 0 {
-			dead = append(dead, j)
+		if j.State == StateCancelled {
+			unclaimed(j)
 		}
 	}
-	moved, err := s.operate(ctx, ids, "cancel", "cancelled", []State{StateReady, StateScheduled, StateParked, StateBlocked, StateFailed}, again,
+	moved, err := s.operate(ctx, ids, "cancel", "cancelled", []State{StateReady, StateScheduled, StateParked, StateBlocked, StateFailed},
+		operateNotes{onMoved: unclaimed, onRefused: again},
 		func(ctx context.Context, tx Tx, j *JobInfo) ([]Stmt, State, error) {
-			if j.FairKey != "" && j.Claims == 0 {
-				unclaimed[j.ID] = j
-			}
 			t := Transition{ID: j.ID, State: StateCancelled, Error: reason, Finished: true}
 			writes := []Stmt{stmt(s.q.SetJobs(j.State, 0, Micros(now), setRows([]Transition{t}, Micros(now))))}
 			if j.HoldsSlot {
@@ -274,11 +280,6 @@ func (s *Store) CancelJobs(ctx context.Context, c Clock, ids []int64, reason str
 			}
 			return append(writes, s.uncountParked(j)...), StateCancelled, nil
 		})
-	for _, m := range moved {
-		if j := unclaimed[m.ID]; j != nil {
-			dead = append(dead, j)
-		}
-	}
 	if rerr := s.refundFair(ctx, dead); rerr != nil {
 		return moved, errors.Join(err, rerr)
 	}
@@ -378,20 +379,37 @@ func orStates(ss []State) string {
 	return s + " or " + string(ss[len(ss)-1])
 }
 
+// operateNotes are what an operator's action learns of each job, once
+// the job's transaction ended: onMoved gets the job as the attempt that
+// committed read it (locked), onRefused the job of a refusal for its
+// state, as the attempt that refused it read it. Either may be nil. They
+// run after the transaction, never for an attempt that failed and was
+// retried, so that nothing an attempt saw survives into the next
+// (DESIGN.md invariant 6): the job it read may have changed before the
+// retry locked it again.
+type operateNotes struct {
+	onMoved, onRefused func(*JobInfo)
+}
+
 // operate applies an operator's action to each job in turn, each in its
 // own transaction. A job that does not exist (ErrNotFound) or whose state
 // the action does not apply to (ErrNotAllowed) is refused, and the others
 // are still acted on: the error joins one error per refused job, each
 // naming it. Any other error stops at the job it happened on. It returns
-// the jobs it moved, in the order given, with their new states.
-func (s *Store) operate(ctx context.Context, ids []int64, verb, done string, allowed []State, onRefused func(*JobInfo),
+// the jobs it moved, in the order given, with their new states; notes
+// learns of the jobs as the attempts that settled them read them. act
+// runs once per attempt, in it: what it computes must stay in its
+// statements and state, never in the caller's variables.
+func (s *Store) operate(ctx context.Context, ids []int64, verb, done string, allowed []State, notes operateNotes,
 	act func(context.Context, Tx, *JobInfo) ([]Stmt, State, error)) ([]Moved, error) {
 	var moved []Moved
 	var refused []error
 	var stopped error
 	for _, id := range ids {
 		var to State
+		var read, refusedJob *JobInfo // the job as the last attempt read it
 		err := s.inTx(ctx, func(tx Tx) error {
+			to, read, refusedJob = "", nil, nil
 			q, args := s.q.LockJob(id)
 			js, err := s.queryJobInfos(ctx, tx, q, args)
 			if err != nil {
@@ -400,14 +418,14 @@ func (s *Store) operate(ctx context.Context, ids []int64, verb, done string, all
 			if len(js) == 0 {
 				return fmt.Errorf("cannot %s job %d: %w", verb, id, ErrNotFound)
 			}
-			if j := js[0]; !slices.Contains(allowed, j.State) {
-				if onRefused != nil {
-					onRefused(j)
-				}
+			j := js[0]
+			read = j
+			if !slices.Contains(allowed, j.State) {
+				refusedJob = j
 				return notAllowed(fmt.Sprintf("cannot %s job %d: it is %s, and only %s jobs can be %s",
 					verb, id, j.State, orStates(allowed), done))
 			}
-			writes, state, err := act(ctx, tx, js[0])
+			writes, state, err := act(ctx, tx, j)
 			if err != nil {
 				return err
 			}
@@ -417,8 +435,14 @@ func (s *Store) operate(ctx context.Context, ids []int64, verb, done string, all
 		switch {
 		case err == nil:
 			moved = append(moved, Moved{ID: id, State: to})
+			if notes.onMoved != nil {
+				notes.onMoved(read)
+			}
 		case errors.Is(err, ErrNotFound) || errors.Is(err, ErrNotAllowed):
 			refused = append(refused, err)
+			if notes.onRefused != nil && refusedJob != nil {
+				notes.onRefused(refusedJob)
+			}
 		default:
 			stopped = s.wrap(fmt.Errorf("%s job %d: %w", verb, id, err))
 		}

@@ -31,7 +31,31 @@ type IDStep interface{ IDStep() int64 }
 // in one transaction:
 // the caller's, or the store's own. c stamps the jobs (created_at is the
 // caller's time) and the concurrency slots they take.
+//
+// In the caller's transaction (ex is not the pool) a write of several
+// statements runs under a savepoint that a failure rolls back to: the
+// transaction then holds none of the jobs, should the caller commit it
+// after the error, and on PostgreSQL it goes on (the rollback to the
+// savepoint ends the abort the failed statement began). A single insert
+// needs none: it is all or nothing as it is.
 func (s *Store) Enqueue(ctx context.Context, ex Executor, c Clock, jobs []NewJob) ([]Enqueued, error) {
+	return s.enqueue(ctx, ex, false, c, jobs)
+}
+
+// EnqueueUnder is Enqueue in the transaction m was set in, which the
+// caller rolls back to m should the enqueue fail (enqueue middleware's
+// savepoint in the caller's transaction): the write sets no savepoint of
+// its own.
+func (s *Store) EnqueueUnder(ctx context.Context, m Mark, c Clock, jobs []NewJob) ([]Enqueued, error) {
+	return s.enqueue(ctx, m.ex, true, c, jobs)
+}
+
+// enqueue is Enqueue; guarded says that a failure through ex, when it is
+// not the pool, is undone without the write's help: ex is a transaction
+// of the store's own, which a failure rolls back whole (EnqueueOpen's),
+// or the caller rolls back to a savepoint of its own (EnqueueUnder). The
+// writes then run without a savepoint.
+func (s *Store) enqueue(ctx context.Context, ex Executor, guarded bool, c Clock, jobs []NewJob) ([]Enqueued, error) {
 	if len(jobs) == 0 {
 		return nil, nil
 	}
@@ -77,6 +101,8 @@ func (s *Store) Enqueue(ctx context.Context, ex Executor, c Clock, jobs []NewJob
 				ids, err = s.insertAll(ctx, tx, rows)
 				return err
 			})
+		case guarded:
+			ids, err = s.insertAll(ctx, ex, rows)
 		default:
 			ids, err = s.insertAllIn(ctx, ex, rows)
 		}
@@ -95,8 +121,10 @@ func (s *Store) Enqueue(ctx context.Context, ex Executor, c Clock, jobs []NewJob
 			out, err = s.enqueueTx(ctx, tx, c, jobs, slices.Clone(rows))
 			return err
 		})
-	default:
+	case guarded:
 		out, err = s.enqueueTx(ctx, ex, c, jobs, rows)
+	default:
+		out, err = s.enqueueTxIn(ctx, ex, c, jobs, rows)
 	}
 	if err != nil {
 		return nil, s.wrap(fmt.Errorf("enqueue: %w", err))
@@ -124,7 +152,7 @@ func (s *Store) EnqueueOpen(txCtx, ctx context.Context, c Clock, jobs []NewJob) 
 	}
 	tx, err := s.openTx(ctx, begin, func(tx Tx) error {
 		var err error
-		out, err = s.Enqueue(ctx, tx, c, jobs)
+		out, err = s.enqueue(ctx, tx, true, c, jobs)
 		return err
 	})
 	if err != nil {
@@ -248,6 +276,29 @@ func (s *Store) insertAllIn(ctx context.Context, tx Executor, rows []InsertRow) 
 		return err
 	})
 	return ids, err
+}
+
+// enqueueTxIn is enqueueTx in the caller's transaction tx, under a
+// savepoint it rolls back to if the enqueue fails, as insertAllIn does
+// for plain jobs: the jobs written before a statement the database
+// refused (a trigger, a check, a deadlock) are undone, so that the
+// transaction holds all of them or none even should the caller commit
+// after the error, and on PostgreSQL the transaction goes on. The rows
+// the enqueue created (coalesce keys' rows, semaphores, fairness keys)
+// and its changes to them are undone too. Where the database releases
+// the locks taken since a savepoint on a rollback to it (PostgreSQL,
+// MariaDB; SQLite's one writer holds its lock anyway) nothing of the
+// enqueue stays; MySQL 8's InnoDB keeps the row locks taken since the
+// savepoint until the transaction ends.
+func (s *Store) enqueueTxIn(ctx context.Context, tx Executor, c Clock, jobs []NewJob, rows []InsertRow) (out []Enqueued, err error) {
+	_, err = s.underSavepoint(ctx, tx, false, func() error {
+		out, err = s.enqueueTx(ctx, tx, c, jobs, rows)
+		return err
+	})
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
 }
 
 // underSavepoint runs fn in the caller's transaction tx under a savepoint,
