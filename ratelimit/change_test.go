@@ -214,3 +214,17 @@ func TestAlternatingBurstsDoNotSpendTheBurstTwice(t *testing.T) {
 	require.LessOrEqual(t, ratelimit.BusiestWindow(starts, time.Minute), 2*10)
 	require.GreaterOrEqual(t, len(starts)-10, 9, "one a minute at least, after the first")
 }
+
+// A budget whose conversion left it owing more intervals than the new
+// burst records the burst its debt stands for; one within the burst, or
+// past it by no more than rounding, records the limit as it is.
+func TestCoveringRaisesTheBurstOnlyForAConvertedDebtPastIt(t *testing.T) {
+	p := params(t, 60, time.Minute, 1) // T = 1 s
+	now := 1000 * sec
+	require.Equal(t, p, p.Covering(ratelimit.State{TAT: now + sec}, now), "one interval owed: the burst covers it")
+	require.Equal(t, p, p.Covering(ratelimit.State{TAT: now + sec + 999}, now), "past it by rounding")
+	raised := p.Covering(ratelimit.State{TAT: now + 10*sec}, now)
+	require.Equal(t, 10, raised.Burst, "ten intervals owed")
+	require.Equal(t, p.Interval, raised.Interval)
+	require.Equal(t, p, p.Covering(ratelimit.State{TAT: ratelimit.Never}, now), "held for good")
+}

@@ -23,6 +23,7 @@ package ratelimit
 import (
 	"math"
 	"math/bits"
+	"time"
 )
 
 // Never is the earliest admission time of a paused limit.
@@ -188,14 +189,16 @@ func (p Params) CarryDebt(s *State, now int64, prev Params) (wait bool) {
 }
 
 // Covering returns p with its burst raised, if need be, to cover the debt
-// s carries past now as admissions (CarryDebt): the limit a budget records
-// when a conversion left it owing more intervals than p's burst. A budget
-// whose debt p's burst covers records p.
+// s carries past now as admissions, just after CarryDebt converted it: the
+// limit a budget records when a conversion left it owing more intervals
+// than p's burst. A budget whose debt p's burst covers records p; so does
+// one that owes past it by no more than a conversion rounds up (a
+// microsecond).
 func (p Params) Covering(s State, now int64) Params {
-	if p.Paused || p.Interval <= 0 || s.TAT <= now || s.TAT == Never {
+	if p.Paused || p.Interval <= 0 || s.TAT == Never || s.TAT-now <= p.capacity()+int64(time.Microsecond) {
 		return p
 	}
-	n := (s.TAT - now + p.Interval - 1) / p.Interval
+	n := (s.TAT - now - int64(time.Microsecond) + p.Interval - 1) / p.Interval
 	if n > int64(p.Burst) {
 		p.Burst = int(min(n, math.MaxInt32))
 	}

@@ -24,13 +24,14 @@ type budget struct {
 	// this claim applies.
 	prepared bool
 	dirty    bool
-	// changed is the limit prepare carried the budget's debt over to, when
-	// it changed; wait is set when the debt holds an upstream's wait
-	// (ratelimit.Params.CarryDebt, Hold). save records changed, its burst
-	// raised to cover a debt of admissions the conversion left past it
-	// (ratelimit.Params.Covering), so that the next conversion counts them.
-	changed *ratelimit.Params
-	wait    bool
+	// cover is the limit to record when prepare's conversion left the
+	// budget owing more intervals than the new limit's burst: the new
+	// limit, its burst raised to cover them (ratelimit.Params.Covering),
+	// so that the next conversion counts them as admissions. wait is set
+	// when the debt holds an upstream's wait instead (CarryDebt, Hold),
+	// which records the limit as it is.
+	cover *ratelimit.Params
+	wait  bool
 	// parkedNow is set when this transaction parked jobs on the budget.
 	parkedNow bool
 	// displaced are the jobs this transaction moved out of their slots for
@@ -76,10 +77,12 @@ func (b *budget) prepare(p ratelimit.Params, now, until int64) {
 		return
 	}
 	b.wait = p.CarryDebt(&b.state, now, prev)
+	if c := p.Covering(b.state, now); !b.wait && c != p {
+		b.cover = &c
+	}
 	if p.Loosens(prev) && b.state.NextSlot > until {
 		b.state.NextSlot = until
 	}
-	b.changed = &p
 	b.row.IntervalNS, b.row.Burst = storedLimit(p)
 	b.dirty = true
 }
@@ -89,8 +92,8 @@ func (b *budget) prepare(p ratelimit.Params, now, until int64) {
 // time than the claim that charged the budget last: snapshot.go).
 func (b *budget) save(now int64) BudgetRow {
 	b.row.TAT, b.row.NextSlot, b.row.UpdatedAt = b.state.TAT, b.state.NextSlot, max(b.row.UpdatedAt, now)
-	if b.changed != nil && !b.wait {
-		b.row.IntervalNS, b.row.Burst = storedLimit(b.changed.Covering(b.state, now*int64(time.Microsecond)))
+	if b.cover != nil && !b.wait {
+		b.row.IntervalNS, b.row.Burst = storedLimit(*b.cover)
 	}
 	return b.row
 }
