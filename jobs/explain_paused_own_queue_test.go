@@ -13,13 +13,7 @@ import (
 	"github.com/sluicequeue/sluice/ratelimit"
 )
 
-type ownQueueSerial struct{ N int }
-
-func (ownQueueSerial) Kind() string { return "own_queue_serial" }
-
-type ownQueueLimited struct{ N int }
-
-func (ownQueueLimited) Kind() string { return "own_queue_limited" }
+// pausedSerial and pausedLimited are explain_paused_test.go's.
 
 // jobs.Explanation.Ahead: "the jobs whose turn comes before this one's in
 // the line it waits in"; docs/concurrency.md: the blocked jobs of a paused
@@ -34,14 +28,14 @@ func TestExplainOfAPausedQueuesBlockedJobCountsItsOwnQueuesJobsAhead(t *testing.
 	each(t, func(t *testing.T, h *harness) {
 		ctx := context.Background()
 		var order []int64
-		require.NoError(t, jobs.Register(h.reg, func(_ context.Context, j *jobs.Job[ownQueueSerial]) error {
+		require.NoError(t, jobs.Register(h.reg, func(_ context.Context, j *jobs.Job[pausedSerial]) error {
 			order = append(order, j.ID)
 			return nil
-		}, jobs.ConcurrencyLimit(concurrency.Limit[ownQueueSerial]{To: 1, Key: "one"})))
-		holder := h.enqueue(ownQueueSerial{N: 0}, jobs.Queue("b"))
+		}, jobs.ConcurrencyLimit(concurrency.Limit[pausedSerial]{To: 1, Key: "one"})))
+		holder := h.enqueue(pausedSerial{N: 0}, jobs.Queue("b"))
 		var blocked []int64
 		for i := 1; i <= 3; i++ {
-			id := h.enqueue(ownQueueSerial{N: i}, jobs.Queue("b"))
+			id := h.enqueue(pausedSerial{N: i}, jobs.Queue("b"))
 			require.Equal(t, engine.StateBlocked, h.job(id).State)
 			blocked = append(blocked, id)
 		}
@@ -72,11 +66,11 @@ func TestExplainOfAPausedQueuesBlockedJobCountsItsOwnQueuesJobsAhead(t *testing.
 func TestExplainOfAPausedQueuesParkedJobCountsItsOwnQueuesJobsAhead(t *testing.T) {
 	each(t, func(t *testing.T, h *harness) {
 		ctx := context.Background()
-		require.NoError(t, jobs.Register(h.reg, func(context.Context, *jobs.Job[ownQueueLimited]) error { return nil },
-			jobs.RateLimit(ratelimit.Limit[ownQueueLimited]{To: 1, Per: time.Second, Key: "global"})))
+		require.NoError(t, jobs.Register(h.reg, func(context.Context, *jobs.Job[pausedLimited]) error { return nil },
+			jobs.RateLimit(ratelimit.Limit[pausedLimited]{To: 1, Per: time.Second, Key: "global"})))
 		var ids []int64
 		for i := range 6 {
-			ids = append(ids, h.enqueue(ownQueueLimited{N: i}, jobs.Queue("b")))
+			ids = append(ids, h.enqueue(pausedLimited{N: i}, jobs.Queue("b")))
 		}
 		h.drain(jobs.WorkerConfig{Queues: []string{"b"}, Horizon: time.Second})
 		var parked []int64

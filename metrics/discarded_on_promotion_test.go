@@ -21,6 +21,22 @@ type discardable struct{ N int }
 
 func (discardable) Kind() string { return "discardable" }
 
+// discardMetrics returns a fake clock, a Prometheus registry holding the
+// store's metrics, and a client, counted by them, of kind discardable: a
+// concurrency limit of one slot that discards a job finding it held.
+func discardMetrics(t *testing.T, s *engine.Store) (*clock.Fake, *prometheus.Registry, *jobs.Client) {
+	t.Helper()
+	c := clock.NewFake(time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC))
+	m := metrics.New(testdb.Public(s), metrics.Config{Clock: c})
+	reg := prometheus.NewRegistry()
+	require.NoError(t, reg.Register(m))
+	jr := jobs.NewRegistry()
+	require.NoError(t, jobs.Register(jr, func(context.Context, *jobs.Job[discardable]) error { return nil },
+		jobs.ConcurrencyLimit(concurrency.Limit[discardable]{Key: "one", OnConflict: concurrency.Discard})))
+	client := jobs.NewClient(testdb.Public(s), jr, jobs.ClientConfig{Clock: c, OnEnqueue: m.OnEnqueue})
+	return c, reg, client
+}
+
 // sluice_jobs_enqueued_total{kind,result}: "Jobs enqueued, by kind and by
 // what became of them: created, joined, blocked or discarded"
 // (docs/recurring.md#metrics). A job of a concurrency limit with Discard,
@@ -35,14 +51,7 @@ func (discardable) Kind() string { return "discardable" }
 func TestAJobDiscardedAfterItsQueuesResumeIsCounted(t *testing.T) {
 	testdb.Each(t, func(t *testing.T, s *engine.Store) {
 		ctx := context.Background()
-		c := clock.NewFake(time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC))
-		m := metrics.New(testdb.Public(s), metrics.Config{Clock: c})
-		reg := prometheus.NewRegistry()
-		require.NoError(t, reg.Register(m))
-		jr := jobs.NewRegistry()
-		require.NoError(t, jobs.Register(jr, func(context.Context, *jobs.Job[discardable]) error { return nil },
-			jobs.ConcurrencyLimit(concurrency.Limit[discardable]{Key: "one", OnConflict: concurrency.Discard})))
-		client := jobs.NewClient(testdb.Public(s), jr, jobs.ClientConfig{Clock: c, OnEnqueue: m.OnEnqueue})
+		c, reg, client := discardMetrics(t, s)
 		discarded := map[string]string{"kind": "discardable", "result": "discarded"}
 
 		// The holder, in queue open, takes the key's one slot.
@@ -82,14 +91,7 @@ func TestAJobDiscardedAfterItsQueuesResumeIsCounted(t *testing.T) {
 func TestADelayedJobDiscardedByTheDispatcherIsCounted(t *testing.T) {
 	testdb.Each(t, func(t *testing.T, s *engine.Store) {
 		ctx := context.Background()
-		c := clock.NewFake(time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC))
-		m := metrics.New(testdb.Public(s), metrics.Config{Clock: c})
-		reg := prometheus.NewRegistry()
-		require.NoError(t, reg.Register(m))
-		jr := jobs.NewRegistry()
-		require.NoError(t, jobs.Register(jr, func(context.Context, *jobs.Job[discardable]) error { return nil },
-			jobs.ConcurrencyLimit(concurrency.Limit[discardable]{Key: "one", OnConflict: concurrency.Discard})))
-		client := jobs.NewClient(testdb.Public(s), jr, jobs.ClientConfig{Clock: c, OnEnqueue: m.OnEnqueue})
+		c, reg, client := discardMetrics(t, s)
 		d, err := dispatcher.New(testdb.Public(s), dispatcher.Config{Clock: c, Logger: quietLogger()})
 		require.NoError(t, err)
 		series := func(result string) float64 {

@@ -37,21 +37,7 @@ func budgetListed(t *testing.T, s *engine.Store, key string) engine.BudgetInfo {
 func TestCancellingParkedJobsLeavesNoPhantomParkedCount(t *testing.T) {
 	testdb.Each(t, func(t *testing.T, s *engine.Store) {
 		ctx := context.Background()
-		lim := limits{"k": spec(t, "k", 1, time.Hour, 1)}
-		jobs := make([]engine.NewJob, 9)
-		for i := range jobs {
-			jobs[i] = limited("k", "k/x")
-		}
-		enqueue(t, s, t0, jobs...)
-		pid := register(t, s, t0)
-		res := claimLimited(t, s, pid, t0, 20, lim, 5*time.Minute)
-		require.Len(t, res.Jobs, 1)
-		var parked []int64
-		for _, d := range res.Deferred {
-			if d.Parked {
-				parked = append(parked, d.JobID)
-			}
-		}
+		_, parked := parkOnKX(t, s, time.Hour, 9)
 		require.Len(t, parked, 8)
 		require.Equal(t, 8, budgetListed(t, s, "k/x").Parked)
 
@@ -65,6 +51,26 @@ func TestCancellingParkedJobsLeavesNoPhantomParkedCount(t *testing.T) {
 		require.Zero(t, b.Waiting, "no job waits on the budget")
 		require.Zero(t, b.Parked, "every parked job was cancelled, yet the budget still lists %d parked (waiting %d)", b.Parked, b.Waiting)
 	})
+}
+
+// parkOnKX enqueues n jobs on budget k/x, limited to 1 per per, and
+// claims them at t0 with a 5-minute horizon: one is admitted, the next
+// get slots and the rest park. It returns the jobs and those parked.
+func parkOnKX(t *testing.T, s *engine.Store, per time.Duration, n int) (ids, parked []int64) {
+	t.Helper()
+	jobs := make([]engine.NewJob, n)
+	for i := range jobs {
+		jobs[i] = limited("k", "k/x")
+	}
+	ids = enqueue(t, s, t0, jobs...)
+	res := claimLimited(t, s, register(t, s, t0), t0, 20, limits{"k": spec(t, "k", 1, per, 1)}, 5*time.Minute)
+	require.Len(t, res.Jobs, 1)
+	for _, d := range res.Deferred {
+		if d.Parked {
+			parked = append(parked, d.JobID)
+		}
+	}
+	return ids, parked
 }
 
 // parkedOn counts the jobs of ids parked on a budget, as they are.
@@ -89,21 +95,7 @@ func parkedOn(t *testing.T, s *engine.Store, key string, ids []int64) int {
 func TestOperatorMovesOfParkedJobsKeepTheBudgetsParkedCountExact(t *testing.T) {
 	testdb.Each(t, func(t *testing.T, s *engine.Store) {
 		ctx := context.Background()
-		lim := limits{"k": spec(t, "k", 1, time.Minute, 1)}
-		jobs := make([]engine.NewJob, 20)
-		for i := range jobs {
-			jobs[i] = limited("k", "k/x")
-		}
-		ids := enqueue(t, s, t0, jobs...)
-		pid := register(t, s, t0)
-		res := claimLimited(t, s, pid, t0, 20, lim, 5*time.Minute)
-		require.Len(t, res.Jobs, 1)
-		var parked []int64
-		for _, d := range res.Deferred {
-			if d.Parked {
-				parked = append(parked, d.JobID)
-			}
-		}
+		ids, parked := parkOnKX(t, s, time.Minute, 20)
 		require.Greater(t, len(parked), 5)
 		check := func(what string) {
 			t.Helper()
