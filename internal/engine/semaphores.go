@@ -287,9 +287,11 @@ func (s *Store) tryCreate(ctx context.Context, ex Executor, sl *slots, keys []st
 			return false, fmt.Errorf("probe semaphores: %w", err)
 		}
 	case s.q.ShortLockWait() != "":
-		name := func(q string) string { return strings.TrimRight(q, "; \n") + "_slots" }
-		stmts := []Stmt{stmt(name(s.q.savepoint), nil), stmt(s.q.ShortLockWait(), nil), stmt(s.q.InsertSemaphores(keys)),
-			query(s.q.LockSemaphores(keys)), stmt(s.q.RestoreLockWait(), nil), stmt(name(s.q.releaseSavepoint), nil)}
+		// The savepoint is a mark's (MarkTx), set in the pipeline to save
+		// a round trip.
+		m := Mark{s: s, ex: ex, n: s.marks.Add(1)}
+		stmts := []Stmt{stmt(m.named(s.q.savepoint), nil), stmt(s.q.ShortLockWait(), nil), stmt(s.q.InsertSemaphores(keys)),
+			query(s.q.LockSemaphores(keys)), stmt(s.q.RestoreLockWait(), nil), stmt(m.named(s.q.releaseSavepoint), nil)}
 		if err := pipeline(ctx, ex, stmts, readLocked(3, sl.load, nil)); err != nil {
 			if !s.retryable(err) {
 				return false, fmt.Errorf("create semaphores: %w", err)
@@ -297,8 +299,8 @@ func (s *Store) tryCreate(ctx context.Context, ex Executor, sl *slots, keys []st
 			for _, k := range keys {
 				delete(sl.sems, k)
 			}
-			if _, err := ex.Exec(ctx, name(s.q.rollbackToSavepoint)); err != nil {
-				return false, fmt.Errorf("create semaphores: roll back to the savepoint: %w", err)
+			if err := m.Undo(ctx); err != nil {
+				return false, fmt.Errorf("create semaphores: %w", err)
 			}
 			return false, nil
 		}
