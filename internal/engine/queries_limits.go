@@ -134,12 +134,14 @@ func (q *SQL) ProbeSemaphores(keys []string) (string, []any) {
 }
 
 // ShortLockWait bounds the lock waits of the rest of a transaction (or of
-// the savepoint it is set in) to a moment; "" where the database has no
-// such setting. RestoreLockWait undoes it.
+// the savepoint it is set in) to a moment, keeping the bound it had; ""
+// where the database has no such setting. RestoreLockWait undoes it.
 func (q *SQL) ShortLockWait() string { return q.shortLockWait }
 
-// RestoreLockWait sets the lock waits of a transaction back to the
-// session's own bound, after ShortLockWait.
+// RestoreLockWait sets the lock waits of a transaction back to the bound
+// it had before ShortLockWait (the connection's, or its own SET LOCAL),
+// not to the database's default. A savepoint rolled back after
+// ShortLockWait needs none: the rollback undoes the setting.
 func (q *SQL) RestoreLockWait() string { return q.restoreLockWait }
 
 // InsertSemaphores inserts unused semaphore rows for keys, ignoring those

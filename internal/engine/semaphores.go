@@ -274,7 +274,9 @@ func (s *Store) createUnwaiting(ctx context.Context, ex Executor, sl *slots, key
 // transaction: where a locking read sees a row being inserted (MySQL) it
 // first probes the keys with one that fails at once (ProbeSemaphores);
 // elsewhere (PostgreSQL) it bounds the insert's lock waits to a moment,
-// in a savepoint it rolls back when one runs out (ShortLockWait). A
+// in a savepoint it rolls back when one runs out (ShortLockWait); the
+// rollback undoes the setting too, and a savepoint kept sets back the
+// bound the transaction had (RestoreLockWait), which may be the app's. A
 // database with neither creates them as lockSlots does, waiting.
 func (s *Store) tryCreate(ctx context.Context, ex Executor, sl *slots, keys []string) (bool, error) {
 	switch {

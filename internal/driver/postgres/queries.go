@@ -34,15 +34,24 @@ func (d Dialect) Replacements() string {
 // (an app's open transaction that enqueued the key's first job) is seen
 // by no read, and the insert waits for that transaction's end. A lock
 // wait that runs out rolls the savepoint back, with the setting, and the
-// promotion leaves those keys' due jobs for a later one. RestoreLockWait
-// sets the session's own value back (its value at connection, where
-// sluice's pool sets it) once the rows are made.
+// promotion leaves those keys' due jobs for a later one. ShortLockWait
+// keeps the transaction's own lock_timeout in a setting of its own
+// (sluice.lock_timeout, local to the transaction) before it sets the
+// millisecond: the subquery is evaluated first, as the outer select
+// reads its row. RestoreLockWait sets that value back once the rows are
+// made: the value the transaction had, whether the app set it on the
+// connection (SET, a pool's AfterConnect), for the transaction (SET
+// LOCAL) or in the role's or database's defaults. (SET LOCAL … = DEFAULT
+// would set the default of the role, database or server instead, and a
+// connection's own value of 5s became 0, no bound, for the rest of the
+// transaction.) Both are one statement each, pipelined with the insert.
 const shortLockWait = `
 -- name: ShortLockWait
-SET LOCAL lock_timeout = '1ms';
+SELECT set_config('lock_timeout', '1ms', true)
+FROM (SELECT set_config('sluice.lock_timeout', current_setting('lock_timeout'), true) AS saved) s;
 
 -- name: RestoreLockWait
-SET LOCAL lock_timeout = DEFAULT;
+SELECT set_config('lock_timeout', current_setting('sluice.lock_timeout'), true);
 `
 
 // genericPlans is sent, ahead of the statements that read its candidates,
