@@ -181,8 +181,12 @@ type TickResult struct {
 	Discarded int
 	// Unparked counts parked jobs given a slot.
 	Unparked int
-	// Full is set when a promotion or the unparking came back full: more
-	// may be due.
+	// Full is set when more may be due: the unparking came back full, or
+	// the promotion promoted jobs and its last read came back full — a
+	// full batch, or due jobs it left behind keys other transactions
+	// hold, past which more may be due (engine.Promoted.More). A
+	// promotion that promoted nothing never sets it, so keys held for
+	// long do not make Run tick again at once.
 	Full bool
 	// Tasks counts the recurring and built-in tasks this tick ran (not
 	// those it started in the background under Run).
@@ -202,7 +206,7 @@ func (d *Dispatcher) Tick(ctx context.Context) (TickResult, error) {
 	if err != nil {
 		return TickResult{}, fmt.Errorf("dispatcher: %w", err)
 	}
-	res := TickResult{Promoted: p.Due, Discarded: len(p.Discarded), Full: p.Due == d.cfg.BatchSize}
+	res := TickResult{Promoted: p.Due, Discarded: len(p.Discarded), Full: p.More}
 	if res.Unparked, err = d.store.Unpark(ctx, d.storeClock(), d.cfg.Horizon, 100, d.cfg.BatchSize); err != nil {
 		return res, fmt.Errorf("dispatcher: %w", err)
 	}

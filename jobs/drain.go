@@ -80,11 +80,11 @@ func (w *Worker) Drain(ctx context.Context) (DrainResult, error) {
 		}
 		// After Unpark: the slots it hands parked jobs may be due already.
 		for {
-			n, _, err := w.store.Promote(ctx, now, 1000)
+			p, err := w.store.PromoteDue(ctx, now, 1000)
 			if err != nil {
 				return out, fmt.Errorf("jobs: drain: %w", err)
 			}
-			if n < 1000 {
+			if !p.More {
 				break
 			}
 		}

@@ -26,6 +26,15 @@ type Promoted struct {
 	// Discarded has the kind of each job it discarded (cancelled with
 	// DiscardedError, for want of a slot), one entry per job.
 	Discarded []string
+	// More is set when more due jobs may be there for a promotion to take
+	// at once: it took at least one due job, and its last round read as
+	// many due jobs as it asked for (a full batch; or, past the due jobs
+	// it left behind held keys, its last round's, dueRounds). A promotion
+	// that took none leaves it unset, so that keys other transactions
+	// hold for long, whose jobs fill every round, make a caller that
+	// promotes again while it is set (the dispatcher) do so no more often
+	// than it takes due jobs.
+	More bool
 }
 
 // PromoteDue makes up to batch scheduled jobs that are due at now ready. A job
@@ -46,8 +55,11 @@ type Promoted struct {
 func (s *Store) PromoteDue(ctx context.Context, c Clock, batch int) (Promoted, error) {
 	var n int
 	var queues, discarded []string
+	// full is set when the last round read as many due jobs as it asked
+	// for: more may be due past them (Promoted.More).
+	var full bool
 	err := s.inTx(ctx, func(tx Tx) error {
-		n, queues, discarded = 0, nil, nil
+		n, queues, discarded, full = 0, nil, nil, false
 		at, err := s.now(ctx, tx, c)
 		if err != nil {
 			return err
@@ -73,7 +85,8 @@ func (s *Store) PromoteDue(ctx context.Context, c Clock, batch int) (Promoted, e
 			n += len(due) - len(pr.left)
 			queues = appendNew(queues, pr.queues...)
 			discarded = append(discarded, pr.discarded...)
-			if len(pr.left) == 0 || len(due) < limit || round == dueRounds {
+			full = len(due) == limit
+			if len(pr.left) == 0 || !full || round == dueRounds {
 				return nil
 			}
 			held = appendNew(held, leftKeys(due, pr.left)...)
@@ -84,7 +97,7 @@ func (s *Store) PromoteDue(ctx context.Context, c Clock, batch int) (Promoted, e
 	}
 	s.Wake(queues...)
 	s.discards.report(discarded)
-	return Promoted{Due: n, Queues: queues, Discarded: discarded}, nil
+	return Promoted{Due: n, Queues: queues, Discarded: discarded, More: full && n > 0}, nil
 }
 
 // dueRounds bounds the rounds of a promotion (PromoteDue, and a claim's
