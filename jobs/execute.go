@@ -112,7 +112,7 @@ func (w *Worker) finished(j *engine.Job, res result) {
 
 func (w *Worker) run(ctx context.Context, j *engine.Job, rs *runState) (result, error) {
 	k := w.reg.lookup(j.Kind)
-	args, md, more, bad := w.decode(j, k)
+	args, md, more, bad := w.decode(ctx, j, k)
 	timeout := w.cfg.JobTimeout
 	if k != nil && k.cfg.timeout != 0 {
 		timeout = k.cfg.timeout
@@ -189,16 +189,16 @@ func (w *Worker) settle(ctx context.Context, j *engine.Job, err error) (res resu
 // holds (both given back: see giveBack), or something does not decode (the
 // attempt fails). It is returned still inside the middleware (see call),
 // so that every attempt is seen by it.
-func (w *Worker) decode(j *engine.Job, k *kind) (args any, md map[string]string, more []any, bad error) {
+func (w *Worker) decode(ctx context.Context, j *engine.Job, k *kind) (args any, md map[string]string, more []any, bad error) {
 	if k == nil || k.work == nil {
 		why := fmt.Errorf("%w: no handler for kind %q in worker %q", ErrUnknownKind, j.Kind, w.cfg.Name)
-		return nil, nil, nil, w.giveBack(j, why, unrunnableLog{kind: j.Kind})
+		return nil, nil, nil, w.giveBack(ctx, j, why, unrunnableLog{kind: j.Kind})
 	}
 	if j.Calls > 1 && !k.readsCalls {
 		why := fmt.Errorf("kind %q: its handler in worker %q is registered with jobs.Register, which reads only j.Args, "+
 			"but the job holds %d collected calls (another version of the kind coalesces with Collect and jobs.RegisterCalls)",
 			j.Kind, w.cfg.Name, j.Calls)
-		return nil, nil, nil, w.giveBack(j, why, unrunnableLog{kind: j.Kind, calls: true})
+		return nil, nil, nil, w.giveBack(ctx, j, why, unrunnableLog{kind: j.Kind, calls: true})
 	}
 	md, err := engine.DecodeMetadata(j.Metadata)
 	if err != nil {

@@ -1,6 +1,7 @@
 package jobs
 
 import (
+	"context"
 	"fmt"
 	"math"
 	"time"
@@ -26,8 +27,8 @@ func (e *givenBackError) Error() string { return e.msg }
 func (e *givenBackError) Unwrap() error { return e.why }
 
 // givenBackText is in the last error of a job given back, after the
-// reason: "<why>; given back without spending an attempt (N time(s) so
-// far) …". Explain tells a job given back by it (givenBack).
+// reason: "<why>; given back without spending an attempt (<its streak>)
+// …" (giveBackStreak). Explain tells a job given back by it (givenBack).
 const givenBackText = "; given back without spending an attempt ("
 
 // unrunnableLog names a line giveBack logs once per kind and worker: a
@@ -40,25 +41,24 @@ type unrunnableLog struct {
 
 // giveBack is the error of a run of j that this worker cannot make, for
 // the reason why: the job is given back, to be claimed again after a
-// wait that doubles from 2 s with each time it was given back (its
-// claims that spent no attempt: snoozes, 429s and releases count too), up
-// to MaxGiveBackWait, with jitter; or, once it was given back for
-// GiveBackFor (givenBackFor) and is at least that old, failed for good.
-// Each kind's case is logged once.
-func (w *Worker) giveBack(j *engine.Job, why error, line unrunnableLog) error {
-	// This claim and every earlier one that gave its attempt back. After
-	// an operator's retry, which sets the attempt back to 0, the earlier
-	// runs count too: the wait reaches its longest sooner.
-	times := max(j.Claims-int64(j.Attempt)+1, 1)
-	e := &givenBackError{why: why, wait: jitter(min(DefaultBackoff(int(min(times, 64))), MaxGiveBackWait))}
-	back := givenBackFor(times - 1)
-	e.final = !j.CreatedAt.IsZero() && back >= w.cfg.GiveBackFor && !w.clock.Now().Before(j.CreatedAt.Add(w.cfg.GiveBackFor))
+// wait that doubles from 2 s with each time it was given back in a row
+// (giveBackStreak), up to MaxGiveBackWait, with jitter; or, once its
+// streak lasted GiveBackFor, failed for good. The streak must have lasted
+// that long both by this worker's clock, from the time of its first
+// give-back, and by the waits of its give-backs, each at its shortest
+// (givenBackFor): a worker whose clock is off fails no job early. Each
+// kind's case is logged once.
+func (w *Worker) giveBack(ctx context.Context, j *engine.Job, why error, line unrunnableLog) error {
+	now := w.clock.Now()
+	s := w.streakOf(ctx, j, now)
+	e := &givenBackError{why: why, wait: jitter(min(DefaultBackoff(int(min(s.times, 64))), MaxGiveBackWait))}
+	e.final = givenBackFor(s.times-1) >= w.cfg.GiveBackFor && now.Sub(s.since) >= w.cfg.GiveBackFor
 	if e.final {
 		e.msg = fmt.Sprintf("%v; no worker ran it while it was given back for %s (WorkerConfig.GiveBackFor; %d time(s)), so it fails",
-			why, w.cfg.GiveBackFor, times-1)
+			why, w.cfg.GiveBackFor, s.times-1)
 	} else {
-		e.msg = fmt.Sprintf("%v%s%d time(s) so far) for a worker that can run it; it fails once given back for %s (WorkerConfig.GiveBackFor)",
-			why, givenBackText, times, w.cfg.GiveBackFor)
+		e.msg = fmt.Sprintf("%v%s%s) for a worker that can run it; it fails once given back for %s (WorkerConfig.GiveBackFor)",
+			why, givenBackText, s, w.cfg.GiveBackFor)
 	}
 	line.final = e.final
 	if _, seen := w.unknown.LoadOrStore(line, true); !seen {
@@ -75,14 +75,25 @@ func (w *Worker) giveBack(j *engine.Job, why error, line unrunnableLog) error {
 	return e
 }
 
-// givenBackFor is how long a job given back n times has spent given back
-// at least, reckoned from the schedule of the waits (giveBack): the wait
-// after its k-th give-back, min(DefaultBackoff(k), MaxGiveBackWait), each
-// at its shortest (jitter takes up to 10% off). Each claim that spent no
-// attempt counts as a give-back (snoozes, 429s and releases are not told
-// apart), so a job whose handler snoozed it often is reckoned given back
-// for longer. Only the count is stored: no migration, and nothing on the
-// claim path.
+// streakOf is the streak j's give-back at now is part of (giveBackStreak),
+// read from the job's last error: a claim does not return it, and only a
+// give-back needs it. A read that fails starts a new streak, which only
+// puts the job's failure off.
+func (w *Worker) streakOf(ctx context.Context, j *engine.Job, now time.Time) giveBackStreak {
+	s := giveBackStreak{times: 1, since: now.UTC().Truncate(time.Second), claim: j.Claims}
+	info, err := w.store.GetJob(ctx, j.ID)
+	if err != nil {
+		w.log.Warn("sluice: could not read the last error of a job given back; its give-backs in a row are counted afresh",
+			"kind", j.Kind, "job_id", j.ID, "err", err)
+		return s
+	}
+	return s.after(info.LastError, j.Claims-int64(j.Attempt))
+}
+
+// givenBackFor is how long a job given back n times in a row has spent
+// given back at least, reckoned from the schedule of the waits
+// (giveBack): the wait after its k-th give-back, min(DefaultBackoff(k),
+// MaxGiveBackWait), each at its shortest (jitter takes up to 10% off).
 func givenBackFor(n int64) time.Duration {
 	var d time.Duration
 	for k := int64(1); k <= n; k++ {
