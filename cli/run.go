@@ -89,7 +89,7 @@ func runWorker(ctx context.Context, env *Env, args []string) error {
 	shutdown := fs.Duration("shutdown-timeout", orDefault(base.ShutdownTimeout, jobs.DefaultShutdownTimeout), "how long running jobs get to finish on SIGTERM")
 	horizon := fs.Duration("horizon", orDefault(base.Horizon, engine.DefaultHorizon), "how far ahead rate-limit slots are handed out")
 	maxRetryAfter := fs.Duration("max-retry-after", orDefault(base.MaxRetryAfter, jobs.DefaultMaxRetryAfter), "cap on the wait a handler's RetryAfter asks for")
-	giveBackFor := fs.Duration("give-back-for", orDefault(base.GiveBackFor, jobs.DefaultGiveBackFor), "how long after its enqueue a job this worker cannot run (its kind has no handler here) is given back for another worker before it fails")
+	giveBackFor := fs.Duration("give-back-for", orDefault(base.GiveBackFor, jobs.DefaultGiveBackFor), "how long a job this worker cannot run (its kind has no handler here) is given back in a row, with no run between, for another worker before it fails")
 	hostClock := fs.Bool("host-clock", base.HostClock, "decide rate limits on this host's clock instead of the database's")
 	shadow := fs.Bool("shadow-limits", base.ShadowLimits, "run every rate limit in shadow mode: record would-defer decisions, run the jobs anyway")
 	beat := beatFlags(fs, base.HeartbeatInterval, base.DeadAfter)

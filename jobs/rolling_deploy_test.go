@@ -171,10 +171,10 @@ func TestAJobNoWorkerHereKnowsIsGivenBackAfterAGrowingWait(t *testing.T) {
 // back once it was given back for GiveBackFor fails it for good, whatever
 // attempts it has left, with the reason as its error; an operator can
 // `sluice retry` it once a worker knows the kind. The time is reckoned
-// from its give-backs (claims that spent no attempt) and the schedule of
-// their waits, at their shortest: it fails after GiveBackFor of give-backs
-// at least, and not much later. Tested with the default (7 days) and with
-// a shorter GiveBackFor.
+// from its first give-back in a row, and the schedule of their waits, at
+// their shortest, must reach it too: it fails after GiveBackFor of
+// give-backs at least, and not much later. Tested with the default (7
+// days) and with a shorter GiveBackFor.
 func TestAJobGivenBackForLongerThanGiveBackForFails(t *testing.T) {
 	each(t, func(t *testing.T, h *harness) {
 		oldReg, newReg := jobs.NewRegistry(), jobs.NewRegistry()

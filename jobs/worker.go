@@ -34,7 +34,8 @@ const (
 	DefaultGiveBackFor = 7 * 24 * time.Hour
 	// MaxGiveBackWait is the longest a job given back waits before it may
 	// be claimed again: the wait doubles from 2 s with each time the job
-	// was given back, up to this (with ±10% jitter).
+	// was given back in a row (WorkerConfig.GiveBackFor), up to this (with
+	// ±10% jitter).
 	MaxGiveBackWait = time.Hour
 	// DeadAfterHeartbeats is how many heartbeat intervals DeadAfter must
 	// span at least, so that a live process is never presumed dead (and
@@ -137,20 +138,24 @@ type WorkerConfig struct {
 	// would not read (registered with Register, where the job's other
 	// version collects with RegisterCalls). Such a job goes back to wait
 	// without spending an attempt — 2 s doubling with each time it was
-	// given back, up to MaxGiveBackWait — and gives back its concurrency
-	// slot, with the reason as its last error. A worker that claims it
-	// once it was given back for GiveBackFor fails it for good instead,
-	// with that error: a job no worker can run does not loop for ever.
-	// The time is reckoned from the number of times it was given back
-	// (its claims that spent no attempt: a snooze, a 429 or a release
-	// counts as one too) and the schedule of the waits, each at its
-	// shortest (less 10% of jitter), and the job must also be GiveBackFor
-	// old (on this worker's clock, from its created_at). So the time it
-	// waited before it was first given back (a job enqueued to run a month
-	// ahead, or retried with backoff for weeks) does not count, and a job
-	// bounced every hour fails after GiveBackFor of give-backs, and at
-	// most a quarter (and an hour) later. Defaults to DefaultGiveBackFor
-	// (7 days).
+	// given back in a row, up to MaxGiveBackWait — and gives back its
+	// concurrency slot, with the reason as its last error. A worker that
+	// claims it once it was given back for GiveBackFor in a row fails it
+	// for good instead, with that error: a job no worker can run does not
+	// loop for ever. Only give-backs in a row count (a streak: no other
+	// claim of the job between them), reckoned from the first one's time,
+	// on this worker's clock; the waits of the streak's give-backs, each
+	// at its shortest (less 10% of jitter), must add up to GiveBackFor
+	// too, so that a clock that is off fails no job early. Anything else
+	// that claims the job (its handler's attempt, snooze or 429, a release,
+	// a lost run) ends the streak, as does an operator's retry of the job
+	// once it failed. So neither the time a job waited before it was first
+	// given back (a job enqueued to run a month ahead, or retried with
+	// backoff for weeks) nor the snoozes of a job that polls for weeks
+	// count, and a job bounced every hour fails after GiveBackFor of
+	// give-backs, and at most a quarter (and an hour) later. Each give-back
+	// records the streak in the job's last error (no migration). Defaults
+	// to DefaultGiveBackFor (7 days).
 	GiveBackFor time.Duration
 	// Name labels the worker's process row: a key, as a queue's name is
 	// (1 to 255 bytes of UTF-8, no control characters, no trailing
