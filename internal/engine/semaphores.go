@@ -368,8 +368,9 @@ func (sl *slots) touch(key string) {
 
 // declare records the limit an enqueue declares (To and Duration): the
 // key's limit is the one most recently declared. Only an enqueue declares
-// (enqueueTx), a delayed job's too; a job that becomes ready again takes
-// its slot under the key's limit as it stands (take).
+// (enqueueTx), a delayed job's too, and a worker's start
+// (DeclareSemaphores); a job that becomes ready again takes its slot
+// under the key's limit as it stands (take).
 func (sl *slots) declare(c *Conc) {
 	sl.apply(c.Key, func(s *concurrency.Semaphore) { s.Declare(c.To) })
 	sl.sems[c.Key].DurationUS = c.Duration.Microseconds()
