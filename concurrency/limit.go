@@ -9,8 +9,9 @@
 // that comes back, from an upstream 429 or a deferral, is blocked). A job
 // gives its slot back when it finishes (completed, failed for good,
 // cancelled) or while it waits on a rate limit; a retry keeps its slot
-// while it waits. Each enqueue declares its kind's To, and a key's limit
-// is the one most recently declared: a job that comes back takes a slot
+// while it waits. Each enqueue declares its kind's To, and so does a
+// worker's start on every key of each limit it declares; a key's limit is
+// the one most recently declared: a job that comes back takes a slot
 // under it, not under the To it was enqueued with.
 package concurrency
 

@@ -31,8 +31,9 @@ type Semaphore struct {
 // holders taken under a higher limit are still out.
 func (s Semaphore) Free() int { return max(s.To-s.Held, 0) }
 
-// Declare records the limit an enqueue declares; a job that comes back
-// declares none, and takes a slot under the limit as last declared.
+// Declare records the limit an enqueue, or a worker's start, declares; a
+// job that comes back declares none, and takes a slot under the limit as
+// last declared.
 // Holders are never taken away: a lower limit only stops new grants until
 // enough holders give theirs back.
 func (s *Semaphore) Declare(to int) { s.To = to }

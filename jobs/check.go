@@ -115,21 +115,15 @@ func Check(ctx context.Context, r *Registry, pub *store.Store) ([]Finding, error
 			engine.NewerList(newer, true), latestVersion(s), map[bool]string{true: "it", false: "them"}[len(newer) == 1])
 	}
 
+	concScopes := r.concScopes()
 	r.mu.RLock()
 	scopes := map[string]map[string]ratelimit.Spec{} // rate scope → kind → spec
-	concScopes := map[string]map[string]int{}        // concurrency scope → kind → To
 	for name, k := range r.kinds {
 		for _, rule := range k.rules {
 			if scopes[rule.spec.Scope] == nil {
 				scopes[rule.spec.Scope] = map[string]ratelimit.Spec{}
 			}
 			scopes[rule.spec.Scope][name] = rule.spec
-		}
-		if k.conc != nil {
-			if concScopes[k.conc.spec.Scope] == nil {
-				concScopes[k.conc.spec.Scope] = map[string]int{}
-			}
-			concScopes[k.conc.spec.Scope][name] = k.conc.spec.To
 		}
 	}
 	queues := make([]string, 0, len(r.queues))
@@ -182,13 +176,13 @@ func Check(ctx context.Context, r *Registry, pub *store.Store) ([]Finding, error
 	for _, sc := range sortedKeys(concScopes) {
 		kinds := concScopes[sc]
 		tos := map[int]bool{}
-		for _, to := range kinds {
-			tos[to] = true
+		for _, spec := range kinds {
+			tos[spec.To] = true
 		}
 		if len(tos) > 1 {
 			var desc []string
 			for _, kind := range sortedKeys(kinds) {
-				desc = append(desc, fmt.Sprintf("%s: To %d", kind, kinds[kind]))
+				desc = append(desc, fmt.Sprintf("%s: To %d", kind, kinds[kind].To))
 			}
 			add(CodeConcurrencyGroupMismatch, SeverityWarning, "concurrency group %s is declared with different limits (%s); "+
 				"the key's limit is the To of the kind enqueued last", sc, strings.Join(desc, "; "))

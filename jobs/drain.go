@@ -78,6 +78,11 @@ func (w *Worker) Drain(ctx context.Context) (DrainResult, error) {
 				}
 			}
 		}
+		if w.declared != nil {
+			if err := w.declared.declare(ctx, w.store, now, w.log); err != nil {
+				return out, fmt.Errorf("jobs: drain: %w", err)
+			}
+		}
 		// After Unpark: the slots it hands parked jobs may be due already.
 		for {
 			p, err := w.store.PromoteDue(ctx, now, 1000)

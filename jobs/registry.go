@@ -473,6 +473,24 @@ func (r *Registry) limitTargets() []string {
 	return slices.Compact(out)
 }
 
+// concScopes returns the concurrency limits the registry's kinds declare,
+// by scope (a Group, or a kind) and then by kind.
+func (r *Registry) concScopes() map[string]map[string]concurrency.Spec {
+	r.mu.RLock()
+	defer r.mu.RUnlock()
+	out := map[string]map[string]concurrency.Spec{}
+	for name, k := range r.kinds {
+		if k.conc == nil {
+			continue
+		}
+		if out[k.conc.spec.Scope] == nil {
+			out[k.conc.spec.Scope] = map[string]concurrency.Spec{}
+		}
+		out[k.conc.spec.Scope][name] = k.conc.spec
+	}
+	return out
+}
+
 // limits returns the registry as the claim's Limits, or nil when no kind
 // declares a limit, so that claims run exactly the plain statements.
 func (r *Registry) limits() engine.Limits {

@@ -126,7 +126,9 @@ type WorkerConfig struct {
 	// job runs anyway. Budgets advance as if enforcing.
 	ShadowLimits bool
 	// OverrideRefresh is how often the worker reads the rate-limit
-	// overrides set at run time (sluice limits set). Defaults to 5s.
+	// overrides set at run time (sluice limits set), and declares its
+	// concurrency limits on the keys whose semaphores another transaction
+	// held at its start (docs/concurrency.md). Defaults to 5s.
 	OverrideRefresh time.Duration
 	// MaxRetryAfter caps the wait a handler's RetryAfter error asks for.
 	// Defaults to 1 hour.
@@ -217,6 +219,9 @@ type Worker struct {
 
 	// limits is what claims decide against; nil when no limit is declared.
 	limits *limitsView
+	// declared are the concurrency limits the worker declares on their
+	// keys' semaphores as it starts; nil when none is declared.
+	declared *slotDeclarations
 	// slots are the coming slots this worker's claims handed out; only the
 	// claiming goroutine touches them.
 	slots dueSlots
@@ -353,14 +358,15 @@ func NewWorker(pub *store.Store, reg *Registry, cfg WorkerConfig) (*Worker, erro
 		limits = &limitsView{reg: reg, shadowAll: cfg.ShadowLimits}
 	}
 	w := &Worker{
-		limits:  limits,
-		cfg:     cfg,
-		store:   s,
-		reg:     reg,
-		clock:   clock.OrSystem(cfg.Clock),
-		log:     log,
-		hooks:   cfg.Hooks.guarded(log),
-		running: map[*runningJob]struct{}{}, unrecorded: map[int64]int{}, abandoned: map[int64]int64{},
+		limits:   limits,
+		declared: newSlotDeclarations(reg),
+		cfg:      cfg,
+		store:    s,
+		reg:      reg,
+		clock:    clock.OrSystem(cfg.Clock),
+		log:      log,
+		hooks:    cfg.Hooks.guarded(log),
+		running:  map[*runningJob]struct{}{}, unrecorded: map[int64]int{}, abandoned: map[int64]int64{},
 		freed:   make(chan struct{}, 1),
 		results: make(chan result, cfg.Concurrency),
 	}
@@ -406,6 +412,9 @@ func (w *Worker) Run(ctx context.Context) error {
 		if err := w.limits.refresh(ctx, w.store, w.storeClock(), w.cfg.Horizon); err != nil {
 			w.log.Warn("sluice: refresh rate-limit overrides", "err", err)
 		}
+	}
+	w.declareSlots(ctx)
+	if w.limits != nil || w.declared != nil {
 		go w.refreshOverrides(beatCtx)
 	}
 	w.log.Info("sluice: worker started", "process_id", w.pid.Load(), "queues", w.cfg.Queues, "concurrency", w.cfg.Concurrency)
@@ -891,7 +900,9 @@ func countLimited(js []*engine.Job) int {
 
 // refreshOverrides reads the rate-limit overrides every OverrideRefresh
 // until ctx is done, and hands a limit an override changed to the
-// budgets whose jobs are all parked (limitsView.reprice).
+// budgets whose jobs are all parked (limitsView.reprice); and declares
+// the worker's concurrency limits on the semaphores that another
+// transaction held when it last tried (declareSlots).
 func (w *Worker) refreshOverrides(ctx context.Context) {
 	t := w.clock.NewTimer(w.cfg.OverrideRefresh)
 	defer t.Stop()
@@ -901,10 +912,27 @@ func (w *Worker) refreshOverrides(ctx context.Context) {
 			return
 		case <-t.C():
 		}
-		if err := w.limits.refresh(ctx, w.store, w.storeClock(), w.cfg.Horizon); err != nil && ctx.Err() == nil {
-			w.log.Warn("sluice: refresh rate-limit overrides", "err", err)
+		if w.limits != nil {
+			if err := w.limits.refresh(ctx, w.store, w.storeClock(), w.cfg.Horizon); err != nil && ctx.Err() == nil {
+				w.log.Warn("sluice: refresh rate-limit overrides", "err", err)
+			}
 		}
+		w.declareSlots(ctx)
 		t.Reset(w.cfg.OverrideRefresh)
+	}
+}
+
+// declareSlots declares the worker's concurrency limits on the semaphores
+// of their keys that record another (slotDeclarations.declare), at its
+// start, and then on those another transaction held, logging a failure,
+// which the next refresh tries again. Nothing runs without a concurrency
+// limit, nor once every semaphore is declared on.
+func (w *Worker) declareSlots(ctx context.Context) {
+	if w.declared == nil {
+		return
+	}
+	if err := w.declared.declare(ctx, w.store, w.storeClock(), w.log); err != nil && ctx.Err() == nil {
+		w.log.Warn("sluice: declare concurrency limits", "err", err)
 	}
 }
 

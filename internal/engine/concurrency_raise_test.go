@@ -11,8 +11,11 @@ import (
 	"github.com/sluicequeue/sluice/internal/testdb"
 )
 
-// Probe (passes): docs/concurrency.md, "Lowering To ... raising To takes
-// effect the same way" and "every blocked job runs: no blocked job stays
+// Probe (passes): docs/concurrency.md, "Changing To ... both an enqueue
+// ... and a worker's start ... declare one. ... Raising To hands the slots
+// it frees to the key's first blocked jobs ... (and the dispatcher's
+// upkeep hands out, within a tick, any it could not)" and "every blocked
+// job runs: no blocked job stays
 // blocked while its key has a free slot for longer than one dispatcher
 // tick". A key at To 1 has a holder and three blocked jobs; a deploy
 // raises To to 3 and its first enqueue is delayed (it declares the limit

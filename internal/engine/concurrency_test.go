@@ -292,7 +292,7 @@ func concLimited(key, conc string, to int) engine.NewJob {
 	return j
 }
 
-// docs/concurrency.md: "Lowering To (a deploy that declares fewer) takes
+// docs/concurrency.md: "Lowering To takes
 // no slot from a job that holds one: no slot is handed out until the
 // holders are fewer than the new To." and "never more than To jobs of one
 // key running at once, except ... while the holders taken under a higher

@@ -42,7 +42,7 @@ type SQL struct {
 
 	lockSemaphores, lockFreeSemaphores, insertSemaphores, saveSemaphores, lockBlocked, markSlots, lockRunningHolders *sqlStatement
 	expiredSemaphores, blockedKeys, lockIdleSemaphores, blockedAmong, deleteSemaphores, blockedLimit                 *sqlStatement
-	existingSemaphores, probeSemaphores                                                                              *sqlStatement
+	existingSemaphores, probeSemaphores, readUndeclaredSemaphores                                                    *sqlStatement
 	listSemaphores, shortLockWait, restoreLockWait                                                                   string
 
 	insertCoalescing, lockPending, updateCoalesced, insertCall, loadCalls, deleteCalls                                *sqlStatement
@@ -225,6 +225,7 @@ func NewSQL(d Dialect) (*SQL, error) {
 		{&q.blockedKeys, "BlockedKeys", []string{"limit"}},
 		{&q.lockIdleSemaphores, "LockIdleSemaphores", []string{"after", "before", "limit"}},
 		{&q.blockedAmong, "BlockedAmong", []string{"keys"}},
+		{&q.readUndeclaredSemaphores, "ReadUndeclaredSemaphores", []string{"scope", "prefix", "past", "after", "limit_to", "duration_us", "limit"}},
 		{&q.deleteSemaphores, "DeleteSemaphores", []string{"names"}},
 
 		{&q.insertCoalescing, "InsertCoalescing", []string{"kind", "queue", "priority", "state", "args", "max_attempts", "created_at", "run_at",

@@ -60,12 +60,14 @@ func (q *SQL) LockParkedBudgets(until int64, limit int) (string, []any) {
 func (q *SQL) ReadRepriced(target, after string, interval int64, burst, limit int) (string, []any) {
 	prefix, past := "", ""
 	if !strings.Contains(target, "/") {
-		// The keys SCOPE/… sort, byte by byte, from "SCOPE/" up to
-		// "SCOPE0": '0' follows '/'.
-		prefix, past = target+"/", target+"0"
+		prefix, past = scopeRange(target)
 	}
 	return q.readRepriced.bind(target, prefix, past, after, interval, int32(burst), limit)
 }
+
+// scopeRange returns the range of the keys SCOPE/… of a scope: they sort,
+// byte by byte, from "SCOPE/" up to "SCOPE0" ('0' follows '/').
+func scopeRange(scope string) (prefix, past string) { return scope + "/", scope + "0" }
 
 // LockParked selects and locks, skipping locked rows, up to limit parked
 // jobs of a budget from each stream: those without a fairness key by
@@ -202,6 +204,15 @@ func (q *SQL) BlockedKeys(limit int) (string, []any) { return q.blockedKeys.bind
 // no activity since before. Columns: name.
 func (q *SQL) LockIdleSemaphores(after string, before int64, limit int) (string, []any) {
 	return q.lockIdleSemaphores.bind(after, before, limit)
+}
+
+// ReadUndeclaredSemaphores selects, without locking them, the names of up
+// to limit semaphores of a concurrency scope (the bare scope and
+// SCOPE/…) after after, in the primary key's order, whose limit is not to
+// and duration (µs). Columns: name.
+func (q *SQL) ReadUndeclaredSemaphores(scope, after string, to int, duration int64, limit int) (string, []any) {
+	prefix, past := scopeRange(scope)
+	return q.readUndeclaredSemaphores.bind(scope, prefix, past, after, int32(to), duration, limit)
 }
 
 // BlockedAmong selects which of keys have a blocked job. Columns: key.

@@ -240,10 +240,9 @@ func (s *Store) lockDueSlots(ctx context.Context, ex Executor, keys, also []stri
 // created at once is tried again key by key, so that one key's creator
 // holds back no other key.
 func (s *Store) createUnwaiting(ctx context.Context, ex Executor, sl *slots, keys []string) ([]string, error) {
-	q, args := s.q.ExistingSemaphores(keys)
-	busy, err := queryStrings(ctx, ex, q, args)
+	busy, err := s.existing(ctx, ex, keys)
 	if err != nil {
-		return nil, fmt.Errorf("read held semaphores: %w", err)
+		return nil, err
 	}
 	missing := slices.DeleteFunc(slices.Clone(keys), func(k string) bool { return slices.Contains(busy, k) })
 	if len(missing) == 0 {
@@ -371,8 +370,9 @@ func (sl *slots) touch(key string) {
 
 // declare records the limit an enqueue declares (To and Duration): the
 // key's limit is the one most recently declared. Only an enqueue declares
-// (enqueueTx), a delayed job's too; a job that becomes ready again takes
-// its slot under the key's limit as it stands (take).
+// (enqueueTx), a delayed job's too, and a worker's start
+// (DeclareSemaphores); a job that becomes ready again takes its slot
+// under the key's limit as it stands (take).
 func (sl *slots) declare(c *Conc) {
 	sl.apply(c.Key, func(s *concurrency.Semaphore) { s.Declare(c.To) })
 	sl.sems[c.Key].DurationUS = c.Duration.Microseconds()

@@ -16,9 +16,10 @@ const SemaphoreIdleAge = time.Hour
 // batches, the semaphores of concurrency keys that hold no slot, saw no
 // activity for idleFor (by c's time, read in each batch's transaction),
 // and have no blocked job. Such a row says only the limit last declared,
-// which the key's next enqueue declares again (and a job coming back to
-// a key with no row takes its own: docs/concurrency.md). It returns how
-// many it deleted.
+// which the key's next enqueue declares again (a worker's start declares
+// limits only on the rows that exist, DeclareSemaphores; and a job coming
+// back to a key with no row takes its own: docs/concurrency.md). It
+// returns how many it deleted.
 //
 // Each batch locks its rows, the next ones in the table's key order,
 // without waiting (a row another transaction holds is in use, and

@@ -104,6 +104,21 @@ WHERE {BlockedJob} AND (s.name IS NULL OR s.held < s.limit_to OR s.limit_to <= 0
 SELECT name FROM sluice_semaphores WHERE name > :after AND held = 0 AND updated_at < :before
 ORDER BY name LIMIT :limit FOR UPDATE SKIP LOCKED;
 
+-- name: ReadUndeclaredSemaphores
+-- The names of up to :limit semaphores of one concurrency scope (the bare
+-- scope :scope, and the keys from :prefix up to :past: SCOPE/…) after
+-- :after, whose limit is not :limit_to and :duration_us, read without
+-- locking them: a worker's start declares its limit on them
+-- (DeclareSemaphores), which then locks those no other transaction holds
+-- (LockFreeSemaphores: in key order, waiting for none) and checks them
+-- again. The walk goes in the primary key's order (on PostgreSQL its
+-- collation's, maybe not byte order), so that each page starts where the
+-- last one ended; the scope is matched byte by byte.
+SELECT name FROM sluice_semaphores
+WHERE name > :after AND (name = :scope OR (name {Bytewise} >= :prefix AND name {Bytewise} < :past))
+  AND (limit_to <> :limit_to OR duration_us <> :duration_us)
+ORDER BY name LIMIT :limit;
+
 -- name: BlockedAmong
 -- Which of :keys have a blocked job, through the index of blocked jobs.
 SELECT DISTINCT {BlockedKey} FROM sluice_jobs j WHERE {BlockedJob} AND {BlockedKey} IN (:keys);
