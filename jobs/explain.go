@@ -188,24 +188,31 @@ func (c *Client) Explain(ctx context.Context, id int64) (*Explanation, error) {
 }
 
 // Explain is Client.Explain for a store and registry at a given time: what
-// the dashboard and the CLI call. reg may be nil (the limits are then
-// those the budgets were last charged under).
+// the CLI calls. reg may be nil (the limits are then those the budgets
+// were last charged under). Everything it says is read from one snapshot
+// of the database (Store.ExplainFacts).
 func Explain(ctx context.Context, pub *store.Store, reg *Registry, id int64, now time.Time) (*Explanation, error) {
+	e, _, err := ExplainJob(ctx, pub, reg, id, now)
+	return e, err
+}
+
+// ExplainJob is Explain that returns the job's row too, as read in the
+// snapshot the explanation was made from: what the dashboard's job page
+// shows beside it.
+func ExplainJob(ctx context.Context, pub *store.Store, reg *Registry, id int64, now time.Time) (*Explanation, *engine.JobInfo, error) {
 	s := engine.From(pub)
 	if id < 1 {
-		return nil, fmt.Errorf("explain: %d is not a job id", id)
+		return nil, nil, fmt.Errorf("explain: %d is not a job id", id)
 	}
 	if reg == nil {
 		reg = NewRegistry()
 	}
 	f, err := s.ExplainFacts(ctx, id, now, reg.limits())
 	if err != nil {
-		return nil, err
+		return nil, nil, err
 	}
 	view := &limitsView{reg: reg}
-	if err := view.load(ctx, s); err != nil {
-		return nil, fmt.Errorf("explain job %d: %w", id, err)
-	}
+	view.setOverrides(f.Overrides)
 	j := f.Job
 	e := &Explanation{
 		JobID: j.ID, Kind: j.Kind, Queue: j.Queue, State: j.State, QueuePaused: f.QueuePaused, CoalesceKey: f.CoalesceKey,
@@ -233,7 +240,7 @@ func Explain(ctx context.Context, pub *store.Store, reg *Registry, id int64, now
 		e.Concurrency = ce
 	}
 	e.reason(f, binding, bindingLimit)
-	return e, nil
+	return e, j, nil
 }
 
 // explainLimit describes one budget a job draws on with the limit in

@@ -109,12 +109,17 @@ func (v *limitsView) loadIn(ctx context.Context, s *engine.Store, ex engine.Exec
 	if err != nil {
 		return err
 	}
+	v.setOverrides(list)
+	return nil
+}
+
+// setOverrides puts list in place of the overrides the view applies.
+func (v *limitsView) setOverrides(list []engine.Override) {
 	m := make(map[string]engine.Override, len(list))
 	for _, o := range list {
 		m[o.Target] = o
 	}
 	v.overrides.Store(&m)
-	return nil
 }
 
 // reprice calls Store.Reprice for each target whose limit is not the one

@@ -127,12 +127,11 @@ func (s *server) jobDetail(w http.ResponseWriter, r *http.Request) {
 		s.fail(w, r, fmt.Errorf("%q is not a job id: %w", r.PathValue("id"), engine.ErrNotFound))
 		return
 	}
-	e, err := jobs.Explain(ctx, s.pub, s.reg, id, s.opts.Now())
-	if err != nil {
-		s.fail(w, r, err)
-		return
-	}
-	j, err := s.store.GetJob(ctx, id)
+	// The job's row and its explanation come from one snapshot, so the
+	// facts table and "Why it waits" agree (its state, the slot it holds);
+	// its calls and failed attempts are read after, apart: a job that
+	// fails meanwhile may list one attempt more than its count.
+	e, j, err := jobs.ExplainJob(ctx, s.pub, s.reg, id, s.opts.Now())
 	if err != nil {
 		s.fail(w, r, err)
 		return

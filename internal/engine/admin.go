@@ -151,8 +151,13 @@ func (s *Store) ListJobsVia(ctx context.Context, ex Executor, f JobFilter) ([]*J
 
 // GetJob reads one job.
 func (s *Store) GetJob(ctx context.Context, id int64) (*JobInfo, error) {
+	return s.getJob(ctx, s.db, id)
+}
+
+// getJob is GetJob through ex.
+func (s *Store) getJob(ctx context.Context, ex Executor, id int64) (*JobInfo, error) {
 	q, args := s.q.GetJob(id)
-	jobs, err := s.queryJobInfos(ctx, s.db, q, args)
+	jobs, err := s.queryJobInfos(ctx, ex, q, args)
 	if err != nil {
 		return nil, err
 	}

@@ -131,7 +131,7 @@ func (s *Store) CountJobs(ctx context.Context, f JobPage, limit int) (Count, err
 		return Count{}, err
 	}
 	q, args := s.q.CountJobs(f, limit+1)
-	return s.boundedCount(ctx, "count jobs", q, args, limit)
+	return s.boundedCount(ctx, s.db, "count jobs", q, args, limit)
 }
 
 // JobIDs returns the ids of up to limit jobs f selects (ignoring its
@@ -149,9 +149,10 @@ func (s *Store) JobIDs(ctx context.Context, f JobPage, limit int) ([]int64, erro
 	return ids, nil
 }
 
-// boundedCount runs a count whose statement counts up to limit+1 rows.
-func (s *Store) boundedCount(ctx context.Context, what, q string, args []any, limit int) (Count, error) {
-	n, err := queryInt64s(ctx, s.db, q, args)
+// boundedCount runs through ex a count whose statement counts up to
+// limit+1 rows.
+func (s *Store) boundedCount(ctx context.Context, ex Executor, what, q string, args []any, limit int) (Count, error) {
+	n, err := queryInt64s(ctx, ex, q, args)
 	if err != nil {
 		return Count{}, s.wrap(fmt.Errorf("%s: %w", what, err))
 	}
@@ -206,12 +207,17 @@ func (s *Store) FinishedSince(ctx context.Context, since time.Time, bucket time.
 	if err != nil {
 		return nil, err
 	}
+	return s.finishedSince(ctx, s.db, d, since, bucket)
+}
+
+// finishedSince is FinishedSince through ex.
+func (s *Store) finishedSince(ctx context.Context, ex Executor, d DashboardDialect, since time.Time, bucket time.Duration) ([]Finished, error) {
 	if bucket < time.Microsecond {
 		return nil, fmt.Errorf("finished since: bucket %s is under 1µs", bucket)
 	}
 	width := bucket.Microseconds()
 	q, args := d.FinishedSince(Micros(since), width)
-	rows, err := s.db.Query(ctx, q, args...)
+	rows, err := ex.Query(ctx, q, args...)
 	if err != nil {
 		return nil, s.wrap(fmt.Errorf("finished since: %w", err))
 	}
@@ -269,8 +275,13 @@ func (s *Store) AdmissionsSince(ctx context.Context, since time.Time, limit int)
 // wait on it; found is false when the budget has no row (it is idle, or
 // was never used).
 func (s *Store) GetBudgetInfo(ctx context.Context, key string) (b BudgetRow, found bool, err error) {
+	return s.budgetInfo(ctx, s.db, key)
+}
+
+// budgetInfo is GetBudgetInfo through ex.
+func (s *Store) budgetInfo(ctx context.Context, ex Executor, key string) (b BudgetRow, found bool, err error) {
 	q, args := s.q.GetBudget(key)
-	rows, err := queryBudgets(ctx, s.db, q, args)
+	rows, err := queryBudgets(ctx, ex, q, args)
 	if err != nil {
 		return BudgetRow{}, false, s.wrap(fmt.Errorf("budget %s: %w", key, err))
 	}

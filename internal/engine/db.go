@@ -46,6 +46,12 @@ type DB interface {
 	// Begin starts a transaction. On SQLite it takes the write lock at
 	// once (BEGIN IMMEDIATE).
 	Begin(ctx context.Context) (Tx, error)
+	// BeginRead starts a read-only transaction whose statements all read
+	// one snapshot of the database, as of its first: REPEATABLE READ READ
+	// ONLY on PostgreSQL and MySQL, a deferred BEGIN on SQLite (which in
+	// WAL mode reads one snapshot and takes no write lock). Its reads take
+	// no row lock and wait for none.
+	BeginRead(ctx context.Context) (Tx, error)
 	// Close releases the pool.
 	Close() error
 	// WrapTx adapts a caller's own transaction (pgx.Tx on PostgreSQL,

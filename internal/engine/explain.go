@@ -46,6 +46,9 @@ type ExplainFacts struct {
 	// apart from them. With jobs deleted on completion only the failed
 	// ones are counted.
 	FinishedLastMinute int64
+	// Overrides are the limit overrides stored, read with the budgets
+	// (none are read for a job that draws on no budget).
+	Overrides []Override
 }
 
 // BudgetFacts is one budget a job draws on.
@@ -79,21 +82,54 @@ type SemaphoreFacts struct {
 
 // ExplainFacts reads why the job id is where it is: the budgets it draws
 // on are those of its rate keys and, with lim, of its queue's limits
-// (lim may be nil: then only a queue limit it waits on). It returns
-// ErrNotFound for an id that does not exist.
+// (lim may be nil: then only a queue limit it waits on). Every fact, the
+// limit overrides too, is read in one read-only transaction, from one
+// snapshot of the database (DB.BeginRead): a job whose finish hands its
+// slot on while it is explained is described as it was before or as it
+// is after, never half of each. The reads take no lock and wait for none.
+// It returns ErrNotFound for an id that does not exist.
 func (s *Store) ExplainFacts(ctx context.Context, id int64, now time.Time, lim Limits) (*ExplainFacts, error) {
 	d, err := s.dash()
 	if err != nil {
 		return nil, err
 	}
-	j, err := s.GetJob(ctx, id)
+	var f *ExplainFacts
+	err = s.readSnapshot(ctx, fmt.Sprintf("explain job %d", id), func(ex Executor) error {
+		var err error
+		f, err = s.explainFacts(ctx, ex, d, id, now, lim)
+		return err
+	})
+	if err != nil {
+		return nil, err
+	}
+	return f, nil
+}
+
+// readSnapshot runs fn in a read-only transaction whose statements all
+// read one snapshot (DB.BeginRead); what names the read in the error of
+// a failed begin. Nothing in fn may use the pool itself: on SQLite the
+// transaction holds the store's one connection.
+func (s *Store) readSnapshot(ctx context.Context, what string, fn func(ex Executor) error) error {
+	begin := func(ctx context.Context) (Tx, error) {
+		tx, err := s.db.BeginRead(ctx)
+		if err != nil {
+			return nil, s.wrap(fmt.Errorf("%s: begin a read-only transaction: %w", what, err))
+		}
+		return tx, nil
+	}
+	return s.inTxOn(ctx, begin, func(tx Tx) error { return fn(tx) })
+}
+
+// explainFacts is ExplainFacts through ex.
+func (s *Store) explainFacts(ctx context.Context, ex Executor, d DashboardDialect, id int64, now time.Time, lim Limits) (*ExplainFacts, error) {
+	j, err := s.getJob(ctx, ex, id)
 	if err != nil {
 		return nil, err // "job N: not found"; saying it is an explain is the caller's part (the CLI prefixes "explain: ")
 	}
 	f := &ExplainFacts{Job: j, Now: now, Deferrals: j.Deferrals, LastDeferral: j.DeferralReason}
 	wrap := func(what string, err error) error { return s.wrap(fmt.Errorf("explain job %d: %s: %w", id, what, err)) }
 	count := func(what, q string, args []any) (Count, error) {
-		c, err := s.boundedCount(ctx, what, q, args, MaxAhead)
+		c, err := s.boundedCount(ctx, ex, what, q, args, MaxAhead)
 		if err != nil {
 			return Count{}, wrap(what, err)
 		}
@@ -101,11 +137,11 @@ func (s *Store) ExplainFacts(ctx context.Context, id int64, now time.Time, lim L
 	}
 
 	q, args := d.QueuePaused(j.Queue)
-	if f.QueuePaused, err = queryBool(ctx, s.db, q, args); err != nil {
+	if f.QueuePaused, err = queryBool(ctx, ex, q, args); err != nil {
 		return nil, wrap("queue paused", err)
 	}
 	q, args = d.CoalesceKey(id)
-	if f.CoalesceKey, err = queryString(ctx, s.db, q, args); err != nil {
+	if f.CoalesceKey, err = queryString(ctx, ex, q, args); err != nil {
 		return nil, wrap("coalesce key", err)
 	}
 	keys := j.RateKeys
@@ -122,8 +158,8 @@ func (s *Store) ExplainFacts(ctx context.Context, id int64, now time.Time, lim L
 	}
 	for _, rk := range keys {
 		bf := BudgetFacts{Key: rk.Key, Cost: rk.Cost, Waiting: rk.Key == j.WaitKey}
-		if bf.Row, bf.Found, err = s.GetBudgetInfo(ctx, rk.Key); err != nil {
-			return nil, err
+		if bf.Row, bf.Found, err = s.budgetInfo(ctx, ex, rk.Key); err != nil {
+			return nil, err // "budget K: …"
 		}
 		switch {
 		case bf.Waiting && j.State == StateParked:
@@ -138,6 +174,11 @@ func (s *Store) ExplainFacts(ctx context.Context, id int64, now time.Time, lim L
 		}
 		f.Budgets = append(f.Budgets, bf)
 	}
+	if len(keys) > 0 {
+		if f.Overrides, err = s.ListOverridesIn(ctx, ex); err != nil {
+			return nil, err // "list limit overrides: …"
+		}
+	}
 	if j.State == StateReady {
 		q, args := d.ReadyAhead(j.Queue, j.Priority, id, MaxAhead+1)
 		if f.ReadyAhead, err = count("ready ahead", q, args); err != nil {
@@ -145,13 +186,13 @@ func (s *Store) ExplainFacts(ctx context.Context, id int64, now time.Time, lim L
 		}
 	}
 	if j.ConcKey != "" {
-		if f.Semaphore, err = s.semaphoreFacts(ctx, d, j); err != nil {
+		if f.Semaphore, err = s.semaphoreFacts(ctx, ex, d, j); err != nil {
 			return nil, wrap("concurrency key", err)
 		}
 	}
-	fin, err := s.FinishedSince(ctx, now.Add(-time.Minute), time.Minute)
+	fin, err := s.finishedSince(ctx, ex, d, now.Add(-time.Minute), time.Minute)
 	if err != nil {
-		return nil, err
+		return nil, err // "finished since: …"
 	}
 	for _, x := range fin {
 		if x.Queue == j.Queue && x.State != StateCancelled {
@@ -161,12 +202,12 @@ func (s *Store) ExplainFacts(ctx context.Context, id int64, now time.Time, lim L
 	return f, nil
 }
 
-// semaphoreFacts reads a job's concurrency key: its semaphore, holders,
-// and the blocked jobs before the job.
-func (s *Store) semaphoreFacts(ctx context.Context, d DashboardDialect, j *JobInfo) (*SemaphoreFacts, error) {
+// semaphoreFacts reads a job's concurrency key through ex: its semaphore,
+// holders, and the blocked jobs before the job.
+func (s *Store) semaphoreFacts(ctx context.Context, ex Executor, d DashboardDialect, j *JobInfo) (*SemaphoreFacts, error) {
 	sf := &SemaphoreFacts{Key: j.ConcKey}
 	q, args := d.GetSemaphore(j.ConcKey)
-	rows, err := s.db.Query(ctx, q, args...)
+	rows, err := ex.Query(ctx, q, args...)
 	if err != nil {
 		return nil, err
 	}
@@ -182,12 +223,12 @@ func (s *Store) semaphoreFacts(ctx context.Context, d DashboardDialect, j *JobIn
 		return nil, err
 	}
 	q, args = d.SlotHolders(j.ConcKey, maxHolders)
-	if sf.Holders, err = queryInt64s(ctx, s.db, q, args); err != nil {
+	if sf.Holders, err = queryInt64s(ctx, ex, q, args); err != nil {
 		return nil, err
 	}
 	if j.State == StateBlocked {
 		q, args := d.BlockedAhead(j.ConcKey, j.Queue, j.Priority, j.ID, MaxAhead+1)
-		if sf.Ahead, err = s.boundedCount(ctx, "blocked ahead", q, args, MaxAhead); err != nil {
+		if sf.Ahead, err = s.boundedCount(ctx, ex, "blocked ahead", q, args, MaxAhead); err != nil {
 			return nil, err
 		}
 	}

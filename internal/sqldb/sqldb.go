@@ -72,8 +72,28 @@ func NewSharedDB(db *sql.DB, opts *sql.TxOptions) *DB {
 func (d *DB) SQL() *sql.DB { return d.db }
 
 // Begin starts a transaction.
-func (d *DB) Begin(ctx context.Context) (engine.Tx, error) {
-	tx, err := d.db.BeginTx(ctx, d.txOpts)
+func (d *DB) Begin(ctx context.Context) (engine.Tx, error) { return begin(ctx, d.db, d.txOpts) }
+
+// readOpts are what BeginRead's transactions begin with: on MySQL, SET
+// TRANSACTION ISOLATION LEVEL REPEATABLE READ and START TRANSACTION READ
+// ONLY (a consistent read of one snapshot, whatever the sessions'
+// default level); on SQLite a deferred BEGIN (modernc.org/sqlite begins a
+// read-only transaction without the pool's _txlock=immediate, and ignores
+// the level), which takes no write lock.
+var readOpts = &sql.TxOptions{Isolation: sql.LevelRepeatableRead, ReadOnly: true}
+
+// BeginRead starts a read-only transaction that reads one snapshot.
+func (d *DB) BeginRead(ctx context.Context) (engine.Tx, error) { return begin(ctx, d.db, readOpts) }
+
+// beginner is what *sql.DB and *sql.Conn have in common to begin
+// transactions.
+type beginner interface {
+	BeginTx(ctx context.Context, opts *sql.TxOptions) (*sql.Tx, error)
+}
+
+// begin starts a transaction on b with opts.
+func begin(ctx context.Context, b beginner, opts *sql.TxOptions) (engine.Tx, error) {
+	tx, err := b.BeginTx(ctx, opts)
 	if err != nil {
 		return nil, err
 	}
@@ -100,13 +120,7 @@ type Session struct {
 }
 
 // Begin starts a transaction on the session's connection.
-func (s *Session) Begin(ctx context.Context) (engine.Tx, error) {
-	tx, err := s.conn.BeginTx(ctx, s.txOpts)
-	if err != nil {
-		return nil, err
-	}
-	return &Tx{Executor: Wrap(tx), tx: tx}, nil
-}
+func (s *Session) Begin(ctx context.Context) (engine.Tx, error) { return begin(ctx, s.conn, s.txOpts) }
 
 // Close gives the connection back to the pool.
 func (s *Session) Close() error { return s.conn.Close() }

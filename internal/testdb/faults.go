@@ -158,6 +158,12 @@ func (f *Faults) Begin(ctx context.Context) (engine.Tx, error) {
 	return f.begin(ctx, f.DB.Begin)
 }
 
+// BeginRead starts a read-only transaction whose statements and commit
+// are counted.
+func (f *Faults) BeginRead(ctx context.Context) (engine.Tx, error) {
+	return f.begin(ctx, f.DB.BeginRead)
+}
+
 // Session lends one connection of the pool (which must lend them), whose
 // statements and transactions are counted and failed as the pool's.
 func (f *Faults) Session(ctx context.Context) (engine.Session, error) {

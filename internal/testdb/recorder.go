@@ -50,7 +50,17 @@ func (r *Recorder) Query(ctx context.Context, q string, args ...any) (engine.Row
 
 // Begin starts a transaction whose statements are recorded too.
 func (r *Recorder) Begin(ctx context.Context) (engine.Tx, error) {
-	tx, err := r.DB.Begin(ctx)
+	return r.wrapTx(r.DB.Begin(ctx))
+}
+
+// BeginRead starts a read-only transaction whose statements are recorded
+// too.
+func (r *Recorder) BeginRead(ctx context.Context) (engine.Tx, error) {
+	return r.wrapTx(r.DB.BeginRead(ctx))
+}
+
+// wrapTx records the statements of a transaction begun.
+func (r *Recorder) wrapTx(tx engine.Tx, err error) (engine.Tx, error) {
 	if err != nil {
 		return nil, err
 	}
@@ -87,11 +97,7 @@ func (s *recSession) Query(ctx context.Context, q string, args ...any) (engine.R
 }
 
 func (s *recSession) Begin(ctx context.Context) (engine.Tx, error) {
-	tx, err := s.Session.Begin(ctx)
-	if err != nil {
-		return nil, err
-	}
-	return &recTx{Tx: tx, r: s.r}, nil
+	return s.r.wrapTx(s.Session.Begin(ctx))
 }
 
 // Take returns the statements recorded since the last Take.

@@ -138,12 +138,20 @@ func (d *DB) Query(ctx context.Context, q string, args ...any) (engine.Rows, err
 
 // Begin starts a transaction on a connection of the pool; BEGIN goes out
 // with its first statements.
-func (d *DB) Begin(ctx context.Context) (engine.Tx, error) {
+func (d *DB) Begin(ctx context.Context) (engine.Tx, error) { return d.begin(ctx, beginSQL) }
+
+// BeginRead starts a read-only transaction at REPEATABLE READ, whose
+// statements all read one snapshot, on a connection of the pool; BEGIN
+// goes out with its first statement, which takes the snapshot.
+func (d *DB) BeginRead(ctx context.Context) (engine.Tx, error) { return d.begin(ctx, beginReadSQL) }
+
+// begin acquires a connection for a transaction that begin begins.
+func (d *DB) begin(ctx context.Context, begin string) (engine.Tx, error) {
 	conn, err := d.pool.Acquire(ctx)
 	if err != nil {
 		return nil, err
 	}
-	return &ownTx{conn: conn}, nil
+	return &ownTx{conn: conn, begin: begin}, nil
 }
 
 // Close closes the pool, unless the app owns it (OpenPool).

@@ -20,7 +20,9 @@ import (
 // transaction (a failed rollback) is not reused: the pool destroys a
 // connection released in that state.
 type ownTx struct {
-	conn  *pgxpool.Conn
+	conn *pgxpool.Conn
+	// begin is the statement that begins it (beginSQL or beginReadSQL).
+	begin string
 	begun bool
 	// done is set once the transaction has committed or rolled back and
 	// the connection has gone back to the pool.
@@ -33,9 +35,13 @@ var (
 )
 
 const (
-	beginSQL    = "begin"
-	commitSQL   = "commit"
-	rollbackSQL = "rollback"
+	beginSQL = "begin"
+	// beginReadSQL begins a transaction whose statements all read the
+	// snapshot its first one takes, and which writes nothing: it takes no
+	// row lock and cannot fail to serialize.
+	beginReadSQL = "begin isolation level repeatable read read only"
+	commitSQL    = "commit"
+	rollbackSQL  = "rollback"
 )
 
 // Exec runs a statement, after BEGIN in the same round trip if it is the
@@ -45,7 +51,7 @@ func (t *ownTx) Exec(ctx context.Context, q string, args ...any) (engine.Result,
 		return execOn(ctx, t.conn, q, args)
 	}
 	b := &pgx.Batch{}
-	b.Queue(beginSQL)
+	b.Queue(t.begin)
 	b.Queue(q, args...)
 	br := t.conn.SendBatch(ctx, b)
 	t.begun = true
@@ -70,7 +76,7 @@ func (t *ownTx) Query(ctx context.Context, q string, args ...any) (engine.Rows, 
 		return t.conn.Query(ctx, q, args...)
 	}
 	b := &pgx.Batch{}
-	b.Queue(beginSQL)
+	b.Queue(t.begin)
 	b.Queue(q, args...)
 	br := t.conn.SendBatch(ctx, b)
 	t.begun = true
@@ -106,7 +112,7 @@ func (t *ownTx) send(ctx context.Context, stmts []engine.Stmt, read func(int, en
 	b := &pgx.Batch{}
 	begin := !t.begun
 	if begin {
-		b.Queue(beginSQL)
+		b.Queue(t.begin)
 	}
 	for _, st := range stmts {
 		b.Queue(st.SQL, st.Args...)
