@@ -20,6 +20,20 @@ type groupedExportB struct{ Tenant string }
 
 func (groupedExportB) Kind() string { return "grouped_export_b" }
 
+// checkW005 returns the W005 findings of Check on reg.
+func checkW005(t *testing.T, h *harness, reg *jobs.Registry) []string {
+	t.Helper()
+	findings, err := jobs.Check(context.Background(), reg, testdb.Public(h.store))
+	require.NoError(t, err)
+	var w005 []string
+	for _, f := range findings {
+		if f.Code == jobs.CodeConcurrencyGroupMismatch {
+			w005 = append(w005, f.String())
+		}
+	}
+	return w005
+}
+
 // rate-limits.md, "Checks": "W005 | kinds of one concurrency group declare
 // different limits (To or Duration)".
 func TestCheckWarnsOfAConcurrencyGroupWithDifferentTo(t *testing.T) {
@@ -29,15 +43,8 @@ func TestCheckWarnsOfAConcurrencyGroupWithDifferentTo(t *testing.T) {
 			jobs.ConcurrencyLimit(concurrency.Limit[groupedExportA]{To: 1, Group: "exports", Key: tenant})))
 		require.NoError(t, jobs.Register(h.reg, func(context.Context, *jobs.Job[groupedExportB]) error { return nil },
 			jobs.ConcurrencyLimit(concurrency.Limit[groupedExportB]{To: 3, Group: "exports", Key: func(b groupedExportB) any { return b.Tenant }})))
-		findings, err := jobs.Check(context.Background(), h.reg, testdb.Public(h.store))
-		require.NoError(t, err)
-		var w005 []string
-		for _, f := range findings {
-			if f.Code == jobs.CodeConcurrencyGroupMismatch {
-				w005 = append(w005, f.String())
-			}
-		}
-		require.Len(t, w005, 1, "%v", findings)
+		w005 := checkW005(t, h, h.reg)
+		require.Len(t, w005, 1)
 		require.Contains(t, w005[0], "W005 warning: concurrency group exports is declared with different limits")
 		require.Contains(t, w005[0], "grouped_export_a: To 1, Duration 3m0s")
 		require.Contains(t, w005[0], "grouped_export_b: To 3, Duration 3m0s")
@@ -48,11 +55,7 @@ func TestCheckWarnsOfAConcurrencyGroupWithDifferentTo(t *testing.T) {
 			jobs.ConcurrencyLimit(concurrency.Limit[groupedExportA]{To: 2, Group: "exports", Key: tenant})))
 		require.NoError(t, jobs.Register(reg, func(context.Context, *jobs.Job[groupedExportB]) error { return nil },
 			jobs.ConcurrencyLimit(concurrency.Limit[groupedExportB]{To: 2, Group: "exports", Key: func(b groupedExportB) any { return b.Tenant }})))
-		findings, err = jobs.Check(context.Background(), reg, testdb.Public(h.store))
-		require.NoError(t, err)
-		for _, f := range findings {
-			require.NotEqual(t, jobs.CodeConcurrencyGroupMismatch, f.Code, f.String())
-		}
+		require.Empty(t, checkW005(t, h, reg))
 	})
 }
 
@@ -72,15 +75,8 @@ func TestCheckWarnsOfAConcurrencyGroupWithDifferentDurationThatAStartSkips(t *te
 		reg := jobs.NewRegistry()
 		require.NoError(t, jobs.Declare[groupedExportA](reg, jobs.ConcurrencyLimit(concurrency.Limit[groupedExportA]{To: 3, Duration: time.Minute, Group: "exports", Key: "t"})))
 		require.NoError(t, jobs.Declare[groupedExportB](reg, jobs.ConcurrencyLimit(concurrency.Limit[groupedExportB]{To: 3, Duration: 2 * time.Minute, Group: "exports", Key: "t"})))
-		findings, err := jobs.Check(ctx, reg, testdb.Public(h.store))
-		require.NoError(t, err)
-		var w005 []string
-		for _, f := range findings {
-			if f.Code == jobs.CodeConcurrencyGroupMismatch {
-				w005 = append(w005, f.String())
-			}
-		}
-		require.Len(t, w005, 1, "%v", findings)
+		w005 := checkW005(t, h, reg)
+		require.Len(t, w005, 1)
 		require.Contains(t, w005[0], "concurrency group exports is declared with different limits")
 		require.Contains(t, w005[0], "grouped_export_a: To 3, Duration 1m0s")
 		require.Contains(t, w005[0], "grouped_export_b: To 3, Duration 2m0s")

@@ -45,6 +45,30 @@ func holdSemaphore(t *testing.T, h *harness, key string) (commit func()) {
 	}
 }
 
+// heldSyncs declares accountSync under To, enqueues a job of accounts a
+// and b, and a second one of b in an app's transaction it leaves open,
+// holding b's semaphore; it returns the transaction's commit.
+func heldSyncs(t *testing.T, h *harness, to int) (commit func()) {
+	t.Helper()
+	require.NoError(t, jobs.Declare[accountSync](h.reg, syncLimit(to)))
+	h.enqueue(accountSync{Account: "a"})
+	h.enqueue(accountSync{Account: "b"})
+	tx, commitTx, rollback := callerTx(t, h.store)
+	committed := false
+	t.Cleanup(func() {
+		if !committed {
+			rollback()
+		}
+	})
+	_, err := h.client.EnqueueTx(context.Background(), tx, accountSync{Account: "b"})
+	require.NoError(t, err)
+	return func() {
+		t.Helper()
+		committed = true
+		commitTx()
+	}
+}
+
 // docs/concurrency.md, "A worker's start declares its limits": a key whose
 // semaphore another transaction holds as the worker starts — an app's
 // open transaction that enqueued a job of the key — does not hold up the
@@ -57,19 +81,7 @@ func TestAWorkersStartDeclaresItsLimitOnAHeldKeyAsSoonAsItsHolderCommits(t *test
 		if h.store.Dialect().Name() == "sqlite" {
 			t.Skip("one writer: an open transaction stops every other")
 		}
-		ctx := context.Background()
-		require.NoError(t, jobs.Declare[accountSync](h.reg, syncLimit(2)))
-		h.enqueue(accountSync{Account: "a"})
-		h.enqueue(accountSync{Account: "b"})
-		tx, commit, rollback := callerTx(t, h.store)
-		committed := false
-		defer func() {
-			if !committed {
-				rollback()
-			}
-		}()
-		_, err := h.client.EnqueueTx(ctx, tx, accountSync{Account: "b"})
-		require.NoError(t, err)
+		commit := heldSyncs(t, h, 2)
 
 		deployed := jobs.NewRegistry()
 		_, release := blockingSyncs(t, deployed, 5)
@@ -83,7 +95,6 @@ func TestAWorkersStartDeclaresItsLimitOnAHeldKeyAsSoonAsItsHolderCommits(t *test
 		require.Equal(t, 2, semaphoreOf(t, h, "account_sync/b").Limit, "held by the app's transaction")
 
 		commit()
-		committed = true
 		require.Eventually(t, func() bool { return semaphoreOf(t, h, "account_sync/b").Limit == 5 }, 20*time.Second, time.Millisecond,
 			"declared once the app's transaction committed")
 	})
@@ -103,19 +114,7 @@ func TestAnEarlierStartsDeclarationOnAHeldKeyDoesNotUndoALaterStarts(t *testing.
 		if h.store.Dialect().Name() == "sqlite" {
 			t.Skip("one writer: an open transaction stops every other")
 		}
-		ctx := context.Background()
-		require.NoError(t, jobs.Declare[accountSync](h.reg, syncLimit(3)))
-		h.enqueue(accountSync{Account: "a"})
-		h.enqueue(accountSync{Account: "b"})
-		tx, commit, rollback := callerTx(t, h.store)
-		committed := false
-		defer func() {
-			if !committed {
-				rollback()
-			}
-		}()
-		_, err := h.client.EnqueueTx(ctx, tx, accountSync{Account: "b"})
-		require.NoError(t, err)
+		commit := heldSyncs(t, h, 3)
 
 		older := jobs.NewRegistry()
 		_, release := blockingSyncs(t, older, 2)
@@ -131,7 +130,6 @@ func TestAnEarlierStartsDeclarationOnAHeldKeyDoesNotUndoALaterStarts(t *testing.
 		require.Equal(t, 2, semaphoreOf(t, h, "account_sync/a").Limit)
 		require.Equal(t, 3, semaphoreOf(t, h, "account_sync/b").Limit, "held by the app's transaction")
 		commit()
-		committed = true
 		require.Eventually(t, func() bool { return semaphoreOf(t, h, "account_sync/b").Limit == 2 }, 20*time.Second, time.Millisecond,
 			"the old worker's start, declared once the app's transaction committed")
 
@@ -139,7 +137,7 @@ func TestAnEarlierStartsDeclarationOnAHeldKeyDoesNotUndoALaterStarts(t *testing.
 		require.NoError(t, jobs.Declare[accountSync](newer, syncLimit(5)))
 		w2, err := jobs.NewWorker(testdb.Public(h.store), newer, jobs.WorkerConfig{Clock: h.clock, Logger: quiet(), Queues: []string{"elsewhere"}})
 		require.NoError(t, err)
-		_, err = w2.Drain(ctx)
+		_, err = w2.Drain(context.Background())
 		require.NoError(t, err)
 		require.Equal(t, 5, semaphoreOf(t, h, "account_sync/a").Limit, "the last start's")
 		require.Equal(t, 5, semaphoreOf(t, h, "account_sync/b").Limit, "the last start's")
