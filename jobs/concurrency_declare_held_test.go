@@ -229,3 +229,32 @@ func TestAWorkerWaitingForAHeldKeyStopsAtOnce(t *testing.T) {
 		require.Equal(t, 2, semaphoreOf(t, h, "account_sync/b").Limit, "the declaration was given up")
 	})
 }
+
+// A declaration the worker's start could not make (here the database
+// refuses every statement that names key a) is logged and tried again
+// in the background after a backoff that doubles, from 1 s, while the
+// worker runs; once the database takes it, the key gets the limit.
+func TestAWorkerTriesAFailedDeclarationAgainAfterABackoff(t *testing.T) {
+	each(t, func(t *testing.T, h *harness) {
+		require.NoError(t, jobs.Declare[accountSync](h.reg, syncLimit(2)))
+		h.enqueue(accountSync{Account: "a"})
+		fs, faults := testdb.WithFaults(h.store)
+		faults.SetPoison("account_sync/a")
+
+		deployed := jobs.NewRegistry()
+		require.NoError(t, jobs.Declare[accountSync](deployed, syncLimit(5)))
+		w, err := jobs.NewWorker(testdb.Public(fs), deployed, jobs.WorkerConfig{Clock: h.clock, Logger: quiet(), Queues: []string{"elsewhere"}})
+		require.NoError(t, err)
+		stop := h.run(w)
+		defer stop()
+		awaitTimer(t, h, t0.Add(time.Second)) // the start failed, and so did the first try after it
+		require.Equal(t, 2, semaphoreOf(t, h, "account_sync/a").Limit)
+		h.clock.Advance(time.Second)
+		awaitTimer(t, h, t0.Add(3*time.Second)) // failed again: 2 s more
+		require.Equal(t, 2, semaphoreOf(t, h, "account_sync/a").Limit)
+
+		faults.SetPoison("")
+		h.clock.Advance(2 * time.Second)
+		require.Eventually(t, func() bool { return semaphoreOf(t, h, "account_sync/a").Limit == 5 }, 20*time.Second, time.Millisecond)
+	})
+}
