@@ -59,7 +59,7 @@ const (
 	// (the plain sluice binary's), which cannot tell.
 	CodeStrayOverride = "W004"
 	// CodeConcurrencyGroupMismatch: kinds in one concurrency group declare
-	// different limits.
+	// different limits (To or Duration).
 	CodeConcurrencyGroupMismatch = "W005"
 	// CodeImpreciseDrain: a limit is so fine that a backlog drains slower
 	// than declared (ratelimit.Spec.DrainPrecise); the bound still holds.
@@ -175,17 +175,13 @@ func Check(ctx context.Context, r *Registry, pub *store.Store) ([]Finding, error
 	}
 	for _, sc := range sortedKeys(concScopes) {
 		kinds := concScopes[sc]
-		tos := map[int]bool{}
-		for _, spec := range kinds {
-			tos[spec.To] = true
-		}
-		if len(tos) > 1 {
+		if mixedLimits(kinds) {
 			var desc []string
 			for _, kind := range sortedKeys(kinds) {
-				desc = append(desc, fmt.Sprintf("%s: To %d", kind, kinds[kind].To))
+				desc = append(desc, fmt.Sprintf("%s: To %d, Duration %s", kind, kinds[kind].To, kinds[kind].Duration))
 			}
 			add(CodeConcurrencyGroupMismatch, SeverityWarning, "concurrency group %s is declared with different limits (%s); "+
-				"the key's limit is the To of the kind enqueued last", sc, strings.Join(desc, "; "))
+				"a key's limit is the one of the kind enqueued last, and a worker's start declares none on the group's keys", sc, strings.Join(desc, "; "))
 		}
 	}
 

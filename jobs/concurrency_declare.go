@@ -16,9 +16,11 @@ import (
 // start, on the semaphores of the keys they cover, as an enqueue of each
 // key would (engine.Store.DeclareSemaphores): a deploy that raised To
 // reaches a backlog of blocked jobs without waiting for a new job of
-// their very key. A scope is declared on once; its semaphores another
-// transaction held then are declared on again at each later call, until
-// none is left; after that nothing runs.
+// their very key. Each scope is walked once, skipping the semaphores
+// another transaction holds; those are then declared on one at a time,
+// each waiting for its lock as an enqueue would, so that the starts that
+// wait on a held key declare on it in the order they queued for it. After
+// that nothing runs.
 type slotDeclarations struct {
 	// limits are the declared limits, by scope.
 	limits map[string]concurrency.Spec
@@ -29,10 +31,10 @@ type slotDeclarations struct {
 
 	mu     sync.Mutex
 	warned bool
-	// walked are the scopes declared on whole; busy the semaphores of
-	// each that another transaction held, left to declare on.
+	// walked are the scopes declared on whole; held the semaphores of
+	// each that another transaction held then, left to declare on.
 	walked map[string]bool
-	busy   map[string][]string
+	held   map[string][]string
 }
 
 // newSlotDeclarations returns the concurrency limits reg declares, or nil
@@ -42,27 +44,35 @@ func newSlotDeclarations(reg *Registry) *slotDeclarations {
 	if len(scopes) == 0 {
 		return nil
 	}
-	d := &slotDeclarations{limits: map[string]concurrency.Spec{}, walked: map[string]bool{}, busy: map[string][]string{}}
+	d := &slotDeclarations{limits: map[string]concurrency.Spec{}, walked: map[string]bool{}, held: map[string][]string{}}
 	for scope, kinds := range scopes {
-		specs := slices.Collect(maps.Values(kinds))
-		if slices.ContainsFunc(specs, func(s concurrency.Spec) bool { return !sameLimit(s, specs[0]) }) {
+		if mixedLimits(kinds) {
 			d.mixed = append(d.mixed, scope)
 			continue
 		}
-		d.limits[scope] = specs[0]
+		for _, spec := range kinds {
+			d.limits[scope] = spec
+			break
+		}
 	}
 	slices.Sort(d.mixed)
 	return d
 }
 
-// sameLimit reports whether two specs declare the same limit: what a
-// semaphore records of one (To and Duration).
-func sameLimit(a, b concurrency.Spec) bool { return a.To == b.To && a.Duration == b.Duration }
+// mixedLimits reports whether the kinds of a concurrency scope declare
+// different limits: differ in what a semaphore records of one (To or
+// Duration).
+func mixedLimits(kinds map[string]concurrency.Spec) bool {
+	specs := slices.Collect(maps.Values(kinds))
+	return slices.ContainsFunc(specs, func(s concurrency.Spec) bool { return s.To != specs[0].To || s.Duration != specs[0].Duration })
+}
 
-// declare declares each limit on the semaphores of its scope not declared
-// on yet (all of them at the first call), and returns the errors of those
-// whose call failed, which the next call tries again.
-func (d *slotDeclarations) declare(ctx context.Context, s *engine.Store, c engine.Clock, log *slog.Logger) error {
+// declare declares each limit on the semaphores of its scope, walking
+// each scope not walked yet and skipping the semaphores another
+// transaction holds; then, with wait, on those held, one at a time,
+// waiting for each one's lock. It returns the errors of the calls that
+// failed, whose scopes or keys the next call tries again.
+func (d *slotDeclarations) declare(ctx context.Context, s *engine.Store, c engine.Clock, log *slog.Logger, wait bool) error {
 	d.mu.Lock()
 	defer d.mu.Unlock()
 	if !d.warned {
@@ -74,29 +84,65 @@ func (d *slotDeclarations) declare(ctx context.Context, s *engine.Store, c engin
 	}
 	var errs []error
 	for _, scope := range slices.Sorted(maps.Keys(d.limits)) {
-		walked := d.walked[scope]
-		if walked && len(d.busy[scope]) == 0 {
-			continue
-		}
 		spec := d.limits[scope]
 		decl := engine.SlotDeclaration{Scope: scope, To: spec.To, Duration: spec.Duration}
-		if walked {
-			decl.Keys = d.busy[scope]
+		if !d.walked[scope] {
+			got, err := s.DeclareSemaphores(ctx, c, decl)
+			if err != nil {
+				errs = append(errs, err)
+				continue
+			}
+			d.walked[scope], d.held[scope] = true, got.Busy
+			declaredLog(log, scope, spec, got)
 		}
-		got, err := s.DeclareSemaphores(ctx, c, decl)
-		if err != nil {
-			errs = append(errs, err)
+		if !wait {
 			continue
 		}
-		d.walked[scope], d.busy[scope] = true, got.Busy
-		if got.Changed > 0 {
-			log.Info("sluice: declared a concurrency limit on the keys that recorded another", "scope", scope, "to", spec.To,
-				"keys", got.Changed, "unblocked", got.Unblocked)
+		var left []string
+		for keys := d.held[scope]; len(keys) > 0; {
+			if ctx.Err() != nil {
+				left = append(left, keys...)
+				break
+			}
+			decl.Keys, decl.Wait = keys[:1], true
+			got, err := s.DeclareSemaphores(ctx, c, decl)
+			if err != nil {
+				// Tried again at the next call, after the others.
+				errs, left = append(errs, err), append(left, keys[0])
+				keys = keys[1:]
+				continue
+			}
+			// A key whose row was made again while the declaration
+			// waited for it is declared on again, after the others.
+			keys = append(keys[1:], got.Busy...)
+			declaredLog(log, scope, spec, got)
 		}
-		if len(got.Busy) > 0 {
-			log.Debug("sluice: concurrency keys held by another transaction; the worker declares their limit again at its next refresh",
-				"scope", scope, "keys", len(got.Busy))
-		}
+		d.held[scope] = left
 	}
 	return errors.Join(errs...)
+}
+
+// pending reports whether a scope is left to walk or a held key to
+// declare on.
+func (d *slotDeclarations) pending() bool {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	for scope := range d.limits {
+		if !d.walked[scope] || len(d.held[scope]) > 0 {
+			return true
+		}
+	}
+	return false
+}
+
+// declaredLog logs what a declaration of spec on scope did.
+func declaredLog(log *slog.Logger, scope string, spec concurrency.Spec, got engine.Declared) {
+	if got.Changed > 0 {
+		log.Info("sluice: declared a concurrency limit on the keys that recorded another", "scope", scope, "to", spec.To,
+			"keys", got.Changed, "unblocked", got.Unblocked)
+	}
+	if len(got.Busy) > 0 {
+		log.Debug("sluice: concurrency keys held by another transaction; the worker declares their limit as soon as it ends",
+			"scope", scope, "keys", len(got.Busy))
+	}
 }

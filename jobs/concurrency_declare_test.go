@@ -155,48 +155,6 @@ func TestAWorkersStartLowersTheLimitOfAKeyWithHolders(t *testing.T) {
 	})
 }
 
-// A key whose semaphore another transaction holds as the worker starts —
-// an app's open transaction that enqueued a job of the key — does not
-// hold up the start: the worker declares its limit on the other keys,
-// and on that one at its first refresh after the transaction ends.
-func TestAWorkersStartDeclaresItsLimitOnAHeldKeyAtALaterRefresh(t *testing.T) {
-	each(t, func(t *testing.T, h *harness) {
-		if h.store.Dialect().Name() == "sqlite" {
-			t.Skip("one writer: an open transaction stops every other")
-		}
-		ctx := context.Background()
-		require.NoError(t, jobs.Declare[accountSync](h.reg, syncLimit(2)))
-		h.enqueue(accountSync{Account: "a"})
-		h.enqueue(accountSync{Account: "b"})
-		tx, commit, rollback := callerTx(t, h.store)
-		committed := false
-		defer func() {
-			if !committed {
-				rollback()
-			}
-		}()
-		_, err := h.client.EnqueueTx(ctx, tx, accountSync{Account: "b"})
-		require.NoError(t, err)
-
-		deployed := jobs.NewRegistry()
-		_, release := blockingSyncs(t, deployed, 5)
-		w, err := jobs.NewWorker(testdb.Public(h.store), deployed, jobs.WorkerConfig{Clock: h.clock, Logger: quiet(), OverrideRefresh: 5 * time.Second})
-		require.NoError(t, err)
-		stop := h.run(w)
-		defer stop()
-		defer close(release)
-		awaitTimer(t, h, t0.Add(5*time.Second)) // the start's declaration is done
-		require.Equal(t, 5, semaphoreOf(t, h, "account_sync/a").Limit)
-		require.Equal(t, 2, semaphoreOf(t, h, "account_sync/b").Limit, "held by the app's transaction: left for later")
-
-		commit()
-		committed = true
-		h.clock.Advance(5 * time.Second)
-		awaitTimer(t, h, t0.Add(10*time.Second))
-		require.Equal(t, 5, semaphoreOf(t, h, "account_sync/b").Limit)
-	})
-}
-
 // Each worker's start declares its own limit, as each enqueue does: in a
 // rolling deploy whose old and new workers start in turn, a key's limit
 // is the one the last to start declared (or the last enqueue). A worker

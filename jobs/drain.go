@@ -40,8 +40,11 @@ func (r DrainResult) Ran() int {
 // advance a fake clock count), so a drain longer than DeadAfter is not
 // presumed dead; one that learns it was anyway (it stalled past DeadAfter)
 // registers again, and claims again instead of running the rest of the
-// claim it had made, even when registering again failed. It is meant for
-// tests and scripts.
+// claim it had made, even when registering again failed. Its first
+// round declares the worker's concurrency limits on their keys, as Run's
+// start does, and waits for the keys another transaction holds (as an
+// enqueue of them would): a transaction that holds one open holds the
+// drain until it ends or ctx is done. It is meant for tests and scripts.
 func (w *Worker) Drain(ctx context.Context) (DrainResult, error) {
 	var out DrainResult
 	if err := w.store.CheckSchema(ctx); err != nil {
@@ -79,7 +82,9 @@ func (w *Worker) Drain(ctx context.Context) (DrainResult, error) {
 			}
 		}
 		if w.declared != nil {
-			if err := w.declared.declare(ctx, w.store, now, w.log); err != nil {
+			// Waiting for the keys another transaction holds, as an
+			// enqueue would: Drain returns with every key declared on.
+			if err := w.declared.declare(ctx, w.store, now, w.log, true); err != nil {
 				return out, fmt.Errorf("jobs: drain: %w", err)
 			}
 		}

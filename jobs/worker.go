@@ -126,9 +126,7 @@ type WorkerConfig struct {
 	// job runs anyway. Budgets advance as if enforcing.
 	ShadowLimits bool
 	// OverrideRefresh is how often the worker reads the rate-limit
-	// overrides set at run time (sluice limits set), and declares its
-	// concurrency limits on the keys whose semaphores another transaction
-	// held at its start (docs/concurrency.md). Defaults to 5s.
+	// overrides set at run time (sluice limits set). Defaults to 5s.
 	OverrideRefresh time.Duration
 	// MaxRetryAfter caps the wait a handler's RetryAfter error asks for.
 	// Defaults to 1 hour.
@@ -414,13 +412,16 @@ func (w *Worker) Run(ctx context.Context) error {
 		}
 	}
 	w.declareSlots(ctx)
-	if w.limits != nil || w.declared != nil {
+	declared := make(chan struct{})
+	go func() { defer close(declared); w.declareHeldSlots(ctx) }()
+	if w.limits != nil {
 		go w.refreshOverrides(beatCtx)
 	}
 	w.log.Info("sluice: worker started", "process_id", w.pid.Load(), "queues", w.cfg.Queues, "concurrency", w.cfg.Concurrency)
 
 	w.loop(ctx, jobsCtx, wake)
 	w.sweeps.Wait()
+	<-declared
 
 	w.stopping.Store(true)
 	w.shutdown(stopJobs)
@@ -900,9 +901,7 @@ func countLimited(js []*engine.Job) int {
 
 // refreshOverrides reads the rate-limit overrides every OverrideRefresh
 // until ctx is done, and hands a limit an override changed to the
-// budgets whose jobs are all parked (limitsView.reprice); and declares
-// the worker's concurrency limits on the semaphores that another
-// transaction held when it last tried (declareSlots).
+// budgets whose jobs are all parked (limitsView.reprice).
 func (w *Worker) refreshOverrides(ctx context.Context) {
 	t := w.clock.NewTimer(w.cfg.OverrideRefresh)
 	defer t.Stop()
@@ -912,27 +911,53 @@ func (w *Worker) refreshOverrides(ctx context.Context) {
 			return
 		case <-t.C():
 		}
-		if w.limits != nil {
-			if err := w.limits.refresh(ctx, w.store, w.storeClock(), w.cfg.Horizon); err != nil && ctx.Err() == nil {
-				w.log.Warn("sluice: refresh rate-limit overrides", "err", err)
-			}
+		if err := w.limits.refresh(ctx, w.store, w.storeClock(), w.cfg.Horizon); err != nil && ctx.Err() == nil {
+			w.log.Warn("sluice: refresh rate-limit overrides", "err", err)
 		}
-		w.declareSlots(ctx)
 		t.Reset(w.cfg.OverrideRefresh)
 	}
 }
 
 // declareSlots declares the worker's concurrency limits on the semaphores
 // of their keys that record another (slotDeclarations.declare), at its
-// start, and then on those another transaction held, logging a failure,
-// which the next refresh tries again. Nothing runs without a concurrency
-// limit, nor once every semaphore is declared on.
+// start, skipping those another transaction holds (declareHeldSlots
+// declares on them). A failure is logged, and declareHeldSlots tries
+// again. Nothing runs without a concurrency limit.
 func (w *Worker) declareSlots(ctx context.Context) {
 	if w.declared == nil {
 		return
 	}
-	if err := w.declared.declare(ctx, w.store, w.storeClock(), w.log); err != nil && ctx.Err() == nil {
-		w.log.Warn("sluice: declare concurrency limits", "err", err)
+	if err := w.declared.declare(ctx, w.store, w.storeClock(), w.log, false); err != nil && ctx.Err() == nil {
+		w.log.Warn("sluice: declare concurrency limits; trying again", "err", err)
+	}
+}
+
+// declareHeldSlots declares the worker's concurrency limits on what its
+// start left (declareSlots): the keys another transaction held, each in
+// a transaction that waits for its lock, so that the limit lands as soon
+// as the holder ends, and in the order the starts that wait on the key
+// queued for it; and the scopes whose declaration failed. A failure
+// (a lock wait that timed out, a lost connection) is logged and tried
+// again after a backoff, from 1 s doubling to a minute, until everything
+// is declared or ctx is done. Run waits for it before it returns.
+func (w *Worker) declareHeldSlots(ctx context.Context) {
+	if w.declared == nil {
+		return
+	}
+	for failures := 0; w.declared.pending() && ctx.Err() == nil; {
+		err := w.declared.declare(ctx, w.store, w.storeClock(), w.log, true)
+		if err == nil || ctx.Err() != nil {
+			continue
+		}
+		failures++
+		pause := min(time.Second<<min(failures-1, 6), time.Minute)
+		w.log.Warn("sluice: declare concurrency limits on the keys another transaction held", "err", err, "retry_in", pause)
+		t := w.clock.NewTimer(pause)
+		select {
+		case <-ctx.Done():
+		case <-t.C():
+		}
+		t.Stop()
 	}
 }
 

@@ -201,94 +201,6 @@ func TestTwoRepricesAtOnceRepriceEachBudgetOnce(t *testing.T) {
 	})
 }
 
-// waitForLockWait waits until a statement of s's database (the scratch
-// schema or database of this test) whose text contains every one of parts
-// waits for a row lock another transaction holds, and reports whether one
-// did. There is no event to wait on, so it polls the database's own view of
-// its lock waits, every 5 ms: on PostgreSQL pg_stat_activity, keeping the
-// backends that hold a lock on this schema's table (other tests
-// share the server); on MariaDB the InnoDB monitor's list of transactions,
-// which shows a locking read's wait where INNODB_TRX may not, keeping those
-// whose locks name this test's database. It is bounded: each poll has 2 s,
-// and after 10 s in all it fails the test and returns false, so that the
-// caller goes on (a statement that never waits, or a deadlock the database
-// broke first, then shows in the caller's own checks) and nothing hangs.
-// It fails the test with Errorf, never FailNow: it runs in a hook of a
-// claim while another goroutine reprices.
-func waitForLockWait(t *testing.T, s *engine.Store, table string, parts ...string) bool {
-	t.Helper()
-	waiting := func() (bool, error) {
-		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
-		defer cancel()
-		switch s.Dialect().Name() {
-		case "postgres":
-			q := `SELECT count(*) FROM pg_stat_activity a WHERE a.datname = current_database() AND a.wait_event_type = 'Lock' AND a.query LIKE $1
-  AND EXISTS (SELECT 1 FROM pg_locks l WHERE l.pid = a.pid AND l.relation = to_regclass($2))`
-			var n int64
-			rows, err := s.DB().Query(ctx, q, "%"+strings.Join(parts, "%")+"%", table)
-			if err != nil {
-				return false, err
-			}
-			defer rows.Close()
-			for rows.Next() {
-				if err := rows.Scan(&n); err != nil {
-					return false, err
-				}
-			}
-			return n > 0, rows.Err()
-		case "mysql":
-			var db string
-			rows, err := s.DB().Query(ctx, "SELECT DATABASE()")
-			if err != nil {
-				return false, err
-			}
-			for rows.Next() {
-				if err := rows.Scan(&db); err != nil {
-					rows.Close()
-					return false, err
-				}
-			}
-			rows.Close()
-			rows, err = s.DB().Query(ctx, "SHOW ENGINE INNODB STATUS")
-			if err != nil {
-				return false, err
-			}
-			defer rows.Close()
-			for rows.Next() {
-				var typ, name, status string
-				if err := rows.Scan(&typ, &name, &status); err != nil {
-					return false, err
-				}
-				for _, trx := range strings.Split(status, "---TRANSACTION") {
-					match := strings.Contains(trx, "LOCK WAIT") && strings.Contains(trx, "`"+db+"`")
-					for _, p := range parts {
-						match = match && strings.Contains(trx, p)
-					}
-					if match {
-						return true, nil
-					}
-				}
-			}
-			return false, rows.Err()
-		}
-		return false, fmt.Errorf("no lock waits to read on %s", s.Dialect().Name())
-	}
-	deadline := time.Now().Add(10 * time.Second)
-	for time.Now().Before(deadline) {
-		ok, err := waiting()
-		if err != nil {
-			t.Errorf("read the lock waits: %v", err)
-			return false
-		}
-		if ok {
-			return true
-		}
-		time.Sleep(5 * time.Millisecond)
-	}
-	t.Errorf("no statement with %q waited for a lock within 10 s", parts)
-	return false
-}
-
 // count returns how many of stmts contain every one of parts.
 func count(stmts []string, parts ...string) int {
 	n := 0
@@ -378,7 +290,7 @@ func TestRepriceLocksTheBudgetsOfAScopeInKeyOrderBesideAClaim(t *testing.T) {
 			// Reprice's lock of its budgets waits for k/a: the only
 			// statement of this test's database that can wait for a
 			// budget, as the claim, held here, runs nothing meanwhile.
-			waitForLockWait(t, s, "sluice_budgets", "FROM sluice_budgets", "FOR UPDATE")
+			testdb.WaitForLockWaits(t, s, 1, "sluice_budgets", "FROM sluice_budgets", "FOR UPDATE")
 		}
 		_, err = rc.Claim(ctx, engine.ClaimParams{ProcessID: pid, Queues: []string{"default"}, Max: 5, Clock: engine.At(now),
 			Limits: looser, BudgetHint: []string{"k/a"}})

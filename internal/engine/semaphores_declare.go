@@ -20,6 +20,13 @@ type SlotDeclaration struct {
 	// Keys, when not nil, are the only semaphores of the scope to declare
 	// on: those an earlier call left busy (Declared.Busy).
 	Keys []string
+	// Wait, with Keys, declares on each key in a transaction of its own
+	// that waits for the key's lock (as an enqueue locks its semaphores,
+	// LockSemaphores) instead of skipping it: declarations that wait on a
+	// held key land in the order they queued for it, once its holder
+	// ends, and the wait holds no other row. Without Keys it does
+	// nothing: a walk of the scope waits for no lock.
+	Wait bool
 	// Batch is how many semaphores one transaction changes at most;
 	// DefaultRepriceBatch when 0.
 	Batch int
@@ -33,7 +40,8 @@ type Declared struct {
 	// freed.
 	Unblocked int
 	// Busy are the semaphores, sorted, that another transaction held and
-	// that it left as they were, to be declared on again later.
+	// that it left as they were, to be declared on again later (with
+	// Wait, those whose row was deleted and made again while it waited).
 	Busy []string
 }
 
@@ -50,11 +58,12 @@ type Declared struct {
 // It works in transactions of at most Batch semaphores, each of which
 // finds them without locking them, then locks those no other transaction
 // holds, in key order and waiting for none, checks them again and reads
-// c's time after its locks. It never waits for a lock: a semaphore another
-// transaction holds (an enqueue, a finish, an app's open transaction that
-// enqueued a job of the key) is left as it is and returned in Busy, for
-// the caller to try again. It is idempotent: a semaphore that records the
-// limit already is not locked.
+// c's time after its locks. Unless d.Wait, it never waits for a lock: a
+// semaphore another transaction holds (an enqueue, a finish, an app's open
+// transaction that enqueued a job of the key) is left as it is and
+// returned in Busy, for the caller to declare on again, by name (d.Keys),
+// waiting for it if it likes (d.Wait). It is idempotent: a semaphore that
+// records the limit already is changed by none of it.
 func (s *Store) DeclareSemaphores(ctx context.Context, c Clock, d SlotDeclaration) (Declared, error) {
 	if d.Batch <= 0 {
 		d.Batch = DefaultRepriceBatch
@@ -66,6 +75,9 @@ func (s *Store) DeclareSemaphores(ctx context.Context, c Clock, d SlotDeclaratio
 		out.Busy = append(out.Busy, got.Busy...)
 	}
 	if d.Keys != nil {
+		if d.Wait {
+			d.Batch = 1 // a wait holds no other row
+		}
 		for keys := range slices.Chunk(sortedKeys(d.Keys), d.Batch) {
 			_, _, got, err := s.declareBatch(ctx, c, d, "", keys)
 			add(got)
@@ -93,7 +105,9 @@ func (s *Store) DeclareSemaphores(ctx context.Context, c Clock, d SlotDeclaratio
 // declareBatch is one transaction of DeclareSemaphores: it declares d on
 // keys or, when keys is nil, on up to d.Batch semaphores of d's scope
 // after after whose limit differs, and returns how many it found, the
-// last it found (in the order of the walk) and what it did.
+// last it found (in the order of the walk) and what it did. It locks the
+// semaphores skipping those another transaction holds, or waiting for
+// them when it declares on keys with d.Wait.
 func (s *Store) declareBatch(ctx context.Context, c Clock, d SlotDeclaration, after string, keys []string) (found int, last string, got Declared, err error) {
 	var queues []string
 	err = s.inTx(ctx, func(tx Tx) error {
@@ -111,8 +125,12 @@ func (s *Store) declareBatch(ctx context.Context, c Clock, d SlotDeclaration, af
 			found, last = len(names), names[len(names)-1]
 		}
 		sl := s.newSlots(tx)
-		if err := s.lockByName(ctx, tx, sortedKeys(names), s.q.LockFreeSemaphores, nil, nil, nil, sl.has, sl.load, nil); err != nil {
-			return fmt.Errorf("lock free semaphores: %w", err)
+		lock, what := s.q.LockFreeSemaphores, "lock free semaphores"
+		if keys != nil && d.Wait {
+			lock, what = s.q.LockSemaphores, "lock semaphores"
+		}
+		if err := s.lockByName(ctx, tx, sortedKeys(names), lock, nil, nil, nil, sl.has, sl.load, nil); err != nil {
+			return fmt.Errorf("%s: %w", what, err)
 		}
 		at, err := s.now(ctx, tx, c)
 		if err != nil {
@@ -155,7 +173,8 @@ func (s *Store) declareBatch(ctx context.Context, c Clock, d SlotDeclaration, af
 // existing returns which of keys (sorted) have a row, read without
 // locking them: of the semaphores a locking read that skips held rows did
 // not find, those another transaction holds (the others were deleted as
-// idle since they were found).
+// idle since they were found); of those a waiting one did not find, those
+// whose row was made again while it waited.
 func (s *Store) existing(ctx context.Context, ex Executor, keys []string) ([]string, error) {
 	if len(keys) == 0 {
 		return nil, nil

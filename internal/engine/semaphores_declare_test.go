@@ -226,3 +226,51 @@ func TestDeclaringALimitSkipsTheSemaphoresAnotherTransactionHolds(t *testing.T) 
 		require.Equal(t, 2, semaphore(t, s, "acct/2").Held)
 	})
 }
+
+// Declared by name with Wait, a semaphore another transaction holds — an
+// app's open transaction that enqueued a job of the key — is waited for,
+// as an enqueue waits, and gets the limit once the transaction commits.
+// Each key is declared in a transaction of its own: the one no one holds
+// is declared and committed while the other is waited for, and an enqueue
+// of it meanwhile goes through.
+func TestDeclaringALimitByNameWithWaitWaitsForEachHeldKeyAlone(t *testing.T) {
+	eachApp(t, func(t *testing.T, s *engine.Store, _ func() *engine.Store, app func() appDB) {
+		if s.Dialect().Name() == "sqlite" {
+			t.Skip("one writer: an open transaction stops every other")
+		}
+		ctx := context.Background()
+		enqueue(t, s, t0, slotted("acct/1", 2), slotted("acct/2", 2))
+		a := app()
+		tx := a.begin(t)
+		_, err := a.s.Enqueue(ctx, tx.ex, engine.At(t0), []engine.NewJob{slotted("acct/2", 2)})
+		require.NoError(t, err)
+
+		d := declaration("acct", 3)
+		d.Keys, d.Wait = []string{"acct/2", "acct/1"}, true
+		var got engine.Declared
+		done := make(chan error, 1)
+		go func() {
+			var err error
+			got, err = s.DeclareSemaphores(ctx, engine.At(at(time.Second)), d)
+			done <- err
+		}()
+		testdb.WaitForLockWaits(t, s, 1, "sluice_semaphores", "FROM sluice_semaphores", "FOR UPDATE")
+		require.Equal(t, 3, semaphore(t, s, "acct/1").Limit, "declared in a transaction of its own, before the held key")
+		require.Equal(t, 2, semaphore(t, s, "acct/2").Limit, "held by the app")
+		bounded, cancel := context.WithTimeout(ctx, 10*time.Second)
+		defer cancel()
+		_, err = s.Enqueue(bounded, nil, engine.At(at(time.Second)), []engine.NewJob{slotted("acct/1", 3)})
+		require.NoError(t, err, "acct/1 is not held while the declaration waits")
+		select {
+		case err := <-done:
+			t.Fatalf("the declaration returned (%v) while the app held acct/2", err)
+		default:
+		}
+
+		require.NoError(t, tx.commit())
+		require.NoError(t, <-done)
+		require.Equal(t, engine.Declared{Changed: 2}, got)
+		require.Equal(t, 3, semaphore(t, s, "acct/2").Limit)
+		require.Equal(t, 2, semaphore(t, s, "acct/2").Held)
+	})
+}

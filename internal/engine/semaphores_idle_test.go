@@ -170,7 +170,7 @@ func TestAnEnqueueWaitingForTheCleanUpCreatesTheSemaphoreAgain(t *testing.T) {
 				defer wg.Done()
 				got, enqErr = other.Enqueue(ctx, nil, engine.At(now), []engine.NewJob{slotted("k", 1), slotted("k", 1)})
 			}()
-			waitForLockWait(t, s, "sluice_semaphores", "INSERT INTO sluice_semaphores")
+			testdb.WaitForLockWaits(t, s, 1, "sluice_semaphores", "INSERT INTO sluice_semaphores")
 		}
 		deleted, err := rs.ClearIdleSemaphores(ctx, engine.At(now), engine.SemaphoreIdleAge, 500, 0)
 		wg.Wait()

@@ -87,6 +87,14 @@ func (f *Faults) Pending() bool {
 	return false
 }
 
+// SetPoison sets Poison ("" for none) while the store may be running
+// statements.
+func (f *Faults) SetPoison(marker string) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.Poison = marker
+}
+
 // Clear drops every fault not yet fired.
 func (f *Faults) Clear() {
 	f.mu.Lock()
