@@ -124,6 +124,37 @@ func (r *keyRowRace) twoWaiters(release func() error) [2]error {
 	return errs
 }
 
+// oneJobOfTheCommittedCalls checks the outcome of twoWaiters whose key
+// row vanished under them: at least one waiter's transaction committed;
+// on MySQL the other may have got a deadlock (1213), which its caller
+// runs again (docs/concurrency.md lists it), and on the other databases
+// both commit; either way the key has one pending job holding exactly the
+// committed calls.
+func (r *keyRowRace) oneJobOfTheCommittedCalls(errs [2]error) {
+	t := r.t
+	committed := 0
+	for i, err := range errs {
+		if err == nil {
+			committed++
+			continue
+		}
+		require.Equal(t, "mysql", r.b.Name, "waiter %d: %v", i, err)
+		require.True(t, r.s.Dialect().IsRetryable(err), "waiter %d: only a deadlock, to run again: %v", i, err)
+	}
+	require.Positive(t, committed, "at least one waiter's transaction commits")
+	var calls int
+	rows, err := r.s.DB().Query(context.Background(), "SELECT calls FROM sluice_jobs WHERE coalesce_key IS NOT NULL AND state <> 'completed'")
+	require.NoError(t, err)
+	n := 0
+	for rows.Next() {
+		require.NoError(t, rows.Scan(&calls))
+		n++
+	}
+	rows.Close()
+	require.Equal(t, 1, n, "the key has one pending job")
+	require.Equal(t, committed, calls, "holding the committed calls")
+}
+
 // A caller's transaction creates a key's row (and job), two other
 // callers' transactions wait on that row, and the first rolls back: the
 // row vanishes under both waiters. On PostgreSQL and SQLite both go on.
@@ -142,28 +173,7 @@ func TestTwoCallsWaitingOnAKeyRowThatRollsBack(t *testing.T) {
 				tx, _, rollback := first.begin()
 				_, err := first.client.EnqueueTx(context.Background(), tx, pushSKU{Shop: 1, SKU: "rolled back"})
 				require.NoError(t, err)
-				errs := r.twoWaiters(rollback)
-				committed := 0
-				for i, err := range errs {
-					if err == nil {
-						committed++
-						continue
-					}
-					require.Equal(t, "mysql", b.Name, "waiter %d: %v", i, err)
-					require.True(t, r.s.Dialect().IsRetryable(err), "waiter %d: only a deadlock, to run again: %v", i, err)
-				}
-				require.Positive(t, committed, "at least one waiter's transaction commits")
-				var calls int
-				rows, err := r.s.DB().Query(context.Background(), "SELECT calls FROM sluice_jobs WHERE coalesce_key IS NOT NULL")
-				require.NoError(t, err)
-				n := 0
-				for rows.Next() {
-					require.NoError(t, rows.Scan(&calls))
-					n++
-				}
-				rows.Close()
-				require.Equal(t, 1, n, "the key has one pending job")
-				require.Equal(t, committed, calls, "holding the committed calls")
+				r.oneJobOfTheCommittedCalls(r.twoWaiters(rollback))
 			})
 		}
 	}
@@ -175,7 +185,10 @@ func TestTwoCallsWaitingOnAKeyRowThatRollsBack(t *testing.T) {
 // insert wait, then insert it anew"): a transaction that does what one of
 // its batches does — locks the row of a key whose job was claimed, and
 // deletes it — while two callers' transactions wait on the row, then
-// commits. Both go on, on every database (a regression test: it passes).
+// commits. Both go on on PostgreSQL and SQLite. On MySQL the row vanishes
+// under both waiters as after a rollback, and when InnoDB has not purged
+// it yet (a loaded machine: CI saw it once) one of them can get a
+// deadlock to run again, as in TestTwoCallsWaitingOnAKeyRowThatRollsBack.
 func TestTwoCallsWaitingOnAKeyRowTheCleanUpDeletes(t *testing.T) {
 	for _, pool := range []string{"app", "store"} {
 		for _, b := range testdb.Backends(t) {
@@ -208,9 +221,7 @@ func TestTwoCallsWaitingOnAKeyRowTheCleanUpDeletes(t *testing.T) {
 				require.Len(t, names, 1)
 				_, err = cleaner.Exec(ctx, "DELETE FROM sluice_coalesce_keys WHERE name = '"+names[0]+"'")
 				require.NoError(t, err)
-				errs := r.twoWaiters(func() error { return cleaner.Commit(ctx) })
-				require.NoError(t, errs[0], "the first waiter's transaction")
-				require.NoError(t, errs[1], "the second waiter's transaction")
+				r.oneJobOfTheCommittedCalls(r.twoWaiters(func() error { return cleaner.Commit(ctx) }))
 			})
 		}
 	}
