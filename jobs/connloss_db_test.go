@@ -41,6 +41,11 @@ type connLossDB struct {
 	mu        sync.Mutex
 	failStmt  func(q string) bool
 	loseReply func(stmts []string) bool
+	// deaf, set before a worker subscribes, drops PostgreSQL's wake-ups:
+	// an enqueue then wakes the worker once (in process), as on the other
+	// databases, not a second time when its notification arrives, for
+	// tests that count the rounds a wake-up starts.
+	deaf bool
 }
 
 func (d *connLossDB) fail(q string) bool {
@@ -78,9 +83,9 @@ func (d *connLossDB) Query(ctx context.Context, q string, args ...any) (engine.R
 	return rows, err
 }
 
-// Listen keeps PostgreSQL's wake-ups.
+// Listen keeps PostgreSQL's wake-ups, unless deaf.
 func (d *connLossDB) Listen(ctx context.Context, channel string, fn func(string)) error {
-	if l, ok := d.DB.(engine.Listener); ok {
+	if l, ok := d.DB.(engine.Listener); ok && !d.deaf {
 		return l.Listen(ctx, channel, fn)
 	}
 	<-ctx.Done()

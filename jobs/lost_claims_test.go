@@ -89,6 +89,7 @@ func TestAPendingStrayReleaseLeavesTheWorkersOwnJobsAlone(t *testing.T) {
 		runs := map[int]int{}
 		started := make(chan int, 10)
 		unblock := make(chan struct{})
+		release := sync.OnceFunc(func() { close(unblock) })
 		require.NoError(t, jobs.Register(h.reg, func(_ context.Context, j *jobs.Job[connJob]) error {
 			mu.Lock()
 			runs[j.Args.N]++
@@ -100,6 +101,10 @@ func TestAPendingStrayReleaseLeavesTheWorkersOwnJobsAlone(t *testing.T) {
 			return nil
 		}))
 		s, db, client := lossStore(h)
+		// One round per wake-up: a second one, woken by PostgreSQL's
+		// notification of job 2's enqueue, would release the stray before
+		// the test sees it running.
+		db.deaf = true
 		// Job 3's result cannot be written (the connection fails at its
 		// completion) until holdResults is cleared.
 		holdResults := true
@@ -133,6 +138,7 @@ func TestAPendingStrayReleaseLeavesTheWorkersOwnJobsAlone(t *testing.T) {
 		require.NoError(t, err)
 		stop := h.run(w)
 		defer stop()
+		defer release() // before stop: job 1 ends even if the test fails
 		require.ElementsMatch(t, []int{1, 3}, receive(t, started, 2))
 
 		// The next claim lands, its reply lost; the release after it fails.
@@ -155,7 +161,7 @@ func TestAPendingStrayReleaseLeavesTheWorkersOwnJobsAlone(t *testing.T) {
 		db.mu.Lock()
 		holdResults = false
 		db.mu.Unlock()
-		close(unblock)
+		release()
 		completed := func() int {
 			js, err := h.store.ListJobs(context.Background(), engine.JobFilter{State: engine.StateCompleted, Limit: 10})
 			require.NoError(t, err)
