@@ -2,6 +2,7 @@ package jobs_test
 
 import (
 	"context"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -9,7 +10,9 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/sluicequeue/sluice/coalesce"
+	"github.com/sluicequeue/sluice/concurrency"
 	"github.com/sluicequeue/sluice/jobs"
+	"github.com/sluicequeue/sluice/ratelimit"
 )
 
 // Review of extreme values: findings, each a failing test on main.
@@ -141,4 +144,26 @@ func TestReviewATimeKeyNamesTheInstantNotItsLocation(t *testing.T) {
 		require.NoError(t, err)
 		require.True(t, utc.Joined, "the same instant in UTC (%s) makes another key than %s", day.UTC(), day)
 	})
+}
+
+type rxLongKind struct{}
+
+func (rxLongKind) Kind() string { return strings.Repeat("k", 250) }
+
+// DESIGN.md: "Bad input gets a clear error, at the earliest point". A
+// literal key (Key: "global") is the same for every job, so its stored
+// form, SCOPE/global, is known at registration; a kind (or Group) of 250
+// bytes makes it 257, over the 255 a key may hold. Registration accepts
+// each of the three rules, and then every enqueue of the kind fails
+// ("rate-limit key … is 257 bytes"): a declaration no job can ever use,
+// found only when the first job is enqueued in production.
+func TestReviewALiteralKeyTooLongIsRefusedAtRegistration(t *testing.T) {
+	for name, opt := range map[string]jobs.RegisterOption{
+		"RateLimit":        jobs.RateLimit(ratelimit.Limit[rxLongKind]{To: 1, Per: time.Hour, Key: "global"}),
+		"ConcurrencyLimit": jobs.ConcurrencyLimit(concurrency.Limit[rxLongKind]{To: 1, Key: "global"}),
+		"Coalesce":         jobs.Coalesce(coalesce.Rule[rxLongKind]{Key: "global"}),
+	} {
+		err := jobs.Declare[rxLongKind](jobs.NewRegistry(), opt)
+		require.ErrorContains(t, err, "257 bytes", "%s with a literal key whose stored form is too long", name)
+	}
 }
