@@ -57,10 +57,12 @@ type Rule[T any] struct {
 	// Key: a string literal, or func(T) any / func(T) (any, error); nil
 	// turns coalescing off.
 	Key any
-	// Group shares keys between every kind that names it. Without it the
-	// keys belong to the kind. Only Discard keys are shared, and the kinds
-	// of one Group declare one Debounce and MaxDelay: registration refuses
-	// a kind that does not agree with one registered before.
+	// Group shares keys between every kind that names it; the stored key
+	// is "Group/key". Without it the keys belong to the kind. It (or,
+	// without it, the kind) may not contain "/". Only Discard keys are
+	// shared, and the kinds of one Group declare one Debounce and
+	// MaxDelay: registration refuses a kind that does not agree with one
+	// registered before.
 	Group string
 	// OnConflict is Discard (the default), Replace or Collect.
 	OnConflict OnConflict
@@ -139,11 +141,8 @@ func Compile[T any](kind string, r Rule[T]) (*Compiled[T], error) {
 	case r.MaxDelay > 0 && r.MaxDelay < r.Debounce:
 		return nil, fmt.Errorf("%w: MaxDelay (%s) is shorter than Debounce (%s)", ErrInvalid, r.MaxDelay, r.Debounce)
 	}
-	scope := r.Group
-	if scope == "" {
-		scope = kind
-	}
-	if err := keys.Check(scopeName(r.Group), scope); err != nil {
+	scope, err := keys.Scope("coalesce key", r.Group, kind, r.Key)
+	if err != nil {
 		return nil, fmt.Errorf("%w: %w", ErrInvalid, err)
 	}
 	return &Compiled[T]{Spec: Spec{
@@ -175,12 +174,4 @@ func (s Spec) RunAt(now, first, rateSlot time.Time) time.Time {
 		at = rateSlot
 	}
 	return at
-}
-
-// scopeName names the scope in an error: the Group, or else the kind.
-func scopeName(group string) string {
-	if group != "" {
-		return "Group"
-	}
-	return "kind"
 }

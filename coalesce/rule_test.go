@@ -1,6 +1,7 @@
 package coalesce_test
 
 import (
+	"strings"
 	"testing"
 	"time"
 
@@ -43,11 +44,26 @@ func TestCompileRefusesBadCombinations(t *testing.T) {
 		{coalesce.Rule[push]{Key: "k", Debounce: -time.Second}, "Debounce is -1s"},
 		{coalesce.Rule[push]{Key: "k", OnConflict: 9}, "OnConflict is 9"},
 		{coalesce.Rule[push]{Key: 1.5}, "unsupported declaration"},
+		// The stored key is scope/key: Group "sync/eu" with key "acct"
+		// and Group "sync" with key "eu/acct" would share one key.
+		{coalesce.Rule[push]{Key: "acct", Group: "sync/eu"}, `Group "sync/eu" contains "/"`},
+		// A literal key's stored form is known at registration.
+		{coalesce.Rule[push]{Key: strings.Repeat("k", 251)}, `coalesce key "push/kkk`},
 	} {
 		_, err := coalesce.Compile("push", c.r)
 		require.ErrorIs(t, err, coalesce.ErrInvalid)
 		require.ErrorContains(t, err, c.want)
 	}
+}
+
+func TestCompileRefusesAKindWithASlash(t *testing.T) {
+	_, err := coalesce.Compile("push/daily", coalesce.Rule[push]{Key: func(p push) any { return p.SKU }})
+	require.ErrorIs(t, err, coalesce.ErrInvalid)
+	require.ErrorContains(t, err, `kind "push/daily" contains "/"`)
+	// Without a key the rule is off, and the kind's name is not a scope.
+	c, err := coalesce.Compile("push/daily", coalesce.Rule[push]{})
+	require.NoError(t, err)
+	require.Nil(t, c)
 }
 
 func TestRunAtIsTrailingCappedAndNeverBeforeTheRateSlot(t *testing.T) {

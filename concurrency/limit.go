@@ -19,7 +19,6 @@ import (
 	"errors"
 	"fmt"
 	"math"
-	"strings"
 	"time"
 
 	"github.com/sluicequeue/sluice/internal/keys"
@@ -60,7 +59,8 @@ type Limit[T any] struct {
 	// To is how many jobs of one key hold a slot at once. Defaults to 1.
 	To int
 	// Group shares the slots between every kind that names it; the stored
-	// key is "Group/key". Without it the slots belong to the kind.
+	// key is "Group/key". Without it the slots belong to the kind. It (or,
+	// without it, the kind) may not contain "/".
 	Group string
 	// Duration is how long a key's slots go without any activity before
 	// those its running jobs hold are presumed lost (their process died)
@@ -122,17 +122,9 @@ func Compile[T any](kind string, l Limit[T]) (*Rule[T], error) {
 	if l.OnConflict != Block && l.OnConflict != Discard {
 		return nil, fmt.Errorf("%w: OnConflict is %d; use concurrency.Block or concurrency.Discard", ErrInvalid, l.OnConflict)
 	}
-	scope := l.Group
-	if scope == "" {
-		scope = kind
-	}
-	if err := keys.Check(scopeName(l.Group), scope); err != nil {
+	scope, err := keys.Scope("concurrency key", l.Group, kind, l.Key)
+	if err != nil {
 		return nil, fmt.Errorf("%w: %w", ErrInvalid, err)
-	}
-	if strings.Contains(scope, "/") {
-		// The stored key is scope/key: Group "acct/1" with key "" and
-		// Group "acct" with key "1" would share one semaphore.
-		return nil, fmt.Errorf("%w: %s %s contains \"/\", which ends the scope in a slot's key; name a Group without it", ErrInvalid, scopeName(l.Group), keys.Preview(scope))
 	}
 	return &Rule[T]{Spec: Spec{Scope: scope, To: to, Duration: d, Discard: l.OnConflict == Discard}, key: key}, nil
 }
@@ -144,12 +136,4 @@ func (r *Rule[T]) SlotKey(args T) (string, error) {
 		return "", err
 	}
 	return keys.Scoped(r.Scope, v), nil
-}
-
-// scopeName names the scope in an error: the Group, or else the kind.
-func scopeName(group string) string {
-	if group != "" {
-		return "Group"
-	}
-	return "kind"
 }

@@ -1,6 +1,7 @@
 package concurrency_test
 
 import (
+	"strings"
 	"testing"
 	"time"
 
@@ -47,6 +48,8 @@ func TestCompileRefusesInvalid(t *testing.T) {
 		// The stored key is scope/key: Group "acct/1" with key "" and
 		// Group "acct" with key "1" shared one semaphore.
 		{concurrency.Limit[args]{Key: "", Group: "acct/1"}, `Group "acct/1" contains "/"`},
+		// A literal key's stored form is known at registration.
+		{concurrency.Limit[args]{Key: strings.Repeat("k", 251)}, `concurrency key "sync/kkk`},
 	} {
 		_, err := concurrency.Compile("sync", c.l)
 		require.ErrorIs(t, err, concurrency.ErrInvalid)

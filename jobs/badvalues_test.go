@@ -281,7 +281,7 @@ func TestRegisterRefusesBadNamesAndRanges(t *testing.T) {
 		{jobs.MaxAttempts(1 << 32), "MaxAttempts is 4294967296; it must be between 1 and 2147483647"},
 		{jobs.RateLimit(ratelimit.Limit[email]{To: 1, Per: time.Second, Key: "x", Group: "@queue"}), `scope "@queue" starts with "@"`},
 		{jobs.RateLimit(ratelimit.Limit[email]{To: 1, Per: time.Second, Key: "x", Group: "@sms"}), `starts with "@"`},
-		{jobs.RateLimit(ratelimit.Limit[email]{To: 1, Per: time.Second, Key: "x", Group: "g\x00"}), `scope "g\x00" contains a NUL byte`},
+		{jobs.RateLimit(ratelimit.Limit[email]{To: 1, Per: time.Second, Key: "x", Group: "g\x00"}), `Group "g\x00" contains a NUL byte`},
 		{jobs.RateLimit(ratelimit.Limit[email]{To: 1, Per: time.Second, Key: "x", Group: strings.Repeat("g", 300)}), "is 300 bytes"},
 		{jobs.ConcurrencyLimit(concurrency.Limit[email]{Key: "x", To: 1 << 32}), "To is 4294967296; it must be between 1 and 2147483647"},
 		{jobs.ConcurrencyLimit(concurrency.Limit[email]{Key: "x", Group: "\xff"}), `Group "\xff" is not valid UTF-8`},

@@ -31,7 +31,7 @@ func TestRegisterRefusesDuplicatesAndBadOptions(t *testing.T) {
 		{jobs.RateLimit(ratelimit.Limit[email]{To: -1, Per: time.Second, Key: "global"}), "To is -1"},
 		{jobs.RateLimit(ratelimit.Limit[email]{To: 5_000_000, Per: time.Second, Key: "global"}), "Per/(To-Burst+1)"},
 		{jobs.RateLimit(ratelimit.Limit[email]{To: 1, Per: time.Second, Key: 42}), "unsupported declaration of type int"},
-		{jobs.RateLimit(ratelimit.Limit[email]{To: 1, Per: time.Second, Key: "x", Group: "a/b"}), `scope "a/b"`},
+		{jobs.RateLimit(ratelimit.Limit[email]{To: 1, Per: time.Second, Key: "x", Group: "a/b"}), `Group "a/b" contains "/"`},
 		{jobs.RateLimit(ratelimit.Limit[noop]{To: 1, Per: time.Second, Key: "x"}), "declared as ratelimit.Limit[github.com/sluicequeue/sluice/jobs_test.noop]"},
 	}
 	for _, c := range cases {

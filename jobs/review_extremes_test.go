@@ -2,69 +2,16 @@ package jobs_test
 
 import (
 	"context"
-	"strings"
-	"sync"
 	"testing"
 	"time"
 
 	"github.com/stretchr/testify/require"
 
 	"github.com/sluicequeue/sluice/coalesce"
-	"github.com/sluicequeue/sluice/concurrency"
 	"github.com/sluicequeue/sluice/jobs"
-	"github.com/sluicequeue/sluice/ratelimit"
 )
 
 // Review of extreme values: findings, each a failing test on main.
-
-type rxReport struct{ Account string }
-
-func (rxReport) Kind() string { return "rx_report" }
-
-type rxDailyReport struct{ Account string }
-
-func (rxDailyReport) Kind() string { return "rx_report/daily" }
-
-// coalesce.md: "A kind without a Group scopes its keys by its name", and
-// a call joins only the pending job "with K". A coalesce key is stored as
-// SCOPE/VALUE, and unlike a rate limit's or a concurrency limit's scope
-// (which refuse "/": "a Group (or, without one, the kind) may not contain
-// /"), a coalesce scope may hold "/". So kind "rx_report/daily" with key
-// "acct-1" and kind "rx_report" with key []any{"daily", "acct-1"} store
-// one key, "rx_report/daily/acct-1": the daily report's call joins the
-// other kind's pending job and is dropped (Discard), and the daily report
-// never runs. The same holds for a Group with "/" ("sync/eu" with key
-// "acct" against Group "sync" with key "eu/acct").
-func TestReviewACoalesceScopeWithASlashDoesNotJoinAnotherKindsJob(t *testing.T) {
-	each(t, func(t *testing.T, h *harness) {
-		var mu sync.Mutex
-		ran := map[string]int{}
-		count := func(kind string) {
-			mu.Lock()
-			ran[kind]++
-			mu.Unlock()
-		}
-		require.NoError(t, jobs.Register(h.reg, func(_ context.Context, j *jobs.Job[rxReport]) error { count(j.Kind); return nil },
-			jobs.Coalesce(coalesce.Rule[rxReport]{Key: func(a rxReport) any { return []any{"daily", a.Account} }})))
-		err := jobs.Register(h.reg, func(_ context.Context, j *jobs.Job[rxDailyReport]) error { count(j.Kind); return nil },
-			jobs.Coalesce(coalesce.Rule[rxDailyReport]{Key: func(a rxDailyReport) any { return a.Account }}))
-		if err != nil {
-			// Refusing the scope at registration, naming the "/", keeps
-			// the kinds' keys apart too.
-			require.ErrorContains(t, err, "/")
-			return
-		}
-		ctx := context.Background()
-		first, err := h.client.Enqueue(ctx, rxReport{Account: "acct-1"})
-		require.NoError(t, err)
-		second, err := h.client.Enqueue(ctx, rxDailyReport{Account: "acct-1"})
-		require.NoError(t, err)
-		require.False(t, second.Joined, "a call of kind rx_report/daily joined job %d of kind %s", second.ID, h.job(first.ID).Kind)
-		require.NotEqual(t, first.ID, second.ID)
-		h.drain(jobs.WorkerConfig{})
-		require.Equal(t, map[string]int{"rx_report": 1, "rx_report/daily": 1}, ran, "each kind's job runs on its own handler")
-	})
-}
 
 // rxNode and rxThread are args with a recursive shape (a thread of replies, a parsed
 // expression): encoding/json encodes any depth, but decodes at most
@@ -144,26 +91,4 @@ func TestReviewATimeKeyNamesTheInstantNotItsLocation(t *testing.T) {
 		require.NoError(t, err)
 		require.True(t, utc.Joined, "the same instant in UTC (%s) makes another key than %s", day.UTC(), day)
 	})
-}
-
-type rxLongKind struct{}
-
-func (rxLongKind) Kind() string { return strings.Repeat("k", 250) }
-
-// DESIGN.md: "Bad input gets a clear error, at the earliest point". A
-// literal key (Key: "global") is the same for every job, so its stored
-// form, SCOPE/global, is known at registration; a kind (or Group) of 250
-// bytes makes it 257, over the 255 a key may hold. Registration accepts
-// each of the three rules, and then every enqueue of the kind fails
-// ("rate-limit key … is 257 bytes"): a declaration no job can ever use,
-// found only when the first job is enqueued in production.
-func TestReviewALiteralKeyTooLongIsRefusedAtRegistration(t *testing.T) {
-	for name, opt := range map[string]jobs.RegisterOption{
-		"RateLimit":        jobs.RateLimit(ratelimit.Limit[rxLongKind]{To: 1, Per: time.Hour, Key: "global"}),
-		"ConcurrencyLimit": jobs.ConcurrencyLimit(concurrency.Limit[rxLongKind]{To: 1, Key: "global"}),
-		"Coalesce":         jobs.Coalesce(coalesce.Rule[rxLongKind]{Key: "global"}),
-	} {
-		err := jobs.Declare[rxLongKind](jobs.NewRegistry(), opt)
-		require.ErrorContains(t, err, "257 bytes", "%s with a literal key whose stored form is too long", name)
-	}
 }

@@ -54,8 +54,8 @@ type Limit[T any] struct {
 	//   - nil: the limit is off.
 	Key any
 	// Group shares one budget between every kind that names it; the stored
-	// key is "Group/key". Without it the budget belongs to the kind. It may
-	// not contain "/".
+	// key is "Group/key". Without it the budget belongs to the kind. It
+	// (or, without it, the kind) may not contain "/".
 	Group string
 	// Cost charges a job more than one token, computed from its args at
 	// enqueue (for example the number of items in a bulk call). A cost
@@ -158,11 +158,11 @@ func Compile[T any](kind string, l Limit[T]) (*Rule[T], error) {
 	if err != nil {
 		return nil, err
 	}
-	scope := l.Group
-	if scope == "" {
-		scope = kind
+	scope, err := keys.Scope("rate-limit key", l.Group, kind, l.Key)
+	if err != nil {
+		return nil, fmt.Errorf("%w: %w", ErrInvalid, err)
 	}
-	if err := CheckScope(scope); err != nil {
+	if err := checkReserved(scope); err != nil {
 		return nil, err
 	}
 	return &Rule[T]{
@@ -173,20 +173,27 @@ func Compile[T any](kind string, l Limit[T]) (*Rule[T], error) {
 }
 
 // CheckScope refuses a scope that cannot start a budget key: empty,
-// holding "/", starting with "@" (kept for queue limits' "@queue"), or
-// not a valid key (at most 255 bytes of valid UTF-8, without control
-// characters or a trailing space).
+// starting with "@" (kept for queue limits' "@queue"), or refused by the
+// rule of every key's scope (see keys.CheckScope: at most 255 bytes of
+// valid UTF-8, without control characters, a trailing space or "/").
 func CheckScope(scope string) error {
-	switch {
-	case scope == "":
+	if scope == "" {
 		return fmt.Errorf("%w: Group is empty and so is the kind", ErrInvalid)
-	case strings.HasPrefix(scope, "@"):
-		return fmt.Errorf("%w: scope %s starts with \"@\", which is kept for queue limits (\"@queue/NAME\"); name a Group without it", ErrInvalid, keys.Preview(scope))
-	case strings.Contains(scope, "/"):
-		return fmt.Errorf("%w: scope %s contains \"/\"; name a Group without it", ErrInvalid, keys.Preview(scope))
 	}
-	if err := keys.Check("scope", scope); err != nil {
+	if err := checkReserved(scope); err != nil {
+		return err
+	}
+	if err := keys.CheckScope("scope", scope); err != nil {
 		return fmt.Errorf("%w: %w", ErrInvalid, err)
+	}
+	return nil
+}
+
+// checkReserved refuses a scope starting with "@", which is kept for
+// queue limits ("@queue/NAME").
+func checkReserved(scope string) error {
+	if strings.HasPrefix(scope, "@") {
+		return fmt.Errorf("%w: scope %s starts with \"@\", which is kept for queue limits (\"@queue/NAME\"); name a Group without it", ErrInvalid, keys.Preview(scope))
 	}
 	return nil
 }
