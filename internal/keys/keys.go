@@ -10,6 +10,7 @@ import (
 	"reflect"
 	"strconv"
 	"strings"
+	"time"
 )
 
 // Keyer is implemented by values that name a record in a key, such as an
@@ -91,6 +92,10 @@ var ErrUnsupported = errors.New("unsupported key value")
 //     number within the int64 range (what encoding/json decodes a number
 //     into as any), so 42.0 gives "42"; any other float is an error, since
 //     its text would not name one key for one number;
+//   - a time.Time gives its instant in UTC, RFC 3339 with nanoseconds
+//     (time.RFC3339Nano: "2026-02-28T23:00:00Z", "…T23:00:00.5Z"), so
+//     the same instant gives one key in any location, with or without a
+//     monotonic clock reading (its String would give neither);
 //   - a slice or array gives its items joined with "/";
 //   - a struct (or pointer to one) with an exported field named ID gives
 //     "TypeName/ID";
@@ -111,6 +116,8 @@ func Join(v any) (string, error) {
 		return x, nil
 	case bool:
 		return strconv.FormatBool(x), nil
+	case time.Time:
+		return x.UTC().Format(time.RFC3339Nano), nil
 	}
 	rv := reflect.ValueOf(v)
 	switch rv.Kind() {
