@@ -25,9 +25,11 @@ const DefaultMaxArgsBytes = 1 << 20
 // over what the database server carries in one statement.
 var ErrArgsTooLarge = errors.New("args too large")
 
-// ErrInvalidArgs is wrapped by the error for args that would not be stored
-// as given: a string that is not valid UTF-8, which JSON would turn into
-// U+FFFD so that the handler got other args than were enqueued.
+// ErrInvalidArgs is wrapped by the error for args that would not reach the
+// handler as given: a string that is not valid UTF-8, which JSON would
+// turn into U+FFFD so that the handler got other args than were enqueued;
+// or args that nest objects and arrays deeper than encoding/json decodes
+// (10,000 levels), which no worker could decode.
 var ErrInvalidArgs = errors.New("invalid args")
 
 // ClientConfig configures a Client. The zero value is usable.
@@ -482,11 +484,15 @@ func kindOf(args Args) (name string, err error) {
 // UTF-8 into the escape \ufffd (a valid U+FFFD it writes as is), so the
 // encoded text is scanned for that escape, and only when it holds one is
 // the value walked to name the field. An escape that no field explains
-// came from a MarshalJSON method, and is kept.
+// came from a MarshalJSON method, and is kept. It refuses args nested
+// deeper than a worker decodes too (checkArgsDepth).
 func encodeArgs(args Args) ([]byte, error) {
 	body, err := json.Marshal(args)
 	if err != nil {
 		return nil, fmt.Errorf("encode args: %w", err)
+	}
+	if err := checkArgsDepth(body); err != nil {
+		return nil, err
 	}
 	if hasReplacementEscape(body) {
 		if path, bad, ok := findInvalidUTF8(reflect.ValueOf(args), ""); ok {
