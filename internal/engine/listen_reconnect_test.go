@@ -22,9 +22,9 @@ type listenSpy struct {
 	ended   chan time.Time
 }
 
-func (l *listenSpy) Listen(ctx context.Context, channel string, fn func(string)) error {
+func (l *listenSpy) Listen(ctx context.Context, channel string, listening func(), fn func(string)) error {
 	l.started <- time.Now()
-	err := l.DB.(engine.Listener).Listen(ctx, channel, fn)
+	err := l.DB.(engine.Listener).Listen(ctx, channel, listening, fn)
 	l.ended <- time.Now()
 	return err
 }
@@ -49,13 +49,23 @@ func listening(t *testing.T) (s *engine.Store, spy *listenSpy, other *engine.Sto
 	other = testdb.Opener(t, u)()
 	_, err := other.MigrateUp(context.Background(), 0)
 	require.NoError(t, err)
-	app := fmt.Sprintf("review_pools_%d", time.Now().UnixNano())
+	app := fmt.Sprintf("listen_reconnect_%d", time.Now().UnixNano())
 	own := testdb.Opener(t, u+"&application_name="+app)()
 	spy = &listenSpy{DB: own.DB(), started: make(chan time.Time, 64), ended: make(chan time.Time, 64)}
 	s = engine.New(own.Dialect(), spy)
 	admin, err := pgx.Connect(context.Background(), u)
 	require.NoError(t, err)
 	t.Cleanup(func() { _ = admin.Close(context.Background()) })
+	// A session that LISTENs in the database all along, as other workers
+	// would: it reads past each notification as it is sent. PostgreSQL
+	// starts a new LISTEN at the furthest place another listener of the
+	// database has read to, else at the queue's tail, and delivers the
+	// committed notifications after it: without this session, a
+	// reconnected listener could still be handed a NOTIFY sent while it
+	// was down, and a test of the wake-up for what it missed could pass
+	// without one.
+	_, err = admin.Exec(context.Background(), "LISTEN sluice_test_reader")
+	require.NoError(t, err)
 	kill = func() {
 		t.Helper()
 		var n int
@@ -66,15 +76,18 @@ func listening(t *testing.T) (s *engine.Store, spy *listenSpy, other *engine.Sto
 	return s, spy, other, kill
 }
 
-// awaitListening enqueues a job from the other pool until ch wakes:
-// the store's listener then LISTENs, and heard the NOTIFY.
-func awaitListening(t *testing.T, other *engine.Store, ch <-chan struct{}) {
+// awaitListening enqueues a job in the queue "probe" from the other pool
+// until probe (a subscription to that queue) wakes: the store's listener
+// then LISTENs, and heard the NOTIFY. The probes go to a queue of their
+// own so that a NOTIFY of one heard late wakes no subscription to
+// "default", whose wake-ups the tests count.
+func awaitListening(t *testing.T, other *engine.Store, probe <-chan struct{}) {
 	t.Helper()
 	deadline := time.Now().Add(20 * time.Second)
 	for time.Now().Before(deadline) {
-		enqueue(t, other, t0, job("e", "default", 0))
+		enqueue(t, other, t0, job("e", "probe", 0))
 		select {
-		case <-ch:
+		case <-probe:
 			return
 		case <-time.After(200 * time.Millisecond):
 		}
@@ -102,23 +115,22 @@ func drainWake(ch <-chan struct{}) {
 	}
 }
 
-// docs/operations.md, "PostgreSQL notes": "Workers hold one extra
-// connection to LISTEN for new jobs, so a job enqueued anywhere starts
-// within milliseconds", and wake.go's own comment: "A notification may
-// have been missed while the connection was down." The listener wakes
-// the workers when its connection drops — but the connection stays down
-// for the pause before the reconnect (1 s, growing to 30 s) and the
-// reconnect itself, and a NOTIFY sent then reaches no one. Once it
-// listens again nothing wakes the workers for the jobs enqueued in the
-// gap: they wait for the next PollInterval (for ever under a fake
-// clock), though the listener is back. The wake for what was missed
-// belongs after the LISTEN succeeded.
-func TestReviewPoolsAListenerBackAfterItsConnectionDroppedWakesForWhatItMissed(t *testing.T) {
+// docs/operations.md, "PostgreSQL notes": workers LISTEN so that "a job
+// enqueued anywhere starts within milliseconds". While the listener's
+// connection is down — the pause before the reconnect (1 s, growing to
+// 30 s) and the reconnect itself — a NOTIFY reaches no one; so once it
+// listens again, the listener wakes every worker for the jobs enqueued in
+// the gap, rather than leaving them to the next PollInterval (for ever
+// under a fake clock). It also wakes them when the connection drops, for
+// a NOTIFY lost with it.
+func TestAListenerBackAfterItsConnectionDroppedWakesForWhatItMissed(t *testing.T) {
 	s, spy, other, kill := listening(t)
 	ch, unsubscribe := s.Subscribe([]string{"default"})
 	defer unsubscribe()
+	probe, unsubscribeProbe := s.Subscribe([]string{"probe"})
+	defer unsubscribeProbe()
 	receiveTime(t, spy.started, "the listener to start")
-	awaitListening(t, other, ch)
+	awaitListening(t, other, probe)
 	drainWake(ch)
 
 	kill()
@@ -142,31 +154,30 @@ func TestReviewPoolsAListenerBackAfterItsConnectionDroppedWakesForWhatItMissed(t
 	case <-time.After(5 * time.Second):
 		// Show that the listener is back, so the missing wake-up is the
 		// one for the job enqueued in the gap.
-		awaitListening(t, other, ch)
+		drainWake(probe)
+		awaitListening(t, other, probe)
 		t.Fatal("the listener listens again, but nothing woke the workers for the job another process enqueued while it was down: it waits for the next poll")
 	}
 }
 
-// wake.go: the listener reconnects "with a growing pause after a
-// failure". The pause never goes back to 1 s once a connection has
-// worked again: each drop in a process's life waits twice as long as the
-// one before (1 s, 2 s, 4 s, … 30 s), however long the connections
-// between them listened. A long-lived worker whose LISTEN connection was
-// cut a handful of times (failovers, an idle-connection reaper, a
-// pooler's restart) is deaf to other processes' enqueues for 30 s after
-// every later drop, polling only.
-func TestReviewPoolsAListenerThatListenedAgainStartsItsBackoffAfresh(t *testing.T) {
+// The listener's pause before a reconnect grows while the failures
+// follow one another (1 s, 2 s, 4 s … 30 s), and starts again at 1 s once
+// a connection has listened: a long-lived worker whose LISTEN connection
+// is cut now and then (failovers, an idle-connection reaper, a pooler's
+// restart) is not deaf to other processes' enqueues for 30 s after every
+// later drop.
+func TestAListenerThatListenedAgainStartsItsBackoffAfresh(t *testing.T) {
 	s, spy, other, kill := listening(t)
-	ch, unsubscribe := s.Subscribe([]string{"default"})
+	probe, unsubscribe := s.Subscribe([]string{"probe"})
 	defer unsubscribe()
 	receiveTime(t, spy.started, "the listener to start")
 	var gaps []time.Duration
 	for i := 0; i < 3; i++ {
-		awaitListening(t, other, ch) // a connection that worked
+		awaitListening(t, other, probe) // a connection that worked
 		kill()
 		lost := receiveTime(t, spy.ended, "the listener to lose its connection")
 		back := receiveTime(t, spy.started, "the listener to reconnect")
-		drainWake(ch) // the wake-up at the loss, which came before the pause
+		drainWake(probe) // the wake-up at the loss, which came before the pause
 		gaps = append(gaps, back.Sub(lost))
 	}
 	t.Logf("pauses before each reconnect: %v", gaps)
