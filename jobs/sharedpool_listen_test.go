@@ -31,19 +31,18 @@ func closedPort(t *testing.T) uint16 {
 }
 
 // README.md and store.OpenPostgresPool: an app shares its own
-// *pgxpool.Pool, and "Workers LISTEN on a connection of their own, made
-// from the pool's config", so that "a job enqueued anywhere starts within
-// milliseconds" (docs/operations.md, PostgreSQL notes). An app's pool
-// whose connections are completed by pgxpool.Config.BeforeConnect — the
-// hook pgx offers for credentials that rotate (an AWS RDS IAM token, a
-// Vault lease, set as cc.Password on each connect) or a primary found by
-// service discovery — connects fine, and sluice works on it; but the
-// listener dials pool.Config().ConnConfig directly, without the hook, so
-// it never connects: the workers are never woken by another process's
-// enqueue, only by their polls. (The test server trusts every password,
-// so the hook here supplies the port instead; what matters is that the
-// listener skips it.)
-func TestReviewPoolsAWorkerOnAnAppsPoolWithBeforeConnectIsWokenByAnotherProcesssEnqueue(t *testing.T) {
+// *pgxpool.Pool, and workers LISTEN on a connection of their own, so that
+// "a job enqueued anywhere starts within milliseconds" (docs/operations.md,
+// PostgreSQL notes). An app's pool whose connections are completed by
+// pgxpool.Config.BeforeConnect — the hook pgx offers for credentials that
+// rotate (an AWS RDS IAM token, a Vault lease, set as cc.Password on each
+// connect) or a primary found by service discovery — connects through
+// that hook; so does the listener's connection, made as the pool makes
+// its own, and the workers are woken by another process's enqueue, not
+// only by their polls. (The test server trusts every password, so the
+// hook here supplies the port instead: a listener that skipped it would
+// never connect.)
+func TestAWorkerOnAnAppsPoolWithBeforeConnectIsWokenByAnotherProcesssEnqueue(t *testing.T) {
 	var pg *testdb.Backend
 	for _, b := range testdb.Backends(t) {
 		if b.Name == "postgres" {
