@@ -84,9 +84,9 @@ func (d *connLossDB) Query(ctx context.Context, q string, args ...any) (engine.R
 }
 
 // Listen keeps PostgreSQL's wake-ups, unless deaf.
-func (d *connLossDB) Listen(ctx context.Context, channel string, fn func(string)) error {
+func (d *connLossDB) Listen(ctx context.Context, channel string, listening func(), fn func(string)) error {
 	if l, ok := d.DB.(engine.Listener); ok && !d.deaf {
-		return l.Listen(ctx, channel, fn)
+		return l.Listen(ctx, channel, listening, fn)
 	}
 	<-ctx.Done()
 	return ctx.Err()

@@ -19,7 +19,11 @@ import (
 // answers; none migrates.
 
 // OpenPostgresPool returns a store over the app's *pgxpool.Pool. Workers
-// LISTEN on a connection of their own, made from the pool's config.
+// LISTEN on one connection of their own, outside the pool but made as the
+// pool makes its connections: from a copy of its ConnConfig, through its
+// BeforeConnect hook (a rotating password, such as an IAM token, or the
+// address of the primary) and AfterConnect hook, and closed through its
+// BeforeClose hook.
 func OpenPostgresPool(ctx context.Context, pool *pgxpool.Pool, opts ...Option) (*Store, error) {
 	return shared(postgres.OpenPool(ctx, pool))(opts)
 }

@@ -63,9 +63,12 @@ type DB interface {
 // Listener is implemented by pools that can wake workers when jobs become
 // ready (LISTEN/NOTIFY on PostgreSQL).
 type Listener interface {
-	// Listen blocks until ctx is done, calling fn with each notification's
-	// payload on channel.
-	Listen(ctx context.Context, channel string, fn func(payload string)) error
+	// Listen blocks until ctx is done or its connection fails, calling fn
+	// with each notification's payload on channel. It calls listening
+	// once, on the calling goroutine, when it listens (LISTEN succeeded),
+	// before any fn: the notifications sent before then were not heard,
+	// and from then on they are.
+	Listen(ctx context.Context, channel string, listening func(), fn func(payload string)) error
 }
 
 // Sessioner is implemented by pools that can lend one of their

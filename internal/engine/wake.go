@@ -81,22 +81,35 @@ func (s *Store) Wake(queues ...string) {
 }
 
 // listen relays the database's notifications until ctx ends, reconnecting
-// with a growing pause after a failure.
+// after a failure with a pause that grows while the failures follow one
+// another (1 s, 2 s, 4 s … 30 s) and starts again at 1 s once a
+// connection has listened. Since no notification is heard while the
+// connection is down, it wakes every worker when the connection fails
+// (for a notification lost with it) and again once it listens again (for
+// those sent in between); workers also poll meanwhile.
 func (s *Store) listen(ctx context.Context, l Listener) {
-	pause := time.Second
+	const first, most = time.Second, 30 * time.Second
+	pause := first
+	missed := false // a connection failed: notifications went unheard
 	for ctx.Err() == nil {
-		err := l.Listen(ctx, Channel, func(queue string) { s.Wake(queue) })
+		err := l.Listen(ctx, Channel, func() {
+			pause = first
+			if missed {
+				missed = false
+				s.Wake("*")
+			}
+		}, func(queue string) { s.Wake(queue) })
 		if ctx.Err() != nil {
 			return
 		}
 		slog.Warn("sluice: notifications lost; workers poll until they return", "err", err, "retry_in", pause)
-		// A notification may have been missed while the connection was down.
+		missed = true
 		s.Wake("*")
 		select {
 		case <-ctx.Done():
 			return
 		case <-time.After(pause):
 		}
-		pause = min(pause*2, 30*time.Second)
+		pause = min(pause*2, most)
 	}
 }

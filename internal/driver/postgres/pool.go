@@ -16,9 +16,11 @@ import (
 // app and sluice share its connections and the app can enqueue inside its
 // own transactions on it (Client.EnqueueTx with a pgx.Tx). The app owns
 // the pool: Store.Close leaves it open, and the app closes it after the
-// store. Workers on PostgreSQL LISTEN on a connection of their own, made
-// from the pool's config. It checks that the database answers; it does
-// not migrate.
+// store. Workers on PostgreSQL LISTEN on one connection of their own,
+// outside the pool but made as the pool makes its connections: from a copy
+// of its ConnConfig, through its BeforeConnect and AfterConnect hooks, and
+// closed through its BeforeClose (its acquire hooks do not apply). It
+// checks that the database answers; it does not migrate.
 func OpenPool(ctx context.Context, pool *pgxpool.Pool) (*engine.Store, error) {
 	if pool == nil {
 		return nil, errors.New("postgres: OpenPool: the pool is nil")

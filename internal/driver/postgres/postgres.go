@@ -173,29 +173,6 @@ func (d *DB) WrapTx(tx any) (engine.Executor, error) {
 	return nil, fmt.Errorf("the postgres store takes a pgx.Tx, not a %T", tx)
 }
 
-// Listen holds a connection of its own LISTENing on channel and calls fn
-// with each payload until ctx is done or the connection fails.
-func (d *DB) Listen(ctx context.Context, channel string, fn func(string)) error {
-	conn, err := pgx.ConnectConfig(ctx, d.pool.Config().ConnConfig)
-	if err != nil {
-		return fmt.Errorf("listen: %w", err)
-	}
-	defer conn.Close(context.WithoutCancel(ctx))
-	if _, err := conn.Exec(ctx, "LISTEN "+pgx.Identifier{channel}.Sanitize()); err != nil {
-		return fmt.Errorf("listen: %w", err)
-	}
-	for {
-		n, err := conn.WaitForNotification(ctx)
-		if err != nil {
-			if ctx.Err() != nil {
-				return nil
-			}
-			return fmt.Errorf("listen: %w", err)
-		}
-		fn(n.Payload)
-	}
-}
-
 type querier interface {
 	Exec(ctx context.Context, sql string, args ...any) (pgconn.CommandTag, error)
 	Query(ctx context.Context, sql string, args ...any) (pgx.Rows, error)
