@@ -251,8 +251,9 @@ func (w *Worker) outcome(ctx context.Context, j *engine.Job, err error) result {
 		t := engine.Transition{ID: j.ID, State: engine.StateScheduled, Wait: snoozed.d, AttemptDelta: -1}
 		if snoozed.back != nil {
 			// Given back: the reason is the job's last error, for
-			// operators to see.
-			t.Error = errorText(err)
+			// operators to see, with the record of its streak, which
+			// the store keeps as a give-back's (Transition.Record).
+			t.Error, t.Record = errorText(err), snoozed.back.record
 			return result{id: j.ID, t: t, givenBack: true}
 		}
 		return result{id: j.ID, t: t}

@@ -302,7 +302,9 @@ func DescribeBudgets(ctx context.Context, s *engine.Store, reg *Registry, rows [
 // givenBack says whether a scheduled job waits because a worker that
 // could not run it gave it back (giveBack): the last thing that set its
 // last error was a give-back, and a claim of it spent no attempt. A
-// failed attempt or an upstream's 429 since then replaces the error.
+// failed attempt or an upstream's 429 since then replaces the error; and
+// only a give-back stores givenBackText as is (a handler's error that
+// quotes one is kept quoted: engine.LastErrorText).
 func givenBack(j *engine.JobInfo) bool {
 	return strings.Contains(j.LastError, givenBackText) && j.Claims > int64(j.Attempt)
 }

@@ -21,10 +21,14 @@ import (
 // no migration, and nothing on the claim path. The record counts only
 // when C is the job's claim before this one; a failed attempt or a 429
 // replaces the last error, and a snooze or a release keeps it but is a
-// claim of its own. A record that holds more give-backs than the job has
-// claims that spent no attempt is none of a give-back's (a handler's
-// error that mimics one: a failed attempt spends one), and counts for
-// nothing either.
+// claim of its own. Only a give-back writes a record that reads as one:
+// the store quotes givenBackText in every other last error, a handler's
+// error or panic, a cancel's reason, an operator's
+// (engine.LastErrorText), so that a handler's error that quotes another
+// job's record counts for nothing. A record that holds more give-backs
+// than the job has claims that spent no attempt is none of a give-back's
+// either (one a version before that quoting stored from a handler's
+// error: a failed attempt spends one), and counts for nothing.
 type giveBackStreak struct {
 	// times counts the give-backs in the streak, the last one included.
 	times int64

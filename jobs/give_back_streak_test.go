@@ -188,3 +188,137 @@ func TestAHandlersErrorThatMimicsAGiveBackCountsForNothing(t *testing.T) {
 		})
 	}
 }
+
+// mimicRecord is a give-back's record of n give-backs in a row since
+// 2000, the last at claim claim, as a text that is no give-back's may
+// quote it (another job's last error, say); quoted is how the job keeps
+// it: readable, and no record.
+func mimicRecord(n, claim int) (mimic, quoted string) {
+	record := fmt.Sprintf("given back without spending an attempt (%d time(s) in a row since 2000-01-01T00:00:00Z, the last at claim %d)", n, claim)
+	return "the export job failed: e; " + record + " for a worker that can run it", "; (quoted) " + record
+}
+
+// requireNoRecord asserts that a job's last error quotes the mimic (in
+// full, readable) and holds no give-back's record.
+func requireNoRecord(t *testing.T, lastError, quoted string) {
+	t.Helper()
+	require.Contains(t, lastError, quoted)
+	require.NotContains(t, lastError, "; given back without spending an attempt (", "no record but a give-back's")
+}
+
+// requireFirstGiveBack asserts that a worker without job id's handler
+// gives it back as its first give-back: a streak of one, not a failure.
+func requireFirstGiveBack(t *testing.T, h *harness, cfg jobs.WorkerConfig, id int64) {
+	t.Helper()
+	j := giveBackOnce(t, h, cfg, id)
+	require.Contains(t, j.LastError, streakText(1, h.clock.Now()))
+	require.Contains(t, j.LastError, "; given back without spending an attempt (1 time(s)", "its own record, as written")
+}
+
+// A job that snoozed itself six times (a poller) and whose seventh run
+// fails with an error that quotes a give-back's record — an upstream
+// sluice job's last error, say, whose claim number happens to be this
+// job's — has six claims that spent no attempt, so the record of six
+// give-backs since 2000 at claim 7 passed the bound on give-backs, and
+// the first give-back after it (an old worker in a rolling deploy)
+// failed the job for good; Explain said it was given back, while it
+// waited out its backoff. Only a give-back writes a record that reads as
+// one: the store quotes any other (engine.LastErrorText).
+func TestAHandlersMimicAfterSnoozesFailsNoJobAtItsFirstGiveBack(t *testing.T) {
+	each(t, func(t *testing.T, h *harness) {
+		cfg := jobs.WorkerConfig{GiveBackFor: time.Minute}
+		mimic, quoted := mimicRecord(6, 7)
+		runs := 0
+		require.NoError(t, jobs.Register(h.reg, func(context.Context, *jobs.Job[email]) error {
+			runs++
+			if runs <= 6 {
+				return jobs.Snooze(0)
+			}
+			return errors.New(mimic)
+		}))
+		id := h.enqueue(email{To: "a"})
+		require.Equal(t, jobs.DrainResult{Snoozed: 6, Retried: 1}, h.drain(cfg))
+		j := h.job(id)
+		require.EqualValues(t, 7, j.Claims, "the handler's error names the claim that failed the attempt")
+		require.Equal(t, 1, j.Attempt)
+		reason := h.explain(id).Reason
+
+		h.clock.Set(j.RunAt)
+		requireFirstGiveBack(t, h, cfg, id)
+		requireNoRecord(t, j.LastError, quoted)
+		require.Equal(t, jobs.ReasonRetryBackoff, reason, "it waited out its backoff")
+	})
+}
+
+// Every text a handler or an operator has stored as a job's last error is
+// kept with a give-back's record quoted, so that a job's first give-back
+// after it is one, not its last: a handler's panic, a handler's Cancel
+// and an operator's cancel reason (each cancel followed by an operator's
+// retry, which sets the job's attempts back to 0, so that all its claims
+// but the next one spent none). Each job snoozed six times first (the
+// sixth for an hour), and the record names the claim that stored it.
+func TestNoLastErrorButAGiveBacksReadsAsARecord(t *testing.T) {
+	retry := func(t *testing.T, h *harness, id int64) {
+		_, err := h.store.RetryJobs(context.Background(), engine.At(h.clock.Now()), []int64{id})
+		require.NoError(t, err)
+	}
+	for _, path := range []struct {
+		name string
+		// seventh is the handler's seventh run, and res what its claim
+		// did; without it, no seventh claim.
+		seventh func(mimic string) error
+		res     jobs.DrainResult
+		// operator acts on the job after its last claim.
+		operator func(t *testing.T, h *harness, id int64, mimic string)
+	}{
+		{name: "a panic", seventh: func(mimic string) error { panic(mimic) }, res: jobs.DrainResult{Retried: 1}},
+		{
+			name:     "a handler's cancel, retried",
+			seventh:  func(mimic string) error { return jobs.Cancel(errors.New(mimic)) },
+			res:      jobs.DrainResult{Cancelled: 1},
+			operator: func(t *testing.T, h *harness, id int64, _ string) { retry(t, h, id) },
+		},
+		{name: "an operator's cancel reason, retried", operator: func(t *testing.T, h *harness, id int64, mimic string) {
+			_, err := h.store.CancelJobs(context.Background(), engine.At(h.clock.Now()), []int64{id}, mimic)
+			require.NoError(t, err)
+			retry(t, h, id)
+		}},
+	} {
+		t.Run(path.name, func(t *testing.T) {
+			each(t, func(t *testing.T, h *harness) {
+				claim := 6
+				if path.seventh != nil {
+					claim = 7
+				}
+				mimic, quoted := mimicRecord(6, claim)
+				runs := 0
+				require.NoError(t, jobs.Register(h.reg, func(context.Context, *jobs.Job[email]) error {
+					switch runs++; {
+					case runs < 6:
+						return jobs.Snooze(0)
+					case runs == 6:
+						return jobs.Snooze(time.Hour)
+					}
+					return path.seventh(mimic)
+				}))
+				id := h.enqueue(email{To: "a"})
+				require.Equal(t, jobs.DrainResult{Snoozed: 6}, h.drain(jobs.WorkerConfig{}))
+				if path.seventh != nil {
+					h.clock.Set(h.job(id).RunAt)
+					require.Equal(t, path.res, h.drain(jobs.WorkerConfig{}))
+				}
+				if path.operator != nil {
+					path.operator(t, h, id, mimic)
+				}
+				j := h.job(id)
+				require.EqualValues(t, claim, j.Claims, "the record names the claim that stored it")
+
+				if j.RunAt.After(h.clock.Now()) {
+					h.clock.Set(j.RunAt) // a panic's backoff
+				}
+				requireFirstGiveBack(t, h, jobs.WorkerConfig{GiveBackFor: time.Minute}, id)
+				requireNoRecord(t, j.LastError, quoted)
+			})
+		})
+	}
+}

@@ -15,12 +15,15 @@ import (
 // (classify takes it as a snooze of wait): it waits without spending an
 // attempt, gives its concurrency slot back, and keeps the error as its
 // last. final is set once it was given back for GiveBackFor (giveBack):
-// it then fails for good.
+// it then fails for good. Unless final, record is the record of its
+// streak that msg holds (givenBackText, the streak, ")"): the one text
+// the job's last error keeps as a give-back's (engine.LastErrorText).
 type givenBackError struct {
-	why   error
-	msg   string
-	wait  time.Duration
-	final bool
+	why    error
+	msg    string
+	record string
+	wait   time.Duration
+	final  bool
 }
 
 func (e *givenBackError) Error() string { return e.msg }
@@ -29,7 +32,10 @@ func (e *givenBackError) Unwrap() error { return e.why }
 // givenBackText is in the last error of a job given back, after the
 // reason: "<why>; given back without spending an attempt (<its streak>)
 // …" (giveBackStreak). Explain tells a job given back by it (givenBack).
-const givenBackText = "; given back without spending an attempt ("
+// Only a give-back's own record keeps it as is: the store quotes it in
+// any other last error (engine.LastErrorText), a handler's error, a
+// panic or an operator's reason, so that none reads as a give-back's.
+const givenBackText = engine.GivenBackMark
 
 // unrunnableLog names a line giveBack logs once per kind and worker: a
 // kind with no handler here, or one whose jobs hold calls its handler
@@ -57,8 +63,9 @@ func (w *Worker) giveBack(ctx context.Context, j *engine.Job, why error, line un
 		e.msg = fmt.Sprintf("%v; no worker ran it while it was given back for %s (WorkerConfig.GiveBackFor; %d time(s)), so it fails",
 			why, w.cfg.GiveBackFor, s.times-1)
 	} else {
-		e.msg = fmt.Sprintf("%v%s%s) for a worker that can run it; it fails once given back for %s (WorkerConfig.GiveBackFor)",
-			why, givenBackText, s, w.cfg.GiveBackFor)
+		e.record = givenBackText + s.String() + ")"
+		e.msg = fmt.Sprintf("%v%s for a worker that can run it; it fails once given back for %s (WorkerConfig.GiveBackFor)",
+			why, e.record, w.cfg.GiveBackFor)
 	}
 	line.final = e.final
 	if _, seen := w.unknown.LoadOrStore(line, true); !seen {

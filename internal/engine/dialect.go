@@ -163,7 +163,8 @@ type InsertRow struct {
 	ConcDuration int64
 	ConcDiscard  bool
 	HoldsSlot    bool
-	// LastError and FinishedAt are set for a job discarded at enqueue.
+	// LastError and FinishedAt are set for a job discarded at enqueue;
+	// a give-back's mark in LastError is quoted (LastErrorText).
 	LastError  string
 	FinishedAt int64
 	// CoalesceKey is held while the job is pending; FirstCallAt is when
@@ -219,6 +220,10 @@ type SetRow struct {
 	// runs under that claim (its claims as the run was claimed): the run
 	// whose result or release this is.
 	Claim int64
+	// Record is set for a give-back: the record of its streak, which
+	// Error holds and SetJobs keeps as written. Every other give-back
+	// mark in Error is quoted (LastErrorText).
+	Record string
 }
 
 // BudgetRow is a rate-limit budget's stored state.

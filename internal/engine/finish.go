@@ -540,7 +540,7 @@ func (s *Store) resolveWaits(ctx context.Context, tx Tx, c Clock, ts []Transitio
 func setRows(ts []Transition, now int64) []SetRow {
 	rows := make([]SetRow, len(ts))
 	for i, t := range ts {
-		rows[i] = SetRow{ID: t.ID, State: t.State, WaitKey: t.WaitKey, Error: t.Error, AttemptDelta: t.AttemptDelta, Claim: t.Claim}
+		rows[i] = SetRow{ID: t.ID, State: t.State, WaitKey: t.WaitKey, Error: t.Error, Record: t.Record, AttemptDelta: t.AttemptDelta, Claim: t.Claim}
 		if !t.RunAt.IsZero() {
 			rows[i].RunAt = Micros(t.RunAt)
 		}

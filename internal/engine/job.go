@@ -266,7 +266,12 @@ type Transition struct {
 	// WaitKey names the rate-limit budget a deferred job waits on.
 	WaitKey string
 	// Error is recorded as the job's last error; empty keeps the old one.
+	// A give-back's mark in it is quoted (LastErrorText), but in Record.
 	Error string
+	// Record is set for a give-back (the jobs package's): the record of
+	// its streak, which Error holds and is kept as written, so that the
+	// job's next give-back reads it back. No other transition sets it.
+	Record string
 	// AttemptDelta is added to the attempt count: -1 gives back the
 	// attempt a claim counted (snooze, release).
 	AttemptDelta int

@@ -17,7 +17,7 @@ func (q *SQL) InsertJobs(jobs []InsertRow) (string, []any) {
 	for i, j := range jobs {
 		fairKeys[i], fairStarts[i] = j.FairKey, j.FairStart
 		kinds[i], queues[i], states[i], args[i] = j.Kind, j.Queue, string(j.State), j.Args
-		rateKeys[i], concKeys[i], lastErrs[i], metadata[i] = j.RateKeys, j.ConcKey, j.LastError, j.Metadata
+		rateKeys[i], concKeys[i], lastErrs[i], metadata[i] = j.RateKeys, j.ConcKey, LastErrorText(j.LastError, ""), j.Metadata
 		prios[i], maxAttempts[i], concLimits[i] = int32(j.Priority), int32(j.MaxAttempts), int32(j.ConcLimit)
 		created[i], runAt[i], concDur[i], finished[i] = j.CreatedAt, j.RunAt, j.ConcDuration, j.FinishedAt
 		discard[i], holds[i] = j.ConcDiscard, j.HoldsSlot
@@ -99,9 +99,11 @@ func (q *SQL) DeleteJobs(ids []int64, processID, claim int64) (string, []any) {
 
 // SetJobs applies transitions to jobs currently in state from (and, when
 // processID is not 0, claimed by that process): the dialect's bulk
-// update.
+// update. It is the one statement that moves a job with a last error, so
+// the one place each is made as a job keeps it (LastErrorText): only a
+// give-back's record reads as one.
 func (q *SQL) SetJobs(from State, processID, now int64, rows []SetRow) (string, []any) {
-	return q.d.SetJobs(from, processID, now, rows)
+	return q.d.SetJobs(from, processID, now, lastErrors(rows))
 }
 
 // LockDue selects and locks up to limit scheduled jobs due at now, but
