@@ -60,3 +60,43 @@ func TestRunningAWorkerAgainAfterItStoppedDoesNotPanic(t *testing.T) {
 		}
 	})
 }
+
+type ctxJob struct{ N int }
+
+func (ctxJob) Kind() string { return "review_ctx_job" }
+
+// Run's shutdown releases the jobs it has not finished, attempt given
+// back; Drain promises "the same claims, limits and outcomes as Run". A
+// Drain whose context ends part way through a claim must not go on to run
+// the rest of that claim with a context already cancelled: each such run
+// fails (a handler doing I/O returns ctx.Err()), spending an attempt (with
+// MaxAttempts(1), failing the job for good) for a run that never had a
+// chance.
+func TestADrainCancelledMidClaimDoesNotRunTheRestOfItsClaimWithACancelledContext(t *testing.T) {
+	each(t, func(t *testing.T, h *harness) {
+		ctx, cancel := context.WithCancel(context.Background())
+		defer cancel()
+		var ran []int
+		require.NoError(t, jobs.Register(h.reg, func(jctx context.Context, j *jobs.Job[ctxJob]) error {
+			ran = append(ran, j.Args.N)
+			if len(ran) == 1 {
+				cancel() // the script is interrupted while the first job runs
+				return nil
+			}
+			return jctx.Err() // what a handler doing I/O returns
+		}, jobs.MaxAttempts(1)))
+		ids := make([]int64, 3)
+		for i := range ids {
+			ids[i] = h.enqueue(ctxJob{N: i})
+		}
+		w := h.worker(jobs.WorkerConfig{Queues: []string{"default"}, Concurrency: 3})
+		_, err := w.Drain(ctx)
+		require.ErrorIs(t, err, context.Canceled)
+		for _, id := range ids[1:] {
+			j := h.job(id)
+			require.NotEqual(t, "failed", string(j.State),
+				"job %d, claimed with the first but not started when the drain's context ended, failed for good (%q); handler runs: %v", id, j.LastError, ran)
+		}
+		require.Len(t, ran, 1, "the drain ran jobs after its context ended")
+	})
+}
