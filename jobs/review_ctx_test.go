@@ -8,6 +8,8 @@ import (
 
 	"github.com/stretchr/testify/require"
 
+	"github.com/sluicequeue/sluice/internal/engine"
+	"github.com/sluicequeue/sluice/internal/testdb"
 	"github.com/sluicequeue/sluice/jobs"
 )
 
@@ -98,5 +100,43 @@ func TestADrainCancelledMidClaimDoesNotRunTheRestOfItsClaimWithACancelledContext
 				"job %d, claimed with the first but not started when the drain's context ended, failed for good (%q); handler runs: %v", id, j.LastError, ran)
 		}
 		require.Len(t, ran, 1, "the drain ran jobs after its context ended")
+	})
+}
+
+// guarantees.md, "Nothing lost": "Once the worker is stopping (from the
+// moment it stops claiming), a batch is tried ten times (about 40 s), and
+// a batch that still fails is left to the reaper". A Drain whose context
+// ended has stopped claiming; with the database away it must return
+// (as a stopping worker gives up) instead of retrying its last result for
+// as long as the process lives, ignoring its context: a script's deadline
+// or a test's timeout then never ends it.
+func TestADrainWhoseContextEndedDuringAnOutageReturns(t *testing.T) {
+	each(t, func(t *testing.T, h *harness) {
+		t.Parallel() // each backend waits out the bound in real time
+		db := &outageDB{DB: h.store.DB()}
+		ctx, cancel := context.WithCancel(context.Background())
+		defer cancel()
+		require.NoError(t, jobs.Register(h.reg, func(context.Context, *jobs.Job[ctxJob]) error {
+			db.down.Store(true) // the database goes away while the job runs
+			cancel()            // and the script is interrupted
+			return nil
+		}))
+		h.enqueue(ctxJob{})
+		w, err := jobs.NewWorker(testdb.Public(engine.New(h.store.Dialect(), db)), h.reg,
+			jobs.WorkerConfig{Clock: h.clock, Logger: quiet(), Queues: []string{"default"}})
+		require.NoError(t, err)
+		done := make(chan error, 1)
+		go func() { _, err := w.Drain(ctx); done <- err }()
+		defer func() {
+			db.down.Store(false) // let a stuck drain end
+			<-done
+		}()
+		select {
+		case err := <-done:
+			done <- err
+			require.Error(t, err)
+		case <-time.After(60 * time.Second):
+			t.Fatalf("Drain did not return within 60s of its context ending while the database was away (%d statements refused)", db.refused.Load())
+		}
 	})
 }
