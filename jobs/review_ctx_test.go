@@ -8,6 +8,7 @@ import (
 
 	"github.com/stretchr/testify/require"
 
+	"github.com/sluicequeue/sluice/concurrency"
 	"github.com/sluicequeue/sluice/internal/engine"
 	"github.com/sluicequeue/sluice/internal/testdb"
 	"github.com/sluicequeue/sluice/jobs"
@@ -138,5 +139,78 @@ func TestADrainWhoseContextEndedDuringAnOutageReturns(t *testing.T) {
 		case <-time.After(60 * time.Second):
 			t.Fatalf("Drain did not return within 60s of its context ending while the database was away (%d statements refused)", db.refused.Load())
 		}
+	})
+}
+
+// guarantees.md, "Delivery": a reap "waits for no lock another
+// transaction holds", and a promotion "waits for no such lock either";
+// concurrency.md: a transaction of yours that enqueued a job of a key with
+// EnqueueTx and is still open holds that key's semaphore. The results a
+// worker writes are batched across all its jobs, whatever their queue or
+// kind; a batch that gives a slot of that key back waits for the app's
+// transaction, and with it every other result of the worker: a job of
+// another kind, with no limit at all, that finished meanwhile stays
+// running in the database (run again if the worker dies then) for as long
+// as the app keeps its transaction open.
+func TestAnAppTransactionHoldingAKeyDoesNotHoldUpOtherJobsResults(t *testing.T) {
+	each(t, func(t *testing.T, h *harness) {
+		if h.store.Dialect().Name() == "sqlite" {
+			t.Skip("one writer: an open transaction of the app's stops every write")
+		}
+		ctx := context.Background()
+		release := make(chan struct{})
+		var once bool
+		defer func() {
+			if !once {
+				close(release)
+			}
+		}()
+		started := make(chan string, 4)
+		require.NoError(t, jobs.Register(h.reg, func(_ context.Context, j *jobs.Job[accountJob]) error {
+			started <- "account"
+			<-release
+			return nil
+		}, jobs.ConcurrencyLimit(concurrency.Limit[accountJob]{Key: func(a accountJob) any { return a.Account }, To: 2})))
+		require.NoError(t, jobs.Register(h.reg, func(context.Context, *jobs.Job[ctxJob]) error {
+			started <- "plain"
+			return nil
+		}))
+		h.enqueue(accountJob{Account: 1})
+		w := h.worker(jobs.WorkerConfig{Concurrency: 4, PollInterval: time.Hour})
+		stop := h.run(w)
+		defer stop()
+		require.Equal(t, []string{"account"}, receive(t, started, 1))
+
+		// The app enqueues another job of account 1 in its transaction,
+		// still open: it holds the key's semaphore.
+		tx, commit, rollback := callerTx(t, h.store)
+		ended := false
+		defer func() {
+			if !ended {
+				rollback()
+			}
+		}()
+		_, err := h.client.EnqueueTx(ctx, tx, accountJob{Account: 1, N: 2})
+		require.NoError(t, err)
+
+		// Account 1's running job ends (its result gives the slot back),
+		// then an unrelated job of another kind runs and ends.
+		once = true
+		close(release)
+		plain := h.enqueue(ctxJob{})
+		require.Equal(t, []string{"plain"}, receive(t, started, 1))
+		landed := false
+		deadline := time.Now().Add(10 * time.Second)
+		for time.Now().Before(deadline) {
+			if h.job(plain).State == engine.StateCompleted {
+				landed = true
+				break
+			}
+			time.Sleep(20 * time.Millisecond)
+		}
+		state := h.job(plain).State
+		commit()
+		ended = true
+		require.True(t, landed, "an unlimited job's result waits for an app's open transaction on another kind's key: the job is %s 10 s after it ended", state)
 	})
 }
