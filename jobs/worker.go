@@ -182,6 +182,10 @@ type Worker struct {
 
 	pid      atomic.Int64
 	stopping atomic.Bool
+	// stoppedAt is when Run stopped claiming, on clock: the results left
+	// for keys another transaction holds wait for them until
+	// ShutdownTimeout after it (finishHeld).
+	stoppedAt time.Time
 
 	mu sync.Mutex
 	// running holds every run in progress, one entry per run: a job whose
@@ -423,6 +427,7 @@ func (w *Worker) Run(ctx context.Context) error {
 	w.sweeps.Wait()
 	<-declared
 
+	w.stoppedAt = w.clock.Now()
 	w.stopping.Store(true)
 	w.shutdown(stopJobs)
 	// A job that finished before shutdown released the rest is still
