@@ -36,7 +36,12 @@ func (r DrainResult) Ran() int {
 // with a fake clock, a test decides when retries and rate-limited jobs come
 // due. Jobs run one at a time in the calling goroutine, with the same
 // claims, limits and outcomes as Run; each job's result is written as the
-// job ends. It heartbeats as Run does (every HeartbeatInterval, and before
+// job ends, but one whose concurrency slot goes back to a key another
+// transaction holds (an app's open transaction that enqueued a job of the
+// key): that one is written again after each later job, and, once no job
+// is left, Drain waits for its key before it claims again and returns; a
+// drain whose ctx is done first releases its job back to ready, to run
+// again. It heartbeats as Run does (every HeartbeatInterval, and before
 // each job once one is due on the worker's clock, so that handlers that
 // advance a fake clock count), so a drain longer than DeadAfter is not
 // presumed dead; one that learns it was anyway (it stalled past DeadAfter)
