@@ -95,29 +95,33 @@ func (w *Worker) finishHeld(held []result) {
 // keys another transaction holds, waits until those keys are free
 // (engine's AwaitSemaphores, which holds nothing else while it waits) and
 // writes them again, until none is left or ctx is done. It returns what
-// it could not write. With ctx done from the start it writes once.
+// it could not write. With ctx done from the start it writes once. A
+// write that leaves results again right after a wait (the key taken
+// again meanwhile, or a wait that failed or had nothing to wait for)
+// pauses 100ms before the next, so that nothing spins.
 func (w *Worker) flushWaiting(ctx context.Context, batch []result) []result {
 	left := w.flush(context.WithoutCancel(ctx), batch)
-	for len(left) > 0 && ctx.Err() == nil {
-		var keys []string
-		for _, r := range left {
-			if r.job != nil && r.job.ConcKey != "" && !slices.Contains(keys, r.job.ConcKey) {
-				keys = append(keys, r.job.ConcKey)
-			}
-		}
-		if err := w.store.AwaitSemaphores(ctx, keys); err != nil || len(keys) == 0 {
-			if ctx.Err() != nil {
-				break
-			}
-			// A failed wait (on MySQL, a lock held longer than
-			// innodb_lock_wait_timeout) is tried again after a pause.
-			w.log.Debug("sluice: wait for the concurrency keys of results left unwritten; trying again", "err", err, "keys", keys)
+	for again := false; len(left) > 0 && ctx.Err() == nil; again = true {
+		if again {
 			t := time.NewTimer(100 * time.Millisecond)
 			select {
 			case <-ctx.Done():
 			case <-t.C:
 			}
 			t.Stop()
+		}
+		var keys []string
+		for _, r := range left {
+			if r.job != nil && r.job.ConcKey != "" && !slices.Contains(keys, r.job.ConcKey) {
+				keys = append(keys, r.job.ConcKey)
+			}
+		}
+		if err := w.store.AwaitSemaphores(ctx, keys); err != nil {
+			if ctx.Err() != nil {
+				break
+			}
+			// On MySQL, a lock held longer than innodb_lock_wait_timeout.
+			w.log.Debug("sluice: wait for the concurrency keys of results left unwritten; trying again", "err", err, "keys", keys)
 		}
 		left = w.flush(ctx, left)
 	}
