@@ -3,6 +3,7 @@ package jobs
 import (
 	"context"
 	"fmt"
+	"slices"
 	"time"
 
 	"github.com/sluicequeue/sluice/internal/engine"
@@ -35,7 +36,12 @@ func (r DrainResult) Ran() int {
 // with a fake clock, a test decides when retries and rate-limited jobs come
 // due. Jobs run one at a time in the calling goroutine, with the same
 // claims, limits and outcomes as Run; each job's result is written as the
-// job ends. It heartbeats as Run does (every HeartbeatInterval, and before
+// job ends, but one whose concurrency slot goes back to a key another
+// transaction holds (an app's open transaction that enqueued a job of the
+// key): that one is written again after each later job, and, once no job
+// is left, Drain waits for its key before it claims again and returns; a
+// drain whose ctx is done first releases its job back to ready, to run
+// again. It heartbeats as Run does (every HeartbeatInterval, and before
 // each job once one is due on the worker's clock, so that handlers that
 // advance a fake clock count), so a drain longer than DeadAfter is not
 // presumed dead; one that learns it was anyway (it stalled past DeadAfter)
@@ -63,6 +69,16 @@ func (w *Worker) Drain(ctx context.Context) (DrainResult, error) {
 	beaten := make(chan struct{})
 	go func() { defer close(beaten); beat.Run(beatCtx) }()
 	defer func() { stopBeat(); <-beaten }() // before it deregisters
+	// The results left for keys another transaction holds (see
+	// held_results.go): written again with each later result, and waited
+	// for before the drain returns; those a drain returning early could
+	// not write have their jobs released, to run again.
+	var held []result
+	defer func() {
+		if len(held) > 0 {
+			w.releaseHeld(held)
+		}
+	}()
 	for ctx.Err() == nil {
 		now := w.storeClock()
 		if w.limits != nil {
@@ -112,6 +128,15 @@ func (w *Worker) Drain(ctx context.Context) (DrainResult, error) {
 			if len(res.Deferred) > 0 {
 				continue // every candidate waited; there may be more behind them
 			}
+			if len(held) > 0 {
+				// Waiting for their keys, as the declarations do; then
+				// claiming again: the slots they give back may have made
+				// blocked jobs ready.
+				left := w.flushWaiting(ctx, held)
+				w.recorded(written(held, left))
+				held = left
+				continue
+			}
 			return out, nil
 		}
 		for i, j := range res.Jobs {
@@ -131,8 +156,13 @@ func (w *Worker) Drain(ctx context.Context) (DrainResult, error) {
 			w.finished(j, r)
 			// Written at once, as Run's recorder does: a job that ran is
 			// not left running (to be presumed lost and run again) while
-			// the rest of the claim runs.
-			w.flush([]result{r})
+			// the rest of the claim runs. One whose slot goes back to a
+			// key another transaction holds waits for it, and is written
+			// again with each later result, then before the drain returns.
+			w.unwritten(r)
+			batch := append(slices.Clone(held), r)
+			held = w.flush(context.Background(), batch)
+			w.recorded(written(batch, held))
 			switch outcomeOf(r) {
 			case OutcomeCompleted:
 				out.Completed++

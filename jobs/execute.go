@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"log/slog"
 	"runtime/debug"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -419,46 +420,75 @@ func outcomeOf(r result) Outcome {
 // batching whatever has queued up while the previous write ran (up to 1000
 // results and maxBatchErrorBytes of error text). A failed write is retried
 // until it lands: a result is never dropped while the process lives. A
-// result the database refuses fails alone (see flush).
+// result the database refuses fails alone (see flush). A result whose job
+// gives a concurrency slot back to a key another transaction holds (an
+// app's open transaction that enqueued a job of the key) waits for no
+// lock: it is left out of its batch, the others written, and written
+// again with each later batch, and on its own after a pause (heldRetry),
+// until its key is free; once results is closed, what is left waits for
+// its keys until the shutdown's time is up (finishHeld).
 func (w *Worker) complete(done chan<- struct{}) {
 	defer close(done)
 	maxText := maxBatchErrorBytes
 	if m := engine.MaxArgsBytes(w.store); m > 0 {
 		maxText = min(maxText, m)
 	}
-	for r := range w.results {
-		batch := []result{r}
-		text := len(r.t.Error)
-	fill:
-		for len(batch) < 1000 && text < maxText {
-			select {
-			case r, ok := <-w.results:
-				if !ok {
+	var held []result
+	retry := newHeldRetry(w.clock)
+	for {
+		r, ok, again := retry.next(w.results, held)
+		if !ok {
+			break
+		}
+		batch := slices.Clone(held)
+		text := 0
+		for _, h := range held {
+			text += len(h.t.Error)
+		}
+		if !again {
+			batch = append(batch, r)
+			text += len(r.t.Error)
+		fill:
+			for len(batch) < 1000 && text < maxText {
+				select {
+				case r, ok := <-w.results:
+					if !ok {
+						break fill
+					}
+					batch = append(batch, r)
+					text += len(r.t.Error)
+				default:
 					break fill
 				}
-				batch = append(batch, r)
-				text += len(r.t.Error)
-			default:
-				break fill
 			}
 		}
-		w.flush(batch)
-		w.recorded(batch)
+		held = w.flush(context.Background(), batch)
+		w.recorded(written(batch, held))
+		retry.left(held)
 	}
+	w.finishHeld(held)
 }
 
 // flush writes one batch, grouped by the process id each job was claimed
-// under. A write that fails on the connection or the server is retried
-// until it lands; one the database refuses for a value it carries is split
-// in halves until the result it refuses is alone, and that job's attempt
-// fails instead, with the database's error (see recorder).
-func (w *Worker) flush(batch []result) {
+// under, and returns the results it left unwritten. A write that fails on
+// the connection or the server is retried until it lands; one the
+// database refuses for a value it carries is split in halves until the
+// result it refuses is alone, and that job's attempt fails instead, with
+// the database's error (see recorder). A result whose job gives a
+// concurrency slot back to a key another transaction holds is left
+// unwritten, waiting for nothing (engine's FinishUnwaiting); so is, once
+// ctx is done, every result not written yet.
+func (w *Worker) flush(ctx context.Context, batch []result) []result {
 	byPID := map[int64][]result{}
+	var pids []int64
 	for _, r := range batch {
+		if _, ok := byPID[r.pid]; !ok {
+			pids = append(pids, r.pid)
+		}
 		byPID[r.pid] = append(byPID[r.pid], r)
 	}
 	rec := recorder{
-		finish:   w.store.Finish,
+		finish:   w.store.FinishUnwaiting,
 		isData:   func(err error) bool { return engine.IsDataError(w.store, err) },
 		refused:  w.refused,
 		now:      w.storeClock,
@@ -467,9 +497,25 @@ func (w *Worker) flush(batch []result) {
 		sleep:    time.Sleep,
 		gaveUp:   w.gaveUp,
 	}
-	for pid, rs := range byPID {
-		rec.record(pid, rs)
+	var left []result
+	for _, pid := range pids {
+		left = append(left, rec.record(ctx, pid, byPID[pid])...)
 	}
+	return left
+}
+
+// written returns the results of batch not in left.
+func written(batch, left []result) []result {
+	if len(left) == 0 {
+		return batch
+	}
+	out := make([]result, 0, len(batch)-len(left))
+	for _, r := range batch {
+		if !slices.ContainsFunc(left, func(l result) bool { return l.id == r.id && l.pid == r.pid && l.claim == r.claim }) {
+			out = append(out, r)
+		}
+	}
+	return out
 }
 
 // refused is the outcome recorded instead of r when the database refused
@@ -496,7 +542,10 @@ func (w *Worker) refused(r result, dbErr error) result {
 // recorder writes batches of results, splitting a batch the database
 // refuses.
 type recorder struct {
-	finish   func(ctx context.Context, processID int64, c engine.Clock, o engine.Outcomes) error
+	// finish writes outcomes, and returns the jobs whose outcomes it left
+	// unwritten (their slot goes back to a key another transaction
+	// holds).
+	finish   func(ctx context.Context, processID int64, c engine.Clock, o engine.Outcomes) ([]int64, error)
 	isData   func(error) bool
 	refused  func(r result, err error) result
 	now      func() engine.Clock
@@ -508,29 +557,33 @@ type recorder struct {
 	gaveUp func([]result)
 }
 
-// record writes the results of one process. An error the database
-// classifies as refusing a value splits the batch in halves, each written
-// on its own, until the refused result is alone; that one is replaced by
-// its refused outcome. Any other error is retried, pausing 100ms doubling
-// to 10s, until the write lands (or, once the worker stops, 10 times).
-func (rc recorder) record(pid int64, rs []result) {
+// record writes the results of one process, and returns those it left
+// unwritten: those finish left, and, once ctx is done, every result not
+// written yet. An error the database classifies as refusing a value
+// splits the batch in halves, each written on its own, until the refused
+// result is alone; that one is replaced by its refused outcome. Any other
+// error is retried, pausing 100ms doubling to 10s, until the write lands
+// (or, once the worker stops, 10 times).
+func (rc recorder) record(ctx context.Context, pid int64, rs []result) []result {
 	pause := 100 * time.Millisecond
 	for attempt := 1; ; attempt++ {
-		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-		err := rc.finish(ctx, pid, rc.now(), outcomes(rs))
+		actx, cancel := context.WithTimeout(ctx, 30*time.Second)
+		left, err := rc.finish(actx, pid, rc.now(), outcomes(rs))
 		cancel()
 		if err == nil {
-			return
+			return leftOf(rs, left)
+		}
+		if ctx.Err() != nil {
+			return rs
 		}
 		if rc.isData(err) {
-			rc.split(pid, rs, err)
-			return
+			return rc.split(ctx, pid, rs, err)
 		}
 		if rc.stopping() && attempt >= 10 {
 			rc.log.Error("sluice: could not record finished jobs before stopping; they run again once this process is presumed dead",
 				"err", err, "jobs", len(rs))
 			rc.abandon(rs)
-			return
+			return nil
 		}
 		rc.log.Error("sluice: record finished jobs; retrying", "err", err, "jobs", len(rs), "attempt", attempt)
 		rc.sleep(pause)
@@ -538,25 +591,37 @@ func (rc recorder) record(pid int64, rs []result) {
 	}
 }
 
+// leftOf returns the results of rs whose job is in ids.
+func leftOf(rs []result, ids []int64) []result {
+	if len(ids) == 0 {
+		return nil
+	}
+	var out []result
+	for _, r := range rs {
+		if slices.Contains(ids, r.id) {
+			out = append(out, r)
+		}
+	}
+	return out
+}
+
 // split writes the halves of a batch the database refused, or, for a
-// batch of one, its refused outcome instead.
-func (rc recorder) split(pid int64, rs []result, err error) {
+// batch of one, its refused outcome instead, and returns what they left.
+func (rc recorder) split(ctx context.Context, pid int64, rs []result, err error) []result {
 	if len(rs) > 1 {
 		mid := len(rs) / 2
-		rc.record(pid, rs[:mid])
-		rc.record(pid, rs[mid:])
-		return
+		return append(rc.record(ctx, pid, rs[:mid]), rc.record(ctx, pid, rs[mid:])...)
 	}
 	r := rs[0]
 	if r.refused {
 		rc.log.Error("sluice: the database refused even the failed attempt recorded for a job; it stays running and runs again once this process is presumed dead",
 			"job_id", r.id, "err", err)
 		rc.abandon(rs)
-		return
+		return nil
 	}
 	rc.log.Error("sluice: the database refused a job's result; its attempt fails instead",
 		"job_id", r.id, "outcome", outcomeOf(r), "err", err)
-	rc.record(pid, []result{rc.refused(r, err)})
+	return rc.record(ctx, pid, []result{rc.refused(r, err)})
 }
 
 // abandon reports results given up on to gaveUp.

@@ -3,3 +3,7 @@ package jobs
 // WaitRuns waits until every run w started has returned, those a shutdown
 // released included: for tests of what a run does after its release.
 func WaitRuns(w *Worker) { w.jobs.Wait() }
+
+// HeldRetryFirst is the first pause before a result left for a key
+// another transaction holds is written again.
+const HeldRetryFirst = heldRetryFirst

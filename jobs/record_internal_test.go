@@ -29,35 +29,47 @@ type refusingStore struct {
 	bad               map[int64]bool
 	refuseAll         bool
 	transientFailures int
-	calls             int
-	recorded          map[int64][]string // id -> outcome ("completed" or the error text)
+	// held are the jobs whose outcomes finish leaves, as FinishUnwaiting
+	// leaves those of a key another transaction holds.
+	held     map[int64]bool
+	calls    int
+	recorded map[int64][]string // id -> outcome ("completed" or the error text)
 }
 
-func (s *refusingStore) finish(_ context.Context, _ int64, _ engine.Clock, o engine.Outcomes) error {
+func (s *refusingStore) finish(_ context.Context, _ int64, _ engine.Clock, o engine.Outcomes) ([]int64, error) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	s.calls++
 	if s.transientFailures > 0 {
 		s.transientFailures--
-		return errors.New("read tcp: connection reset by peer")
+		return nil, errors.New("read tcp: connection reset by peer")
 	}
 	for _, r := range o.Completed {
 		if s.bad[r.ID] {
-			return errRefused
+			return nil, errRefused
 		}
 	}
 	for _, t := range o.Others {
 		if s.bad[t.ID] && (s.refuseAll || !strings.HasPrefix(t.Error, "sluice: the database refused this job's result: ")) {
-			return errRefused
+			return nil, errRefused
 		}
 	}
+	var left []int64
 	for _, r := range o.Completed {
+		if s.held[r.ID] {
+			left = append(left, r.ID)
+			continue
+		}
 		s.recorded[r.ID] = append(s.recorded[r.ID], "completed")
 	}
 	for _, t := range o.Others {
+		if s.held[t.ID] {
+			left = append(left, t.ID)
+			continue
+		}
 		s.recorded[t.ID] = append(s.recorded[t.ID], string(t.State)+": "+t.Error)
 	}
-	return nil
+	return left, nil
 }
 
 func newRecorder(t *testing.T, s *refusingStore) (recorder, *[]time.Duration) {
@@ -96,7 +108,7 @@ func TestRecorderSplitsABatchUntilTheRefusedResultIsAlone(t *testing.T) {
 			s.bad[id] = true
 		}
 		rec, slept := newRecorder(t, s)
-		rec.record(1, batch(64))
+		rec.record(context.Background(), 1, batch(64))
 
 		require.Len(t, s.recorded, 64, "bad %v: every job's result is recorded", bad)
 		for id, got := range s.recorded {
@@ -121,7 +133,7 @@ func TestRecorderSplitsABatchUntilTheRefusedResultIsAlone(t *testing.T) {
 func TestRecorderRetriesTransientErrorsWithoutSplitting(t *testing.T) {
 	s := &refusingStore{bad: map[int64]bool{}, recorded: map[int64][]string{}, transientFailures: 3}
 	rec, slept := newRecorder(t, s)
-	rec.record(1, batch(10))
+	rec.record(context.Background(), 1, batch(10))
 	require.Equal(t, 4, s.calls, "three failed writes of the whole batch, then one that lands")
 	require.Equal(t, []time.Duration{100 * time.Millisecond, 200 * time.Millisecond, 400 * time.Millisecond}, *slept)
 	require.Len(t, s.recorded, 10)
@@ -136,7 +148,7 @@ func TestRecorderGivesUpOnAJobWhoseRefusedOutcomeIsRefusedToo(t *testing.T) {
 			gaveUp = append(gaveUp, r.id)
 		}
 	}
-	rec.record(1, batch(8))
+	rec.record(context.Background(), 1, batch(8))
 	require.Len(t, s.recorded, 7, "the others are recorded; job 3 stays running")
 	require.NotContains(t, s.recorded, int64(3))
 	require.Equal(t, []int64{3}, gaveUp, "the worker is told, so that no release of a failed claim's strays takes it for one")
@@ -156,7 +168,7 @@ func TestResultsGivenUpOnAreNoStrays(t *testing.T) {
 	for i := range rs {
 		rs[i].pid = 7
 	}
-	rec.record(7, rs)
+	rec.record(context.Background(), 7, rs)
 	require.Len(t, *slept, 9, "ten writes, then it gives up")
 	require.Empty(t, s.recorded)
 	require.ElementsMatch(t, []int64{1, 2, 3, 4}, w.known(7))
@@ -386,4 +398,28 @@ func TestOnlyACompletionAfterAnEarlierRunDeletesKeptAttempts(t *testing.T) {
 		{id: 4, complete: true, attempt: 1, claim: 0},
 	})
 	require.Equal(t, []engine.Run{{ID: 2, Claim: 3}, {ID: 3, Claim: 2}, {ID: 4, Claim: 0}}, o.WithAttempts)
+}
+
+// A write that leaves the results of keys another transaction holds
+// (FinishUnwaiting) records the rest, and the recorder returns those it
+// left, for a later write, splitting a refused batch as ever.
+func TestRecorderReturnsTheResultsLeftForHeldKeys(t *testing.T) {
+	s := &refusingStore{bad: map[int64]bool{3: true}, held: map[int64]bool{4: true, 7: true}, recorded: map[int64][]string{}}
+	rec, slept := newRecorder(t, s)
+	left := rec.record(context.Background(), 1, batch(8))
+	var ids []int64
+	for _, r := range left {
+		ids = append(ids, r.id)
+	}
+	require.ElementsMatch(t, []int64{4, 7}, ids)
+	require.Len(t, s.recorded, 6, "the others are recorded")
+	require.NotContains(t, s.recorded, int64(4))
+	require.NotContains(t, s.recorded, int64(7))
+	require.Contains(t, s.recorded[3][0], "the database refused this job's result")
+	require.Empty(t, *slept, "a result left is no failure to retry")
+
+	ctx, cancel := context.WithCancel(context.Background())
+	cancel()
+	s.transientFailures = 1
+	require.Len(t, rec.record(ctx, 1, batch(2)), 2, "a write whose context ended leaves its results")
 }

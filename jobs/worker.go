@@ -98,7 +98,9 @@ type WorkerConfig struct {
 	JobTimeout time.Duration
 	// ShutdownTimeout is how long a stopping worker lets running jobs
 	// finish before cancelling them and releasing them back to ready.
-	// Defaults to 30s.
+	// It also bounds, from the moment the worker stops claiming, how long
+	// a result waits for a concurrency key another transaction holds
+	// before its job is released back to ready instead. Defaults to 30s.
 	ShutdownTimeout time.Duration
 	// HeartbeatInterval is how often the worker stamps its process row and
 	// looks for dead processes. Defaults to 60s.
@@ -182,6 +184,10 @@ type Worker struct {
 
 	pid      atomic.Int64
 	stopping atomic.Bool
+	// stoppedAt is when Run stopped claiming, on clock: the results left
+	// for keys another transaction holds wait for them until
+	// ShutdownTimeout after it (finishHeld).
+	stoppedAt time.Time
 
 	mu sync.Mutex
 	// running holds every run in progress, one entry per run: a job whose
@@ -387,7 +393,11 @@ func (w *Worker) ProcessID() int64 { return w.pid.Load() }
 
 // Run works jobs until ctx is done, then shuts down gracefully: it stops
 // claiming, lets running jobs finish for up to ShutdownTimeout, cancels the
-// rest and releases them back to ready. It refuses to start against a
+// rest and releases them back to ready. It writes the results in hand
+// before it returns; one that waits for a concurrency key another
+// transaction holds is written as soon as that transaction ends, or, if
+// it has not by ShutdownTimeout after the stop, its job is released back
+// to ready. It refuses to start against a
 // database with pending migrations. Stopped before it started (ctx done
 // while it checks the schema or registers), it returns nil.
 func (w *Worker) Run(ctx context.Context) error {
@@ -423,6 +433,7 @@ func (w *Worker) Run(ctx context.Context) error {
 	w.sweeps.Wait()
 	<-declared
 
+	w.stoppedAt = w.clock.Now()
 	w.stopping.Store(true)
 	w.shutdown(stopJobs)
 	// A job that finished before shutdown released the rest is still

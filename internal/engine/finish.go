@@ -125,29 +125,84 @@ func (o Outcomes) toLock(deleteOnComplete bool) []Run {
 // found still running under their claim.
 //
 // c stamps the jobs (finished_at is the caller's time) and decides the
-// budgets held back and the slots given back.
+// budgets held back and the slots given back. It waits for the semaphores
+// of the slots it gives back (and takes) as long as another transaction
+// holds them: a worker records its results with FinishUnwaiting instead.
 func (s *Store) Finish(ctx context.Context, processID int64, c Clock, o Outcomes) error {
-	if len(o.Completed) == 0 && len(o.Others) == 0 {
-		return nil
+	_, err := s.finish(ctx, processID, c, o, true)
+	return err
+}
+
+// FinishUnwaiting is Finish waiting for no semaphore another transaction
+// holds (an app's open transaction that enqueued a job of the key, with
+// EnqueueTx): it records, in one transaction, the outcomes of every run
+// but those whose job gives back a slot of such a key (it finishes for
+// good, waits on an upstream, or was given back), which it returns, by
+// job id, sorted, untouched: still running, their slots still held. The
+// caller writes them again later (with FinishUnwaiting, or waiting, with
+// Finish), each with its slot given back in the same transaction as its
+// outcome, once. A run that needs a slot of such a key (released to run
+// again after its key expired while it ran) is blocked instead, as a
+// reap's is (settleUnwaiting). So one key held open holds back no other
+// job's result, and a result waits only for its own key.
+func (s *Store) FinishUnwaiting(ctx context.Context, processID int64, c Clock, o Outcomes) (left []int64, err error) {
+	return s.finish(ctx, processID, c, o, false)
+}
+
+// finish is Finish, waiting for the semaphores it locks, or, without
+// wait, FinishUnwaiting.
+func (s *Store) finish(ctx context.Context, processID int64, c Clock, all Outcomes, wait bool) ([]int64, error) {
+	if len(all.Completed) == 0 && len(all.Others) == 0 {
+		return nil, nil
 	}
-	if err := o.check(); err != nil {
-		return fmt.Errorf("finish jobs: %w", err)
+	if err := all.check(); err != nil {
+		return nil, fmt.Errorf("finish jobs: %w", err)
 	}
 	nowUS := Micros(c.Host())
-	lock := o.toLock(s.DeleteOnComplete)
+	lock := all.toLock(s.DeleteOnComplete)
 	var woke []string
+	var left []int64
 	err := s.inTx(ctx, func(tx Tx) error {
-		woke = nil
+		woke, left = nil, nil
 		held, err := s.lockRuns(ctx, tx, processID, lock)
 		if err != nil {
 			return err
 		}
 		hs := holders{}
-		for _, r := range o.SlotHolders {
+		for _, r := range all.SlotHolders {
 			if h, ok := held[r]; ok && h.holdsSlot && h.conc != nil {
 				hs[r.ID] = h.conc.Key
 			}
 		}
+		// A job released to run again (a worker shutting down) that lost
+		// its slot while it ran takes a free one or is blocked; one of a
+		// paused queue waits scheduled for the resume.
+		var back []slotless
+		for _, t := range all.Others {
+			if b, ok := held.slotless(t.run()); ok && t.State == StateReady {
+				back = append(back, b)
+			}
+		}
+		// Semaphores before budgets, as every transaction that waits for
+		// both locks them (lockFreeSlots).
+		var gives []Stmt
+		var instead map[int64]State
+		var out map[int64]bool
+		if wait {
+			gives, instead, woke, err = s.settle(ctx, tx, c, hs, back)
+		} else {
+			gives, instead, out, woke, err = s.settleUnwaiting(ctx, tx, c, hs, back)
+		}
+		if err != nil {
+			return err
+		}
+		// The runs whose key another transaction holds are left whole,
+		// for a later write: a slot goes back with its job's outcome.
+		o := all.without(out)
+		for id := range out {
+			left = append(left, id)
+		}
+		slices.Sort(left)
 		var writes []Stmt
 		if len(o.Completed) > 0 {
 			if s.DeleteOnComplete {
@@ -166,22 +221,6 @@ func (s *Store) Finish(ctx context.Context, processID int64, c Clock, o Outcomes
 				}
 			}
 		}
-		// A job released to run again (a worker shutting down) that lost
-		// its slot while it ran takes a free one or is blocked; one of a
-		// paused queue waits scheduled for the resume.
-		var back []slotless
-		for _, t := range o.Others {
-			if b, ok := held.slotless(t.run()); ok && t.State == StateReady {
-				back = append(back, b)
-			}
-		}
-		// Semaphores before budgets, as every transaction that waits for
-		// both locks them (lockFreeSlots).
-		gives, instead, queues, err := s.settle(ctx, tx, c, hs, back)
-		if err != nil {
-			return err
-		}
-		woke = queues
 		var pushedAt time.Time // c's time, when the pushes read it
 		if pushes := held.pushes(o.Pushes); len(pushes) > 0 {
 			st, at, err := s.pushBudgets(ctx, tx, c, pushes)
@@ -203,10 +242,28 @@ func (s *Store) Finish(ctx context.Context, processID int64, c Clock, o Outcomes
 		return pipelineCommit(ctx, tx, append(writes, gives...), nil)
 	})
 	if err != nil {
-		return s.wrap(fmt.Errorf("finish jobs: %w", err))
+		return nil, s.wrap(fmt.Errorf("finish jobs: %w", err))
 	}
 	s.Wake(woke...)
-	return nil
+	return left, nil
+}
+
+// without returns o without the outcomes of the jobs of ids.
+func (o Outcomes) without(ids map[int64]bool) Outcomes {
+	if len(ids) == 0 {
+		return o
+	}
+	keep := func(rs []Run) []Run {
+		return slices.DeleteFunc(slices.Clone(rs), func(r Run) bool { return ids[r.ID] })
+	}
+	return Outcomes{
+		Completed:    keep(o.Completed),
+		Others:       slices.DeleteFunc(slices.Clone(o.Others), func(t Transition) bool { return ids[t.ID] }),
+		SlotHolders:  keep(o.SlotHolders),
+		WithCalls:    keep(o.WithCalls),
+		WithAttempts: keep(o.WithAttempts),
+		Pushes:       slices.DeleteFunc(slices.Clone(o.Pushes), func(p BudgetPush) bool { return ids[p.Run.ID] }),
+	}
 }
 
 // heldRun is a run lockRuns found still running for its process under its

@@ -159,7 +159,7 @@ func (s *Store) ReapDeadProcesses(ctx context.Context, c Clock, threshold time.D
 		// elsewhere would stop its heartbeats, and its process would be
 		// presumed dead in turn. Holders of the semaphores it cannot lock
 		// at once are left for a later reap.
-		stmts, instead, left, handed, err := s.settleUnwaiting(ctx, tx, now, gives, back)
+		stmts, instead, left, handed, err := s.settleUnwaiting(ctx, tx, At(now), gives, back)
 		if err != nil {
 			return err
 		}

@@ -147,7 +147,7 @@ func sortedKeys(keys []string) []string {
 // with one holding a key that sorts before one the claim's promotion
 // locked. Where a transaction holds the only write lock it is lockSlots.
 func (s *Store) lockFreeSlots(ctx context.Context, ex Executor, keys []string, at time.Time) (*slots, error) {
-	sl, busy, err := s.lockUnheldSlots(ctx, ex, keys, at, false)
+	sl, busy, err := s.lockUnheldSlots(ctx, ex, keys, At(at), false)
 	if err != nil {
 		return nil, err
 	}
@@ -158,25 +158,39 @@ func (s *Store) lockFreeSlots(ctx context.Context, ex Executor, keys []string, a
 }
 
 // lockUnheldSlots locks the semaphores of keys that no other transaction
-// holds, as lockSlots does but waiting for none, stamping their activity
-// at at, and returns the others, sorted: the keys another transaction
-// holds, or that have no row (it creates none, as creating one may wait
-// for a transaction creating it too). With paused it reads the paused
-// queues with the locks, as lockSlotsSeeing does. Where a transaction
-// holds the only write lock it is lockSlotsSeeing, and every key is
-// locked.
-func (s *Store) lockUnheldSlots(ctx context.Context, ex Executor, keys []string, at time.Time, paused bool) (*slots, []string, error) {
+// holds, as lockSlots does but waiting for none, and then reads c's time,
+// which stamps their activity (the database's clock, after the locks, in
+// the same round trip where the database can; a caller that decided on a
+// time passes At(it)). It returns the others, sorted: the keys another
+// transaction holds, or that have no row (it creates none, as creating
+// one may wait for a transaction creating it too). With paused it reads
+// the paused queues with the locks, as lockSlotsSeeing does. Where a
+// transaction holds the only write lock it is lockSlotsSeeing, and every
+// key is locked.
+func (s *Store) lockUnheldSlots(ctx context.Context, ex Executor, keys []string, c Clock, paused bool) (*slots, []string, error) {
 	if !s.d.Capabilities().RowLocks {
-		sl, err := s.lockSlotsSeeing(ctx, ex, keys, At(at), paused)
+		sl, err := s.lockSlotsSeeing(ctx, ex, keys, c, paused)
 		return sl, nil, err
 	}
 	keys = sortedKeys(keys)
 	sl := s.newSlots(ex)
 	var after []Stmt
+	clockAt := -1
+	if s.readsDatabase(c) && len(keys) > 0 {
+		clockAt = len(after)
+		after = append(after, query(s.d.Now(), nil))
+	}
 	if paused {
 		after = sl.seePaused(s.q, after)
 	}
-	if err := s.lockByName(ctx, ex, keys, s.q.LockFreeSemaphores, nil, nil, after, sl.has, sl.load, sl.loadPaused); err != nil {
+	var dbNow int64
+	readAfter := func(i int, rows Rows) error {
+		if i == clockAt {
+			return rows.Scan(&dbNow)
+		}
+		return sl.loadPaused(i, rows)
+	}
+	if err := s.lockByName(ctx, ex, keys, s.q.LockFreeSemaphores, nil, nil, after, sl.has, sl.load, readAfter); err != nil {
 		return nil, nil, fmt.Errorf("lock free semaphores: %w", err)
 	}
 	var busy []string
@@ -185,7 +199,10 @@ func (s *Store) lockUnheldSlots(ctx context.Context, ex Executor, keys []string,
 			busy = append(busy, k)
 		}
 	}
-	sl.now = Micros(at)
+	sl.now = Micros(c.Host())
+	if clockAt >= 0 {
+		sl.now = dbNow
+	}
 	return sl, busy, nil
 }
 
@@ -757,24 +774,26 @@ func (s *Store) settle(ctx context.Context, ex Executor, c Clock, hs holders, ba
 	return sl.settle(ctx, hs, back)
 }
 
-// settleUnwaiting is settle for a reap, which waits for no lock another
-// transaction holds (an app's open transaction that enqueued a job of the
-// key, or a lost host's, which the database ends only when it notices the
-// dead connection): it locks the semaphores of hs and back that nobody
-// holds (lockUnheldSlots), as of at, and settles the jobs of those. A
-// holder of another key is left out, returned in left, for a later reap:
-// its slot is given back with it, so it waits until its semaphore is free
-// (a key with a holder has a row, which the clean-up never deletes). A
-// job of back of another key takes no slot: it is blocked, and the
-// dispatcher hands it one once one is free (MaintainSemaphores looks
-// every second for blocked jobs whose key has a slot free or no row), or
-// a slot given back does; or, its queue paused, it waits scheduled for
-// the resume, as settle's do.
-func (s *Store) settleUnwaiting(ctx context.Context, ex Executor, at time.Time, hs holders, back []slotless) (stmts []Stmt, instead map[int64]State, left map[int64]bool, queues []string, err error) {
+// settleUnwaiting is settle for a transaction that waits for no
+// semaphore another transaction holds (an app's open transaction that
+// enqueued a job of the key, or a lost host's, which the database ends
+// only when it notices the dead connection): a reap, and a worker's
+// results (FinishUnwaiting). It locks the semaphores of hs and back that
+// nobody holds (lockUnheldSlots), reading c's time after the locks, and
+// settles the jobs of those. A holder of another key is left out,
+// returned in left, for a later reap or write: its slot is given back
+// with its outcome, so it waits until its semaphore is free (a key with a
+// holder has a row, which the clean-up never deletes). A job of back of
+// another key takes no slot: it is blocked, and the dispatcher hands it
+// one once one is free (MaintainSemaphores looks every second for
+// blocked jobs whose key has a slot free or no row), or a slot given
+// back does; or, its queue paused, it waits scheduled for the resume, as
+// settle's do.
+func (s *Store) settleUnwaiting(ctx context.Context, ex Executor, c Clock, hs holders, back []slotless) (stmts []Stmt, instead map[int64]State, left map[int64]bool, queues []string, err error) {
 	if len(hs) == 0 && len(back) == 0 {
 		return nil, nil, nil, nil, nil
 	}
-	sl, busy, err := s.lockUnheldSlots(ctx, ex, keysOf(hs, back), at, len(back) > 0)
+	sl, busy, err := s.lockUnheldSlots(ctx, ex, keysOf(hs, back), c, len(back) > 0)
 	if err != nil {
 		return nil, nil, nil, nil, err
 	}
