@@ -51,15 +51,46 @@ func (r DrainResult) Ran() int {
 // start does, and waits for the keys another transaction holds (as an
 // enqueue of them would): a transaction that holds one open holds the
 // drain until it ends or ctx is done. It is meant for tests and scripts.
+//
+// Once ctx is done the drain stops as a stopping Run does, and returns an
+// error wrapping ctx.Err(): the job running then is given ctx, done, as
+// its context (what it returns is its outcome, as for any run); the jobs
+// of its claim not started yet are not run, but released back to ready
+// with their attempts given back; and a result it cannot write (the
+// database away) is tried as a stopping worker's are (up to ten times,
+// for about 40 s) and then left to the reaper: its job runs again once
+// the drain's process is presumed dead, and the error says so. Like Run,
+// it returns ErrWorkerRunning while another Run or Drain of the worker is
+// in progress.
 func (w *Worker) Drain(ctx context.Context) (DrainResult, error) {
 	var out DrainResult
+	if !w.active.CompareAndSwap(false, true) {
+		return out, fmt.Errorf("jobs: drain: %w", ErrWorkerRunning)
+	}
+	defer w.active.Store(false)
+	// Once ctx is done the drain claims no more: it is stopping, as a Run
+	// is from then, and its results are written as a stopping worker's.
+	w.stopping.Store(false)
+	stopped := make(chan struct{})
+	stopOnDone := context.AfterFunc(ctx, func() { w.stopping.Store(true); close(stopped) })
+	defer func() {
+		if !stopOnDone() {
+			<-stopped // set before a Run of the worker may reset it
+		}
+	}()
 	if err := w.store.CheckSchema(ctx); err != nil {
 		return out, fmt.Errorf("jobs: drain: %w", err)
 	}
 	if err := w.register(ctx); err != nil {
 		return out, err
 	}
-	defer func() { _ = w.store.DeregisterProcess(context.WithoutCancel(ctx), w.pid.Load()) }()
+	defer func() {
+		bg, cancel := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Second)
+		defer cancel()
+		_ = w.store.DeregisterProcess(bg, w.pid.Load())
+	}()
+	givenUp := w.givenUpCount()
+	var unreleased error // the jobs of its last claim it could not release as it stopped
 	// It heartbeats as Run does, in a goroutine (a handler may run long),
 	// and also before each job: a drain knows when its jobs took time,
 	// even on a fake clock its handlers advance, which the goroutine would
@@ -140,6 +171,14 @@ func (w *Worker) Drain(ctx context.Context) (DrainResult, error) {
 			return out, nil
 		}
 		for i, j := range res.Jobs {
+			if ctx.Err() != nil {
+				// Stopped while an earlier job of the claim ran: the rest
+				// would only run with a context already done, and fail
+				// (for good, on their last attempt) without a chance.
+				// They go back to ready, as a stopping Run's do.
+				unreleased = w.releaseUnrun(ctx, pid, res.Jobs[i:], false)
+				break
+			}
 			beat.BeatIfDue(beatCtx)
 			if beat.Reaps() != reaps {
 				// Presumed dead (the drain stalled past DeadAfter): the
@@ -148,7 +187,7 @@ func (w *Worker) Drain(ctx context.Context) (DrainResult, error) {
 				// the process registered anew, or, if that failed, under
 				// the old id until a beat registers it), not run here
 				// under a claim that is no longer the drain's.
-				w.releaseUnrun(ctx, pid, res.Jobs[i:])
+				_ = w.releaseUnrun(ctx, pid, res.Jobs[i:], true) // logged; its next claim goes on
 				break
 			}
 			r := w.execute(ctx, j, &runState{base: w.log, job: j, now: w.clock.Now})
@@ -179,16 +218,36 @@ func (w *Worker) Drain(ctx context.Context) (DrainResult, error) {
 			}
 		}
 	}
-	return out, ctx.Err()
+	return out, w.drainStopped(ctx, givenUp, unreleased)
+}
+
+// drainStopped is the error of a drain whose ctx ended: ctx.Err(), and
+// what the drain left for the reaper, if anything: the results the
+// recorder gave up writing since its count was givenUp, and the jobs of
+// its claim it could not release (unreleased).
+func (w *Worker) drainStopped(ctx context.Context, givenUp int, unreleased error) error {
+	msg := ""
+	if n := w.givenUpCount() - givenUp; n > 0 {
+		msg = fmt.Sprintf("; results not written before it stopped: %d (their jobs stay running until this process is presumed dead, then run again)", n)
+	}
+	switch {
+	case unreleased != nil:
+		return fmt.Errorf("jobs: drain: %w%s; and the jobs of its claim not run were not released (they come back once this process is presumed dead): %w", ctx.Err(), msg, unreleased)
+	case msg != "":
+		return fmt.Errorf("jobs: drain: %w%s", ctx.Err(), msg)
+	}
+	return ctx.Err()
 }
 
 // releaseUnrun releases, with their attempts given back, the jobs of a
-// drain's claim under pid that it did not run, once it learned it had been
-// presumed dead: those the reaper released are no longer pid's and stay
-// as they are; those the claim took after the reap, before the drain
-// registered again, would otherwise stay running for a process that no
-// longer exists until presumed lost.
-func (w *Worker) releaseUnrun(ctx context.Context, pid int64, js []*engine.Job) {
+// drain's claim under pid that it did not run: once its context ended
+// (they are not run with a context already done), or once it learned it
+// had been presumed dead (presumedDead): those the reaper released are no
+// longer pid's and stay as they are; those the claim took after the reap,
+// before the drain registered again, would otherwise stay running for a
+// process that no longer exists until presumed lost. A release that fails
+// is logged and returned.
+func (w *Worker) releaseUnrun(ctx context.Context, pid int64, js []*engine.Job, presumedDead bool) error {
 	runs := make([]engine.Run, len(js))
 	ids := make([]int64, len(js))
 	for i, j := range js {
@@ -196,11 +255,21 @@ func (w *Worker) releaseUnrun(ctx context.Context, pid int64, js []*engine.Job) 
 	}
 	bg, cancel := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Second)
 	defer cancel()
-	if err := w.store.Release(bg, pid, w.storeClock(), runs); err != nil {
-		w.log.Error("sluice: drain: release the jobs of a claim made before this process was presumed dead; they come back when presumed lost", "err", err, "jobs", ids)
-		return
+	err := w.store.Release(bg, pid, w.storeClock(), runs)
+	if err != nil {
+		err = fmt.Errorf("release jobs %v: %w", ids, err)
 	}
-	w.log.Warn("sluice: drain: this process was presumed dead; the jobs of its claim not run yet are claimed again", "jobs", ids)
+	switch {
+	case err != nil && presumedDead:
+		w.log.Error("sluice: drain: release the jobs of a claim made before this process was presumed dead; they come back when presumed lost", "err", err, "jobs", ids)
+	case err != nil:
+		w.log.Error("sluice: drain: release the jobs of its claim not run yet as it stops; they come back when this process is presumed dead", "err", err, "jobs", ids)
+	case presumedDead:
+		w.log.Warn("sluice: drain: this process was presumed dead; the jobs of its claim not run yet are claimed again", "jobs", ids)
+	default:
+		w.log.Info("sluice: drain: stopped; released the jobs of its claim not run yet back to ready", "jobs", ids)
+	}
+	return err
 }
 
 // releaseDrainStrays releases, before a drain returns claimErr, the jobs

@@ -17,6 +17,12 @@ var ErrNotFound = engine.ErrNotFound
 // passes.
 var ErrJobTimeout = errors.New("job timed out")
 
+// ErrWorkerRunning is what Worker.Run and Worker.Drain return, at once and
+// without touching the database, when a Run or Drain of the same worker
+// has not returned yet: a worker works once at a time (Run it again once
+// it returned, or create another worker to work alongside it).
+var ErrWorkerRunning = errors.New("the worker is already running (a Run or Drain of it has not returned)")
+
 // cancelError discards a job now.
 type cancelError struct{ err error }
 

@@ -552,6 +552,9 @@ type recorder struct {
 	log      *slog.Logger
 	stopping func() bool
 	sleep    func(time.Duration)
+	// wall, if set, is the time the tries of a stopping worker are bound
+	// by (stoppingTries); time.Now if not.
+	wall func() time.Time
 	// gaveUp, if set, is told the results given up on: their jobs stay
 	// running for the process.
 	gaveUp func([]result)
@@ -562,12 +565,20 @@ type recorder struct {
 // written yet. An error the database classifies as refusing a value
 // splits the batch in halves, each written on its own, until the refused
 // result is alone; that one is replaced by its refused outcome. Any other
-// error is retried, pausing 100ms doubling to 10s, until the write lands
-// (or, once the worker stops, 10 times).
+// error is retried, pausing 100ms doubling to 10s, until the write lands;
+// once the worker stops, 10 times at most, within stoppingTries: each try
+// waits for the database up to 30 s, or what is left of that bound (a
+// database that does not answer at all does not hold a stopping worker
+// ten times 30 s).
 func (rc recorder) record(ctx context.Context, pid int64, rs []result) []result {
 	pause := 100 * time.Millisecond
+	var giveUpAt time.Time // once the worker is stopping: when the tries end
 	for attempt := 1; ; attempt++ {
-		actx, cancel := context.WithTimeout(ctx, 30*time.Second)
+		timeout := 30 * time.Second
+		if giveUpAt = rc.giveUpAt(giveUpAt); !giveUpAt.IsZero() {
+			timeout = min(timeout, max(giveUpAt.Sub(rc.clock()), time.Second))
+		}
+		actx, cancel := context.WithTimeout(ctx, timeout)
 		left, err := rc.finish(actx, pid, rc.now(), outcomes(rs))
 		cancel()
 		if err == nil {
@@ -579,7 +590,7 @@ func (rc recorder) record(ctx context.Context, pid int64, rs []result) []result 
 		if rc.isData(err) {
 			return rc.split(ctx, pid, rs, err)
 		}
-		if rc.stopping() && attempt >= 10 {
+		if giveUpAt = rc.giveUpAt(giveUpAt); !giveUpAt.IsZero() && (attempt >= 10 || !rc.clock().Before(giveUpAt)) {
 			rc.log.Error("sluice: could not record finished jobs before stopping; they run again once this process is presumed dead",
 				"err", err, "jobs", len(rs))
 			rc.abandon(rs)
@@ -603,6 +614,29 @@ func leftOf(rs []result, ids []int64) []result {
 		}
 	}
 	return out
+}
+
+// stoppingTries bounds how long a stopping worker tries to write a batch
+// (recorder.record): ten tries, pausing 100ms doubling to 10s between
+// them, take about 33 s when each fails at once.
+const stoppingTries = 40 * time.Second
+
+// giveUpAt is when the tries of a batch end once the worker is stopping:
+// at, when set already; stoppingTries from now when the worker is
+// stopping; zero while it is not.
+func (rc recorder) giveUpAt(at time.Time) time.Time {
+	if at.IsZero() && rc.stopping() {
+		return rc.clock().Add(stoppingTries)
+	}
+	return at
+}
+
+// clock is the time the tries of a stopping worker are bound by.
+func (rc recorder) clock() time.Time {
+	if rc.wall != nil {
+		return rc.wall()
+	}
+	return time.Now()
 }
 
 // split writes the halves of a batch the database refused, or, for a

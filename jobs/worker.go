@@ -174,6 +174,14 @@ type WorkerConfig struct {
 }
 
 // Worker claims and runs jobs. Create it with NewWorker and call Run.
+//
+// A worker works once at a time: a Run or Drain called while another Run
+// or Drain of the same worker has not returned returns ErrWorkerRunning
+// at once, changing nothing. Once it returned, the worker may be Run (or
+// drained) again: it registers a new process and starts afresh. A handler
+// the earlier Run released at shutdown without it returning (one that
+// ignores its context) still takes one of the Concurrency slots until it
+// returns, and its outcome is ignored.
 type Worker struct {
 	cfg   WorkerConfig
 	store *engine.Store
@@ -182,7 +190,12 @@ type Worker struct {
 	log   *slog.Logger
 	hooks Hooks
 
-	pid      atomic.Int64
+	pid atomic.Int64
+	// active is set while a Run or Drain is in progress (ErrWorkerRunning).
+	active atomic.Bool
+	// stopping is set once the Run or Drain in progress stopped claiming:
+	// the recorder then gives up on a batch it cannot write (see
+	// recorder.record). Each Run and Drain starts with it unset.
 	stopping atomic.Bool
 	// stoppedAt is when Run stopped claiming, on clock: the results left
 	// for keys another transaction holds wait for them until
@@ -203,17 +216,26 @@ type Worker struct {
 	// job stays running for that process, having run, until presumed
 	// lost, and is no stray of a claim.
 	abandoned map[int64]int64
+	// givenUp counts the results the recorder gave up writing, over the
+	// worker's life (a Drain tells its caller of those it gave up on).
+	givenUp int
 	// strayClaims counts the claims that failed (each one's commit may
 	// have landed, its reply lost) since strays were last released: while
 	// any is pending the worker looks for strays before each claim round,
 	// and at shutdown, and each may have taken up to Concurrency jobs.
 	// Only the claiming goroutine touches it (and Run once it is done).
 	strayClaims int
-	jobs        sync.WaitGroup
+	// jobs counts the handlers the current (or last) Run started; each Run
+	// has its own, so that its shutdown waits for none that an earlier
+	// Run released and that have not returned yet.
+	jobs *sync.WaitGroup
 	// sending counts the finished jobs whose result is on its way to
 	// results: shutdown waits for them before closing it.
 	sending sync.WaitGroup
 	freed   chan struct{}
+	// results carries the current Run's results to its recorder; each Run
+	// makes its own, and closes it once every run it started either sent
+	// its result or was released (and so sends none).
 	results chan result
 
 	unknown sync.Map // kinds already logged as unknown, or as unread calls (unrunnableLog)
@@ -371,8 +393,8 @@ func NewWorker(pub *store.Store, reg *Registry, cfg WorkerConfig) (*Worker, erro
 		log:      log,
 		hooks:    cfg.Hooks.guarded(log),
 		running:  map[*runningJob]struct{}{}, unrecorded: map[int64]int{}, abandoned: map[int64]int64{},
-		freed:   make(chan struct{}, 1),
-		results: make(chan result, cfg.Concurrency),
+		freed: make(chan struct{}, 1),
+		jobs:  &sync.WaitGroup{},
 	}
 	if w.storeClock().Database() {
 		w.slots.lead = minDueLead
@@ -399,8 +421,20 @@ func (w *Worker) ProcessID() int64 { return w.pid.Load() }
 // it has not by ShutdownTimeout after the stop, its job is released back
 // to ready. It refuses to start against a
 // database with pending migrations. Stopped before it started (ctx done
-// while it checks the schema or registers), it returns nil.
+// while it checks the schema or registers), it returns nil. It returns
+// ErrWorkerRunning while another Run or Drain of the worker is in
+// progress; once Run returned, the worker may be Run again, as a new
+// process (see Worker).
 func (w *Worker) Run(ctx context.Context) error {
+	if !w.active.CompareAndSwap(false, true) {
+		return fmt.Errorf("jobs: worker: Run: %w", ErrWorkerRunning)
+	}
+	defer w.active.Store(false)
+	// What one Run keeps apart from the Run before it, whose released
+	// handlers may not have returned yet (they send no result).
+	w.stopping.Store(false)
+	w.jobs = &sync.WaitGroup{}
+	w.results = make(chan result, w.cfg.Concurrency)
 	if err := w.startUp(ctx); err != nil {
 		if ctx.Err() != nil {
 			return nil
@@ -596,6 +630,14 @@ func (w *Worker) gaveUp(rs []result) {
 	for _, r := range rs {
 		w.abandoned[r.id] = r.pid
 	}
+	w.givenUp += len(rs)
+}
+
+// givenUpCount is how many results the recorder gave up writing so far.
+func (w *Worker) givenUpCount() int {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return w.givenUp
 }
 
 // recorded forgets the results of batch, now written (or given up on).
@@ -995,9 +1037,10 @@ func (w *Worker) start(ctx context.Context, j *engine.Job, pid int64) {
 	w.mu.Lock()
 	w.running[rj] = struct{}{}
 	w.mu.Unlock()
-	w.jobs.Add(1)
+	runs := w.jobs // this Run's: the next one has its own
+	runs.Add(1)
 	go func() {
-		defer w.jobs.Done()
+		defer runs.Done()
 		var res result
 		returned := false
 		defer func() {
@@ -1069,7 +1112,8 @@ var errShutdown = errors.New("worker shutting down")
 // back to ready.
 func (w *Worker) shutdown(stopJobs context.CancelCauseFunc) {
 	done := make(chan struct{})
-	go func() { w.jobs.Wait(); close(done) }()
+	started := w.jobs
+	go func() { started.Wait(); close(done) }()
 	t := w.clock.NewTimer(w.cfg.ShutdownTimeout)
 	defer t.Stop()
 	select {
@@ -1092,6 +1136,9 @@ func (w *Worker) shutdown(stopJobs context.CancelCauseFunc) {
 	byPID := map[int64][]engine.Run{}
 	var runs []*runningJob
 	for rj := range w.running {
+		if rj.released {
+			continue // an earlier Run's, released then, still running
+		}
 		rj.released = true
 		byPID[rj.pid] = append(byPID[rj.pid], rj.job.Run())
 		runs = append(runs, rj)
