@@ -479,14 +479,7 @@ func (w *Worker) complete(done chan<- struct{}) {
 // unwritten, waiting for nothing (engine's FinishUnwaiting); so is, once
 // ctx is done, every result not written yet.
 func (w *Worker) flush(ctx context.Context, batch []result) []result {
-	byPID := map[int64][]result{}
-	var pids []int64
-	for _, r := range batch {
-		if _, ok := byPID[r.pid]; !ok {
-			pids = append(pids, r.pid)
-		}
-		byPID[r.pid] = append(byPID[r.pid], r)
-	}
+	pids, byPID := byProcess(batch)
 	rec := recorder{
 		finish:   w.store.FinishUnwaiting,
 		isData:   func(err error) bool { return engine.IsDataError(w.store, err) },
@@ -502,6 +495,20 @@ func (w *Worker) flush(ctx context.Context, batch []result) []result {
 		left = append(left, rec.record(ctx, pid, byPID[pid])...)
 	}
 	return left
+}
+
+// byProcess groups results by the process id their jobs were claimed
+// under, and returns the ids in the order they first appear.
+func byProcess(rs []result) ([]int64, map[int64][]result) {
+	byPID := map[int64][]result{}
+	var pids []int64
+	for _, r := range rs {
+		if _, ok := byPID[r.pid]; !ok {
+			pids = append(pids, r.pid)
+		}
+		byPID[r.pid] = append(byPID[r.pid], r)
+	}
+	return pids, byPID
 }
 
 // written returns the results of batch not in left.

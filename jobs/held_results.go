@@ -135,14 +135,7 @@ func (w *Worker) flushWaiting(ctx context.Context, batch []result) []result {
 // process that is gone until presumed lost. A release that fails leaves
 // them to that (gaveUp).
 func (w *Worker) releaseHeld(held []result) {
-	byPID := map[int64][]result{}
-	var pids []int64
-	for _, r := range held {
-		if _, ok := byPID[r.pid]; !ok {
-			pids = append(pids, r.pid)
-		}
-		byPID[r.pid] = append(byPID[r.pid], r)
-	}
+	pids, byPID := byProcess(held)
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
 	for _, pid := range pids {
