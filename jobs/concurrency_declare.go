@@ -59,6 +59,19 @@ func newSlotDeclarations(reg *Registry) *slotDeclarations {
 	return d
 }
 
+// restart forgets what an earlier Run or Drain declared: each start
+// declares the limits anew, as a new worker's would, since another
+// version's start or enqueue may have declared other limits in between.
+func (d *slotDeclarations) restart() {
+	if d == nil {
+		return
+	}
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	clear(d.walked)
+	clear(d.held)
+}
+
 // mixedLimits reports whether the kinds of a concurrency scope declare
 // different limits: differ in what a semaphore records of one (To or
 // Duration).

@@ -71,6 +71,7 @@ func (w *Worker) Drain(ctx context.Context) (DrainResult, error) {
 	// Once ctx is done the drain claims no more: it is stopping, as a Run
 	// is from then, and its results are written as a stopping worker's.
 	w.stopping.Store(false)
+	w.declared.restart()
 	stopped := make(chan struct{})
 	stopOnDone := context.AfterFunc(ctx, func() { w.stopping.Store(true); close(stopped) })
 	defer func() {

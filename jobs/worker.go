@@ -433,6 +433,7 @@ func (w *Worker) Run(ctx context.Context) error {
 	// What one Run keeps apart from the Run before it, whose released
 	// handlers may not have returned yet (they send no result).
 	w.stopping.Store(false)
+	w.declared.restart()
 	w.jobs = &sync.WaitGroup{}
 	w.results = make(chan result, w.cfg.Concurrency)
 	if err := w.startUp(ctx); err != nil {

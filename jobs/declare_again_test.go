@@ -11,14 +11,14 @@ import (
 	"github.com/sluicequeue/sluice/jobs"
 )
 
-// review-held: docs/guarantees.md says a worker run again once Run
+// docs/guarantees.md says a worker run again once Run
 // returned "registers as a new process and starts afresh", and
 // docs/concurrency.md that "each key's limit is that of the last start or
 // enqueue to declare one" (a worker's start declares its To on the keys of
 // its scopes). A Drain's first round declares them "as Run's start does".
-// But the worker remembers that it walked each scope (slotDeclarations'
-// walked), so its second Drain (or Run) declares nothing: an older
-// version's start or enqueue in between keeps its To on the key.
+// It used to remember that it walked each scope (slotDeclarations.
+// walked), so its second Drain (or Run) declared nothing: an older
+// version's start or enqueue in between kept its To on the key.
 func TestADrainOfAWorkerAgainDeclaresItsLimitAgain(t *testing.T) {
 	each(t, func(t *testing.T, h *harness) {
 		require.NoError(t, jobs.Declare[accountSync](h.reg, syncLimit(2)))
