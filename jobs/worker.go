@@ -459,9 +459,13 @@ func (w *Worker) Run(ctx context.Context) error {
 	w.declareSlots(ctx)
 	declared := make(chan struct{})
 	go func() { defer close(declared); w.declareHeldSlots(ctx) }()
-	if w.limits != nil {
-		go w.refreshOverrides(beatCtx)
-	}
+	refreshed := make(chan struct{})
+	go func() {
+		defer close(refreshed)
+		if w.limits != nil {
+			w.refreshOverrides(beatCtx)
+		}
+	}()
 	w.log.Info("sluice: worker started", "process_id", w.pid.Load(), "queues", w.cfg.Queues, "concurrency", w.cfg.Concurrency)
 
 	w.loop(ctx, jobsCtx, wake)
@@ -478,6 +482,7 @@ func (w *Worker) Run(ctx context.Context) error {
 	<-completed
 	stopBeat()
 	<-beaten
+	<-refreshed // no refresh of this Run overlaps the next Run's
 	if w.strayClaims > 0 {
 		// The last look after a failed claim failed too: once more before
 		// the process row goes, after which the strays would wait to be
