@@ -14,7 +14,11 @@ import (
 type DrainResult struct {
 	// Completed, Retried, Failed, Cancelled and Snoozed count the runs
 	// that ended so: completed, failed and to be retried, failed for
-	// good, cancelled, snoozed.
+	// good, cancelled, snoozed. A result that waits for a concurrency key
+	// another transaction holds is counted once it is written; a run
+	// whose job the drain released instead, as its ctx ended (its
+	// outcome dropped, the job to run again), is counted in none, as
+	// Hooks.OnFinish reports it released.
 	Completed, Retried, Failed, Cancelled, Snoozed int
 	// Throttled counts runs an upstream refused (RetryAfter).
 	Throttled int
@@ -23,6 +27,34 @@ type DrainResult struct {
 	// jobs a claim deferred, and those it displaced (sent to later slots
 	// to make room for more urgent ones, DeferEvent.Displaced).
 	Deferred int
+}
+
+// count counts a run that ended with o; a released run is counted in none.
+func (r *DrainResult) count(o Outcome) {
+	switch o {
+	case OutcomeCompleted:
+		r.Completed++
+	case OutcomeRetried:
+		r.Retried++
+	case OutcomeFailed:
+		r.Failed++
+	case OutcomeCancelled:
+		r.Cancelled++
+	case OutcomeSnoozed:
+		r.Snoozed++
+	case OutcomeThrottled:
+		r.Throttled++
+	}
+}
+
+// countWritten counts the runs of done, results just written, whose
+// report waited for their write (reportedOnceWritten).
+func (r *DrainResult) countWritten(done []result) {
+	for _, d := range done {
+		if d.reportedOnceWritten() {
+			r.count(outcomeOf(d))
+		}
+	}
 }
 
 // Ran is how many runs ended, whatever their outcome.
@@ -165,7 +197,7 @@ func (w *Worker) Drain(ctx context.Context) (DrainResult, error) {
 				// claiming again: the slots they give back may have made
 				// blocked jobs ready.
 				left := w.flushWaiting(ctx, held)
-				w.recorded(written(held, left))
+				out.countWritten(w.wrote(held, left))
 				held = left
 				continue
 			}
@@ -193,7 +225,10 @@ func (w *Worker) Drain(ctx context.Context) (DrainResult, error) {
 			}
 			r := w.execute(ctx, j, &runState{base: w.log, job: j, now: w.clock.Now})
 			r.pid = pid
-			w.finished(j, r)
+			if !r.reportedOnceWritten() {
+				w.finished(j, r)
+				out.count(outcomeOf(r))
+			} // else once written (reported and counted then), or released
 			// Written at once, as Run's recorder does: a job that ran is
 			// not left running (to be presumed lost and run again) while
 			// the rest of the claim runs. One whose slot goes back to a
@@ -202,21 +237,7 @@ func (w *Worker) Drain(ctx context.Context) (DrainResult, error) {
 			w.unwritten(r)
 			batch := append(slices.Clone(held), r)
 			held = w.flush(context.Background(), batch)
-			w.recorded(written(batch, held))
-			switch outcomeOf(r) {
-			case OutcomeCompleted:
-				out.Completed++
-			case OutcomeRetried:
-				out.Retried++
-			case OutcomeFailed:
-				out.Failed++
-			case OutcomeCancelled:
-				out.Cancelled++
-			case OutcomeSnoozed:
-				out.Snoozed++
-			case OutcomeThrottled:
-				out.Throttled++
-			}
+			out.countWritten(w.wrote(batch, held))
 		}
 	}
 	return out, w.drainStopped(ctx, givenUp, unreleased)

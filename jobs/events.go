@@ -33,8 +33,15 @@ type Hooks struct {
 	// its handler still runs, with OutcomeReleased as soon as the release
 	// is written (or failed), before Run returns — not when the handler
 	// returns, which is then reported no more (the process may exit
-	// first). It reports what the worker decided, before the result is
-	// written, not what the store made of it: a run whose process was
+	// first). A run whose job gives a concurrency slot back (it ended for
+	// good, an upstream refused it, or the worker gave it back) is
+	// reported once its result is written instead, with the outcome the
+	// worker decided: such a result may wait for the key's semaphore,
+	// which an app's open transaction that enqueued a job of the key
+	// holds, and if the worker stops (or a Drain returns) before the key
+	// is free, its job is released to run again, and the run reported
+	// with OutcomeReleased. It reports what the worker decided, not what
+	// the store made of it: a run whose process was
 	// presumed dead while it ran (a lost run) is reported as it ended
 	// here, though the store ignores its result or its release (the
 	// reaper had released the job, counting the lost run as a failed
@@ -191,10 +198,13 @@ type FinishEvent struct {
 	// Outcome is what became of the run.
 	Outcome Outcome
 	// Err is the handler's error, if any; nil for a run released while
-	// its handler still ran (it had returned nothing).
+	// its handler still ran (it had returned nothing). A run released
+	// once its handler returned (its result waited for a concurrency key
+	// another transaction held) keeps the handler's error.
 	Err error
 	// Duration is how long the handler ran; for a run released while it
-	// still ran, until the release.
+	// still ran, until the release. It leaves out how long a result
+	// waited to be written.
 	Duration time.Duration
 }
 

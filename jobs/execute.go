@@ -463,7 +463,7 @@ func (w *Worker) complete(done chan<- struct{}) {
 			}
 		}
 		held = w.flush(context.Background(), batch)
-		w.recorded(written(batch, held))
+		w.wrote(batch, held)
 		retry.left(held)
 	}
 	w.finishHeld(held)

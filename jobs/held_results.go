@@ -85,7 +85,7 @@ func (w *Worker) finishHeld(held []result) {
 		cancel() // one write more, waiting for nothing
 	}
 	left := w.flushWaiting(ctx, held)
-	w.recorded(written(held, left))
+	w.wrote(held, left)
 	if len(left) > 0 {
 		w.releaseHeld(left)
 	}
@@ -133,7 +133,9 @@ func (w *Worker) flushWaiting(ctx context.Context, batch []result) []result {
 // that returns) could not write: their runs' outcomes are dropped, and
 // they run again (their slots kept), rather than stay running for a
 // process that is gone until presumed lost. A release that fails leaves
-// them to that (gaveUp).
+// them to that (gaveUp). Either way each run is reported to OnFinish now,
+// as released, as a run released at shutdown is: its outcome was never
+// written, and the job runs again.
 func (w *Worker) releaseHeld(held []result) {
 	pids, byPID := byProcess(held)
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
@@ -155,7 +157,38 @@ func (w *Worker) releaseHeld(held []result) {
 		w.log.Warn("sluice: released jobs whose results could not be written while another transaction held their concurrency key; they run again",
 			"jobs", ids)
 	}
+	for _, r := range held {
+		if r.reportedOnceWritten() {
+			w.finished(r.job, result{id: r.id, t: engine.Transition{State: engine.StateReady}, err: r.err, took: r.took})
+		}
+	}
 	w.recorded(held)
+}
+
+// reportedOnceWritten reports whether r's run is reported to OnFinish
+// only once its result is written (wrote), or its job released
+// (releaseHeld), rather than when its handler returns, as every other
+// run is: a result whose job gives a concurrency slot back may be left
+// for a key another transaction holds, and its job released in the end,
+// its outcome dropped and the job to run again. Reported when the handler
+// returned, such a run would count twice: as its outcome there, and again
+// when the job runs again.
+func (r result) reportedOnceWritten() bool { return r.holdsSlot && r.givesSlotBack() }
+
+// wrote forgets the results of batch that a write did not leave (left):
+// written, or given up on (their jobs stay running for the process). It
+// reports to OnFinish those whose report waited for it
+// (reportedOnceWritten), with the outcome the worker decided, as every
+// other run is reported, and returns the results it forgot.
+func (w *Worker) wrote(batch, left []result) []result {
+	done := written(batch, left)
+	w.recorded(done)
+	for _, r := range done {
+		if r.reportedOnceWritten() {
+			w.finished(r.job, r)
+		}
+	}
+	return done
 }
 
 // unwritten counts r among the results not written yet, as ran does for

@@ -1095,7 +1095,9 @@ func (w *Worker) ran(rj *runningJob, res result) {
 	}
 	w.mu.Unlock()
 	if !released {
-		w.finished(rj.job, res)
+		if !res.reportedOnceWritten() {
+			w.finished(rj.job, res)
+		} // else once the recorder wrote it, or released its job
 		w.results <- res
 		w.sending.Done()
 	}
