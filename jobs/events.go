@@ -40,7 +40,9 @@ type Hooks struct {
 	// which an app's open transaction that enqueued a job of the key
 	// holds, and if the worker stops (or a Drain returns) before the key
 	// is free, its job is released to run again, and the run reported
-	// with OutcomeReleased. It reports what the worker decided, not what
+	// with OutcomeReleased; that report is made on the goroutine that
+	// writes results, so a slow OnFinish holds up the writing of results
+	// (keep it quick, as every hook). It reports what the worker decided, not what
 	// the store made of it: a run whose process was
 	// presumed dead while it ran (a lost run) is reported as it ended
 	// here, though the store ignores its result or its release (the
