@@ -152,10 +152,10 @@ func (synced) Kind() string { return "synced" }
 //
 // Here the task "sync-acme" enqueues synced{acme} every minute, its kind
 // limited to one per account; an app's transaction enqueued
-// synced{acme} and stays open. The tick at 12:01 should not wait for
-// the app (the task's job could wait scheduled and due, as a promoted
-// job of a held key does, or the tick be tried again on a later round);
-// it waits.
+// synced{acme} and stays open. The tick at 12:01 does not wait for the
+// app: its enqueue fails without waiting, rolling back the tick's record,
+// and the tick is tried again on the next round, which, once the app's
+// transaction ended, enqueues its one job.
 func TestACronTaskOfAHeldKeyDoesNotHoldUpTheDispatchersRound(t *testing.T) {
 	testdb.EachPool(t, func(t *testing.T, s *engine.Store, open func() *engine.Store) {
 		if !s.Dialect().Capabilities().RowLocks {
@@ -193,7 +193,33 @@ func TestACronTaskOfAHeldKeyDoesNotHoldUpTheDispatchersRound(t *testing.T) {
 		c.Advance(time.Minute) // 12:01: the task's tick
 		waited, took := tickWaitsForALock(t, s, d, release, "sluice_semaphores", "sluice_semaphores")
 		if waited {
-			t.Errorf("the dispatcher's tick waited %v, until the app's transaction ended, to enqueue the cron task's job of the key the app holds: every other promotion, unpark and task waits with it", took.Round(time.Millisecond))
+			t.Fatalf("the dispatcher's tick waited %v, until the app's transaction ended, to enqueue the cron task's job of the key the app holds: every other promotion, unpark and task waits with it", took.Round(time.Millisecond))
 		}
+		// The tick left no record and no job: it is tried again.
+		last, err := s.LastTicks(ctx)
+		require.NoError(t, err)
+		require.NotContains(t, last, "sync-acme", "a tick whose enqueue met a held key is recorded without its job")
+		js, err := s.ListJobs(ctx, engine.JobFilter{Kind: "synced", Limit: 10})
+		require.NoError(t, err)
+		require.Len(t, js, 1, "only the probe: the held key's tick enqueued a job")
+
+		// Once the app's transaction ended, the next round runs the same
+		// tick, once.
+		release()
+		c.Advance(time.Second)
+		_, err = d.Tick(ctx)
+		require.NoError(t, err)
+		c.Advance(time.Second)
+		_, err = d.Tick(ctx)
+		require.NoError(t, err)
+		last, err = s.LastTicks(ctx)
+		require.NoError(t, err)
+		require.Equal(t, t0.Add(time.Minute), last["sync-acme"].RunAt.UTC(), "the tick after the key was freed")
+		js, err = s.ListJobs(ctx, engine.JobFilter{Kind: "synced", Limit: 10})
+		require.NoError(t, err)
+		require.Len(t, js, 2, "the probe and the tick's one job")
+		job, err := s.GetJob(ctx, last["sync-acme"].JobID)
+		require.NoError(t, err)
+		require.JSONEq(t, `{"account":"acme"}`, string(job.Args))
 	})
 }
