@@ -259,6 +259,14 @@ func (d *Dispatcher) runTasks(ctx context.Context, now time.Time) (int, error) {
 			continue
 		}
 		ok, err := d.runTick(ctx, t, tick, owed, now)
+		if errors.Is(err, engine.ErrSemaphoreHeld) {
+			// Its job's key is held by another transaction: the tick,
+			// recorded with its job, rolled back with it, and is tried
+			// again on the next round, once the key is free.
+			d.log.Debug("sluice: recurring task's concurrency key is held by another transaction; its tick is tried again on the next round", "task", t.key, "err", err)
+			t.owed = time.Time{}
+			continue
+		}
 		if err != nil {
 			t.owed = owedAfter(t, tick, ok)
 			errs = append(errs, err)
@@ -375,7 +383,12 @@ func (d *Dispatcher) runTick(ctx context.Context, t *task, tick, owed, now time.
 					err = fmt.Errorf("enqueue panicked: %v\n%s", r, debug.Stack())
 				}
 			}()
-			res, s, err := d.cfg.Client.EnqueueIn(ctx, ex, []jobs.Item{*t.item})
+			// The enqueue waits for no concurrency key another
+			// transaction holds (an app's open one that enqueued a job
+			// of the key): it runs in the round, which would wait with
+			// it. It fails instead (engine.ErrSemaphoreHeld), and the
+			// tick, its record rolled back, is tried on a later round.
+			res, s, err := d.cfg.Client.EnqueueIn(engine.WithoutSlotWaits(ctx), ex, []jobs.Item{*t.item})
 			if err != nil {
 				return 0, err
 			}

@@ -104,8 +104,12 @@ func (s *Store) enqueueTx(ctx context.Context, ex Executor, c Clock, jobs []NewJ
 	writes := s.repoint(pointers, repointed)
 	var sl *slots
 	if len(keys) > 0 {
+		lock := s.lockSlotsSeeing
+		if !waitsForSlots(ctx) {
+			lock = s.lockSlotsUnwaiting
+		}
 		var err error
-		if sl, err = s.lockSlotsSeeing(ctx, ex, keys, c, takes); err != nil {
+		if sl, err = lock(ctx, ex, keys, c, takes); err != nil {
 			return nil, err
 		}
 	}

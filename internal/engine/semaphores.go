@@ -861,7 +861,8 @@ func (sl *slots) settle(ctx context.Context, hs holders, back []slotless) ([]Stm
 // holder is not, and keeps its slot, nor is one claimed since) and hands free
 // slots to blocked jobs wherever a key has both, up to limit keys each. It
 // returns how many keys it freed slots of and how many blocked jobs became
-// ready. The dispatcher runs it every tick.
+// ready. It waits for no semaphore another transaction holds: such a key
+// is left to a later call. The dispatcher runs it every tick.
 func (s *Store) MaintainSemaphores(ctx context.Context, c Clock, limit int) (freed, unblocked int, err error) {
 	var queues []string
 	err = s.inTx(ctx, func(tx Tx) error {
@@ -884,15 +885,19 @@ func (s *Store) MaintainSemaphores(ctx context.Context, c Clock, limit int) (fre
 		if len(keys) == 0 {
 			return nil
 		}
-		// All in key order, as every transaction locks semaphores: the
-		// expired ones were read unlocked, and are checked again.
-		sl, err := s.lockSlots(ctx, tx, keys, At(at))
+		// All in key order, as every transaction locks semaphores, waiting
+		// for none (lockDueSlots): a key another transaction holds (an
+		// app's open one that enqueued a job of it, EnqueueTx) is left to
+		// a later tick, as a promotion leaves it, and holds up neither the
+		// other keys nor the rest of the dispatcher's round. The expired
+		// ones were read unlocked, and are checked again.
+		sl, _, err := s.lockDueSlots(ctx, tx, keys, nil, at)
 		if err != nil {
 			return err
 		}
 		expired = slices.DeleteFunc(expired, func(k string) bool {
 			r := sl.sems[k]
-			return r.Held == 0 || r.ExpiresAt >= Micros(at)
+			return r == nil || r.Held == 0 || r.ExpiresAt >= Micros(at)
 		})
 		var writes []Stmt
 		if len(expired) > 0 {

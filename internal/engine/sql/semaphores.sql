@@ -79,7 +79,9 @@ ORDER BY id FOR UPDATE SKIP LOCKED;
 
 -- name: ExpiredSemaphores
 -- Keys with taken slots that expired before :now, unlocked: the caller
--- locks them in key order with the others it needs, and checks again.
+-- locks them in key order with the others it needs, skipping those
+-- another transaction holds (MaintainSemaphores, through lockDueSlots),
+-- and checks again.
 SELECT name FROM sluice_semaphores WHERE held > 0 AND expires_at < :now
 ORDER BY expires_at LIMIT :limit;
 
