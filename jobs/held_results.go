@@ -98,12 +98,12 @@ func (w *Worker) finishHeld(held []result) {
 // it could not write. With ctx done from the start it writes once. A
 // write that leaves results again right after a wait (the key taken
 // again meanwhile, or a wait that failed or had nothing to wait for)
-// pauses 100ms before the next, so that nothing spins.
+// pauses heldRetryFirst before the next, so that nothing spins.
 func (w *Worker) flushWaiting(ctx context.Context, batch []result) []result {
 	left := w.flush(context.WithoutCancel(ctx), batch)
 	for again := false; len(left) > 0 && ctx.Err() == nil; again = true {
 		if again {
-			t := time.NewTimer(100 * time.Millisecond)
+			t := time.NewTimer(heldRetryFirst)
 			select {
 			case <-ctx.Done():
 			case <-t.C:

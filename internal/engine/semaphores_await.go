@@ -24,15 +24,7 @@ func (s *Store) AwaitSemaphores(ctx context.Context, keys []string) error {
 	err := s.inTx(ctx, func(tx Tx) error {
 		for run := range s.keyRuns(keys) {
 			q, args := s.q.LockSemaphores(run)
-			rows, err := tx.Query(ctx, q, args...)
-			if err != nil {
-				return err
-			}
-			for rows.Next() {
-			}
-			err = rows.Err()
-			rows.Close()
-			if err != nil {
+			if _, err := exec(ctx, tx, q, args); err != nil {
 				return err
 			}
 		}
