@@ -45,9 +45,6 @@ func (l *obsFinishLog) of(id int64) []jobs.Outcome {
 // now reported once, released.
 func TestARunWhoseHeldResultIsReleasedAtShutdownIsReportedReleased(t *testing.T) {
 	each(t, func(t *testing.T, h *harness) {
-		if h.store.Dialect().Name() == "sqlite" {
-			t.Skip("one writer: an open transaction of the app's stops every write")
-		}
 		var log obsFinishLog
 		w := h.worker(jobs.WorkerConfig{Concurrency: 4, PollInterval: time.Hour, ShutdownTimeout: 5 * time.Second,
 			Hooks: jobs.Hooks{OnFinish: log.hook}})
@@ -60,12 +57,7 @@ func TestARunWhoseHeldResultIsReleasedAtShutdownIsReportedReleased(t *testing.T)
 		cancel()
 		awaitFinishWait(t, h)
 		h.clock.Advance(5 * time.Second)
-		select {
-		case err := <-done:
-			require.NoError(t, err)
-		case <-time.After(30 * time.Second):
-			t.Fatal("Run did not return at its shutdown timeout")
-		}
+		require.NoError(t, within(t, done, "Run did not return at its shutdown timeout"))
 		st, _, _ := k.state(k.a)
 		require.Equal(t, engine.StateReady, st, "a was released to run again")
 		require.Equal(t, []jobs.Outcome{jobs.OutcomeReleased}, log.of(k.a),
@@ -81,31 +73,15 @@ func TestARunWhoseHeldResultIsReleasedAtShutdownIsReportedReleased(t *testing.T)
 // none, and OnFinish reports it once, released.
 func TestADrainsCountsLeaveOutARunItReleased(t *testing.T) {
 	each(t, func(t *testing.T, h *harness) {
-		if h.store.Dialect().Name() == "sqlite" {
-			t.Skip("one writer: an open transaction of the app's stops every write")
-		}
 		var log obsFinishLog
 		k := newHeldKey(t, h, nil)
 		close(k.release)
 		ctx, cancel := context.WithCancel(context.Background())
 		defer cancel()
-		type drained struct {
-			res jobs.DrainResult
-			err error
-		}
-		done := make(chan drained, 1)
-		go func() {
-			res, err := h.worker(jobs.WorkerConfig{Concurrency: 4, Hooks: jobs.Hooks{OnFinish: log.hook}}).Drain(ctx)
-			done <- drained{res, err}
-		}()
+		done := drainAsync(ctx, h.worker(jobs.WorkerConfig{Concurrency: 4, Hooks: jobs.Hooks{OnFinish: log.hook}}))
 		awaitFinishWait(t, h)
 		cancel()
-		var d drained
-		select {
-		case d = <-done:
-		case <-time.After(30 * time.Second):
-			t.Fatal("Drain did not return once its context ended")
-		}
+		d := within(t, done, "Drain did not return once its context ended")
 		require.ErrorIs(t, d.err, context.Canceled)
 		st, _, _ := k.state(k.a)
 		require.Equal(t, engine.StateReady, st, "a was released to run again")
@@ -121,9 +97,6 @@ func TestADrainsCountsLeaveOutARunItReleased(t *testing.T) {
 // (its job may yet be released, and run again).
 func TestAHeldResultIsReportedOnceWhenItLands(t *testing.T) {
 	each(t, func(t *testing.T, h *harness) {
-		if h.store.Dialect().Name() == "sqlite" {
-			t.Skip("one writer: an open transaction of the app's stops every write")
-		}
 		var log obsFinishLog
 		w := h.worker(jobs.WorkerConfig{Concurrency: 4, PollInterval: time.Hour, Hooks: jobs.Hooks{OnFinish: log.hook}})
 		var stop func()
@@ -157,30 +130,14 @@ func TestAHeldResultIsReportedOnceWhenItLands(t *testing.T) {
 // the outcome it was written with, and OnFinish reports it then, once.
 func TestADrainCountsAHeldResultOnceItLands(t *testing.T) {
 	each(t, func(t *testing.T, h *harness) {
-		if h.store.Dialect().Name() == "sqlite" {
-			t.Skip("one writer: an open transaction of the app's stops every write")
-		}
 		var log obsFinishLog
 		k := newHeldKey(t, h, nil)
 		close(k.release)
-		type drained struct {
-			res jobs.DrainResult
-			err error
-		}
-		done := make(chan drained, 1)
-		go func() {
-			res, err := h.worker(jobs.WorkerConfig{Concurrency: 4, Hooks: jobs.Hooks{OnFinish: log.hook}}).Drain(context.Background())
-			done <- drained{res, err}
-		}()
+		done := drainAsync(context.Background(), h.worker(jobs.WorkerConfig{Concurrency: 4, Hooks: jobs.Hooks{OnFinish: log.hook}}))
 		awaitFinishWait(t, h)
 		require.Empty(t, log.of(k.a), "a's run is not reported while its result waits")
 		k.end()
-		var d drained
-		select {
-		case d = <-done:
-		case <-time.After(30 * time.Second):
-			t.Fatal("Drain did not return once the key was free")
-		}
+		d := within(t, done, "Drain did not return once the key was free")
 		require.NoError(t, d.err)
 		require.Equal(t, jobs.DrainResult{Completed: 2}, d.res, "a and b, each once")
 		require.Equal(t, []jobs.Outcome{jobs.OutcomeCompleted}, log.of(k.a))

@@ -32,8 +32,13 @@ type heldKey struct {
 // newHeldKey registers account jobs (To 1; the one with N 1 waits for
 // release) and plain ones, enqueues account 1's job a, and returns once
 // w has started it and the app's transaction enqueued b. run starts w.
+// It skips SQLite, whose one writer an open transaction of the app's
+// stops.
 func newHeldKey(t *testing.T, h *harness, run func()) *heldKey {
 	t.Helper()
+	if h.store.Dialect().Name() == "sqlite" {
+		t.Skip("one writer: an open transaction of the app's stops every write")
+	}
 	k := &heldKey{h: h, started: make(chan int, 8), release: make(chan struct{})}
 	require.NoError(t, jobs.Register(h.reg, func(_ context.Context, j *jobs.Job[accountJob]) error {
 		k.started <- j.Args.N
@@ -95,6 +100,35 @@ func (k *heldKey) eventually(t *testing.T, id int64, want engine.State, msg stri
 		"%s: job %d is %s", msg, id, k.h.job(id).State)
 }
 
+// drained is what a Drain returned.
+type drained struct {
+	res jobs.DrainResult
+	err error
+}
+
+// drainAsync drains w in a goroutine, and sends what it returned.
+func drainAsync(ctx context.Context, w *jobs.Worker) <-chan drained {
+	done := make(chan drained, 1)
+	go func() {
+		res, err := w.Drain(ctx)
+		done <- drained{res, err}
+	}()
+	return done
+}
+
+// within returns what ch yields, failing the test as what says if it
+// yields nothing within 30 s.
+func within[T any](t *testing.T, ch <-chan T, what string) T {
+	t.Helper()
+	select {
+	case v := <-ch:
+		return v
+	case <-time.After(30 * time.Second):
+		t.Fatal(what)
+		panic("unreachable")
+	}
+}
+
 // awaitFinishWait waits until a statement waits for a semaphore's lock:
 // the write of a result that waits for the app's transaction.
 func awaitFinishWait(t *testing.T, h *harness) {
@@ -110,9 +144,6 @@ func awaitFinishWait(t *testing.T, h *harness) {
 // runs: the key's count stays right throughout.
 func TestAHeldKeysResultLandsOnceTheAppsTransactionEnds(t *testing.T) {
 	each(t, func(t *testing.T, h *harness) {
-		if h.store.Dialect().Name() == "sqlite" {
-			t.Skip("one writer: an open transaction of the app's stops every write")
-		}
 		w := h.worker(jobs.WorkerConfig{Concurrency: 4, PollInterval: time.Hour})
 		var stop func()
 		k := newHeldKey(t, h, func() { stop = h.run(w) })
@@ -146,9 +177,6 @@ func TestAHeldKeysResultLandsOnceTheAppsTransactionEnds(t *testing.T) {
 // Run returns.
 func TestAStoppingWorkerWritesAHeldKeysResultOnceTheAppsTransactionEnds(t *testing.T) {
 	each(t, func(t *testing.T, h *harness) {
-		if h.store.Dialect().Name() == "sqlite" {
-			t.Skip("one writer: an open transaction of the app's stops every write")
-		}
 		w := h.worker(jobs.WorkerConfig{Concurrency: 4, PollInterval: time.Hour})
 		ctx, cancel := context.WithCancel(context.Background())
 		defer cancel()
@@ -166,12 +194,7 @@ func TestAStoppingWorkerWritesAHeldKeysResultOnceTheAppsTransactionEnds(t *testi
 		st, _, _ := k.state(k.a)
 		require.Equal(t, engine.StateRunning, st)
 		k.end()
-		select {
-		case err := <-done:
-			require.NoError(t, err)
-		case <-time.After(30 * time.Second):
-			t.Fatal("Run did not return once the key was free")
-		}
+		require.NoError(t, within(t, done, "Run did not return once the key was free"))
 		st, _, _ = k.state(k.a)
 		require.Equal(t, engine.StateCompleted, st, "a's result landed")
 		st, holds, _ := k.state(k.b)
@@ -187,9 +210,6 @@ func TestAStoppingWorkerWritesAHeldKeysResultOnceTheAppsTransactionEnds(t *testi
 // run again (rather than stay running for a process that is gone).
 func TestAStoppingWorkerReleasesAJobWhoseKeyStaysHeldPastItsShutdownTimeout(t *testing.T) {
 	each(t, func(t *testing.T, h *harness) {
-		if h.store.Dialect().Name() == "sqlite" {
-			t.Skip("one writer: an open transaction of the app's stops every write")
-		}
 		w := h.worker(jobs.WorkerConfig{Concurrency: 4, PollInterval: time.Hour, ShutdownTimeout: 5 * time.Second})
 		ctx, cancel := context.WithCancel(context.Background())
 		defer cancel()
@@ -200,12 +220,7 @@ func TestAStoppingWorkerReleasesAJobWhoseKeyStaysHeldPastItsShutdownTimeout(t *t
 		cancel()
 		awaitFinishWait(t, h)
 		h.clock.Advance(5 * time.Second)
-		select {
-		case err := <-done:
-			require.NoError(t, err)
-		case <-time.After(30 * time.Second):
-			t.Fatal("Run did not return at its shutdown timeout")
-		}
+		require.NoError(t, within(t, done, "Run did not return at its shutdown timeout"))
 		st, holds, attempt := k.state(k.a)
 		require.Equal(t, engine.StateReady, st, "a is released to run again")
 		require.True(t, holds, "a keeps its slot")
@@ -223,21 +238,10 @@ func TestAStoppingWorkerReleasesAJobWhoseKeyStaysHeldPastItsShutdownTimeout(t *t
 // commits, and runs the job it gave the slot to.
 func TestDrainWritesAHeldKeysResultOnceTheAppsTransactionEnds(t *testing.T) {
 	each(t, func(t *testing.T, h *harness) {
-		if h.store.Dialect().Name() == "sqlite" {
-			t.Skip("one writer: an open transaction of the app's stops every write")
-		}
 		k := newHeldKey(t, h, nil)
 		close(k.release)
 		plain := h.enqueue(ctxJob{})
-		type drained struct {
-			res jobs.DrainResult
-			err error
-		}
-		done := make(chan drained, 1)
-		go func() {
-			res, err := h.worker(jobs.WorkerConfig{Concurrency: 4}).Drain(context.Background())
-			done <- drained{res, err}
-		}()
+		done := drainAsync(context.Background(), h.worker(jobs.WorkerConfig{Concurrency: 4}))
 		awaitFinishWait(t, h)
 		st, holds, _ := k.state(k.a)
 		require.Equal(t, engine.StateRunning, st, "a's result waits for its key")
@@ -245,12 +249,7 @@ func TestDrainWritesAHeldKeysResultOnceTheAppsTransactionEnds(t *testing.T) {
 		st, _, _ = k.state(plain)
 		require.Equal(t, engine.StateCompleted, st, "the plain job's result landed")
 		k.end()
-		var d drained
-		select {
-		case d = <-done:
-		case <-time.After(30 * time.Second):
-			t.Fatal("Drain did not return once the key was free")
-		}
+		d := within(t, done, "Drain did not return once the key was free")
 		require.NoError(t, d.err)
 		require.Equal(t, 3, d.res.Completed, "a, the plain job, and b")
 		for _, id := range []int64{k.a, plain, k.b} {
@@ -266,26 +265,14 @@ func TestDrainWritesAHeldKeysResultOnceTheAppsTransactionEnds(t *testing.T) {
 // slot, rather than leave it running for a process that is gone.
 func TestADrainStoppedWhileAResultWaitsForAHeldKeyReleasesItsJob(t *testing.T) {
 	each(t, func(t *testing.T, h *harness) {
-		if h.store.Dialect().Name() == "sqlite" {
-			t.Skip("one writer: an open transaction of the app's stops every write")
-		}
 		k := newHeldKey(t, h, nil)
 		close(k.release)
 		ctx, cancel := context.WithCancel(context.Background())
 		defer cancel()
-		done := make(chan error, 1)
-		go func() {
-			_, err := h.worker(jobs.WorkerConfig{Concurrency: 4}).Drain(ctx)
-			done <- err
-		}()
+		done := drainAsync(ctx, h.worker(jobs.WorkerConfig{Concurrency: 4}))
 		awaitFinishWait(t, h)
 		cancel()
-		select {
-		case err := <-done:
-			require.ErrorIs(t, err, context.Canceled)
-		case <-time.After(30 * time.Second):
-			t.Fatal("Drain did not return once its context ended")
-		}
+		require.ErrorIs(t, within(t, done, "Drain did not return once its context ended").err, context.Canceled)
 		st, holds, attempt := k.state(k.a)
 		require.Equal(t, engine.StateReady, st, "a is released to run again")
 		require.True(t, holds)
