@@ -181,6 +181,17 @@ func (m *comboModel) must(err error, what string) {
 	}
 }
 
+// write writes o as a worker does (FinishUnwaiting, waiting for no
+// semaphore another transaction holds), and fails unless every outcome
+// landed: no other transaction holds one here.
+func (m *comboModel) write(pid int64, o engine.Outcomes, what string) {
+	left, err := m.s.FinishUnwaiting(m.ctx, pid, m.clock(), o)
+	m.must(err, what)
+	if len(left) > 0 {
+		m.fail("%s: jobs %v left unwritten, though no other transaction holds a semaphore", what, left)
+	}
+}
+
 func (m *comboModel) fail(format string, args ...any) {
 	m.t.Fatalf(format+"\nsteps:\n%s", append(args, strings.Join(m.log, "\n"))...)
 }
@@ -453,7 +464,7 @@ func (m *comboModel) finish(t *rapid.T) {
 		o.Others[i].Claim = j.Claims
 	}
 	if outcome != "release" {
-		m.must(m.s.Finish(m.ctx, pid, m.clock(), o), "finish "+outcome)
+		m.write(pid, o, "finish "+outcome)
 	}
 	delete(m.running[pid], j.ID)
 	m.step("%s job %d (pid %d, held a slot: %v)", outcome, j.ID, pid, j.HoldsSlot)
@@ -724,7 +735,7 @@ func (m *comboModel) drain() {
 				if j.Calls > 1 {
 					o.WithCalls = []engine.Run{j.Run()}
 				}
-				m.must(m.s.Finish(m.ctx, pid, m.clock(), o), "finish")
+				m.write(pid, o, "finish")
 				delete(m.running[pid], j.ID)
 			}
 		}
