@@ -48,14 +48,7 @@ func TestARunWhoseHeldResultIsReleasedAtShutdownIsReportedReleased(t *testing.T)
 		var log obsFinishLog
 		w := h.worker(jobs.WorkerConfig{Concurrency: 4, PollInterval: time.Hour, ShutdownTimeout: 5 * time.Second,
 			Hooks: jobs.Hooks{OnFinish: log.hook}})
-		ctx, cancel := context.WithCancel(context.Background())
-		defer cancel()
-		done := make(chan error, 1)
-		k := newHeldKey(t, h, func() { go func() { done <- w.Run(ctx) }() })
-
-		close(k.release)
-		cancel()
-		awaitFinishWait(t, h)
+		k, done := stopWhileHeld(t, h, w)
 		h.clock.Advance(5 * time.Second)
 		require.NoError(t, within(t, done, "Run did not return at its shutdown timeout"))
 		st, _, _ := k.state(k.a)

@@ -100,6 +100,22 @@ func (k *heldKey) eventually(t *testing.T, id int64, want engine.State, msg stri
 		"%s: job %d is %s", msg, id, k.h.job(id).State)
 }
 
+// stopWhileHeld runs w (a Run) with a held key (newHeldKey), lets a's
+// handler return, so that its result waits for the app's transaction,
+// and stops w: it returns once a's result waits for the key, with what
+// Run returns to come on the channel.
+func stopWhileHeld(t *testing.T, h *harness, w *jobs.Worker) (*heldKey, <-chan error) {
+	t.Helper()
+	ctx, cancel := context.WithCancel(context.Background())
+	t.Cleanup(cancel)
+	done := make(chan error, 1)
+	k := newHeldKey(t, h, func() { go func() { done <- w.Run(ctx) }() })
+	close(k.release)
+	cancel()
+	awaitFinishWait(t, h)
+	return k, done
+}
+
 // drained is what a Drain returned.
 type drained struct {
 	res jobs.DrainResult
@@ -178,14 +194,7 @@ func TestAHeldKeysResultLandsOnceTheAppsTransactionEnds(t *testing.T) {
 func TestAStoppingWorkerWritesAHeldKeysResultOnceTheAppsTransactionEnds(t *testing.T) {
 	each(t, func(t *testing.T, h *harness) {
 		w := h.worker(jobs.WorkerConfig{Concurrency: 4, PollInterval: time.Hour})
-		ctx, cancel := context.WithCancel(context.Background())
-		defer cancel()
-		done := make(chan error, 1)
-		k := newHeldKey(t, h, func() { go func() { done <- w.Run(ctx) }() })
-
-		close(k.release)
-		cancel()
-		awaitFinishWait(t, h)
+		k, done := stopWhileHeld(t, h, w)
 		select {
 		case err := <-done:
 			t.Fatalf("Run returned (%v) while a's result waited for its key", err)
@@ -211,14 +220,7 @@ func TestAStoppingWorkerWritesAHeldKeysResultOnceTheAppsTransactionEnds(t *testi
 func TestAStoppingWorkerReleasesAJobWhoseKeyStaysHeldPastItsShutdownTimeout(t *testing.T) {
 	each(t, func(t *testing.T, h *harness) {
 		w := h.worker(jobs.WorkerConfig{Concurrency: 4, PollInterval: time.Hour, ShutdownTimeout: 5 * time.Second})
-		ctx, cancel := context.WithCancel(context.Background())
-		defer cancel()
-		done := make(chan error, 1)
-		k := newHeldKey(t, h, func() { go func() { done <- w.Run(ctx) }() })
-
-		close(k.release)
-		cancel()
-		awaitFinishWait(t, h)
+		k, done := stopWhileHeld(t, h, w)
 		h.clock.Advance(5 * time.Second)
 		require.NoError(t, within(t, done, "Run did not return at its shutdown timeout"))
 		st, holds, attempt := k.state(k.a)

@@ -43,13 +43,8 @@ func closedPort(t *testing.T) uint16 {
 // hook here supplies the port instead: a listener that skipped it would
 // never connect.)
 func TestAWorkerOnAnAppsPoolWithBeforeConnectIsWokenByAnotherProcesssEnqueue(t *testing.T) {
-	var pg *testdb.Backend
-	for _, b := range testdb.Backends(t) {
-		if b.Name == "postgres" {
-			pg = &b
-		}
-	}
-	if pg == nil {
+	pg, ok := testdb.Named(t, "postgres")
+	if !ok {
 		t.Fatal("LISTEN/NOTIFY is PostgreSQL's: this test needs SLUICE_TEST_POSTGRES_URL")
 	}
 	ctx := context.Background()

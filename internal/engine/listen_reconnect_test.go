@@ -36,13 +36,8 @@ func (l *listenSpy) Listen(ctx context.Context, channel string, listening func()
 // the first store's.
 func listening(t *testing.T) (s *engine.Store, spy *listenSpy, other *engine.Store, kill func()) {
 	t.Helper()
-	var pg *testdb.Backend
-	for _, b := range testdb.Backends(t) {
-		if b.Name == "postgres" {
-			pg = &b
-		}
-	}
-	if pg == nil {
+	pg, ok := testdb.Named(t, "postgres")
+	if !ok {
 		t.Fatal("LISTEN/NOTIFY is PostgreSQL's: this test needs SLUICE_TEST_POSTGRES_URL")
 	}
 	u := pg.URL(t)

@@ -114,6 +114,18 @@ func Backends(t testing.TB) []Backend {
 	return out
 }
 
+// Named returns the backend of that name (as driver.Backends names it:
+// "postgres", "mysql", "sqlite") if this run tests against it.
+func Named(t testing.TB, name string) (Backend, bool) {
+	t.Helper()
+	for _, b := range Backends(t) {
+		if b.Name == name {
+			return b, true
+		}
+	}
+	return Backend{}, false
+}
+
 // migratedFiles holds, per backend without a test server, the files of a
 // database made and migrated once per test binary: running every
 // migration takes about a quarter of a second per test under -race.

@@ -17,13 +17,11 @@ import (
 
 // postgresBackend returns the run's PostgreSQL backend, or skips.
 func postgresBackend(t *testing.T) testdb.Backend {
-	for _, b := range testdb.Backends(t) {
-		if b.Name == "postgres" {
-			return b
-		}
+	b, ok := testdb.Named(t, "postgres")
+	if !ok {
+		t.Skip("no PostgreSQL: set SLUICE_TEST_POSTGRES_URL")
 	}
-	t.Skip("no PostgreSQL: set SLUICE_TEST_POSTGRES_URL")
-	return testdb.Backend{}
+	return b
 }
 
 // A PostgreSQL-compatible engine without LISTEN/NOTIFY or advisory locks
