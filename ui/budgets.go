@@ -3,6 +3,7 @@ package ui
 import (
 	"html/template"
 	"net/http"
+	"net/url"
 	"time"
 
 	"github.com/sluicequeue/sluice/internal/engine"
@@ -29,8 +30,11 @@ type budgetRow struct {
 
 type budgetListData struct {
 	Budgets []budgetRow
-	Window  time.Duration
-	Capped  bool
+	// Count counts every budget, up to maxCount.
+	Count  engine.Count
+	Pages  pager
+	Window time.Duration
+	Capped bool
 }
 
 type budgetDetailData struct {
@@ -44,28 +48,12 @@ type budgetDetailData struct {
 	Capped    bool
 }
 
-// budgets reads the budgets (all, or the one named), with the limit in
-// force on each and its admissions.
-func (s *server) budgets(r *http.Request, only string) ([]budgetRow, map[string][]time.Time, bool, error) {
+// describeBudgets adds to budgets the limit in force on each and its
+// admissions in the window: those of key alone when key is set (the
+// database picks them out), else of every key.
+func (s *server) describeBudgets(r *http.Request, infos []engine.BudgetInfo, key string) ([]budgetRow, map[string][]time.Time, bool, error) {
 	ctx := r.Context()
 	now := s.opts.Now()
-	all, err := s.store.ListBudgets(ctx)
-	if err != nil {
-		return nil, nil, false, err
-	}
-	var infos []engine.BudgetInfo
-	for _, b := range all {
-		if only == "" || b.Name == only {
-			infos = append(infos, b)
-		}
-	}
-	if only != "" && len(infos) == 0 {
-		row, _, err := s.store.GetBudgetInfo(ctx, only)
-		if err != nil {
-			return nil, nil, false, err
-		}
-		infos = append(infos, engine.BudgetInfo{BudgetRow: row})
-	}
 	rows := make([]engine.BudgetRow, len(infos))
 	for i, b := range infos {
 		rows[i] = b.BudgetRow
@@ -74,7 +62,7 @@ func (s *server) budgets(r *http.Request, only string) ([]budgetRow, map[string]
 	if err != nil {
 		return nil, nil, false, err
 	}
-	admitted, capped, err := s.store.AdmissionsSince(ctx, now.Add(-admissionWindow), maxAdmissionRows)
+	admitted, capped, err := s.store.AdmissionsSince(ctx, key, now.Add(-admissionWindow), maxAdmissionRows)
 	if err != nil {
 		return nil, nil, false, err
 	}
@@ -98,15 +86,34 @@ func (s *server) budgets(r *http.Request, only string) ([]budgetRow, map[string]
 	return out, admitted, capped, nil
 }
 
+// budgetList shows a keyset page of budgets, by key (?after=KEY), and
+// how many there are, counted up to maxCount.
 func (s *server) budgetList(w http.ResponseWriter, r *http.Request) {
-	rows, _, capped, err := s.budgets(r, "")
+	ctx := r.Context()
+	after, err := keyPageAfter(r)
+	if err != nil {
+		s.fail(w, r, err) // a 400: no budget has such a key
+		return
+	}
+	infos, next, err := s.store.PageBudgets(ctx, engine.KeyPage{After: after})
 	if err != nil {
 		s.fail(w, r, err)
 		return
 	}
-	s.render(w, r, "budgets", "Budgets", &budgetListData{Budgets: rows, Window: admissionWindow, Capped: capped})
+	d := &budgetListData{Window: admissionWindow, Pages: newPager(r, "budgets", url.Values{}, "after", after, next, "first", "next")}
+	if d.Count, err = s.store.CountBudgets(ctx, maxCount); err != nil {
+		s.fail(w, r, err)
+		return
+	}
+	if d.Budgets, _, d.Capped, err = s.describeBudgets(r, infos, ""); err != nil {
+		s.fail(w, r, err)
+		return
+	}
+	s.render(w, r, "budgets", "Budgets", d)
 }
 
+// budgetDetail shows one budget, read by its key, with a chart of its
+// admissions.
 func (s *server) budgetDetail(w http.ResponseWriter, r *http.Request) {
 	key := r.URL.Query().Get("key")
 	if key == "" {
@@ -117,12 +124,17 @@ func (s *server) budgetDetail(w http.ResponseWriter, r *http.Request) {
 		s.fail(w, r, err) // a 400: no budget has such a key
 		return
 	}
-	rows, admitted, capped, err := s.budgets(r, key)
+	info, found, err := s.store.BudgetWaiting(r.Context(), key)
 	if err != nil {
 		s.fail(w, r, err)
 		return
 	}
-	d := &budgetDetailData{Budget: rows[0], Found: rows[0].UpdatedAt != 0, Window: admissionWindow, Capped: capped, PerSecond: -1}
+	rows, admitted, capped, err := s.describeBudgets(r, []engine.BudgetInfo{info}, key)
+	if err != nil {
+		s.fail(w, r, err)
+		return
+	}
+	d := &budgetDetailData{Budget: rows[0], Found: found, Window: admissionWindow, Capped: capped, PerSecond: -1}
 	now := s.opts.Now()
 	secs := int(admissionWindow/time.Second) + 1 // the last second holds now
 	perSec := make([]float64, secs)

@@ -4,7 +4,6 @@ import (
 	"bytes"
 	"encoding/json"
 	"fmt"
-	"html/template"
 	"net/http"
 	"net/url"
 	"strconv"
@@ -15,19 +14,13 @@ import (
 	"github.com/sluicequeue/sluice/jobs"
 )
 
-// maxCount bounds the count of a filtered job list.
-const maxCount = 10000
-
 type jobListData struct {
 	Filter engine.JobPage
 	States []engine.State
 	Jobs   []*engine.JobInfo
-	// Next is the query of the next page; empty on the last.
-	Next  template.URL
-	Count engine.Count
-	// Query is the filter as a query string, for links and forms.
-	Query template.URL
-	Bad   string
+	Pages  pager
+	Count  engine.Count
+	Bad    string
 }
 
 // parseFilter reads a job filter from a query or form; a bad value gives
@@ -72,6 +65,14 @@ func filterQuery(f engine.JobPage) url.Values {
 	return q
 }
 
+// idParam is a job id as a page's parameter: "" for none (0).
+func idParam(id int64) string {
+	if id == 0 {
+		return ""
+	}
+	return strconv.FormatInt(id, 10)
+}
+
 func (s *server) jobList(w http.ResponseWriter, r *http.Request) {
 	ctx := r.Context()
 	d := &jobListData{States: engine.States}
@@ -83,18 +84,13 @@ func (s *server) jobList(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	d.Filter = f
-	d.Query = template.URL(filterQuery(f).Encode()) // #nosec: url.Values.Encode escapes every value
 	js, next, err := s.store.PageJobs(ctx, f)
 	if err != nil {
 		s.fail(w, r, err)
 		return
 	}
 	d.Jobs = js
-	if next > 0 {
-		q := filterQuery(f)
-		q.Set("before", strconv.FormatInt(next, 10))
-		d.Next = template.URL(q.Encode()) // #nosec: as above
-	}
+	d.Pages = newPager(r, "jobs", filterQuery(f), "before", idParam(f.Before), idParam(next), "newest", "older")
 	if d.Count, err = s.store.CountJobs(ctx, f, maxCount); err != nil {
 		s.fail(w, r, err)
 		return

@@ -2,6 +2,7 @@ package ui
 
 import (
 	"net/http"
+	"net/url"
 	"time"
 
 	"github.com/sluicequeue/sluice/dispatcher"
@@ -14,20 +15,39 @@ type semaphoreRow struct {
 	Expires time.Time
 }
 
+type concurrencyData struct {
+	Keys []semaphoreRow
+	// Count counts every concurrency key, up to maxCount.
+	Count engine.Count
+	Pages pager
+}
+
+// concurrency shows a keyset page of concurrency keys, by key
+// (?after=KEY), and how many there are, counted up to maxCount.
 func (s *server) concurrency(w http.ResponseWriter, r *http.Request) {
-	sems, err := s.store.ListSemaphores(r.Context())
+	ctx := r.Context()
+	after, err := keyPageAfter(r)
+	if err != nil {
+		s.fail(w, r, err) // a 400: no concurrency key has such a key
+		return
+	}
+	sems, next, err := s.store.PageSemaphores(ctx, engine.KeyPage{After: after})
 	if err != nil {
 		s.fail(w, r, err)
 		return
 	}
-	rows := make([]semaphoreRow, len(sems))
+	d := &concurrencyData{Keys: make([]semaphoreRow, len(sems)), Pages: newPager(r, "concurrency", url.Values{}, "after", after, next, "first", "next")}
 	for i, m := range sems {
-		rows[i] = semaphoreRow{SemaphoreInfo: m}
+		d.Keys[i] = semaphoreRow{SemaphoreInfo: m}
 		if m.Held > 0 {
-			rows[i].Expires = engine.FromMicros(m.ExpiresAt)
+			d.Keys[i].Expires = engine.FromMicros(m.ExpiresAt)
 		}
 	}
-	s.render(w, r, "concurrency", "Concurrency", rows)
+	if d.Count, err = s.store.CountSemaphores(ctx, maxCount); err != nil {
+		s.fail(w, r, err)
+		return
+	}
+	s.render(w, r, "concurrency", "Concurrency", d)
 }
 
 type recurringData struct {

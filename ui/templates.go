@@ -5,6 +5,7 @@ import (
 	"html/template"
 	"time"
 
+	"github.com/sluicequeue/sluice/internal/engine"
 	"github.com/sluicequeue/sluice/internal/human"
 )
 
@@ -24,6 +25,9 @@ var funcs = template.FuncMap{
 	"clip":  human.Clip,
 	"rate":  func(v float64) string { return fmt.Sprintf("%.2f/s", v) },
 	"dur":   func(d time.Duration) string { return d.String() },
+	// counted pairs a bounded count with what it counts, for the "count"
+	// template.
+	"counted": func(c engine.Count, what string) countLine { return countLine{Count: c, What: what} },
 }
 
 // parsePages parses every page with the layout.

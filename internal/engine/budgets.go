@@ -289,25 +289,6 @@ func (s *Store) saveBudgets(budgets map[string]*budget, now int64) (Stmt, bool) 
 	return stmt(s.q.SaveBudgets(rows)), true
 }
 
-// ListBudgets returns every budget with how many jobs wait on it.
-func (s *Store) ListBudgets(ctx context.Context) ([]BudgetInfo, error) {
-	rows, err := s.db.Query(ctx, s.q.ListBudgets())
-	if err != nil {
-		return nil, s.wrap(fmt.Errorf("list budgets: %w", err))
-	}
-	defer rows.Close()
-	var out []BudgetInfo
-	for rows.Next() {
-		var waiting int64
-		r, err := scanBudget(rows, &waiting)
-		if err != nil {
-			return nil, err
-		}
-		out = append(out, BudgetInfo{BudgetRow: r, Waiting: int(waiting)})
-	}
-	return out, rows.Err()
-}
-
 // BudgetInfo is a budget and the jobs waiting on it.
 type BudgetInfo struct {
 	BudgetRow

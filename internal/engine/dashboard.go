@@ -19,10 +19,13 @@ type DashboardDialect interface {
 	// at or after since, per queue, state and bucket (finished_at divided
 	// by bucket, both µs). Columns: queue, state, bucket, count.
 	FinishedSince(since, bucket int64) (string, []any)
-	// AdmittedSince lists, for up to limit jobs that carry rate keys and
-	// were last claimed at or after since (running or finished), their
-	// rate keys and claim time. Columns: rate_keys, attempted_at.
-	AdmittedSince(since int64, limit int) (string, []any)
+	// AdmittedSince reads up to limit jobs that carry rate keys and were
+	// last claimed at or after since (running or finished), and lists
+	// their rate keys and claim times: all of them, or with a key only
+	// those that carry it (and maybe one other). Each row also says how
+	// many jobs were read. Columns: rate_keys, attempted_at, read. See
+	// AdmittedOf.
+	AdmittedSince(key string, since int64, limit int) (string, []any)
 	// PausedQueues lists the queues that were ever paused or resumed,
 	// without reading the jobs. Columns: name, paused.
 	PausedQueues() string
@@ -72,7 +75,7 @@ type JobPage struct {
 	// Before keeps ids below it: the last id of the previous page (keyset
 	// pagination, no OFFSET). 0 starts from the newest job.
 	Before int64
-	// Limit is the page's size. Defaults to 50.
+	// Limit is the page's size. Defaults to DefaultPageSize.
 	Limit int
 }
 
@@ -109,18 +112,15 @@ func (s *Store) PageJobs(ctx context.Context, f JobPage) ([]*JobInfo, int64, err
 	if _, err := s.dash(); err != nil {
 		return nil, 0, err
 	}
-	if f.Limit <= 0 {
-		f.Limit = 50
-	}
-	want := f.Limit
-	f.Limit++ // one more says whether a next page exists
+	want := pageSize(f.Limit)
+	f.Limit = want + 1 // one more says whether a next page exists
 	q, args := s.q.PageJobs(f)
 	js, err := s.queryJobInfos(ctx, s.db, q, args)
 	if err != nil {
 		return nil, 0, fmt.Errorf("page jobs: %w", err)
 	}
-	if len(js) > want {
-		return js[:want], js[want-1].ID, nil
+	if js, more := cutPage(js, want); more {
+		return js, js[want-1].ID, nil
 	}
 	return js, 0, nil
 }
@@ -236,39 +236,60 @@ func (s *Store) finishedSince(ctx context.Context, ex Executor, d DashboardDiale
 	return out, rows.Err()
 }
 
+// AdmittedOf makes a dialect's AdmittedSince from scan, its read of up to
+// limit recently claimed jobs (columns rate_keys, attempted_at), and match,
+// a condition on rate_keys that holds for the jobs that carry one key, or
+// "" for all of them. The scan stays bounded by its limit whatever the
+// key, and the rows that come back are the matching ones and one other,
+// which brings the count of jobs read (read) when none matches.
+func AdmittedOf(scan, match string) string {
+	q := `SELECT rate_keys, attempted_at, n FROM (SELECT rate_keys, attempted_at, count(*) OVER () AS n, row_number() OVER () AS r FROM (` +
+		scan + `) a) b`
+	if match != "" {
+		q += ` WHERE r = 1 OR ` + match
+	}
+	return q
+}
+
 // AdmissionsSince returns, per budget key, the claim times of the jobs
 // claimed through it since the given time that are running or finished
-// (a job of cost c counts c times). It reads at most limit jobs that
-// carry rate keys; capped says the limit was reached, so times may be
-// missing. Jobs deleted on completion, and jobs waiting for a retry, are
-// not seen.
-func (s *Store) AdmissionsSince(ctx context.Context, since time.Time, limit int) (admitted map[string][]time.Time, capped bool, err error) {
+// (a job of cost c counts c times): of every key, or with key of that
+// key alone, which the database picks out (the others are not read). It
+// reads at most limit jobs that carry rate keys, of every key; capped
+// says the limit was reached, so times may be missing. Jobs deleted on
+// completion, and jobs waiting for a retry, are not seen.
+func (s *Store) AdmissionsSince(ctx context.Context, key string, since time.Time, limit int) (admitted map[string][]time.Time, capped bool, err error) {
 	d, err := s.dash()
 	if err != nil {
 		return nil, false, err
 	}
-	q, args := d.AdmittedSince(Micros(since), limit)
+	q, args := d.AdmittedSince(key, Micros(since), limit)
 	rows, err := s.db.Query(ctx, q, args...)
 	if err != nil {
 		return nil, false, s.wrap(fmt.Errorf("admissions since: %w", err))
 	}
 	defer rows.Close()
 	admitted = map[string][]time.Time{}
-	n := 0
+	var read int64
 	for rows.Next() {
 		var keys nullString
 		var at int64
-		if err := rows.Scan(&keys, &at); err != nil {
+		if err := rows.Scan(&keys, &at, &read); err != nil {
 			return nil, false, fmt.Errorf("admissions since: %w", err)
 		}
-		n++
 		for _, rk := range DecodeRateKeys(keys.String) {
+			if key != "" && rk.Key != key {
+				continue
+			}
 			for range rk.Cost {
 				admitted[rk.Key] = append(admitted[rk.Key], FromMicros(at))
 			}
 		}
 	}
-	return admitted, n >= limit, rows.Err()
+	if err := rows.Err(); err != nil {
+		return nil, false, s.wrap(fmt.Errorf("admissions since: %w", err))
+	}
+	return admitted, read >= int64(limit), nil
 }
 
 // GetBudgetInfo reads one budget without locking it, and how many jobs

@@ -81,7 +81,7 @@ func TestDashboardQueries(t *testing.T) {
 		enqueue(t, s, t0, limited("sync", "sync/global"), limited("sync", "sync/global"))
 		res := claimLimited(t, s, pid, at(3*time.Second), 10, lim, 0, "default")
 		require.NotEmpty(t, res.Jobs)
-		adm, capped, err := s.AdmissionsSince(ctx, t0, 100)
+		adm, capped, err := s.AdmissionsSince(ctx, "", t0, 100)
 		require.NoError(t, err)
 		require.False(t, capped)
 		require.Len(t, adm["sync/global"], 2)

@@ -65,9 +65,21 @@ func TestListedJobsAreFoundByTheirKey(t *testing.T) {
 // ANALYZE of the table as it stands), one entry per read of the table.
 func plansOf(t *testing.T, s *engine.Store, stmts map[string]func() (string, []any)) map[string][]string {
 	t.Helper()
+	return tablePlans(t, s, planTable{"sluice_jobs", "j"}, stmts)
+}
+
+// planTable is a table whose reads a plan reader reports, and the alias
+// the statements give it.
+type planTable struct{ name, alias string }
+
+// tablePlans is plansOf for the rows of another table: "primary key" for
+// a read of rows by their key (equal to one or a list), else the index or
+// scan the plan uses.
+func tablePlans(t *testing.T, s *engine.Store, table planTable, stmts map[string]func() (string, []any)) map[string][]string {
+	t.Helper()
 	name := s.Dialect().Name()
 	if name == "postgres" {
-		_, err := s.DB().Exec(context.Background(), "ANALYZE sluice_jobs")
+		_, err := s.DB().Exec(context.Background(), "ANALYZE "+table.name)
 		require.NoError(t, err)
 	}
 	out := make(map[string][]string, len(stmts))
@@ -75,11 +87,11 @@ func plansOf(t *testing.T, s *engine.Store, stmts map[string]func() (string, []a
 		text, args := render()
 		switch name {
 		case "postgres":
-			out[stmt] = postgresGenericPlan(t, s, text, len(args))
+			out[stmt] = postgresReads(t, table, postgresGenericPlanJSON(t, s, text, len(args)))
 		case "sqlite":
-			out[stmt] = sqlitePlan(t, s, text, args)
+			out[stmt] = sqlitePlan(t, s, table, text, args)
 		case "mysql":
-			out[stmt] = mysqlPlan(t, s, text, args)
+			out[stmt] = mysqlPlan(t, s, table, text, args)
 		default:
 			t.Fatalf("no plan reader for %s", name)
 		}
@@ -87,26 +99,19 @@ func plansOf(t *testing.T, s *engine.Store, stmts map[string]func() (string, []a
 	return out
 }
 
-// postgresGenericPlan returns how the generic plan of text reaches
-// sluice_jobs' rows, one entry per scan of it: "primary key", or the
-// index or scan it uses instead.
-func postgresGenericPlan(t *testing.T, s *engine.Store, text string, params int) []string {
-	t.Helper()
-	return postgresReads(t, postgresGenericPlanJSON(t, s, text, params))
-}
-
-// postgresReads returns how a PostgreSQL plan, as JSON, reaches
-// sluice_jobs' rows, one entry per scan of it.
-func postgresReads(t *testing.T, out string) []string {
+// postgresReads returns how a PostgreSQL plan, as JSON, reaches the
+// table's rows, one entry per scan of it: "primary key", or the index or
+// scan it uses instead.
+func postgresReads(t *testing.T, table planTable, out string) []string {
 	t.Helper()
 	var plans []struct{ Plan planNode }
 	require.NoError(t, json.Unmarshal([]byte(out), &plans), out)
 	var via []string
 	var walk func(n planNode)
 	walk = func(n planNode) {
-		if n.Relation == "sluice_jobs" && n.Type != "ModifyTable" {
+		if n.Relation == table.name && n.Type != "ModifyTable" {
 			switch {
-			case n.Index == "sluice_jobs_pkey" && strings.Contains(n.Cond, "id ="):
+			case n.Index == table.name+"_pkey" && strings.Contains(n.Cond, " = "):
 				via = append(via, "primary key")
 			case n.Index != "":
 				via = append(via, fmt.Sprintf("%s (%s)", n.Index, n.Cond))
@@ -162,8 +167,8 @@ type planNode struct {
 	Plans    []planNode `json:"Plans"`
 }
 
-// sqlitePlan returns how SQLite's plan for text reaches sluice_jobs.
-func sqlitePlan(t *testing.T, s *engine.Store, text string, args []any) []string {
+// sqlitePlan returns how SQLite's plan for text reaches the table.
+func sqlitePlan(t *testing.T, s *engine.Store, table planTable, text string, args []any) []string {
 	t.Helper()
 	rows, err := s.DB().Query(context.Background(), "EXPLAIN QUERY PLAN "+text, args...)
 	require.NoError(t, err, text)
@@ -174,8 +179,8 @@ func sqlitePlan(t *testing.T, s *engine.Store, text string, args []any) []string
 		var detail string
 		require.NoError(t, rows.Scan(&id, &parent, &unused, &detail))
 		switch {
-		case !strings.Contains(detail, "sluice_jobs") && !strings.Contains(detail, " j "):
-		case strings.Contains(detail, "rowid=?"):
+		case !strings.Contains(detail, table.name) && !strings.Contains(detail, " "+table.alias+" "):
+		case strings.Contains(detail, "rowid=?"), strings.Contains(detail, "sqlite_autoindex_"+table.name+"_1 (name=?)"):
 			via = append(via, "primary key")
 		default:
 			via = append(via, detail)
@@ -185,8 +190,8 @@ func sqlitePlan(t *testing.T, s *engine.Store, text string, args []any) []string
 	return via
 }
 
-// mysqlPlan returns how MySQL's plan for text reaches sluice_jobs.
-func mysqlPlan(t *testing.T, s *engine.Store, text string, args []any) []string {
+// mysqlPlan returns how MySQL's plan for text reaches the table.
+func mysqlPlan(t *testing.T, s *engine.Store, table planTable, text string, args []any) []string {
 	t.Helper()
 	rows, err := s.DB().Query(context.Background(), "EXPLAIN FORMAT=JSON "+text, args...)
 	require.NoError(t, err, text)
@@ -201,7 +206,7 @@ func mysqlPlan(t *testing.T, s *engine.Store, text string, args []any) []string 
 	walk = func(v any) {
 		switch v := v.(type) {
 		case map[string]any:
-			if v["table_name"] == "j" || v["table_name"] == "sluice_jobs" {
+			if v["table_name"] == table.alias || v["table_name"] == table.name {
 				key, _ := v["key"].(string)
 				if key == "PRIMARY" {
 					via = append(via, "primary key")
@@ -459,7 +464,7 @@ func TestTheOldestDelayedJobIsReadOncePerQueue(t *testing.T) {
 			}
 			require.NoError(t, rows.Err())
 			rows.Close()
-			via = postgresReads(t, out)
+			via = postgresReads(t, planTable{"sluice_jobs", "j"}, out)
 		default:
 			via = plansOf(t, s, map[string]func() (string, []any){"OldestWaiting": func() (string, []any) { return text, nil }})["OldestWaiting"]
 		}

@@ -38,12 +38,12 @@ type SQL struct {
 
 	lockBudgets, lockFreeBudgets, readBudgets, getBudget, insertBudgets, saveBudgets, moveCursor, lockParkedBudgets *sqlStatement
 	lockParked, lockSlotted, countParked, uncountParked, lockIdleBudgets, deleteBudgets, readRepriced               *sqlStatement
-	listBudgets                                                                                                     string
+	pageBudgets, getBudgetWaiting, countBudgets                                                                     *sqlStatement
 
 	lockSemaphores, lockFreeSemaphores, insertSemaphores, saveSemaphores, lockBlocked, markSlots, lockRunningHolders *sqlStatement
 	expiredSemaphores, blockedKeys, lockIdleSemaphores, blockedAmong, deleteSemaphores, blockedLimit                 *sqlStatement
-	existingSemaphores, probeSemaphores, readUndeclaredSemaphores                                                    *sqlStatement
-	listSemaphores, shortLockWait, restoreLockWait                                                                   string
+	existingSemaphores, probeSemaphores, readUndeclaredSemaphores, pageSemaphores, countSemaphores                   *sqlStatement
+	shortLockWait, restoreLockWait                                                                                   string
 
 	insertCoalescing, lockPending, updateCoalesced, insertCall, loadCalls, deleteCalls                                *sqlStatement
 	lockCoalesceKeys, readCoalesceKey, lockPendingByID, pointCoalesceKeys, lockIdleCoalesceKeys, releasedCoalesceKeys *sqlStatement
@@ -125,7 +125,7 @@ func NewSQL(d Dialect) (*SQL, error) {
 		{&q.jobsByState, "JobsByState"}, {&q.unfinishedByState, "UnfinishedByState"}, {&q.oldestWaiting, "OldestWaiting"},
 		{&q.listProcesses, "ListProcesses"}, {&q.listQueues, "ListQueues"}, {&q.listOverrides, "ListOverrides"},
 		{&q.pausedQueues, "PausedQueues"},
-		{&q.listBudgets, "ListBudgets"}, {&q.listSemaphores, "ListSemaphores"}, {&q.lastTicks, "LastTicks"},
+		{&q.lastTicks, "LastTicks"},
 		{&q.fairLevels, "FairLevels"}, {&q.releaseMigrationLock, "ReleaseMigrationLock"},
 		{&q.createMigrationProgressTable, "CreateMigrationProgressTable"}, {&q.migrationProgress, "MigrationProgress"},
 		{&q.savepoint, "Savepoint"}, {&q.rollbackToSavepoint, "RollbackToSavepoint"}, {&q.releaseSavepoint, "ReleaseSavepoint"},
@@ -210,6 +210,9 @@ func NewSQL(d Dialect) (*SQL, error) {
 		{&q.uncountParked, "UncountParked", []string{"key"}},
 		{&q.lockIdleBudgets, "LockIdleBudgets", []string{"now", "limit"}},
 		{&q.deleteBudgets, "DeleteBudgets", []string{"names"}},
+		{&q.pageBudgets, "PageBudgets", []string{"after", "limit"}},
+		{&q.getBudgetWaiting, "GetBudgetWaiting", []string{"key"}},
+		{&q.countBudgets, "CountBudgets", []string{"limit"}},
 
 		{&q.lockSemaphores, "LockSemaphores", []string{"keys"}},
 		{&q.lockFreeSemaphores, "LockFreeSemaphores", []string{"keys"}},
@@ -227,6 +230,8 @@ func NewSQL(d Dialect) (*SQL, error) {
 		{&q.blockedAmong, "BlockedAmong", []string{"keys"}},
 		{&q.readUndeclaredSemaphores, "ReadUndeclaredSemaphores", []string{"scope", "prefix", "past", "after", "limit_to", "duration_us", "limit"}},
 		{&q.deleteSemaphores, "DeleteSemaphores", []string{"names"}},
+		{&q.pageSemaphores, "PageSemaphores", []string{"after", "limit"}},
+		{&q.countSemaphores, "CountSemaphores", []string{"limit"}},
 
 		{&q.insertCoalescing, "InsertCoalescing", []string{"kind", "queue", "priority", "state", "args", "max_attempts", "created_at", "run_at",
 			"rate_keys", "conc_key", "conc_limit", "conc_duration", "conc_discard", "holds_slot", "coalesce_key", "first_call_at", "metadata",

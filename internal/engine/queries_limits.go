@@ -103,9 +103,18 @@ func (q *SQL) LockIdleBudgets(now int64, limit int) (string, []any) {
 // DeleteBudgets deletes budgets by name.
 func (q *SQL) DeleteBudgets(names []string) (string, []any) { return q.deleteBudgets.bind(names) }
 
-// ListBudgets lists budgets with how many jobs wait on each. Columns:
-// BudgetColumns, waiting.
-func (q *SQL) ListBudgets() string { return q.listBudgets }
+// PageBudgets lists up to limit budgets whose names sort after after, by
+// name, with how many jobs wait on each. Columns: BudgetColumns, waiting.
+func (q *SQL) PageBudgets(after string, limit int) (string, []any) {
+	return q.pageBudgets.bind(after, limit)
+}
+
+// GetBudgetWaiting reads one budget by its key, with how many jobs wait
+// on it. Columns: BudgetColumns, waiting.
+func (q *SQL) GetBudgetWaiting(key string) (string, []any) { return q.getBudgetWaiting.bind(key) }
+
+// CountBudgets counts the budgets, up to limit. Columns: count.
+func (q *SQL) CountBudgets(limit int) (string, []any) { return q.countBudgets.bind(limit) }
 
 // LockSemaphores selects and locks semaphores in key order. Columns:
 // SemaphoreColumns.
@@ -221,6 +230,12 @@ func (q *SQL) BlockedAmong(keys []string) (string, []any) { return q.blockedAmon
 // DeleteSemaphores deletes semaphores by name, if they hold no slot.
 func (q *SQL) DeleteSemaphores(names []string) (string, []any) { return q.deleteSemaphores.bind(names) }
 
-// ListSemaphores lists semaphores with their blocked and holding jobs.
-// Columns: SemaphoreColumns, blocked, holding.
-func (q *SQL) ListSemaphores() string { return q.listSemaphores }
+// PageSemaphores lists up to limit semaphores whose names sort after
+// after, by name, with their blocked and holding jobs. Columns:
+// SemaphoreColumns, blocked, holding.
+func (q *SQL) PageSemaphores(after string, limit int) (string, []any) {
+	return q.pageSemaphores.bind(after, limit)
+}
+
+// CountSemaphores counts the semaphores, up to limit. Columns: count.
+func (q *SQL) CountSemaphores(limit int) (string, []any) { return q.countSemaphores.bind(limit) }

@@ -938,26 +938,6 @@ type SemaphoreInfo struct {
 	Blocked, Holding int
 }
 
-// ListSemaphores lists every concurrency key with its slots and jobs.
-func (s *Store) ListSemaphores(ctx context.Context) ([]SemaphoreInfo, error) {
-	rows, err := s.db.Query(ctx, s.q.ListSemaphores())
-	if err != nil {
-		return nil, s.wrap(fmt.Errorf("list semaphores: %w", err))
-	}
-	defer rows.Close()
-	var out []SemaphoreInfo
-	for rows.Next() {
-		var i SemaphoreInfo
-		r, err := scanSemaphore(rows, &i.Blocked, &i.Holding)
-		if err != nil {
-			return nil, err
-		}
-		i.SemaphoreRow = r
-		out = append(out, i)
-	}
-	return out, rows.Err()
-}
-
 func queryStrings(ctx context.Context, ex Executor, q string, args []any) ([]string, error) {
 	rows, err := ex.Query(ctx, q, args...)
 	if err != nil {

@@ -19,16 +19,29 @@ WHERE failed_queue IS NOT NULL AND finished_at >= ? GROUP BY 1, 2, 3`, []any{buc
 }
 
 // AdmittedSince lists the rate keys and claim times of recently claimed
-// jobs that are running or finished.
-func (Dialect) AdmittedSince(since int64, limit int) (string, []any) {
-	return `SELECT rate_keys, attempted_at FROM sluice_jobs
+// jobs that are running or finished, read through the finished, failed
+// and running keys; with a key, those that carry it (a line of rate_keys
+// is the key, or the key, a tab and its cost). CHAR(n) is a binary
+// string, so the key is matched byte for byte.
+func (Dialect) AdmittedSince(key string, since int64, limit int) (string, []any) {
+	args := []any{since, since, since, since, since, limit}
+	if key == "" {
+		return engine.AdmittedOf(admittedScan, ""), args
+	}
+	return engine.AdmittedOf(admittedScan, `INSTR(CONCAT(CHAR(10), rate_keys, CHAR(10)), CONCAT(CHAR(10), ?, CHAR(10))) > 0
+  OR INSTR(CONCAT(CHAR(10), rate_keys), CONCAT(CHAR(10), ?, CHAR(9))) > 0`), append(args, key, key)
+}
+
+// admittedScan reads the rate keys and claim times of up to limit jobs
+// claimed since a time that are running or finished: its arguments are
+// the time five times, then the limit.
+const admittedScan = `SELECT rate_keys, attempted_at FROM sluice_jobs
 WHERE done_at >= ? AND attempted_at >= ? AND rate_keys IS NOT NULL
 UNION ALL SELECT rate_keys, attempted_at FROM sluice_jobs
 WHERE failed_queue IS NOT NULL AND finished_at >= ? AND attempted_at >= ? AND rate_keys IS NOT NULL
 UNION ALL SELECT rate_keys, attempted_at FROM sluice_jobs
 WHERE running_process IS NOT NULL AND attempted_at >= ? AND rate_keys IS NOT NULL
-LIMIT ?`, []any{since, since, since, since, since, limit}
-}
+LIMIT ?`
 
 // PausedQueues lists the queues ever paused or resumed.
 func (Dialect) PausedQueues() string {

@@ -20,16 +20,26 @@ WHERE state = 'failed' AND finished_at >= $1 GROUP BY 1, 2, 3`, []any{since, buc
 }
 
 // AdmittedSince lists the rate keys and claim times of recently claimed
-// jobs that are running or finished.
-func (Dialect) AdmittedSince(since int64, limit int) (string, []any) {
-	return `SELECT rate_keys, attempted_at FROM sluice_jobs
+// jobs that are running or finished, read through the finished, failed
+// and running indexes; with a key, those that carry it (a line of
+// rate_keys is the key, or the key, a tab and its cost).
+func (Dialect) AdmittedSince(key string, since int64, limit int) (string, []any) {
+	if key == "" {
+		return engine.AdmittedOf(admittedScan, ""), []any{since, limit}
+	}
+	return engine.AdmittedOf(admittedScan, `strpos(chr(10) || rate_keys || chr(10), chr(10) || $3 || chr(10)) > 0
+  OR strpos(chr(10) || rate_keys, chr(10) || $3 || chr(9)) > 0`), []any{since, limit, key}
+}
+
+// admittedScan reads the rate keys and claim times of up to $2 jobs
+// claimed at or after $1 that are running or finished.
+const admittedScan = `SELECT rate_keys, attempted_at FROM sluice_jobs
 WHERE state IN ('completed', 'cancelled') AND finished_at >= $1 AND attempted_at >= $1 AND rate_keys IS NOT NULL
 UNION ALL SELECT rate_keys, attempted_at FROM sluice_jobs
 WHERE state = 'failed' AND finished_at >= $1 AND attempted_at >= $1 AND rate_keys IS NOT NULL
 UNION ALL SELECT rate_keys, attempted_at FROM sluice_jobs
 WHERE state = 'running' AND attempted_at >= $1 AND rate_keys IS NOT NULL
-LIMIT $2`, []any{since, limit}
-}
+LIMIT $2`
 
 // PausedQueues lists the queues ever paused or resumed.
 func (Dialect) PausedQueues() string {

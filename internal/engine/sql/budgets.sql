@@ -123,8 +123,21 @@ LIMIT :limit FOR UPDATE SKIP LOCKED;
 -- name: DeleteBudgets
 DELETE FROM sluice_budgets WHERE name IN (:names);
 
--- name: ListBudgets
--- Budgets with how many jobs wait on each.
-SELECT {BudgetColumns},
-  (SELECT count(*) FROM sluice_jobs j WHERE j.wait_key = b.name AND j.state IN ('scheduled', 'parked'))
-FROM sluice_budgets b ORDER BY name;
+-- fragment: BudgetWaiting
+-- How many jobs wait on budget b, scheduled for its slots or parked on it,
+-- read through the index of jobs by wait key.
+(SELECT count(*) FROM sluice_jobs j WHERE j.wait_key = b.name AND j.state IN ('scheduled', 'parked'))
+
+-- name: PageBudgets
+-- Up to :limit budgets whose names sort after :after, in the primary key's
+-- order (keyset pages: the dashboard and `budgets` read a page at a time),
+-- with how many jobs wait on each.
+SELECT {BudgetColumns}, {BudgetWaiting} FROM sluice_budgets b WHERE name > :after ORDER BY name LIMIT :limit;
+
+-- name: GetBudgetWaiting
+-- One budget, through its primary key, with how many jobs wait on it.
+SELECT {BudgetColumns}, {BudgetWaiting} FROM sluice_budgets b WHERE name = :key;
+
+-- name: CountBudgets
+-- The budgets, counted up to :limit through the primary key.
+SELECT count(*) FROM (SELECT 1 FROM sluice_budgets LIMIT :limit) c;

@@ -128,9 +128,15 @@ SELECT DISTINCT {BlockedKey} FROM sluice_jobs j WHERE {BlockedJob} AND {BlockedK
 -- name: DeleteSemaphores
 DELETE FROM sluice_semaphores WHERE name IN (:names) AND held = 0;
 
--- name: ListSemaphores
--- Semaphores with their blocked and holding jobs.
+-- name: PageSemaphores
+-- Up to :limit semaphores whose names sort after :after, in the primary
+-- key's order (keyset pages, as PageBudgets), with their blocked and
+-- holding jobs.
 SELECT {SemaphoreColumns},
   (SELECT count(*) FROM sluice_jobs j WHERE {BlockedKey} = s.name AND {BlockedJob}),
   (SELECT count(*) FROM sluice_jobs j WHERE j.conc_key = s.name AND j.holds_slot = TRUE)
-FROM sluice_semaphores s ORDER BY name;
+FROM sluice_semaphores s WHERE name > :after ORDER BY name LIMIT :limit;
+
+-- name: CountSemaphores
+-- The semaphores, counted up to :limit through the primary key.
+SELECT count(*) FROM (SELECT 1 FROM sluice_semaphores LIMIT :limit) c;
