@@ -52,7 +52,8 @@ func runStats(ctx context.Context, env *Env, args []string) error {
 	if err != nil {
 		return err
 	}
-	bs, err := s.ListBudgets(ctx)
+	// The first page of budgets: `budgets` lists the others.
+	bs, next, err := s.PageBudgets(ctx, engine.KeyPage{})
 	if err != nil {
 		return err
 	}
@@ -64,6 +65,9 @@ func runStats(ctx context.Context, env *Env, args []string) error {
 	var notes []string
 	if dispatchers == 0 {
 		notes = append(notes, env.noDispatcher())
+	}
+	if more := env.moreAfter("budgets", next); more != "" {
+		notes = append(notes, fmt.Sprintf("the first %d budgets are shown; %s", len(bs), more))
 	}
 	now := time.Now()
 	if *asJSON {
@@ -384,6 +388,7 @@ func runQueues(ctx context.Context, env *Env, args []string) error {
 func runBudgets(ctx context.Context, env *Env, args []string) error {
 	fs, url := env.FlagSet("budgets", "budgets [list | clear-idle] [flags]")
 	asJSON := fs.Bool("json", false, "print JSON for scripts")
+	paging := addKeyPageFlags(fs, "budgets")
 	batch := decimalFlag(fs, "batch-size", 500, "with clear-idle: `N` rows deleted per batch")
 	pause := fs.Duration("pause", 0, "with clear-idle: pause between batches")
 	verb, rest, err := parseVerb(fs, args, "list", "list", "clear-idle")
@@ -396,10 +401,15 @@ func runBudgets(ctx context.Context, env *Env, args []string) error {
 		return Usagef("budgets %s takes no arguments, got %q", verb, strings.Join(rest, " "))
 	case verb == "list" && (set["batch-size"] || set["pause"]):
 		return Usagef("--batch-size and --pause go with budgets clear-idle, not budgets list")
+	case verb == "clear-idle" && (set["limit"] || set["after"]):
+		return Usagef("--limit and --after go with budgets list, not budgets clear-idle")
 	case *batch < 1:
 		return Usagef("--batch-size is %d; it must be at least 1", *batch)
 	case *pause < 0:
 		return Usagef("--pause is %s; it must not be negative", *pause)
+	}
+	if err := paging.check(); err != nil {
+		return err
 	}
 	s, err := env.openEngine(ctx, url, true)
 	if err != nil {
@@ -417,7 +427,7 @@ func runBudgets(ctx context.Context, env *Env, args []string) error {
 		fmt.Fprintf(env.Stdout, "cleared %d idle budgets\n", n)
 		return nil
 	}
-	bs, err := s.ListBudgets(ctx)
+	bs, next, err := s.PageBudgets(ctx, paging.page())
 	if err != nil {
 		return err
 	}
@@ -443,18 +453,25 @@ func runBudgets(ctx context.Context, env *Env, args []string) error {
 	for i, b := range bs {
 		rows[i] = []string{b.Name, env.describeLimit(b, overrides), strconv.Itoa(b.Waiting), strconv.Itoa(b.Parked), nextAdmission(b, now)}
 	}
-	return table(env, "BUDGET\tLIMIT\tWAITING\tPARKED\tNEXT ADMISSION", rows)
+	if err := table(env, "BUDGET\tLIMIT\tWAITING\tPARKED\tNEXT ADMISSION", rows); err != nil {
+		return err
+	}
+	if more := env.moreAfter("budgets", next); more != "" {
+		fmt.Fprintf(env.Stdout, "\n%s\n", more)
+	}
+	return nil
 }
 
 func runSemaphores(ctx context.Context, env *Env, args []string) error {
-	fs, url := env.FlagSet("semaphores", "semaphores [--json] [flags]")
+	fs, url := env.FlagSet("semaphores", "semaphores [--limit N] [--after KEY] [--json] [flags]")
 	asJSON := fs.Bool("json", false, "print JSON for scripts")
-	s, err := env.open(ctx, fs, url, args, 0)
+	paging := addKeyPageFlags(fs, "concurrency keys")
+	s, err := env.open(ctx, fs, url, args, 0, paging.check)
 	if err != nil {
 		return err
 	}
 	defer s.Close()
-	sems, err := s.ListSemaphores(ctx)
+	sems, next, err := s.PageSemaphores(ctx, paging.page())
 	if err != nil {
 		return err
 	}
@@ -479,5 +496,11 @@ func runSemaphores(ctx context.Context, env *Env, args []string) error {
 		}
 		rows[i] = []string{m.Name, strconv.Itoa(m.Limit), strconv.Itoa(m.Free()), strconv.Itoa(m.Holding), strconv.Itoa(m.Blocked), expires}
 	}
-	return table(env, "KEY\tLIMIT\tFREE\tHOLDING\tBLOCKED\tEXPIRES", rows)
+	if err := table(env, "KEY\tLIMIT\tFREE\tHOLDING\tBLOCKED\tEXPIRES", rows); err != nil {
+		return err
+	}
+	if more := env.moreAfter("semaphores", next); more != "" {
+		fmt.Fprintf(env.Stdout, "\n%s\n", more)
+	}
+	return nil
 }
