@@ -292,9 +292,9 @@ func (s *Store) AdmissionsSince(ctx context.Context, key string, since time.Time
 	return admitted, read >= int64(limit), nil
 }
 
-// GetBudgetInfo reads one budget without locking it, and how many jobs
-// wait on it; found is false when the budget has no row (it is idle, or
-// was never used).
+// GetBudgetInfo reads one budget's row without locking it; found is false
+// when the budget has no row (it is idle, or was never used).
+// BudgetWaiting reads it with how many jobs wait on it.
 func (s *Store) GetBudgetInfo(ctx context.Context, key string) (b BudgetRow, found bool, err error) {
 	return s.budgetInfo(ctx, s.db, key)
 }
