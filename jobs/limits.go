@@ -128,12 +128,16 @@ func (v *limitsView) setOverrides(list []engine.Override) {
 // A claim brings a changed limit to the budgets it locks, but none locks a
 // budget whose jobs are all parked. A target whose call fails is tried
 // again at the next refresh.
+//
+// A budget whose own override was cleared is handed its scope's limit
+// once and then forgotten: from then on its scope's target covers it.
 func (v *limitsView) reprice(ctx context.Context, s *engine.Store, c engine.Clock, horizon time.Duration) error {
 	v.mu.Lock()
 	defer v.mu.Unlock()
 	if v.priced == nil {
 		v.priced = map[string]ratelimit.Params{}
 	}
+	current := v.currentTargets()
 	var errs []error
 	for _, target := range v.targets() {
 		p, ok := v.limitOn(target)
@@ -141,24 +145,36 @@ func (v *limitsView) reprice(ctx context.Context, s *engine.Store, c engine.Cloc
 			delete(v.priced, target) // no declared limit covers it
 			continue
 		}
-		if last, seen := v.priced[target]; seen && last == p {
-			continue
+		if last, seen := v.priced[target]; !seen || last != p {
+			_, err := s.Reprice(ctx, c, engine.Repricing{Target: target, Params: p, Except: v.ownOverrides(target), Horizon: horizon})
+			if err != nil {
+				errs = append(errs, err)
+				continue
+			}
 		}
-		_, err := s.Reprice(ctx, c, engine.Repricing{Target: target, Params: p, Except: v.ownOverrides(target), Horizon: horizon})
-		if err != nil {
-			errs = append(errs, err)
-			continue
+		if _, ok := slices.BinarySearch(current, target); ok {
+			v.priced[target] = p
+		} else {
+			delete(v.priced, target) // handed back to its scope
 		}
-		v.priced[target] = p
 	}
 	return errors.Join(errs...)
 }
 
-// targets returns, sorted, what the worker's limits cover: the declared
-// scopes and limited queues' budgets, the budgets with an override of
-// their own, and whatever it repriced before (a budget whose own override
-// was cleared goes back to its scope's limit).
+// targets returns, sorted, what the worker's limits cover
+// (currentTargets) and whatever it repriced before and has not yet
+// handed back: a budget whose own override was cleared goes back to its
+// scope's limit.
 func (v *limitsView) targets() []string {
+	out := slices.AppendSeq(v.currentTargets(), maps.Keys(v.priced))
+	slices.Sort(out)
+	return slices.Compact(out)
+}
+
+// currentTargets returns, sorted, the targets the worker's limits cover
+// now: the declared scopes and limited queues' budgets, and the budgets
+// with an override of their own.
+func (v *limitsView) currentTargets() []string {
 	out := v.reg.limitTargets()
 	if m := v.overrides.Load(); m != nil {
 		for t := range *m {
@@ -167,7 +183,6 @@ func (v *limitsView) targets() []string {
 			}
 		}
 	}
-	out = slices.AppendSeq(out, maps.Keys(v.priced))
 	slices.Sort(out)
 	return slices.Compact(out)
 }

@@ -270,7 +270,9 @@ func TestTheJobsAroundASweptFloodAreReadAsIndexRanges(t *testing.T) {
 // of the index of waiting fair jobs by key (one per key looked at, at
 // most 16, fairServedKeys). The prune reads it with the lowest waiting
 // start, in one statement: one more read of the index of waiting fair
-// jobs, bounded the same way.
+// jobs, bounded the same way; and with the keys it holds, one more probe
+// of the index of waiting fair jobs by key for each. Its reads of the
+// keys, the latest finishes first, sort nothing.
 func TestTheFairVirtualTimeIsReadAtTheHeadOfItsLevel(t *testing.T) {
 	testdb.Each(t, func(t *testing.T, s *engine.Store) {
 		many := make([]engine.NewJob, 4000)
@@ -285,14 +287,20 @@ func TestTheFairVirtualTimeIsReadAtTheHeadOfItsLevel(t *testing.T) {
 		stmts := map[string]func() (string, []any){
 			"FairVirtualTime": func() (string, []any) { return s.SQL().FairVirtualTime("default", 1) },
 			"FairPruneBound":  func() (string, []any) { return s.SQL().FairPruneBound("default", 1) },
+			"ReadPrunableFairKeys": func() (string, []any) {
+				return s.SQL().ReadPrunableFairKeys("default", 1, []string{"k01", "k03"})
+			},
 		}
 		name := s.Dialect().Name()
 		for stmt, via := range plansOf(t, s, stmts) {
 			t.Logf("%s: %s: %v", name, stmt, via)
 			indexes := []string{"sluice_jobs_ready_fair", "sluice_jobs_waiting_fair", "sluice_jobs_waiting_fair_key"}
 			reads := len(indexes)
-			if stmt == "FairPruneBound" {
+			switch stmt {
+			case "FairPruneBound":
 				reads++ // the lowest waiting start, read again beside the virtual time
+			case "ReadPrunableFairKeys":
+				reads += 2 // and a probe by key for the keys' waiting jobs
 			}
 			require.Len(t, via, reads, "%s: %s reads sluice_jobs once per index: %v", name, stmt, via)
 			for _, index := range indexes {
@@ -305,7 +313,8 @@ func TestTheFairVirtualTimeIsReadAtTheHeadOfItsLevel(t *testing.T) {
 				}
 			}
 		}
-		for _, stmt := range []string{"FairVirtualTime", "FairPruneBound"} {
+		stmts["LockFairAnchor"] = func() (string, []any) { return s.SQL().LockFairAnchor("default", 1) }
+		for _, stmt := range []string{"FairVirtualTime", "FairPruneBound", "ReadPrunableFairKeys", "LockFairAnchor"} {
 			text, args := stmts[stmt]()
 			require.False(t, sorts(t, s, text, args), "%s: %s sorts", name, stmt)
 		}

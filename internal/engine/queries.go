@@ -52,7 +52,7 @@ type SQL struct {
 	insertTick, setTickJob, oldTicks, deleteTick *sqlStatement
 
 	lockReadyFair, insertFairKeys, lockFairKeys, fairVirtualTime, saveFairKeys, refundFairKeys *sqlStatement
-	fairPruneBound, lockPrunableFairKeys, deleteFairKeys                                       *sqlStatement
+	fairPruneBound, lockFairAnchor, lockPrunableFairKeys, readPrunableFairKeys, deleteFairKeys *sqlStatement
 	fairLevels                                                                                 string
 	lastTicks                                                                                  string
 }
@@ -259,10 +259,12 @@ func NewSQL(d Dialect) (*SQL, error) {
 		{&q.insertFairKeys, "InsertFairKeys", []string{"rows"}},
 		{&q.lockFairKeys, "LockFairKeys", []string{"queue", "priority", "keys"}},
 		{&q.fairVirtualTime, "FairVirtualTime", []string{"queue", "priority", "keys"}},
-		{&q.fairPruneBound, "FairPruneBound", []string{"queue", "priority", "keys"}},
-		{&q.lockPrunableFairKeys, "LockPrunableFairKeys", []string{"queue", "priority", "after", "before", "limit"}},
+		{&q.fairPruneBound, "FairPruneBound", []string{"queue", "priority", "keys", "served"}},
+		{&q.lockFairAnchor, "LockFairAnchor", []string{"queue", "priority"}},
+		{&q.lockPrunableFairKeys, "LockPrunableFairKeys", []string{"queue", "priority", "after", "through", "anchor", "limit"}},
+		{&q.readPrunableFairKeys, "ReadPrunableFairKeys", []string{"queue", "priority", "keys", "served", "names"}},
 		{&q.saveFairKeys, "SaveFairKeys", []string{"rows"}},
-		{&q.deleteFairKeys, "DeleteFairKeys", []string{"queue", "priority", "keys", "before"}},
+		{&q.deleteFairKeys, "DeleteFairKeys", []string{"queue", "priority", "keys"}},
 		{&q.refundFairKeys, "RefundFairKeys", []string{"ids", "queue", "priority", "keys"}},
 	}
 	for _, s := range stmts {

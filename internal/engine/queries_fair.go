@@ -40,19 +40,36 @@ func (q *SQL) FairVirtualTime(queue string, priority int) (string, []any) {
 }
 
 // FairPruneBound reads, in one statement, the virtual time of a queue's
-// priority level (as FairVirtualTime) and the lowest start of its fair
-// jobs that wait to be ready: scheduled (delayed, or deferred by a rate
-// limit), parked or blocked. Columns: two bigints, the second NULL when
-// none waits.
+// priority level (as FairVirtualTime), the lowest start of its fair jobs
+// that wait to be ready (scheduled: delayed, or deferred by a rate limit;
+// parked or blocked) and the finish of the fairServedKeys-th latest of its
+// keys, the last the virtual time looks at. Columns: three bigints, the
+// second NULL when none waits, the third with fewer keys.
 func (q *SQL) FairPruneBound(queue string, priority int) (string, []any) {
-	return q.fairPruneBound.bind(queue, int32(priority), fairServedKeys)
+	return q.fairPruneBound.bind(queue, int32(priority), fairServedKeys, fairServedKeys-1)
+}
+
+// LockFairAnchor locks, without waiting, the key of a queue's priority
+// level with the latest finish among those no other transaction holds.
+// Columns: fair_key, finish.
+func (q *SQL) LockFairAnchor(queue string, priority int) (string, []any) {
+	return q.lockFairAnchor.bind(queue, int32(priority))
 }
 
 // LockPrunableFairKeys locks, without waiting, up to limit keys of a
 // queue's priority level after after, in the primary key's order, whose
-// last finish is before before. Columns: fair_key.
-func (q *SQL) LockPrunableFairKeys(queue string, priority int, after string, before int64, limit int) (string, []any) {
-	return q.lockPrunableFairKeys.bind(queue, int32(priority), after, before, limit)
+// last finish is at most through, leaving out anchor. Columns: fair_key.
+func (q *SQL) LockPrunableFairKeys(queue string, priority int, after string, through int64, anchor string, limit int) (string, []any) {
+	return q.lockPrunableFairKeys.bind(queue, int32(priority), after, through, anchor, limit)
+}
+
+// ReadPrunableFairKeys reads the columns of FairPruneBound beside each of
+// keys, keys of a queue's priority level, with its finish and whether a
+// fair job of the key at that level waits to be ready, in one statement.
+// Columns: the three of FairPruneBound, fair_key, finish, waiting (0 or
+// 1).
+func (q *SQL) ReadPrunableFairKeys(queue string, priority int, keys []string) (string, []any) {
+	return q.readPrunableFairKeys.bind(queue, int32(priority), fairServedKeys, fairServedKeys-1, keys)
 }
 
 // SaveFairKeys writes the last finish of the keys of a queue's priority
@@ -69,10 +86,10 @@ func (q *SQL) SaveFairKeys(queue string, priority int, keys []string, finish []i
 // keys. Columns: queue, priority.
 func (q *SQL) FairLevels() string { return q.fairLevels }
 
-// DeleteFairKeys deletes those of keys, keys of a queue's priority level,
-// whose last finish is before before.
-func (q *SQL) DeleteFairKeys(queue string, priority int, keys []string, before int64) (string, []any) {
-	return q.deleteFairKeys.bind(queue, int32(priority), keys, before)
+// DeleteFairKeys deletes keys, keys of a queue's priority level that the
+// transaction locked.
+func (q *SQL) DeleteFairKeys(queue string, priority int, keys []string) (string, []any) {
+	return q.deleteFairKeys.bind(queue, int32(priority), keys)
 }
 
 // RefundFairKeys gives back the charge of fair jobs cancelled before any

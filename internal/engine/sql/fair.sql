@@ -42,23 +42,47 @@ COALESCE(
 -- name: FairVirtualTime
 SELECT {VirtualTimeOfLevel};
 
+-- fragment: ServedFinish
+-- The finish of the level's (:served + 1)-th latest key, NULL with fewer
+-- keys: a key whose finish is before it is never among the :served + 1
+-- keys with the latest finishes that the virtual time looks at.
+(SELECT finish FROM sluice_fair_keys WHERE queue = :queue AND priority = :priority ORDER BY finish DESC LIMIT 1 OFFSET :served)
+
 -- name: FairPruneBound
--- What PruneFairKeys deletes a level's keys below: its virtual time and
--- the lowest start of its waiting fair jobs (NULL with none), read in one
--- statement, on one snapshot (at READ COMMITTED each statement reads its
--- own), so that a job moving between ready and waiting meanwhile (a
--- promotion, an unpark, a slot handed to a blocked job, a claim's
--- deferral) is counted in one of the two, never in neither.
-SELECT {VirtualTimeOfLevel}, {LowestWaitingStart};
+-- What PruneFairKeys deletes a level's keys against: its virtual time,
+-- the lowest start of its waiting fair jobs (NULL with none) and the
+-- finish of the last key the virtual time looks at (ServedFinish), read
+-- in one statement, on one snapshot (at READ COMMITTED each statement
+-- reads its own), so that a job moving between ready and waiting
+-- meanwhile (a promotion, an unpark, a slot handed to a blocked job, a
+-- claim's deferral) is counted in one of the two, never in neither.
+SELECT {VirtualTimeOfLevel}, {LowestWaitingStart}, {ServedFinish};
+
+-- name: LockFairAnchor
+-- The key of a queue's priority level with the latest finish that no
+-- other transaction holds, locked without waiting. Columns: fair_key,
+-- finish.
+SELECT fair_key, finish FROM sluice_fair_keys WHERE queue = :queue AND priority = :priority ORDER BY finish DESC LIMIT 1 FOR UPDATE SKIP LOCKED;
 
 -- name: LockPrunableFairKeys
 -- Up to :limit keys of a queue's priority level after :after, in the
 -- primary key's order (the prune walks the level a page at a time),
--- whose finish is before :before, locked without waiting: a key another
--- transaction holds is being enqueued to, and is skipped. Since it never
--- waits, the order it locks in cannot close a cycle of waits.
-SELECT fair_key FROM sluice_fair_keys WHERE queue = :queue AND priority = :priority AND fair_key > :after AND finish < :before
+-- whose finish is at most :through, but for :anchor, locked without
+-- waiting: a key another transaction holds is being enqueued to, and is
+-- skipped. Since it never waits, the order it locks in cannot close a
+-- cycle of waits.
+SELECT fair_key FROM sluice_fair_keys WHERE queue = :queue AND priority = :priority AND fair_key > :after AND finish <= :through AND fair_key <> :anchor
 ORDER BY fair_key LIMIT :limit FOR UPDATE SKIP LOCKED;
+
+-- name: ReadPrunableFairKeys
+-- The keys :names of a queue's priority level, each with its finish and
+-- whether a fair job of the key at that level waits to be ready, beside
+-- the columns of FairPruneBound, all in one statement, on one snapshot.
+-- Columns: virtual time, lowest waiting start, served finish, fair_key,
+-- finish, waiting (0 or 1).
+SELECT {VirtualTimeOfLevel}, {LowestWaitingStart}, {ServedFinish}, p.fair_key, p.finish,
+  CASE WHEN EXISTS (SELECT 1 FROM sluice_jobs j WHERE {WaitingFair} AND j.priority = :priority AND j.fair_key = p.fair_key) THEN 1 ELSE 0 END
+FROM sluice_fair_keys p WHERE p.queue = :queue AND p.priority = :priority AND p.fair_key IN (:names);
 
 -- name: SaveFairKeys
 INSERT INTO sluice_fair_keys (queue, priority, fair_key, finish) VALUES :rows(text, int, text, bigint)
@@ -70,11 +94,9 @@ ON CONFLICT (queue, priority, fair_key) DO UPDATE SET finish = EXCLUDED.finish;
 SELECT DISTINCT queue, priority FROM sluice_fair_keys;
 
 -- name: DeleteFairKeys
--- Of :keys, keys of a queue's priority level that the transaction locked,
--- those whose last finish is before :before (PruneFairKeys: behind its
--- virtual time and the start of each of its waiting jobs): a key's next
--- job starts at the virtual time whether its row is there or not.
-DELETE FROM sluice_fair_keys WHERE queue = :queue AND priority = :priority AND fair_key IN (:keys) AND finish < :before;
+-- The keys :keys of a queue's priority level, which the transaction
+-- locked and PruneFairKeys found it may delete.
+DELETE FROM sluice_fair_keys WHERE queue = :queue AND priority = :priority AND fair_key IN (:keys);
 
 -- name: RefundFairKeys
 -- Gives back the charge of fair jobs cancelled before any claim (an
