@@ -17,7 +17,7 @@ import (
 // settings are read back from the store's own pool, outside and inside
 // one of its transactions (where its writes run). No test read them back
 // before: a DSN that lost its pragmas passed every test.
-func TestReviewSQLiteRunsInWALWithSynchronousFullByDefault(t *testing.T) {
+func TestSQLiteRunsInWALWithSynchronousFullByDefault(t *testing.T) {
 	dir := t.TempDir()
 	for _, c := range []struct {
 		url  string

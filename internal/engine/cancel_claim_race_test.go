@@ -5,7 +5,6 @@ import (
 	"errors"
 	"sync"
 	"testing"
-	"time"
 
 	"github.com/stretchr/testify/require"
 
@@ -13,51 +12,13 @@ import (
 	"github.com/sluicequeue/sluice/internal/testdb"
 )
 
-// guarantees.md, "Ordering": "A worker's queues are tried in the order
-// given", not in the order of their names.
-func TestReviewQueuesAreTriedInTheOrderGivenNotByName(t *testing.T) {
-	testdb.Each(t, func(t *testing.T, s *engine.Store) {
-		a := enqueue(t, s, t0, job("a", "alpha", -5))[0]
-		z := enqueue(t, s, t0, job("a", "zeta", 5))[0]
-		pid := register(t, s, t0)
-		require.Equal(t, []int64{z}, ids(claim(t, s, pid, t0, 1, "zeta", "alpha").Jobs))
-		require.Equal(t, []int64{a}, ids(claim(t, s, pid, t0, 1, "zeta", "alpha").Jobs))
-	})
-}
-
-// guarantees.md, "A job's life": "A retry makes a job ready now with its
-// attempts reset (a ready job keeps its place and gets its attempts
-// reset)".
-func TestReviewAnOperatorsRetryOfAReadyJobKeepsItsPlace(t *testing.T) {
-	testdb.Each(t, func(t *testing.T, s *engine.Store) {
-		ctx := context.Background()
-		first := enqueue(t, s, t0, job("a", "default", 0))[0]
-		pid := register(t, s, t0)
-		require.Equal(t, []int64{first}, ids(claim(t, s, pid, t0, 1).Jobs))
-		require.NoError(t, s.Finish(ctx, pid, engine.At(t0), engine.Outcomes{Others: ran(t, s,
-			engine.Transition{ID: first, State: engine.StateScheduled, Wait: time.Second, Error: "boom"})}))
-		n, _, err := s.Promote(ctx, engine.At(at(time.Second)), 10)
-		require.NoError(t, err)
-		require.Equal(t, 1, n)
-		require.Equal(t, engine.StateReady, state(t, s, first).State)
-		second := enqueue(t, s, at(time.Minute), job("a", "default", 0))[0]
-		require.Equal(t, 1, state(t, s, first).Attempt)
-
-		moved, err := s.RetryJobs(ctx, engine.At(at(time.Hour)), []int64{first})
-		require.NoError(t, err)
-		require.Equal(t, []engine.Moved{{ID: first, State: engine.StateReady}}, moved)
-		require.Equal(t, 0, state(t, s, first).Attempt, "its attempts reset")
-		require.Equal(t, []int64{first, second}, ids(claim(t, s, pid, at(time.Hour), 2).Jobs), "it keeps its place")
-	})
-}
-
 // guarantees.md, "A job's life" and "Delivery": every move is one
 // transaction, concurrent workers never claim the same job, and a running
 // job cannot be cancelled. Claimers and an operator cancelling every job,
 // each on a pool of its own (as separate processes): a job a claim
 // returned is never cancelled, and a job cancelled was never returned by
 // a claim.
-func TestReviewCancelsRacingClaimersOnOtherPoolsNeverCancelARunningJob(t *testing.T) {
+func TestCancelsRacingClaimersOnOtherPoolsNeverCancelARunningJob(t *testing.T) {
 	testdb.EachPool(t, func(t *testing.T, s *engine.Store, open func() *engine.Store) {
 		ctx := context.Background()
 		const n = 120
