@@ -1,6 +1,7 @@
 package engine_test
 
 import (
+	"context"
 	"strings"
 	"testing"
 	"unicode/utf8"
@@ -8,6 +9,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/sluicequeue/sluice/internal/engine"
+	"github.com/sluicequeue/sluice/internal/testdb"
 )
 
 // giveBackRecord is a give-back's record of its streak, as the jobs
@@ -172,5 +174,20 @@ func FuzzLastErrorText(f *testing.F) {
 		require.Equal(t, 1, strings.Count(got, engine.GivenBackMark), "%q", got)
 		i := strings.Index(got, engine.GivenBackMark)
 		require.True(t, strings.HasPrefix(got[i:], giveBackRecord), "%q", got)
+	})
+}
+
+// A last error the database would refuse (bytes that are not UTF-8, a
+// NUL: PostgreSQL and MariaDB refuse them) is kept escaped by the store
+// itself, whoever wrote it, on every database.
+func TestALastErrorTheDatabaseWouldRefuseIsKeptEscaped(t *testing.T) {
+	testdb.Each(t, func(t *testing.T, s *engine.Store) {
+		ctx := context.Background()
+		pid := register(t, s, t0)
+		id := enqueue(t, s, t0, job("k", "default", 0))[0]
+		claim(t, s, pid, t0, 1)
+		require.NoError(t, s.Finish(ctx, pid, engine.At(t0), engine.Outcomes{Others: ran(t, s,
+			engine.Transition{ID: id, State: engine.StateFailed, Error: "upstream said \xff, a\x00b", Finished: true})}))
+		require.Equal(t, `upstream said \xff, a\x00b`, state(t, s, id).LastError)
 	})
 }
