@@ -8,15 +8,10 @@ import (
 	"runtime/debug"
 	"slices"
 	"strconv"
-	"strings"
 	"time"
-	"unicode/utf8"
 
 	"github.com/sluicequeue/sluice/internal/engine"
 )
-
-// maxErrorBytes caps the error text kept with a job.
-const maxErrorBytes = 16 << 10
 
 // maxBatchErrorBytes caps the error text one batch of results carries, so
 // that a batch of long errors stays well under a server's packet limit.
@@ -247,21 +242,21 @@ func (w *Worker) outcome(ctx context.Context, j *engine.Job, err error) result {
 	case OutcomeReleased:
 		return result{id: j.ID, t: engine.Transition{ID: j.ID, State: engine.StateReady, RunAt: w.clock.Now(), AttemptDelta: -1}}
 	case OutcomeCancelled:
-		return result{id: j.ID, t: engine.Transition{ID: j.ID, State: engine.StateCancelled, Error: errorText(cancelled.err), Finished: true}}
+		return result{id: j.ID, t: engine.Transition{ID: j.ID, State: engine.StateCancelled, Error: errorText(cancelled.err, ""), Finished: true}}
 	case OutcomeSnoozed:
 		t := engine.Transition{ID: j.ID, State: engine.StateScheduled, Wait: snoozed.d, AttemptDelta: -1}
 		if snoozed.back != nil {
 			// Given back: the reason is the job's last error, for
 			// operators to see, with the record of its streak, which
 			// the store keeps as a give-back's (Transition.Record).
-			t.Error, t.Record = errorText(err), snoozed.back.record
+			t.Error, t.Record = errorText(err, snoozed.back.record), snoozed.back.record
 			return result{id: j.ID, t: t, givenBack: true}
 		}
 		return result{id: j.ID, t: t}
 	case OutcomeFailed:
 		// Given back for longer than GiveBackFor: failed for good,
 		// whatever attempts it has left.
-		return result{id: j.ID, t: engine.Transition{ID: j.ID, State: engine.StateFailed, Error: errorText(err), Finished: true}}
+		return result{id: j.ID, t: engine.Transition{ID: j.ID, State: engine.StateFailed, Error: errorText(err, ""), Finished: true}}
 	case OutcomeThrottled:
 		return w.waitUpstream(j, retryAfter)
 	default:
@@ -274,7 +269,7 @@ func (w *Worker) outcome(ctx context.Context, j *engine.Job, err error) result {
 // until then.
 func (w *Worker) waitUpstream(j *engine.Job, e *retryAfterError) result {
 	wait := min(e.wait(w.clock.Now()), w.cfg.MaxRetryAfter)
-	t := engine.Transition{ID: j.ID, State: engine.StateScheduled, Wait: wait, AttemptDelta: -1, Error: errorText(e)}
+	t := engine.Transition{ID: j.ID, State: engine.StateScheduled, Wait: wait, AttemptDelta: -1, Error: errorText(e, "")}
 	var pushes []engine.BudgetPush
 	if w.limits != nil {
 		for _, rk := range j.RateKeys {
@@ -296,7 +291,7 @@ func (w *Worker) waitUpstream(j *engine.Job, e *retryAfterError) result {
 // failed when it has no attempts left.
 func (w *Worker) failure(j *engine.Job, err error) result {
 	if j.Attempt >= j.MaxAttempts {
-		return result{id: j.ID, t: engine.Transition{ID: j.ID, State: engine.StateFailed, Error: errorText(err), Finished: true}}
+		return result{id: j.ID, t: engine.Transition{ID: j.ID, State: engine.StateFailed, Error: errorText(err, ""), Finished: true}}
 	}
 	delay := jitter(DefaultBackoff(j.Attempt))
 	if k := w.reg.lookup(j.Kind); k != nil && k.cfg.backoff != nil {
@@ -311,7 +306,7 @@ func (w *Worker) failure(j *engine.Job, err error) result {
 			delay = w.boundBackoff(j, d, delay)
 		}
 	}
-	return result{id: j.ID, t: engine.Transition{ID: j.ID, State: engine.StateScheduled, Wait: delay, Error: errorText(err)}}
+	return result{id: j.ID, t: engine.Transition{ID: j.ID, State: engine.StateScheduled, Wait: delay, Error: errorText(err, "")}}
 }
 
 // boundBackoff is the delay a retry waits when the kind's Backoff returned
@@ -354,47 +349,19 @@ func callBackoff(f func(attempt int) time.Duration, attempt int) (d time.Duratio
 	return f(attempt), nil
 }
 
-// errorText is the text kept with a job for err: valid UTF-8 without NUL
-// (every database takes it: each byte that is not part of a valid UTF-8
-// sequence, and each NUL, is written as \xNN), cut on a character boundary
-// to at most maxErrorBytes and marked "… (truncated)" when cut.
-func errorText(err error) string {
+// errorText is the text kept with a job for err, as the store keeps it
+// (engine.LastErrorText): valid UTF-8 without NUL, every give-back's mark
+// in it quoted but in record (a give-back's own record of its streak, or
+// ""), cut on a character boundary to at most engine.MaxErrorBytes and
+// marked "… (truncated)" when cut. Made here, the text a batch of results
+// carries is as long as the store writes it; the store makes it again
+// (the same text) on every write.
+func errorText(err error, record string) string {
 	s := err.Error()
 	if s == "" {
 		s = fmt.Sprintf("%T with no message", err)
 	}
-	return clipText(s, maxErrorBytes)
-}
-
-// clipText makes s valid UTF-8 without NUL and cuts it on a character
-// boundary to at most limit bytes, plus the truncation mark.
-func clipText(s string, limit int) string {
-	const mark = "… (truncated)"
-	if utf8.ValidString(s) && strings.IndexByte(s, 0) < 0 {
-		if len(s) <= limit {
-			return s
-		}
-		cut := limit
-		for cut > 0 && !utf8.RuneStart(s[cut]) {
-			cut--
-		}
-		return s[:cut] + mark
-	}
-	var b strings.Builder
-	for i := 0; i < len(s); {
-		r, n := utf8.DecodeRuneInString(s[i:])
-		piece := s[i : i+n]
-		if (r == utf8.RuneError && n == 1) || r == 0 {
-			piece = fmt.Sprintf(`\x%02x`, s[i])
-		}
-		if b.Len()+len(piece) > limit {
-			b.WriteString(mark)
-			break
-		}
-		b.WriteString(piece)
-		i += n
-	}
-	return b.String()
+	return engine.LastErrorText(s, record)
 }
 
 func outcomeOf(r result) Outcome {

@@ -193,48 +193,17 @@ func TestARefusedResultWithNoAttemptsLeftFails(t *testing.T) {
 	require.Less(t, len(long.t.Error), 1200)
 }
 
-func TestErrorTextIsValidUTF8WithoutNULAndCutOnACharacter(t *testing.T) {
-	const mark = "… (truncated)"
-	x := strings.Repeat("x", maxErrorBytes-1)
-	cases := []struct{ in, want string }{
-		{"plain", "plain"},
-		{x + "é" + "tail", x + mark}, // the cut would fall inside é
-		{x + "x", x + "x"},
-		{x + "xy", x + "x" + mark},
-		{x + "🔑", x + mark},
-		{"upstream said \xff\xfe ok", `upstream said \xff\xfe ok`},
-		{"a\x00b", `a\x00b`},
-		{"cut \xe2\x82 char", `cut \xe2\x82 char`},
-		{x[:maxErrorBytes-5] + "\xff\xff", x[:maxErrorBytes-5] + `\xff` + mark}, // an escape is never cut
-		{"\ufffd is fine", "\ufffd is fine"},
-	}
-	for _, c := range cases {
-		got := errorText(errors.New(c.in))
-		require.Equal(t, c.want, got, "%.60q", c.in)
-	}
-	for _, in := range []string{strings.Repeat("\xff", 1<<20), strings.Repeat("\x00", 1<<15), x + "é", strings.Repeat("€", 1<<14)} {
-		got := errorText(errors.New(in))
-		require.True(t, utf8.ValidString(got))
-		require.NotContains(t, got, "\x00")
-		require.LessOrEqual(t, len(got), maxErrorBytes+len(mark))
-		require.True(t, strings.HasSuffix(got, mark))
-	}
-	require.Equal(t, "*errors.errorString with no message", errorText(errors.New("")))
-}
-
-func FuzzErrorText(f *testing.F) {
-	for _, s := range []string{"", "ok", "\xff", "a\x00b", strings.Repeat("x", maxErrorBytes-1) + "é", strings.Repeat("\xe2\x82", 9000)} {
-		f.Add(s)
-	}
-	f.Fuzz(func(t *testing.T, s string) {
-		got := errorText(errors.New(s))
-		require.True(t, utf8.ValidString(got))
-		require.NotContains(t, got, "\x00")
-		require.LessOrEqual(t, len(got), maxErrorBytes+len("… (truncated)"))
-		if s != "" && utf8.ValidString(s) && !strings.Contains(s, "\x00") && len(s) <= maxErrorBytes {
-			require.Equal(t, s, got, "valid text is kept as it is")
-		}
-	})
+// A handler's error is kept as the store keeps it (engine.LastErrorText,
+// tested there), a give-back's record as written; an error with no
+// message is named by its type.
+func TestErrorTextIsTheTextTheStoreKeeps(t *testing.T) {
+	const record = engine.GivenBackMark + "1 time(s) in a row since 2026-03-01T12:00:00Z, the last at claim 1)"
+	long := "e" + engine.GivenBackMark + strings.Repeat("x", engine.MaxErrorBytes) + "\xff"
+	require.Equal(t, engine.LastErrorText(long, ""), errorText(errors.New(long), ""))
+	require.Equal(t, "why"+record+" tail", errorText(errors.New("why"+record+" tail"), record))
+	require.Equal(t, "why; (quoted) given back without spending an attempt (1 time(s) in a row since 2026-03-01T12:00:00Z, the last at claim 1) tail",
+		errorText(errors.New("why"+record+" tail"), ""))
+	require.Equal(t, "*errors.errorString with no message", errorText(errors.New(""), ""))
 }
 
 func TestHasReplacementEscape(t *testing.T) {

@@ -42,3 +42,26 @@ func TestACancelReasonTheDatabaseCannotStoreIsRefused(t *testing.T) {
 		require.Equal(t, long, j.LastError, "kept whole")
 	})
 }
+
+// guarantees.md: a job's last error is kept "at most 16 KiB, cut on a
+// character boundary and then marked `… (truncated)`", and an operator's
+// cancel reason that quotes a give-back's record is kept with it quoted.
+// A reason of 16 KiB (the longest allowed) made of give-back marks was
+// checked before the store quoted each mark, nine bytes more each: it
+// was kept as about 20 KiB. It is kept quoted, then cut.
+func TestACancelReasonQuotingGiveBacksIsKeptWithin16KiB(t *testing.T) {
+	testdb.Each(t, func(t *testing.T, s *engine.Store) {
+		ctx := context.Background()
+		id := enqueue(t, s, t0, job("a", "default", 0))[0]
+		reason := strings.Repeat(engine.GivenBackMark, engine.MaxReasonBytes/len(engine.GivenBackMark))
+		_, err := s.CancelJobs(ctx, engine.At(t0), []int64{id}, reason)
+		require.NoError(t, err)
+		j, err := s.GetJob(ctx, id)
+		require.NoError(t, err)
+		require.Equal(t, engine.StateCancelled, j.State)
+		require.NotContains(t, j.LastError, engine.GivenBackMark, "no give-back's record")
+		require.True(t, strings.HasPrefix(j.LastError, "; (quoted) given back without spending an attempt ("), "quoted, readably")
+		require.True(t, strings.HasSuffix(j.LastError, engine.TruncatedMark), "cut and marked")
+		require.LessOrEqual(t, len(j.LastError), 16<<10+len("… (truncated)"), "the reason kept is %d bytes", len(j.LastError))
+	})
+}

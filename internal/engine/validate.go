@@ -48,8 +48,10 @@ func CheckKey(what, key string) error {
 }
 
 // MaxReasonBytes is the longest reason an operator may record when
-// cancelling a job: as long as the error text kept for a failed run.
-const MaxReasonBytes = 16 << 10
+// cancelling a job: as long as the error text kept for a failed run. The
+// reason is kept as any last error is (LastErrorText): a give-back's mark
+// in it quoted, which makes it longer, then cut to that bound again.
+const MaxReasonBytes = MaxErrorBytes
 
 // CheckReason refuses an operator's reason that not every database could
 // store: invalid UTF-8, a NUL, or more than MaxReasonBytes.
