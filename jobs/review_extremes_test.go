@@ -1,0 +1,101 @@
+package jobs_test
+
+import (
+	"context"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/sluicequeue/sluice/dispatcher"
+	"github.com/sluicequeue/sluice/internal/testdb"
+	"github.com/sluicequeue/sluice/jobs"
+	"github.com/sluicequeue/sluice/ratelimit"
+)
+
+// Review: numbers and times at their extremes. Each test fails now and
+// passes once the defect it names is fixed.
+
+type extremeArgs struct{ N int }
+
+func (extremeArgs) Kind() string { return "review_extreme" }
+
+// tickAndDrain promotes what is due on the harness's clock, then drains.
+func tickAndDrain(t *testing.T, h *harness) jobs.DrainResult {
+	t.Helper()
+	d := newDispatcher(t, h.store, dispatcher.Config{Clock: h.clock, Logger: quiet()})
+	_, err := d.Tick(context.Background())
+	require.NoError(t, err)
+	return h.drain(jobs.WorkerConfig{})
+}
+
+// "RunAt schedules the job to run no earlier than t" (jobs/options.go).
+// The run time is stored in microseconds by truncation (engine.Micros),
+// so a t with a fraction of a microsecond is stored up to 999 ns earlier,
+// and a worker whose clock reads that truncated microsecond runs the job
+// before t. Rate-limit slots are rounded up for the same reason
+// (microsAfter, "so that rounding can never admit early"); RunAt and
+// Delay are not.
+func TestReviewExtremesRunAtWithAFractionOfAMicrosecondDoesNotRunEarly(t *testing.T) {
+	each(t, func(t *testing.T, h *harness) {
+		var runs atomic.Int32
+		require.NoError(t, jobs.Register(h.reg, func(context.Context, *jobs.Job[extremeArgs]) error {
+			runs.Add(1)
+			return nil
+		}))
+		at := t0.Add(time.Hour + 500*time.Nanosecond)
+		id := h.enqueue(extremeArgs{}, jobs.RunAt(at))
+
+		h.clock.Set(t0.Add(time.Hour)) // 500 ns before RunAt
+		tickAndDrain(t, h)
+		require.Zero(t, runs.Load(), "the job ran 500 ns before its RunAt (stored as %s)", h.job(id).RunAt.Format(time.RFC3339Nano))
+
+		h.clock.Set(at.Add(time.Microsecond))
+		tickAndDrain(t, h)
+		require.Equal(t, int32(1), runs.Load(), "the job runs once its RunAt has passed")
+	})
+}
+
+// WorkerConfig.Concurrency has no upper bound: NewWorker accepts 1<<40,
+// and Run then makes its results channel with that many slots
+// (jobs/worker.go: `make(chan result, w.cfg.Concurrency)`), which dies
+// with "fatal error: out of memory" — not a panic a caller could
+// recover, the whole process. (Drain with the same worker works.) A
+// Concurrency the worker cannot allocate must be refused by NewWorker,
+// naming the field, as a negative one is. (Run is not called here: it
+// would kill the test binary.)
+func TestReviewExtremesNewWorkerRefusesAConcurrencyRunCannotAllocate(t *testing.T) {
+	each(t, func(t *testing.T, h *harness) {
+		require.NoError(t, jobs.Register(h.reg, func(context.Context, *jobs.Job[extremeArgs]) error { return nil }))
+		_, err := jobs.NewWorker(testdb.Public(h.store), h.reg, jobs.WorkerConfig{Concurrency: 1 << 40, Clock: h.clock, Logger: quiet()})
+		require.Error(t, err, "NewWorker accepted Concurrency 1<<40; Run then dies allocating a channel of that many results")
+		require.Contains(t, err.Error(), "Concurrency")
+	})
+}
+
+// RunAt accepts any time up to the end of the year 9999, but a budget's
+// times are nanoseconds since 1970 (engine.Nanos: time.UnixNano, which is
+// undefined past 2262-04-11). A rate-limited job enqueued to run in 2263
+// is accepted, and when the clock gets there every claim parks it (the
+// budget's "now" has wrapped round to 1677), so it never runs; Explain
+// then estimates its start in 1970. Either the enqueue is refused at once
+// with an error, or the job runs when its time comes.
+func TestReviewExtremesARateLimitedJobPast2262RunsOrIsRefused(t *testing.T) {
+	each(t, func(t *testing.T, h *harness) {
+		var runs atomic.Int32
+		require.NoError(t, jobs.Register(h.reg, func(context.Context, *jobs.Job[extremeArgs]) error {
+			runs.Add(1)
+			return nil
+		}, jobs.RateLimit(ratelimit.Limit[extremeArgs]{To: 100, Per: time.Minute, Burst: 10, Key: "api"})))
+		at := time.Date(2263, 1, 1, 0, 0, 0, 0, time.UTC)
+		_, err := h.client.Enqueue(context.Background(), extremeArgs{}, jobs.RunAt(at))
+		if err != nil {
+			return // refused at enqueue, where the caller sees it: fine
+		}
+		h.clock.Set(at.Add(time.Second))
+		res := tickAndDrain(t, h)
+		require.Equal(t, int32(1), runs.Load(),
+			"the enqueue was accepted, but once its time came the job was not run (drain: %+v): a quiet budget with a burst of 10 did not admit it", res)
+	})
+}
