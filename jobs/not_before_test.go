@@ -9,7 +9,6 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/sluicequeue/sluice/coalesce"
-	"github.com/sluicequeue/sluice/dispatcher"
 	"github.com/sluicequeue/sluice/jobs"
 )
 
@@ -20,15 +19,6 @@ func (notBeforeJob) Kind() string { return "not_before" }
 // halfMicro puts a time half a microsecond into one: stored rounded down
 // (microseconds), it would come 500 ns early.
 const halfMicro = 500 * time.Nanosecond
-
-// tickAndDrain promotes what is due on the harness's clock, then drains.
-func tickAndDrain(t *testing.T, h *harness) jobs.DrainResult {
-	t.Helper()
-	d := newDispatcher(t, h.store, dispatcher.Config{Clock: h.clock, Logger: quiet()})
-	_, err := d.Tick(context.Background())
-	require.NoError(t, err)
-	return h.drain(jobs.WorkerConfig{})
-}
 
 // "RunAt schedules the job to run no earlier than t" (jobs/options.go).
 // Run times are stored in microseconds; one with a fraction of a

@@ -407,10 +407,13 @@ func (s *Store) pushBudgets(ctx context.Context, tx Tx, c Clock, pushes []Budget
 	if err != nil {
 		return Stmt{}, time.Time{}, err
 	}
-	now := Nanos(at)
+	now, err := budgetNow(at)
+	if err != nil {
+		return Stmt{}, time.Time{}, err
+	}
 	for _, k := range keys {
 		p, b := byKey[k], budgets[k]
-		b.prepare(p.Params, now, now+DefaultHorizon.Nanoseconds())
+		b.prepare(p.Params, now, ratelimit.Later(now, DefaultHorizon.Nanoseconds()))
 		p.Params.Hold(&b.state, ratelimit.Later(now, p.Wait.Nanoseconds()))
 		b.dirty, b.wait = true, true
 	}

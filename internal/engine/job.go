@@ -2,6 +2,7 @@ package engine
 
 import (
 	"fmt"
+	"math"
 	"strconv"
 	"strings"
 	"time"
@@ -66,8 +67,25 @@ func Micros(t time.Time) int64 { return t.UnixMicro() }
 func FromMicros(us int64) time.Time { return time.UnixMicro(us).UTC() }
 
 // Nanos converts a time to a budget's stored form: nanoseconds since the
-// Unix epoch.
-func Nanos(t time.Time) int64 { return t.UnixNano() }
+// Unix epoch, which an int64 holds from 1677-09-21 to 2262-04-11. A time
+// past them saturates (at ratelimit.Never after, the earliest int64
+// before) instead of wrapping round: a clock past 2262 reads as the end
+// of a budget's times, never as a time long past.
+func Nanos(t time.Time) int64 {
+	switch {
+	case t.After(lastNanos):
+		return math.MaxInt64
+	case t.Before(firstNanos):
+		return math.MinInt64
+	}
+	return t.UnixNano()
+}
+
+// firstNanos and lastNanos are the first and last times Nanos holds.
+var (
+	firstNanos = time.Unix(0, math.MinInt64)
+	lastNanos  = time.Unix(0, math.MaxInt64)
+)
 
 // FromNanos converts a budget's stored time back, in UTC.
 func FromNanos(ns int64) time.Time { return time.Unix(0, ns).UTC() }
