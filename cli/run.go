@@ -101,8 +101,8 @@ func runWorker(ctx context.Context, env *Env, args []string) error {
 	if fs.NArg() > 0 {
 		return Usagef("worker takes no arguments, got %q; name queues with --queues", strings.Join(fs.Args(), " "))
 	}
-	if *concurrency < 1 {
-		return Usagef("--concurrency is %d; it must be at least 1", *concurrency)
+	if *concurrency < 1 || *concurrency > jobs.MaxConcurrency {
+		return Usagef("--concurrency is %d; it must be from 1 to %d", *concurrency, jobs.MaxConcurrency)
 	}
 	if *poll < jobs.MinInterval {
 		return Usagef("--poll-interval is %s; it must be at least %s", *poll, jobs.MinInterval)

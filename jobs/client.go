@@ -470,7 +470,41 @@ func (c *Client) newJob(it Item, now time.Time, inForce func(kind, key string) (
 		// joins) to a debounce after now.
 		return engine.NewJob{}, fmt.Errorf("%s: its debounce of %s would run the job at %s, after %s", name, co.Rule.Debounce, now.Add(co.Rule.Debounce).UTC().Format(time.RFC3339), engine.MaxRunAt.Format(time.RFC3339))
 	}
+	if err := c.checkBudgetTimes(j, cfg, co, now); err != nil {
+		return engine.NewJob{}, fmt.Errorf("%s: %w", name, err)
+	}
 	return j, nil
+}
+
+// checkBudgetTimes refuses a job that draws on a rate-limit budget (its
+// kind's, or its queue's as this client's registry declares it) and would
+// run after engine.MaxLimitedRunAt, the last time a budget's nanoseconds
+// hold: no budget would ever admit it.
+func (c *Client) checkBudgetTimes(j engine.NewJob, cfg enqueueConfig, co *engine.Coalesce, now time.Time) error {
+	what, at := "the clock", now
+	if j.RunAt.After(at) {
+		what, at = "RunAt", j.RunAt
+		if cfg.delaySet {
+			what = "Delay"
+		}
+	}
+	if co != nil && co.Rule.Debounce > 0 && now.Add(co.Rule.Debounce).After(at) {
+		what, at = "the debounce", now.Add(co.Rule.Debounce)
+	}
+	if !at.After(engine.MaxLimitedRunAt) {
+		return nil
+	}
+	var budget string
+	switch limits := c.reg.queueLimits(j.Queue); {
+	case len(j.RateKeys) > 0:
+		budget = j.RateKeys[0].Key
+	case len(limits) > 0:
+		budget = limits[0].Key
+	default:
+		return nil
+	}
+	return fmt.Errorf("%s puts the run time at %s, after %s: the job draws on rate-limit budget %s, whose times (nanoseconds since 1970) end there, so it would never be admitted; schedule it earlier",
+		what, at.UTC().Format(time.RFC3339), engine.MaxLimitedRunAt.Format(time.RFC3339), budget)
 }
 
 // kindOf returns args' Kind, or its panic as an error.

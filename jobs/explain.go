@@ -3,6 +3,7 @@ package jobs
 import (
 	"context"
 	"fmt"
+	"math/bits"
 	"strings"
 	"time"
 
@@ -417,6 +418,15 @@ func (e *Explanation) reason(f *engine.ExplainFacts, binding *engine.BudgetFacts
 	}
 }
 
+// times returns a·b for a, b ≥ 0, saturating at ratelimit.Never.
+func times(a, b int64) int64 {
+	hi, lo := bits.Mul64(uint64(max(a, 0)), uint64(max(b, 0)))
+	if hi != 0 || lo > uint64(ratelimit.Never) {
+		return ratelimit.Never
+	}
+	return int64(lo)
+}
+
 // estimateParked: a parked job gets its slot after the budget's cursor
 // and one interval (times cost) for each parked job before it.
 func (e *Explanation) estimateParked(b *engine.BudgetFacts, l *LimitExplanation) {
@@ -431,7 +441,12 @@ func (e *Explanation) estimateParked(b *engine.BudgetFacts, l *LimitExplanation)
 	now := engine.Nanos(e.Now)
 	tol := int64(l.Burst-1) * int64(l.Interval)
 	first := max(b.Row.NextSlot, now, b.Row.TAT-tol)
-	at := first + (b.Ahead.N)*int64(b.Cost)*int64(l.Interval)
+	at := ratelimit.Later(first, times(b.Ahead.N, times(int64(b.Cost), int64(l.Interval))))
+	if at == ratelimit.Never {
+		e.EstimateBasis = fmt.Sprintf("the budget admits nothing before the end of the times it holds (%s): a wait, or a clock, reaches past them",
+			engine.MaxLimitedRunAt.Format(time.RFC3339))
+		return
+	}
 	e.EstimatedStart = engine.FromNanos(at)
 	e.EstimateBasis = fmt.Sprintf("the budget's next free slot plus one interval (%s) for each of the %s parked job(s) before it", l.Interval, countText(&b.Ahead))
 	if b.Ahead.Capped {

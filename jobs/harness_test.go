@@ -128,6 +128,15 @@ func assertNoErr(t *testing.T, err error) bool {
 	return true
 }
 
+// tickAndDrain promotes what is due on the harness's clock, then drains.
+func tickAndDrain(t *testing.T, h *harness) jobs.DrainResult {
+	t.Helper()
+	d := newDispatcher(t, h.store, dispatcher.Config{Clock: h.clock, Logger: quiet()})
+	_, err := d.Tick(context.Background())
+	require.NoError(t, err)
+	return h.drain(jobs.WorkerConfig{})
+}
+
 // newDispatcher makes a dispatcher, failing the test on an error.
 func newDispatcher(t testing.TB, s *engine.Store, cfg dispatcher.Config) *dispatcher.Dispatcher {
 	t.Helper()

@@ -200,7 +200,10 @@ type runAtOption time.Time
 
 // RunAt schedules the job to run no earlier than t. A time that is not
 // after now (or the zero time) runs the job now. t must not be after the
-// end of the year 9999 (engine.MaxRunAt). An enqueue given both RunAt and
+// end of the year 9999 (engine.MaxRunAt), nor, for a job that draws on a
+// rate-limit budget (its kind's or its queue's), after
+// 2262-04-11T23:47:16Z, the last time a budget's nanoseconds hold (the
+// enqueue is refused, naming the budget). An enqueue given both RunAt and
 // Delay is refused, naming both, whatever their values: neither would be
 // obviously the one meant (for a delay after a time, pass RunAt(t.Add(d))).
 func RunAt(t time.Time) EnqueueOption { return runAtOption(t) }

@@ -88,9 +88,11 @@ func TestBadInputAtTheEarliestPoint(t *testing.T) {
 		require.NoError(t, err)
 		require.Empty(t, st, "nothing was written")
 
-		// The longest Delay lands in 2318, stored as is, not wrapped.
+		// The longest Delay lands in 2318, stored as is (rounded up to the
+		// microsecond, as every time a job must not run before), not
+		// wrapped.
 		far := h.enqueue(rvProfile{}, jobs.Delay(time.Duration(math.MaxInt64)))
-		require.Equal(t, h.clock.Now().Add(time.Duration(math.MaxInt64)).Truncate(time.Microsecond), h.job(far).RunAt)
+		require.Equal(t, h.clock.Now().Add(time.Duration(math.MaxInt64)).Truncate(time.Microsecond).Add(time.Microsecond), h.job(far).RunAt)
 
 		// Registration: limits with zero, negative and huge values.
 		work := func(context.Context, *jobs.Job[rvProfile]) error { return nil }

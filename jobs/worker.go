@@ -49,6 +49,13 @@ const (
 	// names joined with commas, as its process row keeps them, in at most
 	// 65,535 bytes on every database (MySQL's TEXT column holds no more).
 	MaxQueueListBytes = engine.MaxQueueListBytes
+	// MaxConcurrency is the largest WorkerConfig.Concurrency accepted. A
+	// claim takes up to Concurrency jobs in one statement, one bound value
+	// per job on MySQL and SQLite, and SQLite binds at most 32,766 values
+	// (a claim of 33,000 fails there with "too many SQL variables"); the
+	// worker also sizes its buffers by it. Claims of 500 to 1,000 already
+	// reach what the database can do.
+	MaxConcurrency = 10000
 	// maxClaimsPerPoll bounds the claims a worker makes in a row when
 	// claims defer jobs and slots stay free.
 	maxClaimsPerPoll = 5
@@ -86,7 +93,8 @@ type WorkerConfig struct {
 	// registered with Queue("stripe") is worked without naming its queue,
 	// and jobs enqueued to "default" still are.
 	Queues []string
-	// Concurrency is how many jobs run at once. Defaults to 10.
+	// Concurrency is how many jobs run at once, at most MaxConcurrency
+	// (10,000). Defaults to 10.
 	Concurrency int
 	// PollInterval is how often an idle worker looks for jobs; it also
 	// wakes at once when this process enqueues, when a slot frees after a
@@ -299,10 +307,11 @@ type runningJob struct {
 // NewWorker returns a worker for the kinds in reg, claiming from s. A zero
 // setting takes its default; it refuses, naming the field, a negative
 // count or duration (but JobTimeout, where negative means none), a
-// PollInterval, HeartbeatInterval or OverrideRefresh under MinInterval,
-// a DeadAfter shorter than DeadAfterHeartbeats × HeartbeatInterval, a
-// Name or queue name that is not a key every database stores alike, and
-// Queues longer than MaxQueueListBytes.
+// Concurrency over MaxConcurrency, a PollInterval, HeartbeatInterval or
+// OverrideRefresh under MinInterval, a DeadAfter shorter than
+// DeadAfterHeartbeats × HeartbeatInterval, a Name or queue name that is
+// not a key every database stores alike, and Queues longer than
+// MaxQueueListBytes.
 func NewWorker(pub *store.Store, reg *Registry, cfg WorkerConfig) (*Worker, error) {
 	if pub == nil || reg == nil {
 		return nil, errors.New("jobs: NewWorker needs a store and a registry")
@@ -328,8 +337,8 @@ func NewWorker(pub *store.Store, reg *Registry, cfg WorkerConfig) (*Worker, erro
 	if err := checkMiddleware("jobs: NewWorker: Middleware", cfg.Middleware); err != nil {
 		return nil, err
 	}
-	if cfg.Concurrency < 0 {
-		return nil, fmt.Errorf("jobs: NewWorker: Concurrency is %d; it must be positive, or 0 for the default (%d)", cfg.Concurrency, DefaultConcurrency)
+	if cfg.Concurrency < 0 || cfg.Concurrency > MaxConcurrency {
+		return nil, fmt.Errorf("jobs: NewWorker: Concurrency is %d; it must be from 1 to %d (MaxConcurrency), or 0 for the default (%d)", cfg.Concurrency, MaxConcurrency, DefaultConcurrency)
 	}
 	// JobTimeout is left out: a negative one means none.
 	for _, f := range []struct {

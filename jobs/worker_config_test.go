@@ -29,7 +29,11 @@ func TestNewWorkerRefusesNonsenseSettings(t *testing.T) {
 		cfg  jobs.WorkerConfig
 		want string
 	}{
-		{jobs.WorkerConfig{Concurrency: -1}, "Concurrency is -1; it must be positive, or 0 for the default (10)"},
+		{jobs.WorkerConfig{Concurrency: -1}, "Concurrency is -1; it must be from 1 to 10000 (MaxConcurrency), or 0 for the default (10)"},
+		// Run would size its results by it: 1<<40 kills the process with
+		// "out of memory", and a claim of more than SQLite binds fails.
+		{jobs.WorkerConfig{Concurrency: jobs.MaxConcurrency + 1}, "Concurrency is 10001; it must be from 1 to 10000 (MaxConcurrency)"},
+		{jobs.WorkerConfig{Concurrency: 1 << 40}, "Concurrency is 1099511627776; it must be from 1 to 10000"},
 		{jobs.WorkerConfig{Queues: []string{"mail\x00"}}, "queue name"},
 		{jobs.WorkerConfig{PollInterval: -time.Millisecond}, "PollInterval is -1ms; it must be positive, or 0 for the default"},
 		{jobs.WorkerConfig{PollInterval: time.Microsecond}, "PollInterval is 1µs; it must be at least 1ms"},
@@ -62,6 +66,7 @@ func TestNewWorkerRefusesNonsenseSettings(t *testing.T) {
 		{DeadAfter: 3 * jobs.DefaultHeartbeatInterval},
 		{PollInterval: jobs.MinInterval, HeartbeatInterval: jobs.MinInterval, OverrideRefresh: jobs.MinInterval},
 		{JobTimeout: -1}, // no timeout
+		{Concurrency: jobs.MaxConcurrency},
 	} {
 		require.NoError(t, newWorker(cfg), "%+v", cfg)
 	}

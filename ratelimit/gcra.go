@@ -99,9 +99,11 @@ func (p Params) Hold(s *State, until int64) {
 func (p Params) Fits(cost int) bool { return p.Paused || cost <= p.Burst }
 
 // Charge records an admission of the given cost at now. Call it only after
-// Check admitted the job.
+// Check admitted the job. A TAT that would lie past what the times reach
+// (past 2262) is Never, which admits nothing, rather than wrapping round
+// to a time long past, which would admit everything.
 func (p Params) Charge(s *State, now int64, cost int) {
-	s.TAT = max(s.TAT, now) + int64(cost)*p.Interval
+	s.TAT = Later(max(s.TAT, now), int64(cost)*p.Interval)
 }
 
 // Allow checks and, when admitted, charges: the whole GCRA step.

@@ -52,3 +52,19 @@ func TestHoldAdmitsNothingBeforeItsTimeEvenAtTheEndOfTime(t *testing.T) {
 	p.Hold(&s, now-p.Tolerance())
 	require.Equal(t, ratelimit.State{TAT: now + 10*sec, NextSlot: now + 20*sec}, s)
 }
+
+// An admission whose TAT would lie past the end of int64 (a long Per near
+// 2262) sets it to Never, which admits nothing again, instead of wrapping
+// round to a time long past, which would admit everything after it.
+func TestAChargePastTheEndOfTimeSaturates(t *testing.T) {
+	p := params(t, 1, 100*365*24*time.Hour, 1)
+	now := ratelimit.Never - int64(365*24*time.Hour)
+	var s ratelimit.State
+	ok, _ := p.Allow(&s, now, 1)
+	require.True(t, ok)
+	require.Equal(t, ratelimit.Never, s.TAT)
+	for _, at := range []int64{now, now + sec, ratelimit.Never - 1} {
+		ok, _ := p.Check(s, at, 1)
+		require.False(t, ok, "admitted again at %d", at)
+	}
+}

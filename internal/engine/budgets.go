@@ -338,10 +338,15 @@ func (s *Store) ClearIdleBudgets(ctx context.Context, c Clock, batchSize int, pa
 			if err != nil {
 				return err
 			}
+			// Past the budgets' times every budget looks idle: with any,
+			// nothing is decided.
 			now := Nanos(at)
 			q, args := s.q.LockIdleBudgets(now, limit)
 			rows, err := queryBudgets(ctx, tx, q, args)
 			if err != nil {
+				return err
+			}
+			if _, err := budgetNow(at); err != nil && len(rows) > 0 {
 				return err
 			}
 			found = len(rows)

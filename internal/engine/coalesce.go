@@ -238,7 +238,7 @@ func (s *Store) coalesceOne(ctx context.Context, ex Executor, now time.Time, j N
 	rule := j.Coalesce.Rule
 	row.CoalesceKey, row.FirstCallAt = j.Coalesce.Key, nowUS
 	if rule.Debounce > 0 {
-		if at := Micros(now.Add(rule.Debounce)); at > row.RunAt {
+		if at := MicrosNotBefore(now.Add(rule.Debounce)); at > row.RunAt {
 			row.RunAt, row.State = at, StateScheduled
 		}
 	}
@@ -448,7 +448,7 @@ func (s *Store) join(ctx context.Context, ex Executor, now time.Time, rule coale
 			rateSlot = p.RunAt
 		}
 		if at := rule.RunAt(now, FromMicros(p.FirstCallAt), rateSlot); at.After(now) {
-			u.State, u.RunAt = StateScheduled, Micros(at)
+			u.State, u.RunAt = StateScheduled, MicrosNotBefore(at)
 			debounced = true
 		}
 	}

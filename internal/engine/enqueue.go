@@ -411,7 +411,7 @@ func (s *Store) insertRow(j NewJob, now time.Time) (InsertRow, error) {
 	runAt := created
 	state := StateReady
 	if !j.RunAt.IsZero() && j.RunAt.After(now) {
-		runAt, state = Micros(j.RunAt), StateScheduled
+		runAt, state = MicrosNotBefore(j.RunAt), StateScheduled
 	}
 	row := InsertRow{
 		Kind:        j.Kind,

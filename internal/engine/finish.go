@@ -407,10 +407,13 @@ func (s *Store) pushBudgets(ctx context.Context, tx Tx, c Clock, pushes []Budget
 	if err != nil {
 		return Stmt{}, time.Time{}, err
 	}
-	now := Nanos(at)
+	now, err := budgetNow(at)
+	if err != nil {
+		return Stmt{}, time.Time{}, err
+	}
 	for _, k := range keys {
 		p, b := byKey[k], budgets[k]
-		b.prepare(p.Params, now, now+DefaultHorizon.Nanoseconds())
+		b.prepare(p.Params, now, ratelimit.Later(now, DefaultHorizon.Nanoseconds()))
 		p.Params.Hold(&b.state, ratelimit.Later(now, p.Wait.Nanoseconds()))
 		b.dirty, b.wait = true, true
 	}
@@ -599,7 +602,7 @@ func setRows(ts []Transition, now int64) []SetRow {
 	for i, t := range ts {
 		rows[i] = SetRow{ID: t.ID, State: t.State, WaitKey: t.WaitKey, Error: t.Error, Record: t.Record, AttemptDelta: t.AttemptDelta, Claim: t.Claim}
 		if !t.RunAt.IsZero() {
-			rows[i].RunAt = Micros(t.RunAt)
+			rows[i].RunAt = MicrosNotBefore(t.RunAt)
 		}
 		if t.Finished {
 			rows[i].FinishedAt = now

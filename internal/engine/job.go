@@ -2,6 +2,7 @@ package engine
 
 import (
 	"fmt"
+	"math"
 	"strconv"
 	"strings"
 	"time"
@@ -66,21 +67,46 @@ func Micros(t time.Time) int64 { return t.UnixMicro() }
 func FromMicros(us int64) time.Time { return time.UnixMicro(us).UTC() }
 
 // Nanos converts a time to a budget's stored form: nanoseconds since the
-// Unix epoch.
-func Nanos(t time.Time) int64 { return t.UnixNano() }
+// Unix epoch, which an int64 holds from 1677-09-21 to 2262-04-11. A time
+// past them saturates (at ratelimit.Never after, the earliest int64
+// before) instead of wrapping round: a clock past 2262 reads as the end
+// of a budget's times, never as a time long past.
+func Nanos(t time.Time) int64 {
+	switch {
+	case t.After(lastNanos):
+		return math.MaxInt64
+	case t.Before(firstNanos):
+		return math.MinInt64
+	}
+	return t.UnixNano()
+}
+
+// firstNanos and lastNanos are the first and last times Nanos holds.
+var (
+	firstNanos = time.Unix(0, math.MinInt64)
+	lastNanos  = time.Unix(0, math.MaxInt64)
+)
 
 // FromNanos converts a budget's stored time back, in UTC.
 func FromNanos(ns int64) time.Time { return time.Unix(0, ns).UTC() }
 
-// microsAfter converts a budget's time (ns) to a job's (µs), rounding up:
-// a job told to come back at a slot never comes back before it.
-func microsAfter(ns int64) int64 {
-	us := ns / 1000
-	if ns%1000 > 0 {
+// MicrosNotBefore converts a time a job must not run before (its RunAt, a
+// retry's or snooze's, a rate-limit slot) to the stored form, rounding up
+// to the microsecond: a claim compares run_at with its now rounded down,
+// so a job never runs before t. A time up to MaxRunAt, a whole
+// microsecond, stays within it.
+func MicrosNotBefore(t time.Time) int64 {
+	us := t.UnixMicro()
+	if t.Nanosecond()%1000 > 0 {
 		us++
 	}
 	return us
 }
+
+// microsAfter converts a budget's time (ns) to a job's (µs), rounding up
+// (MicrosNotBefore): a job told to come back at a slot never comes back
+// before it.
+func microsAfter(ns int64) int64 { return MicrosNotBefore(FromNanos(ns)) }
 
 // NewJob is a job to insert.
 type NewJob struct {

@@ -85,7 +85,10 @@ func (s *Store) applyLimits(ctx context.Context, tx Tx, p ClaimParams, cands []*
 		at = at.Add(res.Ahead)
 	}
 	res.DecidedAt = at
-	now := Nanos(at)
+	now, err := budgetNow(at)
+	if err != nil {
+		return nil, nil, nil, err
+	}
 	horizon := horizonOr(p.Horizon)
 	until := ratelimit.Later(now, horizon.Nanoseconds())
 
@@ -186,7 +189,7 @@ func (s *Store) applyLimits(ctx context.Context, tx Tx, p ClaimParams, cands []*
 			// than take one of theirs, which would send that job round in
 			// turn, claim after claim.
 			slot, ok = max(latest, b.comeback), true
-			b.comeback = slot + int64(holder.cost)*holder.spec.Params.Interval
+			b.comeback = ratelimit.Later(slot, int64(holder.cost)*holder.spec.Params.Interval)
 		} else {
 			// A job more urgent than one slotted ahead takes its slot.
 			var moves []SetRow
@@ -432,12 +435,18 @@ func (s *Store) Unpark(ctx context.Context, c Clock, horizon time.Duration, limi
 		if err != nil {
 			return err
 		}
+		// Past the budgets' times every parked budget is due: without
+		// any, nothing is decided, and a queue without limits never sees
+		// the error.
 		now := Nanos(at)
 		until := ratelimit.Later(now, horizon.Nanoseconds())
 		q, args := s.q.LockParkedBudgets(until, limit)
 		rows, err := queryBudgets(ctx, tx, q, args)
 		if err != nil {
 			return fmt.Errorf("lock parked budgets: %w", err)
+		}
+		if _, err := budgetNow(at); err != nil && len(rows) > 0 {
+			return err
 		}
 		budgets := make(map[string]*budget, len(rows))
 		var moves []SetRow

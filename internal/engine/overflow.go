@@ -91,7 +91,10 @@ func (s *Store) deferOverflow(ctx context.Context, c Clock, o Overflow, horizon 
 		}
 		b := &budget{row: rows[0], state: ratelimit.State{TAT: rows[0].TAT, NextSlot: rows[0].NextSlot}}
 		p := b.params()
-		now := Nanos(at)
+		now, err := budgetNow(at)
+		if err != nil {
+			return err
+		}
 		if p.Interval == 0 || !p.Fits(cost) {
 			return nil // never charged yet, or over its burst: the claims decide
 		}

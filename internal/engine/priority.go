@@ -70,13 +70,13 @@ func (s *Store) takeSlot(ctx context.Context, tx Tx, b *budget, c *check, prio i
 	if !ok || err != nil {
 		return 0, nil, nil, false, err
 	}
-	slot := d.runAt * 1000
+	slot := Nanos(FromMicros(d.runAt))
 	var moves []SetRow
 	var defs []Deferral
 	for {
 		def := Deferral{JobID: d.id, Kind: d.kind, Key: c.key}
 		move := SetRow{ID: d.id, State: StateScheduled, WaitKey: c.key}
-		next, found, err := s.lessUrgent(ctx, tx, b, c.key, d.priority, d.runAt*1000, now)
+		next, found, err := s.lessUrgent(ctx, tx, b, c.key, d.priority, Nanos(FromMicros(d.runAt)), now)
 		if err != nil {
 			return 0, nil, nil, false, err
 		}
@@ -84,7 +84,7 @@ func (s *Store) takeSlot(ctx context.Context, tx Tx, b *budget, c *check, prio i
 			def.Until, move.RunAt = FromMicros(next.runAt), next.runAt
 		} else {
 			b.slotted(d.priority, now)
-			if at, ok := slotFor(b, p, d.runAt*1000, now, until, d.cost); ok {
+			if at, ok := slotFor(b, p, Nanos(FromMicros(d.runAt)), now, until, d.cost); ok {
 				def.Until, move.RunAt = FromNanos(at), microsAfter(at)
 			} else {
 				def.Parked, move.State = true, StateParked

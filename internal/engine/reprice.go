@@ -107,7 +107,10 @@ func (s *Store) repriceBatch(ctx context.Context, c Clock, r Repricing, after st
 		if err != nil {
 			return err
 		}
-		now := Nanos(at)
+		now, err := budgetNow(at)
+		if err != nil {
+			return err
+		}
 		until := ratelimit.Later(now, horizonOr(r.Horizon).Nanoseconds())
 		budgets := make(map[string]*budget, len(rows))
 		for _, row := range rows {
