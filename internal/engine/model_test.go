@@ -848,6 +848,15 @@ func (w *walk) drain() string {
 			idle++
 		}
 		lastOpen = open
+		// The reaper runs in production whatever else happens. A walk's
+		// reap finds every process it has not heard from dead (they do
+		// not heartbeat), so a process it keeps may claim with its row
+		// gone, and the job is released once its claim is older than the
+		// threshold, by a later reap, which a walk may end before. No job
+		// of the walk's processes runs at this point of a round.
+		if _, err := w.s.ReapDeadProcesses(w.ctx, w.clock(), time.Nanosecond); err != nil {
+			return err.Error()
+		}
 		for _, o := range []op{{kind: opPromote, a: 19}, {kind: opUnpark, a: 4}, {kind: opMaintain}} {
 			if err := w.apply(o); err != nil {
 				return err.Error()
