@@ -184,6 +184,10 @@ func TestBadInputIsOneLineAndANonZeroExit(t *testing.T) {
 		{[]string{"dispatcher", "--heartbeat", "10s", "--dead-after", "20s"}, 2, "--dead-after is 20s; it must be at least 3 × --heartbeat (10s)"},
 		{[]string{"dispatcher", "--heartbeat", "1ns"}, 2, "--heartbeat is 1ns; it must be at least 1ms"},
 		{[]string{"dispatcher", "--interval", "-1s"}, 2, "--interval is -1s; it must be at least 1ms"},
+		// Refused before the database is opened (here one that cannot be).
+		{[]string{"dispatcher", "--batch-size", "0", "--database-url", "postgres://nobody@127.0.0.1:1/x?connect_timeout=2"}, 2, "--batch-size is 0; it must be from 1 to 10000"},
+		{[]string{"dispatcher", "--batch-size", "10001", "--database-url", "postgres://nobody@127.0.0.1:1/x?connect_timeout=2"}, 2, "--batch-size is 10001; it must be from 1 to 10000"},
+		{[]string{"budgets", "clear-idle", "--batch-size", "40000", "--database-url", "postgres://nobody@127.0.0.1:1/x?connect_timeout=2"}, 2, "--batch-size is 40000; it must be from 1 to 10000"},
 	}
 	for _, c := range cases {
 		code, _, stderr := run(t, c.args...)

@@ -11,6 +11,7 @@ import (
 	"text/tabwriter"
 	"time"
 
+	"github.com/sluicequeue/sluice/dispatcher"
 	"github.com/sluicequeue/sluice/internal/engine"
 	"github.com/sluicequeue/sluice/internal/human"
 	"github.com/sluicequeue/sluice/internal/keys"
@@ -403,8 +404,9 @@ func runBudgets(ctx context.Context, env *Env, args []string) error {
 		return Usagef("--batch-size and --pause go with budgets clear-idle, not budgets list")
 	case verb == "clear-idle" && (set["limit"] || set["after"]):
 		return Usagef("--limit and --after go with budgets list, not budgets clear-idle")
-	case *batch < 1:
-		return Usagef("--batch-size is %d; it must be at least 1", *batch)
+	case *batch < 1 || *batch > dispatcher.MaxBatchSize:
+		// A batch's delete lists its keys, as a promotion its jobs.
+		return Usagef("--batch-size is %d; it must be from 1 to %d", *batch, dispatcher.MaxBatchSize)
 	case *pause < 0:
 		return Usagef("--pause is %s; it must not be negative", *pause)
 	}

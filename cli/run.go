@@ -196,8 +196,8 @@ func runDispatcher(ctx context.Context, env *Env, args []string) error {
 	if fs.NArg() > 0 {
 		return Usagef("dispatcher takes no arguments, got %q", strings.Join(fs.Args(), " "))
 	}
-	if *batch < 1 {
-		return Usagef("--batch-size is %d; it must be at least 1", *batch)
+	if *batch < 1 || *batch > dispatcher.MaxBatchSize {
+		return Usagef("--batch-size is %d; it must be from 1 to %d", *batch, dispatcher.MaxBatchSize)
 	}
 	if *interval < jobs.MinInterval {
 		return Usagef("--interval is %s; it must be at least %s", *interval, jobs.MinInterval)

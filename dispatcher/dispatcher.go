@@ -27,6 +27,15 @@ const (
 	DefaultBatchSize         = 500
 	DefaultHeartbeatInterval = 60 * time.Second
 	DefaultDeadAfter         = 5 * time.Minute
+	// MaxBatchSize is the largest Config.BatchSize accepted. A promotion
+	// lists the jobs it moves in its statements, one bound value per job
+	// on MySQL and SQLite, and SQLite binds at most 32,766 values in one
+	// statement (a promotion of 33,000 due jobs failed there with "too
+	// many SQL variables", every tick, leaving them due); it also holds
+	// the whole batch in one transaction. Batches of 500 to 1,000 already
+	// reach what the database can do: a full batch brings the next tick
+	// at once.
+	MaxBatchSize = 10000
 )
 
 // Config configures a Dispatcher. The zero value is usable.
@@ -35,7 +44,8 @@ type Config struct {
 	// full batch comes back it looks again at once. Defaults to 1s.
 	Interval time.Duration
 	// BatchSize is how many jobs one promotion moves, and how many parked
-	// jobs one tick hands slots to. Defaults to 500.
+	// jobs one tick hands slots to: at most MaxBatchSize (10,000). Defaults
+	// to 500.
 	BatchSize int
 	// Horizon is how far ahead parked jobs get rate-limit slots. Defaults
 	// to 5 minutes, as the workers'.
@@ -92,19 +102,20 @@ type Dispatcher struct {
 }
 
 // New returns a dispatcher over s. A zero setting takes its default. It
-// fails, naming the field, on a negative duration or batch size, an
-// Interval or HeartbeatInterval under jobs.MinInterval, a DeadAfter shorter
-// than jobs.DeadAfterHeartbeats × HeartbeatInterval, a Name that is not a
-// key every database stores alike (as a queue's name), and, naming the task,
-// when a recurring task is invalid (a bad schedule, a missing key or args,
-// a key the database cannot store).
+// fails, naming the field, on a negative duration or batch size, a
+// BatchSize over MaxBatchSize, an Interval or HeartbeatInterval under
+// jobs.MinInterval, a DeadAfter shorter than jobs.DeadAfterHeartbeats ×
+// HeartbeatInterval, a Name that is not a key every database stores alike
+// (as a queue's name), and, naming the task, when a recurring task is
+// invalid (a bad schedule, a missing key or args, a key the database cannot
+// store).
 func New(pub *store.Store, cfg Config) (*Dispatcher, error) {
 	s := engine.From(pub)
 	if err := engine.CheckProcessName(cfg.Name); err != nil {
 		return nil, fmt.Errorf("dispatcher: New: %w", err)
 	}
-	if cfg.BatchSize < 0 {
-		return nil, fmt.Errorf("dispatcher: New: BatchSize is %d; it must be positive, or 0 for the default (%d)", cfg.BatchSize, DefaultBatchSize)
+	if cfg.BatchSize < 0 || cfg.BatchSize > MaxBatchSize {
+		return nil, fmt.Errorf("dispatcher: New: BatchSize is %d; it must be from 1 to %d (MaxBatchSize), or 0 for the default (%d)", cfg.BatchSize, MaxBatchSize, DefaultBatchSize)
 	}
 	for _, f := range []struct {
 		name string

@@ -31,7 +31,11 @@ func TestNewRefusesNonsenseSettings(t *testing.T) {
 	}{
 		{dispatcher.Config{Interval: -time.Second}, "Interval is -1s; it must be positive, or 0 for the default"},
 		{dispatcher.Config{Interval: time.Microsecond}, "Interval is 1µs; it must be at least 1ms"},
-		{dispatcher.Config{BatchSize: -5}, "BatchSize is -5; it must be positive, or 0 for the default (500)"},
+		{dispatcher.Config{BatchSize: -5}, "BatchSize is -5; it must be from 1 to 10000 (MaxBatchSize), or 0 for the default (500)"},
+		// A promotion lists its jobs in its statements: SQLite binds at
+		// most 32,766 values in one.
+		{dispatcher.Config{BatchSize: dispatcher.MaxBatchSize + 1}, "BatchSize is 10001; it must be from 1 to 10000 (MaxBatchSize)"},
+		{dispatcher.Config{BatchSize: 40000}, "BatchSize is 40000; it must be from 1 to 10000"},
 		{dispatcher.Config{Horizon: -time.Minute}, "Horizon is -1m0s"},
 		{dispatcher.Config{HeartbeatInterval: -time.Second}, "HeartbeatInterval is -1s"},
 		{dispatcher.Config{HeartbeatInterval: time.Nanosecond}, "HeartbeatInterval is 1ns; it must be at least 1ms"},
@@ -50,6 +54,7 @@ func TestNewRefusesNonsenseSettings(t *testing.T) {
 		{HeartbeatInterval: 10 * time.Second, DeadAfter: 30 * time.Second},
 		{DeadAfter: 3 * dispatcher.DefaultHeartbeatInterval},
 		{Interval: jobs.MinInterval, HeartbeatInterval: jobs.MinInterval},
+		{BatchSize: dispatcher.MaxBatchSize},
 	} {
 		require.NoError(t, newDispatcher(cfg), "%+v", cfg)
 	}

@@ -464,7 +464,7 @@ func (s *Store) Unpark(ctx context.Context, c Clock, horizon time.Duration, limi
 		}
 		var writes []Stmt
 		if len(moves) > 0 {
-			writes = append(writes, stmt(s.q.SetJobs(StateParked, 0, Micros(at), moves)))
+			writes = append(writes, s.q.setJobRuns(StateParked, 0, Micros(at), moves)...)
 		}
 		if st, ok := s.saveBudgets(budgets, Micros(at)); ok {
 			writes = append(writes, st)

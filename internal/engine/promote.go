@@ -242,7 +242,7 @@ func (s *Store) promoteLocked(due []DueRow, sl *slots, nowUS int64) (promotion, 
 		writes = append(writes, stmt(s.q.MarkSlots(pr.slotted, true)))
 	}
 	if len(others) > 0 {
-		writes = append(writes, stmt(s.q.SetJobs(StateScheduled, 0, nowUS, others)))
+		writes = append(writes, s.q.setJobRuns(StateScheduled, 0, nowUS, others)...)
 	}
 	return pr, writes
 }

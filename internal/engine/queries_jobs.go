@@ -1,5 +1,7 @@
 package engine
 
+import "slices"
+
 // The statements of jobs: enqueue, claim, finish, promotion, recovery,
 // cleanup and inspection.
 
@@ -104,6 +106,18 @@ func (q *SQL) DeleteJobs(ids []int64, processID, claim int64) (string, []any) {
 // give-back's record reads as one.
 func (q *SQL) SetJobs(from State, processID, now int64, rows []SetRow) (string, []any) {
 	return q.d.SetJobs(from, processID, now, lastErrors(rows))
+}
+
+// setJobRuns is SetJobs for any number of rows: a statement for each
+// MaxInsertBatch of them. SetJobs binds ten values a row on SQLite and
+// MySQL, and SQLite binds at most 32,766 in one statement: a promotion
+// that blocked 3,277 jobs failed there as one.
+func (q *SQL) setJobRuns(from State, processID, now int64, rows []SetRow) []Stmt {
+	var out []Stmt
+	for run := range slices.Chunk(rows, q.c.MaxInsertBatch) {
+		out = append(out, stmt(q.SetJobs(from, processID, now, run)))
+	}
+	return out
 }
 
 // LockDue selects and locks up to limit scheduled jobs due at now, but
