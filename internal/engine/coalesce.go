@@ -181,7 +181,7 @@ func (s *Store) enqueueTx(ctx context.Context, ex Executor, c Clock, jobs []NewJ
 			writes = append(writes, stmt(s.q.MarkSlots(took, true)))
 		}
 		if len(missed) > 0 {
-			writes = append(writes, stmt(s.q.SetJobs(StateReady, 0, nowUS, missed)))
+			writes = append(writes, s.q.setJobRuns(StateReady, 0, nowUS, missed)...)
 		}
 		writes = append(writes, sl.writes()...)
 	}

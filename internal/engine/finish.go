@@ -234,7 +234,7 @@ func (s *Store) finish(ctx context.Context, processID int64, c Clock, all Outcom
 			if err != nil {
 				return err
 			}
-			writes = append(writes, stmt(s.q.SetJobs(StateRunning, processID, nowUS, setRows(others, nowUS))))
+			writes = append(writes, s.q.setJobRuns(StateRunning, processID, nowUS, setRows(others, nowUS))...)
 			if failed := held.ids(failedRuns(o.Others)); len(failed) > 0 {
 				writes = append(writes, stmt(s.q.RecordAttempts(failed, nowUS)))
 			}
@@ -561,8 +561,7 @@ func (s *Store) transition(ctx context.Context, tx Executor, from State, process
 	if len(ts) == 0 {
 		return nil
 	}
-	q, args := s.q.SetJobs(from, processID, now, setRows(ts, now))
-	if _, err := exec(ctx, tx, q, args); err != nil {
+	if err := pipeline(ctx, tx, s.q.setJobRuns(from, processID, now, setRows(ts, now)), nil); err != nil {
 		return fmt.Errorf("move jobs from %s: %w", from, err)
 	}
 	return nil

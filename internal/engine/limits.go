@@ -241,13 +241,13 @@ func (s *Store) applyLimits(ctx context.Context, tx Tx, p ClaimParams, cands []*
 		writes = append(writes, st)
 	}
 	if moved := append(deferred, failed...); len(moved) > 0 {
-		writes = append(writes, stmt(s.q.SetJobs(StateReady, 0, Micros(at), moved)))
+		writes = append(writes, s.q.setJobRuns(StateReady, 0, Micros(at), moved)...)
 	}
 	if len(unparked) > 0 {
-		writes = append(writes, stmt(s.q.SetJobs(StateParked, 0, Micros(at), unparked)))
+		writes = append(writes, s.q.setJobRuns(StateParked, 0, Micros(at), unparked)...)
 	}
 	if len(displaced) > 0 {
-		writes = append(writes, stmt(s.q.SetJobs(StateScheduled, 0, Micros(at), displaced)))
+		writes = append(writes, s.q.setJobRuns(StateScheduled, 0, Micros(at), displaced)...)
 	}
 	return admitted, writes, gives, nil
 }

@@ -125,7 +125,7 @@ func (s *Store) deferOverflow(ctx context.Context, c Clock, o Overflow, horizon 
 		}
 		var moved Result
 		q, args = s.q.MoveCursor(o.Key, from, b.state.NextSlot, parked, b.row.SlottedPriority)
-		err = pipeline(ctx, tx, []Stmt{stmt(s.q.SetJobs(StateReady, 0, Micros(at), jobs))}, nil)
+		err = pipeline(ctx, tx, s.q.setJobRuns(StateReady, 0, Micros(at), jobs), nil)
 		if err == nil {
 			moved, err = exec(ctx, tx, q, args)
 		}

@@ -109,9 +109,12 @@ func (q *SQL) SetJobs(from State, processID, now int64, rows []SetRow) (string, 
 }
 
 // setJobRuns is SetJobs for any number of rows: a statement for each
-// MaxInsertBatch of them. SetJobs binds ten values a row on SQLite and
-// MySQL, and SQLite binds at most 32,766 in one statement: a promotion
-// that blocked 3,277 jobs failed there as one.
+// MaxInsertBatch of them (one, with the same text as SetJobs, for fewer).
+// SetJobs binds ten values a row on SQLite and MySQL, and SQLite binds at
+// most 32,766 in one statement: a promotion that blocked 3,277 jobs, a
+// claim that deferred as many or a finish that moved as many failed there
+// as one. Every bulk update of jobs whose rows come from a batch (a claim,
+// a finish, a promotion) goes through it.
 func (q *SQL) setJobRuns(from State, processID, now int64, rows []SetRow) []Stmt {
 	var out []Stmt
 	for run := range slices.Chunk(rows, q.c.MaxInsertBatch) {
