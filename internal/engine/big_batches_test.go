@@ -2,6 +2,7 @@ package engine_test
 
 import (
 	"context"
+	"fmt"
 	"testing"
 	"time"
 
@@ -176,4 +177,26 @@ func jobStates(t *testing.T, s *engine.Store) map[string]int {
 	}
 	require.NoError(t, rows.Err())
 	return got
+}
+
+// A claim whose jobs each draw on a budget of their own (a limit per
+// customer) saves the budgets in runs of at most MaxInsertBatch: the save
+// binds eight values a budget, and a claim of 4,096 such jobs or more
+// failed on SQLite with "too many SQL variables". The test crosses the
+// bound lowered to 100 budgets with 250.
+func TestAClaimSavesManyBudgetsInRuns(t *testing.T) {
+	testdb.Each(t, func(t *testing.T, base *engine.Store) {
+		const batch, n = 100, 250
+		s, _, log := smallBatches(t, base, batch)
+		pid := register(t, s, t0)
+		lim := limits{"per": spec(t, "per", 1, time.Second, 1)}
+		jobs := make([]engine.NewJob, n)
+		for i := range jobs {
+			jobs[i] = limited("per", fmt.Sprintf("per/c%04d", i))
+		}
+		enqueue(t, s, t0, jobs...)
+		log.reset()
+		require.Len(t, claimLimited(t, s, pid, t0, n, lim, time.Hour).Jobs, n)
+		require.Equal(t, []int{100, 100, 50}, log.keys("INSERT INTO sluice_budgets (name, tat_ns", "per/"), "the budgets were saved in runs")
+	})
 }

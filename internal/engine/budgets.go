@@ -273,20 +273,24 @@ func readLocked(first int, scan func(Rows) error, scanAfter func(int, Rows) erro
 	}
 }
 
-// saveBudgets returns the statement that writes the changed budgets back,
-// in key order, stamped at now (µs), or false when none changed.
-func (s *Store) saveBudgets(budgets map[string]*budget, now int64) (Stmt, bool) {
+// saveBudgets returns the statements that write the changed budgets back,
+// in key order, stamped at now (µs): one for each MaxInsertBatch of them
+// (a save binds eight values a budget, and SQLite at most 32,766 in one
+// statement: a claim of 4,096 jobs of as many budgets failed there as
+// one), none when none changed.
+func (s *Store) saveBudgets(budgets map[string]*budget, now int64) []Stmt {
 	var rows []BudgetRow
 	for _, b := range budgets {
 		if b.dirty {
 			rows = append(rows, b.save(now))
 		}
 	}
-	if len(rows) == 0 {
-		return Stmt{}, false
-	}
 	slices.SortFunc(rows, func(a, b BudgetRow) int { return strings.Compare(a.Name, b.Name) })
-	return stmt(s.q.SaveBudgets(rows)), true
+	var out []Stmt
+	for run := range slices.Chunk(rows, s.q.c.MaxInsertBatch) {
+		out = append(out, stmt(s.q.SaveBudgets(run)))
+	}
+	return out
 }
 
 // BudgetInfo is a budget and the jobs waiting on it.

@@ -227,7 +227,7 @@ func (s *Store) finish(ctx context.Context, processID int64, c Clock, all Outcom
 			if err != nil {
 				return err
 			}
-			writes, pushedAt = append(writes, st), at
+			writes, pushedAt = append(writes, st...), at
 		}
 		if len(o.Others) > 0 {
 			others, err := s.resolveWaits(ctx, tx, c, block(o.Others, instead), pushedAt)
@@ -388,10 +388,10 @@ func byClaim(runs []Run) []claimGroup {
 // after the locks, and moves each budget so that nothing is admitted
 // before now + Wait: its TAT to that time plus the tolerance, and its slot
 // cursor to that time (ratelimit's Hold), a wait past what the times reach
-// holding it as long as they do. It returns the statement that saves them, and the
-// time it read. A looser limit it meets is prepared as a claim would,
+// holding it as long as they do. It returns the statements that save them,
+// and the time it read. A looser limit it meets is prepared as a claim would,
 // with the default horizon (a push does not know the worker's).
-func (s *Store) pushBudgets(ctx context.Context, tx Tx, c Clock, pushes []BudgetPush) (Stmt, time.Time, error) {
+func (s *Store) pushBudgets(ctx context.Context, tx Tx, c Clock, pushes []BudgetPush) ([]Stmt, time.Time, error) {
 	byKey := map[string]BudgetPush{}
 	keys := make([]string, 0, len(pushes))
 	for _, p := range pushes {
@@ -405,11 +405,11 @@ func (s *Store) pushBudgets(ctx context.Context, tx Tx, c Clock, pushes []Budget
 	slices.Sort(keys)
 	budgets, at, err := s.lockBudgets(ctx, tx, keys, c)
 	if err != nil {
-		return Stmt{}, time.Time{}, err
+		return nil, time.Time{}, err
 	}
 	now, err := budgetNow(at)
 	if err != nil {
-		return Stmt{}, time.Time{}, err
+		return nil, time.Time{}, err
 	}
 	for _, k := range keys {
 		p, b := byKey[k], budgets[k]
@@ -417,8 +417,7 @@ func (s *Store) pushBudgets(ctx context.Context, tx Tx, c Clock, pushes []Budget
 		p.Params.Hold(&b.state, ratelimit.Later(now, p.Wait.Nanoseconds()))
 		b.dirty, b.wait = true, true
 	}
-	st, _ := s.saveBudgets(budgets, Micros(at))
-	return st, at, nil
+	return s.saveBudgets(budgets, Micros(at)), at, nil
 }
 
 // Release puts runs the process made but did not finish back to ready,

@@ -237,9 +237,7 @@ func (s *Store) applyLimits(ctx context.Context, tx Tx, p ClaimParams, cands []*
 		res.marked = true
 	}
 	var writes []Stmt
-	if st, ok := s.saveBudgets(budgets, Micros(at)); ok {
-		writes = append(writes, st)
-	}
+	writes = append(writes, s.saveBudgets(budgets, Micros(at))...)
 	if moved := append(deferred, failed...); len(moved) > 0 {
 		writes = append(writes, s.q.setJobRuns(StateReady, 0, Micros(at), moved)...)
 	}
@@ -466,9 +464,7 @@ func (s *Store) Unpark(ctx context.Context, c Clock, horizon time.Duration, limi
 		if len(moves) > 0 {
 			writes = append(writes, s.q.setJobRuns(StateParked, 0, Micros(at), moves)...)
 		}
-		if st, ok := s.saveBudgets(budgets, Micros(at)); ok {
-			writes = append(writes, st)
-		}
+		writes = append(writes, s.saveBudgets(budgets, Micros(at))...)
 		total = len(moves)
 		if err := pipeline(ctx, tx, writes, nil); err != nil {
 			return fmt.Errorf("schedule parked jobs: %w", err)

@@ -122,12 +122,12 @@ func (s *Store) repriceBatch(ctx context.Context, c Clock, r Repricing, after st
 				budgets[row.Name] = b
 			}
 		}
-		st, ok := s.saveBudgets(budgets, Micros(at))
-		if !ok {
+		save := s.saveBudgets(budgets, Micros(at))
+		if len(save) == 0 {
 			return nil
 		}
 		changed = len(budgets)
-		if err := pipeline(ctx, tx, []Stmt{st}, nil); err != nil {
+		if err := pipeline(ctx, tx, save, nil); err != nil {
 			return fmt.Errorf("save budgets: %w", err)
 		}
 		return nil
