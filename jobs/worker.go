@@ -50,11 +50,13 @@ const (
 	// 65,535 bytes on every database (MySQL's TEXT column holds no more).
 	MaxQueueListBytes = engine.MaxQueueListBytes
 	// MaxConcurrency is the largest WorkerConfig.Concurrency accepted. A
-	// claim takes up to Concurrency jobs in one statement, one bound value
+	// claim lists up to Concurrency jobs in a statement, one bound value
 	// per job on MySQL and SQLite, and SQLite binds at most 32,766 values
 	// (a claim of 33,000 fails there with "too many SQL variables"); the
-	// worker also sizes its buffers by it. Claims of 500 to 1,000 already
-	// reach what the database can do.
+	// updates that bind several values per job (a claim's deferrals, a
+	// batch of results, a release) are written in runs the database
+	// takes. The worker also sizes its buffers by it. Claims of 500 to
+	// 1,000 already reach what the database can do.
 	MaxConcurrency = 10000
 	// maxClaimsPerPoll bounds the claims a worker makes in a row when
 	// claims defer jobs and slots stay free.
