@@ -127,3 +127,44 @@ func TestAClockPast2262DecidesNoRateLimitAndSaysSo(t *testing.T) {
 		require.Equal(t, int32(2), runs.Load())
 	})
 }
+
+// A RetryAfter on a clock past 2262 used to fail the write of the whole
+// batch of results (its budget's hold could not be decided), and the
+// worker tried again for ever: no result of the batch was written. The
+// job now waits as asked without holding back its budget, and the others'
+// results are written with it.
+func TestARetryAfterOnAClockPast2262StillWritesTheBatch(t *testing.T) {
+	each(t, func(t *testing.T, h *harness) {
+		ctx := context.Background()
+		var runs atomic.Int32
+		require.NoError(t, jobs.Register(h.reg, func(_ context.Context, j *jobs.Job[budgetTimesJob]) error {
+			runs.Add(1)
+			if j.Args.N == 0 {
+				h.clock.Set(past2262)
+				return jobs.RetryAfter(time.Minute)
+			}
+			return nil
+		}, jobs.RateLimit(ratelimit.Limit[budgetTimesJob]{To: 1, Per: time.Hour, Key: "api"})))
+		require.NoError(t, jobs.Register(h.reg, func(context.Context, *jobs.Job[budgetTimesUnlimited]) error { return nil }))
+		other := h.enqueue(budgetTimesUnlimited{})
+		throttled := h.enqueue(budgetTimesJob{})
+
+		dctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+		defer cancel()
+		res, err := h.worker(jobs.WorkerConfig{}).Drain(dctx)
+		require.NoError(t, err)
+		require.Equal(t, 1, res.Completed)
+		require.Equal(t, 1, res.Throttled)
+		require.Equal(t, engine.StateCompleted, h.job(other).State)
+		j := h.job(throttled)
+		require.Equal(t, engine.StateScheduled, j.State)
+		require.Equal(t, past2262.Add(time.Minute), j.RunAt, "it waits as asked")
+
+		// The budget was not held back: an hour after its one admission,
+		// it admits again.
+		h.clock.Set(t0.Add(2 * time.Hour))
+		h.enqueue(budgetTimesJob{N: 1})
+		tickAndDrain(t, h)
+		require.Equal(t, int32(2), runs.Load())
+	})
+}

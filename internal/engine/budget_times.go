@@ -13,10 +13,11 @@ import (
 var MaxLimitedRunAt = lastNanos.Truncate(time.Second).UTC()
 
 // ErrClockPastBudgets is returned by what decides rate-limit budgets (a
-// claim of rate-limited jobs, the hand-out of slots to parked jobs, a
-// RetryAfter's hold, the clean-up of idle budgets) on a clock that reads
-// after MaxLimitedRunAt: a budget decided there would hand out slots no
-// later clock reaches, or none at all, and hold back for good.
+// claim of rate-limited jobs, the hand-out of slots to parked jobs, the
+// clean-up of idle budgets) on a clock that reads after MaxLimitedRunAt:
+// a budget decided there would hand out slots no later clock reaches, or
+// none at all, and hold back for good. An upstream's RetryAfter is not
+// refused there: its job waits as asked, and it holds back no budget.
 var ErrClockPastBudgets = errors.New("the clock reads past the last time a rate-limit budget holds")
 
 // budgetNow returns at as a budget's time (Nanos), or ErrClockPastBudgets,

@@ -4,6 +4,7 @@ import (
 	"cmp"
 	"context"
 	"fmt"
+	"log/slog"
 	"slices"
 	"time"
 
@@ -390,7 +391,10 @@ func byClaim(runs []Run) []claimGroup {
 // cursor to that time (ratelimit's Hold), a wait past what the times reach
 // holding it as long as they do. It returns the statements that save them,
 // and the time it read. A looser limit it meets is prepared as a claim would,
-// with the default horizon (a push does not know the worker's).
+// with the default horizon (a push does not know the worker's). On a
+// clock past MaxLimitedRunAt no budget can be decided: it holds none back,
+// logs so, and returns no statement, so that the jobs' results (theirs
+// and the others' of the batch) are still written.
 func (s *Store) pushBudgets(ctx context.Context, tx Tx, c Clock, pushes []BudgetPush) ([]Stmt, time.Time, error) {
 	byKey := map[string]BudgetPush{}
 	keys := make([]string, 0, len(pushes))
@@ -409,7 +413,8 @@ func (s *Store) pushBudgets(ctx context.Context, tx Tx, c Clock, pushes []Budget
 	}
 	now, err := budgetNow(at)
 	if err != nil {
-		return nil, time.Time{}, err
+		slog.Warn("sluice: an upstream's RetryAfter holds back no rate-limit budget", "err", err, "budgets", keys)
+		return nil, at, nil
 	}
 	for _, k := range keys {
 		p, b := byKey[k], budgets[k]
