@@ -88,8 +88,8 @@ func TestARateLimitedJobPast2262IsRefusedAtEnqueue(t *testing.T) {
 // read as 1677 in a budget: every rate-limited job was parked, and explain
 // estimated its start in 1970. Past the last time a budget holds, rate
 // limits are not decided: a claim of rate-limited jobs fails with an error
-// that says why, writing nothing, and explain no longer estimates a start
-// long past.
+// that says why (wrapping jobs.ErrClockPastBudgets), writing nothing, and
+// explain no longer estimates a start long past.
 func TestAClockPast2262DecidesNoRateLimitAndSaysSo(t *testing.T) {
 	each(t, func(t *testing.T, h *harness) {
 		ctx := context.Background()
@@ -113,9 +113,11 @@ func TestAClockPast2262DecidesNoRateLimitAndSaysSo(t *testing.T) {
 
 		_, err = h.worker(jobs.WorkerConfig{}).Drain(ctx)
 		require.ErrorContains(t, err, "the clock reads past the last time a rate-limit budget holds (2263-01-01T00:00:00Z, after 2262-04-11T23:47:16Z)")
+		require.ErrorIs(t, err, jobs.ErrClockPastBudgets)
 		d := newDispatcher(t, h.store, dispatcher.Config{Clock: h.clock, Logger: quiet()})
 		_, err = d.Tick(ctx)
 		require.ErrorContains(t, err, "the clock reads past the last time a rate-limit budget holds")
+		require.ErrorIs(t, err, jobs.ErrClockPastBudgets)
 		require.Equal(t, int32(1), runs.Load())
 		for _, id := range parked {
 			require.Equal(t, engine.StateParked, h.job(id).State, "nothing is decided")

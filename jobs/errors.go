@@ -13,6 +13,14 @@ import (
 // exist.
 var ErrNotFound = engine.ErrNotFound
 
+// ErrClockPastBudgets is what the error of a claim of rate-limited jobs
+// (Worker.Run and Worker.Drain), of the dispatcher's hand-out of slots to
+// parked jobs and of the clean-up of idle budgets wraps when the clock
+// reads after 2262-04-11T23:47:16Z, the last time a rate-limit budget
+// holds: no rate limit is decided, and nothing written, until the clock is
+// right. Test for it with errors.Is.
+var ErrClockPastBudgets = engine.ErrClockPastBudgets
+
 // ErrJobTimeout is the cause of a handler's context when the job's timeout
 // passes.
 var ErrJobTimeout = errors.New("job timed out")
