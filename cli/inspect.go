@@ -387,7 +387,7 @@ func runQueues(ctx context.Context, env *Env, args []string) error {
 }
 
 func runBudgets(ctx context.Context, env *Env, args []string) error {
-	fs, url := env.FlagSet("budgets", "budgets [list | clear-idle] [flags]")
+	fs, url := env.FlagSet("budgets", "budgets [list [--limit N] [--after KEY] | clear-idle [--batch-size N] [--pause D]] [flags]")
 	asJSON := fs.Bool("json", false, "print JSON for scripts")
 	paging := addKeyPageFlags(fs, "budgets")
 	batch := decimalFlag(fs, "batch-size", 500, "with clear-idle: `N` rows deleted per batch")
@@ -449,7 +449,7 @@ func runBudgets(ctx context.Context, env *Env, args []string) error {
 				"interval_ns": b.IntervalNS, "burst": b.Burst, "paused": b.Params().Paused,
 				"next_admission": jsonTime(b.NextAdmission(now)), "next_slot": slot}
 		}
-		return printJSON(env, out)
+		return env.printJSONPage(out, "budgets", next)
 	}
 	rows := make([][]string, len(bs))
 	for i, b := range bs {
@@ -488,7 +488,7 @@ func runSemaphores(ctx context.Context, env *Env, args []string) error {
 			out[i] = map[string]any{"key": m.Name, "limit": m.Limit, "free": m.Free(), "held": m.Held, "holding": m.Holding,
 				"blocked": m.Blocked, "expires_at": expires}
 		}
-		return printJSON(env, out)
+		return env.printJSONPage(out, "semaphores", next)
 	}
 	rows := make([][]string, len(sems))
 	for i, m := range sems {

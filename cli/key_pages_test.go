@@ -56,15 +56,26 @@ func TestBudgetsAndSemaphoresListAPageOfKeysAtATime(t *testing.T) {
 				require.Equal(t, 50, strings.Count(out, "\nacct/"), "50 by default")
 				require.Contains(t, out, "more after acct/49: myapp "+cmd+" --after acct/49")
 
-				code, out, _ = run(t, cmd, db, "--json", "--limit", "3", "--after", "acct/10")
+				// JSON keeps stdout for the page, and says on stderr that
+				// the list goes on.
+				code, out, stderr = run(t, cmd, db, "--json", "--limit", "3", "--after", "acct/10")
 				require.Equal(t, 0, code)
 				var listed []struct{ Key string }
 				require.NoError(t, json.Unmarshal([]byte(out), &listed))
 				require.Equal(t, []struct{ Key string }{{"acct/11"}, {"acct/12"}, {"acct/13"}}, listed)
+				require.Equal(t, "more after acct/13: myapp "+cmd+" --after acct/13\n", stderr)
+				code, out, stderr = run(t, cmd, db, "--json", "--after", "acct/57")
+				require.Equal(t, 0, code)
+				require.NoError(t, json.Unmarshal([]byte(out), &listed))
+				require.Len(t, listed, 2)
+				require.Empty(t, stderr, "the last page")
 
-				for _, bad := range [][]string{{"--limit", "0"}, {"--after", "a\x00b"}} {
+				for _, bad := range [][]string{{"--limit", "0"}, {"--limit", "10001"}, {"--limit", "9223372036854775807"}, {"--after", "a\x00b"}} {
 					code, _, stderr := run(t, append([]string{cmd, "--database-url=postgres://nobody@127.0.0.1:1/x"}, bad...)...)
 					require.Equal(t, 2, code, "%s %v: bad usage, before the database is opened: %s", cmd, bad, stderr)
+					if bad[0] == "--limit" {
+						require.Contains(t, stderr, "it must be from 1 to 10000")
+					}
 				}
 			}
 			code, _, stderr := run(t, "budgets", "clear-idle", "--limit", "3", db)

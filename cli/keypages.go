@@ -26,11 +26,12 @@ func addKeyPageFlags(fs *flag.FlagSet, what string) keyPageFlags {
 	}
 }
 
-// check refuses a limit under 1 and a key no budget or semaphore can
-// have, as bad usage, before the database is opened.
+// check refuses a limit under 1 or over a page's most, and a key no
+// budget or semaphore can have, as bad usage, before the database is
+// opened.
 func (f keyPageFlags) check() error {
-	if *f.limit < 1 {
-		return Usagef("--limit is %d; it must be at least 1", *f.limit)
+	if *f.limit < 1 || *f.limit > engine.MaxPageSize {
+		return Usagef("--limit is %d; it must be from 1 to %d", *f.limit, engine.MaxPageSize)
 	}
 	if *f.after != "" {
 		if err := keys.Check("--after", *f.after); err != nil {
@@ -50,6 +51,19 @@ func (e *Env) moreAfter(command, next string) string {
 		return ""
 	}
 	return fmt.Sprintf("more after %s: %s %s --after %s", human.Text(next), e.App.name(), command, shellWord(next))
+}
+
+// printJSONPage prints a page of keys as JSON on stdout, which holds
+// nothing else, and on stderr how to list the page after it, if any: a
+// script that reads the JSON is told the list goes on.
+func (e *Env) printJSONPage(page any, command, next string) error {
+	if err := printJSON(e, page); err != nil {
+		return err
+	}
+	if more := e.moreAfter(command, next); more != "" {
+		fmt.Fprintln(e.Stderr, more)
+	}
+	return nil
 }
 
 // plainWord is a word a shell reads as it is.

@@ -105,7 +105,7 @@ func TestVerbCommandsRefuseAnUnknownVerbBeforeOpening(t *testing.T) {
 		}
 	}
 	for cmd, usage := range map[string]string{
-		"budgets": "usage: myapp budgets [list | clear-idle] [flags]",
+		"budgets": "usage: myapp budgets [list [--limit N] [--after KEY] | clear-idle [--batch-size N] [--pause D]] [flags]",
 		"queues":  "usage: myapp queues [list | pause QUEUE | resume QUEUE] [flags]",
 		"limits":  "usage: myapp limits [list | set TARGET --to N --per D [--burst B] | clear TARGET] [flags]",
 	} {

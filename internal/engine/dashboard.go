@@ -75,7 +75,8 @@ type JobPage struct {
 	// Before keeps ids below it: the last id of the previous page (keyset
 	// pagination, no OFFSET). 0 starts from the newest job.
 	Before int64
-	// Limit is the page's size. Defaults to DefaultPageSize.
+	// Limit is the page's size. Defaults to DefaultPageSize; at most
+	// MaxPageSize.
 	Limit int
 }
 

@@ -9,6 +9,11 @@ import (
 // KeyPage's) that does not set one.
 const DefaultPageSize = 50
 
+// MaxPageSize is the largest keyset page: a page that asks for more holds
+// this many (a limit near math.MaxInt would overflow the one more row a
+// page reads to say whether another follows).
+const MaxPageSize = 10000
+
 // KeyPage selects a page of rate-limit budgets or concurrency keys: those
 // whose names sort after After (keyset pagination, by the primary key, no
 // OFFSET), in that order.
@@ -16,7 +21,8 @@ type KeyPage struct {
 	// After is the last name of the previous page; "" starts from the
 	// first.
 	After string
-	// Limit is the page's size. Defaults to DefaultPageSize.
+	// Limit is the page's size. Defaults to DefaultPageSize; at most
+	// MaxPageSize.
 	Limit int
 }
 
@@ -25,7 +31,7 @@ func pageSize(limit int) int {
 	if limit <= 0 {
 		return DefaultPageSize
 	}
-	return limit
+	return min(limit, MaxPageSize)
 }
 
 // cutPage trims rows, read with one more than a page holds (want+1), to

@@ -3,6 +3,7 @@ package engine_test
 import (
 	"context"
 	"fmt"
+	"math"
 	"strings"
 	"testing"
 	"time"
@@ -216,5 +217,34 @@ func TestTheAdmissionsOfOneBudgetAreItsOwn(t *testing.T) {
 		_, capped, err = s.AdmissionsSince(ctx, "nobody/x", t0, 8)
 		require.NoError(t, err)
 		require.False(t, capped)
+	})
+}
+
+// A page that asks for more than MaxPageSize holds that many at most: a
+// Limit of math.MaxInt used to overflow the one more row a page reads to
+// a negative LIMIT, which PostgreSQL and MySQL refuse.
+func TestAPageOfAnyLimitIsReadWithinMaxPageSize(t *testing.T) {
+	testdb.Each(t, func(t *testing.T, s *engine.Store) {
+		ctx := context.Background()
+		for _, insert := range []func([]string) (string, []any){s.SQL().InsertBudgets, s.SQL().InsertSemaphores} {
+			q, args := insert([]string{"k/a", "k/b", "k/c"})
+			_, err := s.DB().Exec(ctx, q, args...)
+			require.NoError(t, err)
+		}
+		enqueue(t, s, t0, job("k", "default", 0), job("k", "default", 0))
+		for _, limit := range []int{math.MaxInt, engine.MaxPageSize + 1} {
+			bs, next, err := s.PageBudgets(ctx, engine.KeyPage{Limit: limit})
+			require.NoError(t, err)
+			require.Len(t, bs, 3)
+			require.Empty(t, next)
+			ms, next, err := s.PageSemaphores(ctx, engine.KeyPage{Limit: limit})
+			require.NoError(t, err)
+			require.Len(t, ms, 3)
+			require.Empty(t, next)
+			js, before, err := s.PageJobs(ctx, engine.JobPage{Limit: limit})
+			require.NoError(t, err)
+			require.Len(t, js, 2)
+			require.Zero(t, before)
+		}
 	})
 }
