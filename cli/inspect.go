@@ -135,12 +135,16 @@ func nonNil[T any](v []T) []T {
 	return v
 }
 
-// nextAdmission says when a budget next admits a job.
+// nextAdmission says when a budget next admits a job: "paused", or
+// "never" for one held back past what its times reach.
 func nextAdmission(b engine.BudgetInfo, now time.Time) string {
-	if t := b.NextAdmission(now); !t.IsZero() {
+	switch t := b.NextAdmission(now); {
+	case !t.IsZero():
 		return fmtIn(t, now)
+	case b.Params().Paused:
+		return "paused"
 	}
-	return "paused"
+	return "never"
 }
 
 // stateNames lists every job state, comma-separated.

@@ -139,7 +139,8 @@ type LimitExplanation struct {
 	// Parked counts the jobs parked on the budget.
 	Parked int `json:"parked"`
 	// NextAdmission is when the budget next admits a cost-1 job; zero
-	// when paused.
+	// when paused, or when it admits nothing again (held back past the
+	// last time a budget holds).
 	NextAdmission time.Time `json:"next_admission,omitzero"`
 }
 

@@ -301,13 +301,17 @@ type BudgetInfo struct {
 }
 
 // NextAdmission is when the budget next admits a cost-1 job, as of now;
-// zero for a paused budget.
+// zero for a paused budget, and for one that admits nothing again (held
+// back past what its times reach, ratelimit.Never).
 func (b BudgetInfo) NextAdmission(now time.Time) time.Time {
 	p := b.Params()
 	if p.Paused {
 		return time.Time{}
 	}
 	_, at := p.Check(ratelimit.State{TAT: b.TAT, NextSlot: b.NextSlot}, Nanos(now), 1)
+	if at == ratelimit.Never {
+		return time.Time{}
+	}
 	return FromNanos(max(at, Nanos(now)))
 }
 
