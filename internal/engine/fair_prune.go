@@ -21,11 +21,13 @@ import (
 // raise no virtual time, but for the level's latest key, which the
 // virtual time is read from: a level gone idle keeps that one row. This
 // changes no virtual time, and no start while the virtual time does not
-// go back below a deleted key's finish, which only an old start can make
-// it do: that of a job that was running and comes back (a retry, a
-// snooze, a release), or that of a job that waited since before the key
-// ran, once it is ready again or while each of the fairServedKeys latest
-// keys has a job waiting. A key deleted meanwhile starts there, as a new
+// go back below a deleted key's finish, which only an old start or a
+// refund can make it do: that of a job that was running and comes back (a
+// retry, a snooze, a release), or that of a job that waited since before
+// the key ran, once it is ready again or while each of the fairServedKeys
+// latest keys has a job waiting; or a cancel's refund (RefundFairKeys)
+// that takes one of the keys the virtual time looks at back below the
+// deleted key's finish. A key deleted meanwhile starts there, as a new
 // key does, not at its old finish (docs/fairness.md, Pruning).
 //
 // A key whose job waits (delayed, deferred or parked by a rate limit,
@@ -148,8 +150,12 @@ type fairBound struct {
 // not, may be deleted: with no job waiting and f at most the virtual time
 // (so none ready either: a ready job's start is before its key's finish,
 // and the virtual time no later than it), when f is before the finish of
-// the last key the virtual time looks at (no read of it ever sees the key:
-// the keys it looks at only move later), or when f is no later than the
+// the last key the virtual time looks at (no read of it sees the key while
+// the keys it looks at move only later, as all but a cancel's refund move
+// them: RefundFairKeys takes a key's finish back to the start of its
+// earliest cancelled job, and when that is below f the virtual time is
+// read as if the deleted key had never run, lower than with its row), or
+// when f is no later than the
 // lowest waiting start and the anchor's finish (the virtual time, read
 // without the key, stays no lower than both).
 func (b fairBound) prunable(f int64, waiting bool) bool {

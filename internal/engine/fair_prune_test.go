@@ -12,22 +12,22 @@ import (
 	"github.com/sluicequeue/sluice/internal/testdb"
 )
 
-// docs/fairness.md, "Pruning": "A key's next job starts at the virtual time
-// whether its row is there or not, so this changes no start (the one
-// exception: a retried job that comes back with an old start lowers its
-// level's virtual time for a while ...)", and fair.go's PruneFairKeys:
-// "while the virtual time does not go back, which only a retried job with
-// an old start can make it do".
+// docs/fairness.md, "Pruning": "Such a key's next job starts at the
+// virtual time whether its row is there or not", "The prune changes no
+// virtual time, and no start", its exceptions all a virtual time that
+// goes back; and fair_prune.go's PruneFairKeys: "This changes no virtual
+// time, and no start while the virtual time does not go back below a
+// deleted key's finish".
 //
 // No retry here. Key c's jobs are delayed a minute (starts 0..9, c's
 // finish 10) while a's run; the level's virtual time, the head of the
-// *ready* fair jobs, moves to 20, and the hourly prune deletes c's row
-// (10 < 20). When c's jobs come due they are ready with starts 0..9: the
-// virtual time goes back to 0 — a delayed (or parked, or blocked) job does
-// what the doc says only a retry can. c's next job then starts at 0
-// instead of after its own finish (10): it jumps its own ten-job backlog.
-// The same test without the prune passes on every database (checked by
-// replacing the PruneFairKeys call): the prune is what moves the start.
+// *ready* fair jobs, moves to 20, and the hourly prune used to delete c's
+// row (10 < 20). When c's jobs come due they are ready with starts 0..9:
+// the virtual time goes back to 0, and c's next job started at 0 instead
+// of after its own finish (10): it jumped its own ten-job backlog. A key
+// whose job waits now keeps its row. The same test without the prune
+// passed on every database (checked by replacing the PruneFairKeys call):
+// the prune was what moved the start.
 func TestPruningAFairKeyWhoseJobsAreDelayedChangesNoStart(t *testing.T) {
 	testdb.Each(t, func(t *testing.T, s *engine.Store) {
 		ctx := context.Background()

@@ -248,7 +248,7 @@ func TestASweepBatchLostOrFailedMidwayLosesAndDoublesNothing(t *testing.T) {
 	})
 }
 
-// fair.go, PruneFairKeys: "It returns how many it deleted"; DESIGN.md,
+// fair_prune.go, PruneFairKeys: "it returns how many it deleted"; DESIGN.md,
 // invariant 6: "A transaction that is retried starts from fresh inputs;
 // nothing it computed in a failed attempt survives into the next";
 // store.go, inTx: "whatever it computed or changed in a failed attempt is
