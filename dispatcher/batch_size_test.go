@@ -34,23 +34,6 @@ func TestATickAtTheLargestBatchSizePromotesAWholeBatch(t *testing.T) {
 		res, err := d.Tick(ctx)
 		require.NoError(t, err)
 		require.Equal(t, dispatcher.MaxBatchSize, res.Promoted)
-		require.Equal(t, map[string]int{"ready": 1, "blocked": dispatcher.MaxBatchSize - 1}, jobStates(t, s))
+		require.Equal(t, map[string]int{"ready": 1, "blocked": dispatcher.MaxBatchSize - 1}, testdb.JobStates(t, s))
 	})
-}
-
-// jobStates counts the jobs in each state.
-func jobStates(t *testing.T, s *engine.Store) map[string]int {
-	t.Helper()
-	rows, err := s.DB().Query(context.Background(), "SELECT state, COUNT(*) FROM sluice_jobs GROUP BY state")
-	require.NoError(t, err)
-	defer rows.Close()
-	got := map[string]int{}
-	for rows.Next() {
-		var state string
-		var n int
-		require.NoError(t, rows.Scan(&state, &n))
-		got[state] = n
-	}
-	require.NoError(t, rows.Err())
-	return got
 }

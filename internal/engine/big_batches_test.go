@@ -36,7 +36,7 @@ func TestAClaimOfTheLargestSizeDefersAWholeBatch(t *testing.T) {
 		require.Len(t, res.Jobs, 1)
 		require.Len(t, res.Deferred, bigBatch-1)
 		// A slot a second within the hour's horizon, the rest parked.
-		require.Equal(t, map[string]int{"running": 1, "scheduled": 3600, "parked": bigBatch - 3601}, jobStates(t, s))
+		require.Equal(t, map[string]int{"running": 1, "scheduled": 3600, "parked": bigBatch - 3601}, testdb.JobStates(t, s))
 	})
 }
 
@@ -55,7 +55,7 @@ func TestAFinishOfTheLargestSizeMovesAWholeBatch(t *testing.T) {
 		claimed := claim(t, s, pid, t0, bigBatch).Jobs
 		require.Len(t, claimed, bigBatch)
 		require.NoError(t, s.Finish(context.Background(), pid, engine.At(t0), engine.Outcomes{Others: mixedOutcomes(claimed, "boom")}))
-		require.Equal(t, map[string]int{"scheduled": 6667, "failed": 3333}, jobStates(t, s))
+		require.Equal(t, map[string]int{"scheduled": 6667, "failed": 3333}, testdb.JobStates(t, s))
 	})
 }
 
@@ -140,7 +140,7 @@ func TestBulkJobUpdatesOfABatchGoInRuns(t *testing.T) {
 		// the horizon; of the finished runs a third failed (66 of the
 		// first 200, 16 of the last 50), the others wait their minute; the
 		// released jobs are ready again.
-		require.Equal(t, map[string]int{"running": 1, "scheduled": 2*n - 1 + n - 82, "failed": 82, "ready": n}, jobStates(t, base))
+		require.Equal(t, map[string]int{"running": 1, "scheduled": 2*n - 1 + n - 82, "failed": 82, "ready": n}, testdb.JobStates(t, base))
 	})
 }
 
@@ -160,23 +160,6 @@ func mixedOutcomes(claimed []*engine.Job, errText string) []engine.Transition {
 		}
 	}
 	return out
-}
-
-// jobStates counts all the jobs in each state, in one query.
-func jobStates(t *testing.T, s *engine.Store) map[string]int {
-	t.Helper()
-	rows, err := s.DB().Query(context.Background(), "SELECT state, COUNT(*) FROM sluice_jobs GROUP BY state")
-	require.NoError(t, err)
-	defer rows.Close()
-	got := map[string]int{}
-	for rows.Next() {
-		var state string
-		var n int
-		require.NoError(t, rows.Scan(&state, &n))
-		got[state] = n
-	}
-	require.NoError(t, rows.Err())
-	return got
 }
 
 // A claim whose jobs each draw on a budget of their own (a limit per
