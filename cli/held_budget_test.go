@@ -21,13 +21,10 @@ func TestABudgetHeldForGoodIsListedAsAdmittingNever(t *testing.T) {
 	for _, b := range testdb.Backends(t) {
 		t.Run(b.Name, func(t *testing.T) {
 			ctx := context.Background()
-			url, db, _ := migratedDB(t, b)
-			s, err := testdb.OpenURL(ctx, url)
-			require.NoError(t, err)
-			defer s.Close()
+			s, db := operatedStore(t, b)
 			q, args := s.SQL().SaveBudgets([]engine.BudgetRow{{Name: "held/for-good", TAT: ratelimit.Never,
 				IntervalNS: int64(time.Second), Burst: 1, UpdatedAt: engine.Micros(time.Now())}})
-			_, err = s.DB().Exec(ctx, q, args...)
+			_, err := s.DB().Exec(ctx, q, args...)
 			require.NoError(t, err)
 
 			for _, cmd := range []string{"budgets", "stats"} {

@@ -21,10 +21,7 @@ func TestBudgetsAndSemaphoresListAPageOfKeysAtATime(t *testing.T) {
 	for _, b := range testdb.Backends(t) {
 		t.Run(b.Name, func(t *testing.T) {
 			ctx := context.Background()
-			url, db, _ := migratedDB(t, b)
-			s, err := testdb.OpenURL(ctx, url)
-			require.NoError(t, err)
-			defer s.Close()
+			s, db := operatedStore(t, b)
 			var names []string
 			for i := range 60 {
 				names = append(names, fmt.Sprintf("acct/%02d", i))
