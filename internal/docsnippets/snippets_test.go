@@ -2,7 +2,9 @@
 // adapted as little as a reader would (the names a snippet leaves to the
 // reader are declared here), so that a snippet that stops compiling against
 // the API fails the build. Each function is named for the page and the
-// snippet's place on it; the snippets are never run.
+// snippet's place on it; the snippets are never run. copies_test.go checks
+// that they are still the pages' own, and links_test.go and
+// test_names_test.go that the pages' links and the tests they name exist.
 package docsnippets_test
 
 //lint:file-ignore SA4006 the snippets elide their error checks, as the docs print them
