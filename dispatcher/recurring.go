@@ -169,32 +169,7 @@ func (d *Dispatcher) compileTasks(cfg Config) error {
 		run  func(ctx context.Context, now time.Time) (int, error)
 	}{
 		{TaskClearIdleBudgets, m.ClearIdleBudgets, "@hourly", true, func(ctx context.Context, now time.Time) (int, error) {
-			n, err := d.store.ClearIdleBudgets(ctx, d.storeClock(), 500, 300*time.Millisecond)
-			if n > 0 {
-				d.log.Info("sluice: cleared idle rate-limit budgets", "count", n)
-			}
-			if err != nil {
-				return n, err
-			}
-			keys, err := d.store.PruneFairKeys(ctx)
-			if keys > 0 {
-				d.log.Info("sluice: cleared idle fairness keys", "count", keys)
-			}
-			if err != nil {
-				return n + keys, err
-			}
-			sems, err := d.store.ClearIdleSemaphores(ctx, d.storeClock(), engine.SemaphoreIdleAge, 500, 300*time.Millisecond)
-			if sems > 0 {
-				d.log.Info("sluice: cleared idle concurrency keys", "count", sems)
-			}
-			if err != nil {
-				return n + keys + sems, err
-			}
-			co, err := d.store.ClearCoalesceKeys(ctx, 500, 300*time.Millisecond)
-			if co > 0 {
-				d.log.Info("sluice: cleared released coalesce keys", "count", co)
-			}
-			return n + keys + sems + co, err
+			return d.clearIdleRows(ctx)
 		}},
 		{TaskClearFinishedJobs, m.ClearFinishedJobs, "@hourly", true, func(ctx context.Context, now time.Time) (int, error) {
 			n, err := d.store.DeleteFinished(ctx, now.Add(-retention), 500)
