@@ -94,3 +94,30 @@ func (t *failingBudgetsCleanUpTx) Query(ctx context.Context, q string, args ...a
 	}
 	return t.Tx.Query(ctx, q, args...)
 }
+
+// The hourly clean-up of finished jobs also deletes old tick records. A
+// failing read of finished jobs used to skip that step too.
+func TestAFailingFinishedJobsStepStillDeletesOldTicks(t *testing.T) {
+	testdb.Each(t, func(t *testing.T, s *engine.Store) {
+		ctx := context.Background()
+		day := 24 * time.Hour
+		for _, at := range []time.Time{t0.Add(-9 * day), t0.Add(-time.Hour)} {
+			ran, err := s.RunTick(ctx, "report", at, at, nil)
+			require.NoError(t, err)
+			require.True(t, ran)
+		}
+		finishedJob(t, s)
+
+		db := &flakyCleanUpDB{DB: s.DB()}
+		db.fail.Store(true)
+		c := clock.NewFake(t0)
+		d := newDispatcher(t, engine.New(s.Dialect(), db), dispatcher.Config{Clock: c, Logger: quiet(), Maintenance: onlyClearFinished})
+		c.Advance(time.Hour)
+		_, err := d.Tick(ctx)
+		require.Error(t, err, "the finished jobs' read failed")
+		require.True(t, db.failed.Load())
+		again, err := s.RunTick(ctx, "report", t0.Add(-9*day), t0, nil)
+		require.NoError(t, err)
+		require.True(t, again, "the 9-day-old tick record was deleted, though the finished jobs' step failed")
+	})
+}

@@ -172,15 +172,13 @@ func (d *Dispatcher) compileTasks(cfg Config) error {
 			return d.clearIdleRows(ctx)
 		}},
 		{TaskClearFinishedJobs, m.ClearFinishedJobs, "@hourly", true, func(ctx context.Context, now time.Time) (int, error) {
+			// Each step runs whatever the other did (as clearIdleRows).
 			n, err := d.store.DeleteFinished(ctx, now.Add(-retention), 500)
-			if err != nil {
-				return n, err
-			}
 			if n > 0 {
 				d.log.Info("sluice: deleted finished jobs", "count", n, "older_than", retention)
 			}
-			_, err = d.store.DeleteTicks(ctx, now.Add(-max(retention, 7*24*time.Hour)))
-			return n, err
+			_, tickErr := d.store.DeleteTicks(ctx, now.Add(-max(retention, 7*24*time.Hour)))
+			return n, errors.Join(err, tickErr)
 		}},
 		{TaskFreeExpiredSlots, m.FreeExpiredSlots, "@every 1s", false, func(ctx context.Context, now time.Time) (int, error) {
 			freed, unblocked, err := d.store.MaintainSemaphores(ctx, d.storeClock(), 100)
