@@ -169,43 +169,16 @@ func (d *Dispatcher) compileTasks(cfg Config) error {
 		run  func(ctx context.Context, now time.Time) (int, error)
 	}{
 		{TaskClearIdleBudgets, m.ClearIdleBudgets, "@hourly", true, func(ctx context.Context, now time.Time) (int, error) {
-			n, err := d.store.ClearIdleBudgets(ctx, d.storeClock(), 500, 300*time.Millisecond)
-			if n > 0 {
-				d.log.Info("sluice: cleared idle rate-limit budgets", "count", n)
-			}
-			if err != nil {
-				return n, err
-			}
-			keys, err := d.store.PruneFairKeys(ctx)
-			if keys > 0 {
-				d.log.Info("sluice: cleared idle fairness keys", "count", keys)
-			}
-			if err != nil {
-				return n + keys, err
-			}
-			sems, err := d.store.ClearIdleSemaphores(ctx, d.storeClock(), engine.SemaphoreIdleAge, 500, 300*time.Millisecond)
-			if sems > 0 {
-				d.log.Info("sluice: cleared idle concurrency keys", "count", sems)
-			}
-			if err != nil {
-				return n + keys + sems, err
-			}
-			co, err := d.store.ClearCoalesceKeys(ctx, 500, 300*time.Millisecond)
-			if co > 0 {
-				d.log.Info("sluice: cleared released coalesce keys", "count", co)
-			}
-			return n + keys + sems + co, err
+			return d.clearIdleRows(ctx)
 		}},
 		{TaskClearFinishedJobs, m.ClearFinishedJobs, "@hourly", true, func(ctx context.Context, now time.Time) (int, error) {
+			// Each step runs whatever the other did (as clearIdleRows).
 			n, err := d.store.DeleteFinished(ctx, now.Add(-retention), 500)
-			if err != nil {
-				return n, err
-			}
 			if n > 0 {
 				d.log.Info("sluice: deleted finished jobs", "count", n, "older_than", retention)
 			}
-			_, err = d.store.DeleteTicks(ctx, now.Add(-max(retention, 7*24*time.Hour)))
-			return n, err
+			_, tickErr := d.store.DeleteTicks(ctx, now.Add(-max(retention, 7*24*time.Hour)))
+			return n, errors.Join(err, tickErr)
 		}},
 		{TaskFreeExpiredSlots, m.FreeExpiredSlots, "@every 1s", false, func(ctx context.Context, now time.Time) (int, error) {
 			freed, unblocked, err := d.store.MaintainSemaphores(ctx, d.storeClock(), 100)
