@@ -56,29 +56,47 @@ func Open(ctx context.Context, url string) (*engine.Store, error) {
 }
 
 // options takes sluice's own parameters out of a postgres:// URL and
-// returns the rest, and the dialect they ask for.
+// returns the rest, and the dialect they ask for. The rest is the URL's
+// text as written, never re-encoded: pgx decodes a URL as libpq does,
+// where a + is a +, so a space written %20 (options=-c%20statement_timeout%3D5s)
+// must stay %20.
 func options(rawURL string) (string, Dialect, error) {
 	var d Dialect
 	u, err := neturl.Parse(rawURL)
 	if err != nil || (u.Scheme != "postgres" && u.Scheme != "postgresql") {
 		return rawURL, d, nil // a keyword=value string, or one pgx will refuse
 	}
-	q := u.Query()
-	for name, off := range map[string]*bool{"sluice_notify": &d.NoNotify, "sluice_advisory_lock": &d.NoAdvisoryLock} {
-		if !q.Has(name) {
+	i := strings.IndexByte(rawURL, '?')
+	if i < 0 {
+		return rawURL, d, nil
+	}
+	var kept []string
+	for _, param := range strings.Split(rawURL[i+1:], "&") {
+		rawName, rawValue, _ := strings.Cut(param, "=")
+		name, _ := neturl.PathUnescape(rawName)
+		var off *bool
+		switch name {
+		case "sluice_notify":
+			off = &d.NoNotify
+		case "sluice_advisory_lock":
+			off = &d.NoAdvisoryLock
+		default:
+			kept = append(kept, param)
 			continue
 		}
-		switch v := q.Get(name); v {
+		switch v, _ := neturl.PathUnescape(rawValue); v {
 		case "off", "false":
 			*off = true
 		case "on", "true":
+			*off = false
 		default:
 			return "", d, fmt.Errorf("postgres: %s is %q; use on or off", name, v)
 		}
-		q.Del(name)
 	}
-	u.RawQuery = q.Encode()
-	return u.String(), d, nil
+	if len(kept) == 0 {
+		return rawURL[:i], d, nil
+	}
+	return rawURL[:i+1] + strings.Join(kept, "&"), d, nil
 }
 
 // config parses url, with an error that never shows it.
