@@ -144,9 +144,33 @@ type DB struct {
 // Pool returns the underlying pgx pool, for callers that share it.
 func (d *DB) Pool() *pgxpool.Pool { return d.pool }
 
-// Exec runs a statement.
+// Exec runs a statement in a transaction of its own at READ COMMITTED,
+// sent with its BEGIN and COMMIT in one round trip: a write outside the
+// store's transactions (a heartbeat, the budgets a claim creates, an
+// operator's change) runs at the level the store's transactions run at
+// (beginSQL), whatever default_transaction_isolation the database sets,
+// and does not fail with a serialization error where another transaction
+// wrote the row first.
 func (d *DB) Exec(ctx context.Context, q string, args ...any) (engine.Result, error) {
-	return execOn(ctx, d.pool, q, args)
+	conn, err := d.pool.Acquire(ctx)
+	if err != nil {
+		return engine.Result{}, err
+	}
+	t := &ownTx{conn: conn, begin: beginSQL}
+	res, err := t.execCommit(ctx, q, args)
+	if err != nil {
+		_ = t.Rollback(context.WithoutCancel(ctx))
+		return engine.Result{}, err
+	}
+	return res, nil
+}
+
+// ExecAlone runs a statement on its own, in no transaction block and at
+// the session's default isolation: for VACUUM, which refuses to run in
+// a transaction.
+func (d *DB) ExecAlone(ctx context.Context, q string) error {
+	_, err := d.pool.Exec(ctx, q)
+	return err
 }
 
 // Query runs a statement that returns rows.
