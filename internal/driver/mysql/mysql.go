@@ -109,6 +109,11 @@ func Open(ctx context.Context, rawURL string) (*engine.Store, error) {
 		return nil, err
 	}
 	cfg.Params["time_zone"] = "'+00:00'"
+	// A statement the store runs outside a transaction (a plain enqueue,
+	// a heartbeat) must commit as it ends: with autocommit=0 in the URL
+	// or the server's init_connect it stayed in a transaction no one
+	// committed, and the enqueued job was lost with the connection.
+	cfg.Params["autocommit"] = "1"
 	if d.mariaDB {
 		cfg.Params["tx_isolation"] = "'READ-COMMITTED'"
 	} else {

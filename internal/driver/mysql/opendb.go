@@ -59,8 +59,13 @@ func OpenDB(ctx context.Context, db *sql.DB) (*engine.Store, error) {
 		variable = "@@session.tx_isolation"
 	}
 	var isolation string
-	if err := db.QueryRowContext(ctx, `SELECT `+variable).Scan(&isolation); err != nil {
+	var autocommit int
+	if err := db.QueryRowContext(ctx, `SELECT `+variable+`, @@session.autocommit`).Scan(&isolation, &autocommit); err != nil {
 		return nil, fmt.Errorf("mysql: OpenDB: %w", err)
+	}
+	if autocommit == 0 {
+		return nil, errors.New("mysql: OpenDB: the pool's sessions run with autocommit off, where a statement sluice runs outside a transaction (an enqueue, a heartbeat) would never commit; " +
+			"open the pool with autocommit=1 in its DSN (or drop SET autocommit=0 from the server's init_connect)")
 	}
 	if err := checkSessionCharset(ctx, db); err != nil {
 		return nil, fmt.Errorf("mysql: OpenDB: %w: open the pool with charset=utf8mb4 in its DSN, or none (the driver's default)", err)

@@ -6,6 +6,7 @@ import (
 	"encoding/hex"
 	"fmt"
 	"net/url"
+	"strings"
 
 	"github.com/jackc/pgx/v5"
 
@@ -59,8 +60,11 @@ func scratch(ctx context.Context, base string) (string, func(context.Context) er
 		_, err = c.Exec(ctx, "DROP SCHEMA "+schema+" CASCADE")
 		return err
 	}
-	q := u.Query()
-	q.Set("search_path", schema)
-	u.RawQuery = q.Encode()
-	return u.String(), drop, nil
+	// Appended to the URL as written: re-encoding its query would turn
+	// a %20 into a +, which pgx, as libpq, does not read as a space.
+	sep := "?"
+	if u.RawQuery != "" || strings.HasSuffix(base, "?") {
+		sep = "&"
+	}
+	return base + sep + "search_path=" + schema, drop, nil
 }

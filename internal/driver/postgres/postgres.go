@@ -56,29 +56,47 @@ func Open(ctx context.Context, url string) (*engine.Store, error) {
 }
 
 // options takes sluice's own parameters out of a postgres:// URL and
-// returns the rest, and the dialect they ask for.
+// returns the rest, and the dialect they ask for. The rest is the URL's
+// text as written, never re-encoded: pgx decodes a URL as libpq does,
+// where a + is a +, so a space written %20 (options=-c%20statement_timeout%3D5s)
+// must stay %20.
 func options(rawURL string) (string, Dialect, error) {
 	var d Dialect
 	u, err := neturl.Parse(rawURL)
 	if err != nil || (u.Scheme != "postgres" && u.Scheme != "postgresql") {
 		return rawURL, d, nil // a keyword=value string, or one pgx will refuse
 	}
-	q := u.Query()
-	for name, off := range map[string]*bool{"sluice_notify": &d.NoNotify, "sluice_advisory_lock": &d.NoAdvisoryLock} {
-		if !q.Has(name) {
+	i := strings.IndexByte(rawURL, '?')
+	if i < 0 {
+		return rawURL, d, nil
+	}
+	var kept []string
+	for _, param := range strings.Split(rawURL[i+1:], "&") {
+		rawName, rawValue, _ := strings.Cut(param, "=")
+		name, _ := neturl.PathUnescape(rawName)
+		var off *bool
+		switch name {
+		case "sluice_notify":
+			off = &d.NoNotify
+		case "sluice_advisory_lock":
+			off = &d.NoAdvisoryLock
+		default:
+			kept = append(kept, param)
 			continue
 		}
-		switch v := q.Get(name); v {
+		switch v, _ := neturl.PathUnescape(rawValue); v {
 		case "off", "false":
 			*off = true
 		case "on", "true":
+			*off = false
 		default:
 			return "", d, fmt.Errorf("postgres: %s is %q; use on or off", name, v)
 		}
-		q.Del(name)
 	}
-	u.RawQuery = q.Encode()
-	return u.String(), d, nil
+	if len(kept) == 0 {
+		return rawURL[:i], d, nil
+	}
+	return rawURL[:i+1] + strings.Join(kept, "&"), d, nil
 }
 
 // config parses url, with an error that never shows it.
@@ -126,9 +144,33 @@ type DB struct {
 // Pool returns the underlying pgx pool, for callers that share it.
 func (d *DB) Pool() *pgxpool.Pool { return d.pool }
 
-// Exec runs a statement.
+// Exec runs a statement in a transaction of its own at READ COMMITTED,
+// sent with its BEGIN and COMMIT in one round trip: a write outside the
+// store's transactions (a heartbeat, the budgets a claim creates, an
+// operator's change) runs at the level the store's transactions run at
+// (beginSQL), whatever default_transaction_isolation the database sets,
+// and does not fail with a serialization error where another transaction
+// wrote the row first.
 func (d *DB) Exec(ctx context.Context, q string, args ...any) (engine.Result, error) {
-	return execOn(ctx, d.pool, q, args)
+	conn, err := d.pool.Acquire(ctx)
+	if err != nil {
+		return engine.Result{}, err
+	}
+	t := &ownTx{conn: conn, begin: beginSQL}
+	res, err := t.execCommit(ctx, q, args)
+	if err != nil {
+		_ = t.Rollback(context.WithoutCancel(ctx))
+		return engine.Result{}, err
+	}
+	return res, nil
+}
+
+// ExecAlone runs a statement on its own, in no transaction block and at
+// the session's default isolation: for VACUUM, which refuses to run in
+// a transaction.
+func (d *DB) ExecAlone(ctx context.Context, q string) error {
+	_, err := d.pool.Exec(ctx, q)
+	return err
 }
 
 // Query runs a statement that returns rows.

@@ -35,7 +35,16 @@ var (
 )
 
 const (
-	beginSQL = "begin"
+	// beginSQL begins the store's read-write transactions at READ
+	// COMMITTED, whatever default_transaction_isolation the role, the
+	// database or the server sets: claims that skip locked rows, budget
+	// and semaphore updates and promotions are written for it (each
+	// statement sees what committed before it, and a row another
+	// transaction changed is waited for and read again). At REPEATABLE
+	// READ or SERIALIZABLE concurrent workers would fail each other with
+	// serialization failures (40001) and migrators waiting for the
+	// migration lock would miss what the one before them made.
+	beginSQL = "begin isolation level read committed"
 	// beginReadSQL begins a transaction whose statements all read the
 	// snapshot its first one takes, and which writes nothing: it takes no
 	// row lock and cannot fail to serialize.
@@ -66,6 +75,37 @@ func (t *ownTx) Exec(ctx context.Context, q string, args ...any) (engine.Result,
 	if err != nil {
 		return engine.Result{}, err
 	}
+	return engine.Result{RowsAffected: tag.RowsAffected()}, nil
+}
+
+// execCommit runs q as the transaction's one statement: BEGIN, q and
+// COMMIT in one round trip. The transaction is over when it returns nil;
+// after an error the caller rolls it back.
+func (t *ownTx) execCommit(ctx context.Context, q string, args []any) (engine.Result, error) {
+	b := &pgx.Batch{}
+	b.Queue(t.begin)
+	b.Queue(q, args...)
+	b.Queue(commitSQL)
+	br := t.conn.SendBatch(ctx, b)
+	t.begun = true
+	_, err := br.Exec()
+	var tag, end pgconn.CommandTag
+	if err == nil {
+		tag, err = br.Exec()
+	}
+	if err == nil {
+		end, err = br.Exec()
+	}
+	if cerr := br.Close(); err == nil {
+		err = cerr
+	}
+	if err == nil && end.String() == "ROLLBACK" {
+		err = pgx.ErrTxCommitRollback
+	}
+	if err != nil {
+		return engine.Result{}, err
+	}
+	t.release()
 	return engine.Result{RowsAffected: tag.RowsAffected()}, nil
 }
 

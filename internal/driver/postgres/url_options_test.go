@@ -30,3 +30,30 @@ func TestURLParametersTurnOffNotifyAndTheAdvisoryLock(t *testing.T) {
 		t.Fatalf("a keyword=value string passes as it is: %q %+v %v", u, d, err)
 	}
 }
+
+// The URL is passed on as written, sluice's parameters taken out: pgx
+// reads a URL as libpq does, where + is a plus and a space is %20, so
+// re-encoding the query (which writes a space as +) made
+// options=-c%20statement_timeout%3D5s a parameter named
+// "+statement_timeout", refused by the server at connect.
+func TestURLParametersKeepTheirEncoding(t *testing.T) {
+	for in, want := range map[string]string{
+		"postgres://h/db?options=-c%20statement_timeout%3D5s&sluice_notify=off": "postgres://h/db?options=-c%20statement_timeout%3D5s",
+		"postgres://h/db?sluice_notify=off&application_name=a+b%20c":            "postgres://h/db?application_name=a+b%20c",
+		"postgres://h/db?sluice_notify=off":                                     "postgres://h/db",
+		"postgres://h/db?options=-c%20a%3Db":                                    "postgres://h/db?options=-c%20a%3Db",
+		"postgres://h/db":                                                       "postgres://h/db",
+	} {
+		got, _, err := options(in)
+		if err != nil || got != want {
+			t.Errorf("options(%q) = %q, %v; want %q", in, got, err, want)
+		}
+	}
+	cfg, err := config("postgres://h/db?options=-c%20statement_timeout%3D5s")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := cfg.ConnConfig.RuntimeParams["options"]; got != "-c statement_timeout=5s" {
+		t.Fatalf("pgx reads options as %q", got)
+	}
+}
