@@ -88,15 +88,9 @@ func (s *Store) migrate(ctx context.Context, up bool, plan func(recorded) ([]Mig
 func (s *Store) startMigrationRun(ctx context.Context, up bool) (*migrationRun, error) {
 	r := &migrationRun{s: s, up: up}
 	if !s.q.SessionLock() {
-		tx, err := s.db.Begin(ctx)
+		tx, err := s.lockMigrationsInTx(ctx)
 		if err != nil {
-			return nil, fmt.Errorf("begin the migration run: %w", err)
-		}
-		if q := s.q.LockMigrations(); q != "" {
-			if _, err := tx.Exec(ctx, q); err != nil {
-				_ = tx.Rollback(context.WithoutCancel(ctx))
-				return nil, fmt.Errorf("lock migrations: %w", err)
-			}
+			return nil, err
 		}
 		r.tx = tx
 		return r, nil
@@ -115,6 +109,45 @@ func (s *Store) startMigrationRun(ctx context.Context, up bool) (*migrationRun, 
 	}
 	r.sess = sess
 	return r, nil
+}
+
+// migrationLockRetry is how long a migrator rests before it asks again
+// for a migration lock whose wait the database cut short.
+const migrationLockRetry = 100 * time.Millisecond
+
+// lockMigrationsInTx begins the run's transaction and takes the migration
+// lock in it (LockMigrations), waiting as long as ctx lets it: a wait the
+// database cut short (PostgreSQL's lock_timeout, set for the role or the
+// database) is rolled back and begun again, rather than fail a migrator
+// that queued behind another's run.
+func (s *Store) lockMigrationsInTx(ctx context.Context) (Tx, error) {
+	for {
+		tx, err := s.db.Begin(ctx)
+		if err != nil {
+			return nil, fmt.Errorf("begin the migration run: %w", err)
+		}
+		q := s.q.LockMigrations()
+		if q == "" {
+			return tx, nil
+		}
+		_, err = tx.Exec(ctx, q)
+		if err == nil {
+			return tx, nil
+		}
+		_ = tx.Rollback(context.WithoutCancel(ctx))
+		if !s.retryable(err) {
+			return nil, fmt.Errorf("lock migrations: %w", err)
+		}
+		t := time.NewTimer(migrationLockRetry)
+		select {
+		case <-ctx.Done():
+		case <-t.C:
+		}
+		t.Stop()
+		if ctx.Err() != nil {
+			return nil, fmt.Errorf("lock migrations: %w (the last wait: %w)", ctx.Err(), err)
+		}
+	}
 }
 
 // executor is where the run reads what the database records under its
