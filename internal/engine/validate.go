@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"math"
+	"strconv"
 	"strings"
 	"time"
 	"unicode/utf8"
@@ -134,10 +135,30 @@ func (s *Store) validate(j NewJob) error {
 	case j.Conc != nil && (j.Conc.To < 1 || j.Conc.To > math.MaxInt32):
 		return fmt.Errorf("concurrency limit %d is out of range: it must be between 1 and %d", j.Conc.To, math.MaxInt32)
 	}
+	if n := rateKeysBytes(j.RateKeys); n > MaxRateKeysBytes {
+		return fmt.Errorf("the job's %d rate-limit keys take %d bytes; a job's keys take at most %d (its row keeps them): declare fewer limits on the kind, or shorter keys", len(j.RateKeys), n, MaxRateKeysBytes)
+	}
 	if err := checkFair(j); err != nil {
 		return err
 	}
 	return s.checkArgs(j.Args)
+}
+
+// MaxRateKeysBytes is the most a job's rate-limit keys take, encoded
+// (EncodeRateKeys): what MySQL's TEXT column keeps. A server not in strict
+// mode would cut a longer list short instead of refusing it.
+const MaxRateKeysBytes = 65535
+
+// rateKeysBytes is len(EncodeRateKeys(keys)), without building it.
+func rateKeysBytes(keys []RateKey) int {
+	n := max(len(keys)-1, 0) // the newlines between them
+	for _, k := range keys {
+		n += len(k.Key)
+		if k.Cost > 1 {
+			n += 1 + len(strconv.Itoa(k.Cost))
+		}
+	}
+	return n
 }
 
 // checkArgs refuses args the database would refuse or change: bytes that
