@@ -6,6 +6,7 @@ import (
 	"encoding/hex"
 	"io"
 	"log/slog"
+	"net"
 	"net/url"
 	"os"
 	"sync"
@@ -14,6 +15,7 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/stretchr/testify/require"
 
 	"github.com/sluicequeue/sluice/concurrency"
@@ -101,6 +103,30 @@ func TestBehindPgBouncerOpenRefusesNamedStatements(t *testing.T) {
 		require.ErrorIs(t, err, postgres.ErrSharedPreparedStatements, u)
 		require.ErrorContains(t, err, "default_query_exec_mode=cache_describe")
 	}
+}
+
+// OpenPool's check connects its second client as the pool connects:
+// through the pool's BeforeConnect (here it supplies the port, as a hook
+// would a rotating password), so that it finds the pooler all the same.
+func TestBehindPgBouncerOpenPoolChecksThroughThePoolsHooks(t *testing.T) {
+	ctx := context.Background()
+	cfg, err := pgxpool.ParseConfig(pgbouncerDatabase(t))
+	require.NoError(t, err)
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	require.NoError(t, err)
+	closed := uint16(l.Addr().(*net.TCPAddr).Port)
+	require.NoError(t, l.Close())
+	realPort := cfg.ConnConfig.Port
+	cfg.ConnConfig.Port = closed
+	cfg.BeforeConnect = func(_ context.Context, cc *pgx.ConnConfig) error {
+		cc.Port = realPort
+		return nil
+	}
+	pool, err := pgxpool.NewWithConfig(ctx, cfg)
+	require.NoError(t, err)
+	t.Cleanup(pool.Close)
+	_, err = postgres.OpenPool(ctx, pool)
+	require.ErrorIs(t, err, postgres.ErrSharedPreparedStatements)
 }
 
 type pgbouncerJob struct{ N int }

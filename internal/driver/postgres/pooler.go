@@ -5,7 +5,6 @@ import (
 	"crypto/rand"
 	"encoding/hex"
 	"errors"
-	"fmt"
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
@@ -34,46 +33,44 @@ var ErrSharedPreparedStatements = errors.New("the connection goes through a pool
 // there for another to collide with: the two shared a server connection.
 // It looks only for those modes, and when its connection's process id
 // (the one sent at connect) is not the server's: a pooler's, so a direct
-// connection costs one query. Two clients of a pooler in transaction mode that is
-// otherwise idle use the same server connection one after the other; a
-// busy one may lend the second another, and then it passes.
+// connection costs one query. Two clients of a pooler in transaction
+// mode that is otherwise idle use the same server connection one after
+// the other; a busy one may lend the second another, and then it passes.
+// It is a check, not a step of opening: what keeps it from telling (a
+// second connection refused) lets Open go on.
 func checkPooler(ctx context.Context, pool *pgxpool.Pool) error {
-	cfg := pool.Config().ConnConfig
-	if m := cfg.DefaultQueryExecMode; m != pgx.QueryExecModeCacheStatement && m != pgx.QueryExecModeDescribeExec {
+	if m := pool.Config().ConnConfig.DefaultQueryExecMode; m != pgx.QueryExecModeCacheStatement && m != pgx.QueryExecModeDescribeExec {
 		return nil
 	}
 	c, err := pool.Acquire(ctx)
 	if err != nil {
-		return err
+		return nil // the pool's own statements will say what is wrong
 	}
 	defer c.Release()
 	var pid uint32
-	if err := c.QueryRow(ctx, "SELECT pg_backend_pid()", pgx.QueryExecModeSimpleProtocol).Scan(&pid); err != nil {
-		return fmt.Errorf("read the server's process id: %w", err)
+	if err := c.QueryRow(ctx, "SELECT pg_backend_pid()", pgx.QueryExecModeSimpleProtocol).Scan(&pid); err != nil || pid == c.Conn().PgConn().PID() {
+		return nil // no pooler between, or no telling
 	}
-	if pid == c.Conn().PgConn().PID() {
-		return nil // no pooler between
-	}
-	other, err := pgconn.ConnectConfig(ctx, &cfg.Config)
+	// The second client connects as the listener would: through the
+	// pool's hooks, which may supply a password that rotates.
+	other, closeOther, err := (&DB{pool: pool}).listenConn(ctx)
 	if err != nil {
-		return err
+		return nil
 	}
-	defer other.Close(context.WithoutCancel(ctx))
+	defer closeOther()
 	b := make([]byte, 8)
 	_, _ = rand.Read(b)
 	name := "sluice_probe_" + hex.EncodeToString(b)
 	if _, err := c.Conn().PgConn().Prepare(ctx, name, "SELECT 1", nil); err != nil {
-		return fmt.Errorf("prepare a statement: %w", err)
+		return nil
 	}
 	defer func() { _ = c.Conn().PgConn().Exec(context.WithoutCancel(ctx), "DEALLOCATE "+name).Close() }()
-	_, err = other.Prepare(ctx, name, "SELECT 1", nil)
-	var pgErr *pgconn.PgError
-	if errors.As(err, &pgErr) && pgErr.Code == "42P05" { // duplicate_prepared_statement
+	_, err = other.PgConn().Prepare(ctx, name, "SELECT 1", nil)
+	if pgErr := (*pgconn.PgError)(nil); errors.As(err, &pgErr) && pgErr.Code == "42P05" { // duplicate_prepared_statement
 		return ErrSharedPreparedStatements
 	}
-	if err != nil {
-		return fmt.Errorf("prepare a statement: %w", err)
+	if err == nil {
+		_ = other.PgConn().Exec(ctx, "DEALLOCATE "+name).Close()
 	}
-	_ = other.Exec(ctx, "DEALLOCATE "+name).Close()
 	return nil
 }
