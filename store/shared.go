@@ -23,7 +23,12 @@ import (
 // pool makes its connections: from a copy of its ConnConfig, through its
 // BeforeConnect hook (a rotating password, such as an IAM token, or the
 // address of the primary) and AfterConnect hook, and closed through its
-// BeforeClose hook.
+// BeforeClose hook. Behind a pooler in transaction mode (PgBouncer), the
+// pool's ConnConfig needs a DefaultQueryExecMode that prepares no named
+// statement (pgx.QueryExecModeCacheDescribe): it refuses pgx's default
+// there when it finds one; the listener then hears nothing, says so in a
+// warning, and workers poll (docs/operations.md, "PostgreSQL behind
+// PgBouncer").
 func OpenPostgresPool(ctx context.Context, pool *pgxpool.Pool, opts ...Option) (*Store, error) {
 	return shared(postgres.OpenPool(ctx, pool))(opts)
 }

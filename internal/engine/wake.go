@@ -2,6 +2,7 @@ package engine
 
 import (
 	"context"
+	"errors"
 	"log/slog"
 	"slices"
 	"sync"
@@ -86,7 +87,9 @@ func (s *Store) Wake(queues ...string) {
 // connection has listened. Since no notification is heard while the
 // connection is down, it wakes every worker when the connection fails
 // (for a notification lost with it) and again once it listens again (for
-// those sent in between); workers also poll meanwhile.
+// those sent in between); workers also poll meanwhile. A listener that
+// hears nothing (ErrNotificationsUnheard: a pooler in transaction mode)
+// is not started again: workers poll.
 func (s *Store) listen(ctx context.Context, l Listener) {
 	const first, most = time.Second, 30 * time.Second
 	pause := first
@@ -100,6 +103,11 @@ func (s *Store) listen(ctx context.Context, l Listener) {
 			}
 		}, func(queue string) { s.Wake(queue) })
 		if ctx.Err() != nil {
+			return
+		}
+		if errors.Is(err, ErrNotificationsUnheard) {
+			slog.Warn("sluice: notifications do not arrive through this connection; workers poll instead", "err", err)
+			s.Wake("*")
 			return
 		}
 		slog.Warn("sluice: notifications lost; workers poll until they return", "err", err, "retry_in", pause)

@@ -20,7 +20,9 @@ import (
 // outside the pool but made as the pool makes its connections: from a copy
 // of its ConnConfig, through its BeforeConnect and AfterConnect hooks, and
 // closed through its BeforeClose (its acquire hooks do not apply). It
-// checks that the database answers; it does not migrate.
+// checks that the database answers, and that the pool does not prepare
+// named statements through a pooler that shares them (as Open); it does
+// not migrate.
 func OpenPool(ctx context.Context, pool *pgxpool.Pool) (*engine.Store, error) {
 	if pool == nil {
 		return nil, errors.New("postgres: OpenPool: the pool is nil")
@@ -28,6 +30,9 @@ func OpenPool(ctx context.Context, pool *pgxpool.Pool) (*engine.Store, error) {
 	if err := pool.Ping(ctx); err != nil {
 		c := pool.Config().ConnConfig
 		return nil, fmt.Errorf("postgres: connect to %s:%d: %w", c.Host, c.Port, onceEach(err))
+	}
+	if err := checkPooler(ctx, pool); err != nil {
+		return nil, fmt.Errorf("postgres: %w", err)
 	}
 	return engine.New(Dialect{}, &DB{pool: pool, shared: true}), nil
 }

@@ -34,7 +34,12 @@ const Channel = engine.Channel
 // sluice_notify=off and sluice_advisory_lock=off turn off LISTEN/NOTIFY
 // and the advisory migration lock, for a PostgreSQL-compatible engine
 // that lacks them (CockroachDB, YugabyteDB): workers then poll, and
-// migrators take a lock row.
+// migrators take a lock row. Behind a pooler in transaction mode, the URL
+// must set a default_query_exec_mode that prepares no named statement
+// (Open returns ErrSharedPreparedStatements if it finds one that shares
+// them), and sluice_notify=off saves the listener its LISTEN, which
+// hears nothing there (docs/operations.md, "PostgreSQL behind
+// PgBouncer").
 func Open(ctx context.Context, url string) (*engine.Store, error) {
 	url, d, err := options(url)
 	if err != nil {
@@ -51,6 +56,10 @@ func Open(ctx context.Context, url string) (*engine.Store, error) {
 	if err := pool.Ping(ctx); err != nil {
 		pool.Close()
 		return nil, fmt.Errorf("postgres: connect to %s:%d: %w", cfg.ConnConfig.Host, cfg.ConnConfig.Port, onceEach(err))
+	}
+	if err := checkPooler(ctx, pool); err != nil {
+		pool.Close()
+		return nil, fmt.Errorf("postgres: %w", err)
 	}
 	return engine.New(d, &DB{pool: pool}), nil
 }
