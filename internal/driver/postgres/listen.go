@@ -68,17 +68,24 @@ func (d *DB) hearsItself(ctx context.Context, conn *pgx.Conn) error {
 
 // Listen holds a connection of its own LISTENing on channel, calls
 // listening once LISTEN succeeded, then fn with each payload until ctx is
-// done (it returns nil) or the connection fails. It first checks that the
-// connection hears a notification sent through the pool (hearsItself),
-// and returns engine.ErrNotificationsUnheard if it does not.
+// done (it returns nil) or the connection fails. Through a pooler, it
+// first checks that the connection hears a notification sent through the
+// pool (hearsItself), and returns engine.ErrNotificationsUnheard if it
+// does not.
 func (d *DB) Listen(ctx context.Context, channel string, listening func(), fn func(string)) error {
 	conn, closeConn, err := d.listenConn(ctx)
 	if err != nil {
 		return fmt.Errorf("listen: %w", err)
 	}
 	defer closeConn()
-	if err := d.hearsItself(ctx, conn); err != nil {
+	// A direct connection hears what is sent through the pool; one through
+	// a pooler may not (hearsItself).
+	if pooled, err := pooled(ctx, conn); err != nil {
 		return fmt.Errorf("listen: %w", err)
+	} else if pooled {
+		if err := d.hearsItself(ctx, conn); err != nil {
+			return fmt.Errorf("listen: %w", err)
+		}
 	}
 	if _, err := conn.Exec(ctx, "LISTEN "+pgx.Identifier{channel}.Sanitize()); err != nil {
 		return fmt.Errorf("listen: %w", err)

@@ -75,3 +75,29 @@ func TestTheListenersConnectionGoesThroughThePoolsHooks(t *testing.T) {
 	require.True(t, connected[listener], "the pool's AfterConnect did not see the listener's connection")
 	require.True(t, closedPIDs[listener], "the pool's BeforeClose did not see the listener's connection closed")
 }
+
+// A listener connected straight to PostgreSQL hears what is sent through
+// the pool: it does not probe for it (hearsItself), which under a loaded
+// server could wait past its bound and turn notifications off for the
+// rest of the run. With the probe's bound at a nanosecond, a direct
+// listener still listens.
+func TestADirectListenerDoesNotProbeForItsNotifications(t *testing.T) {
+	defer postgres.SetHearWithin(time.Nanosecond)()
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	s, err := postgres.Open(ctx, postgresBackend(t).URL(t))
+	require.NoError(t, err)
+	defer s.Close()
+	listening := make(chan struct{})
+	done := make(chan error, 1)
+	go func() {
+		done <- s.DB().(engine.Listener).Listen(ctx, engine.Channel, func() { close(listening) }, func(string) {})
+	}()
+	select {
+	case <-listening:
+	case err := <-done:
+		t.Fatalf("the listener returned before it listened: %v", err)
+	}
+	cancel()
+	require.NoError(t, <-done)
+}

@@ -47,8 +47,7 @@ func checkPooler(ctx context.Context, pool *pgxpool.Pool) error {
 		return nil // the pool's own statements will say what is wrong
 	}
 	defer c.Release()
-	var pid uint32
-	if err := c.QueryRow(ctx, "SELECT pg_backend_pid()", pgx.QueryExecModeSimpleProtocol).Scan(&pid); err != nil || pid == c.Conn().PgConn().PID() {
+	if pooled, err := pooled(ctx, c.Conn()); err != nil || !pooled {
 		return nil // no pooler between, or no telling
 	}
 	// The second client connects as the listener would: through the
@@ -73,4 +72,15 @@ func checkPooler(ctx context.Context, pool *pgxpool.Pool) error {
 		_ = other.PgConn().Exec(ctx, "DEALLOCATE "+name).Close()
 	}
 	return nil
+}
+
+// pooled reports whether conn goes through a pooler: the backend that
+// answers is not the one whose process id came back at connect (a
+// pooler sends its own). A direct connection is never pooled.
+func pooled(ctx context.Context, conn *pgx.Conn) (bool, error) {
+	var pid uint32
+	if err := conn.QueryRow(ctx, "SELECT pg_backend_pid()", pgx.QueryExecModeSimpleProtocol).Scan(&pid); err != nil {
+		return false, err
+	}
+	return pid != conn.PgConn().PID(), nil
 }
