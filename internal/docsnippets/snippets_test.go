@@ -154,6 +154,53 @@ func rateLimits429(resp *http.Response) error {
 	return jobs.RetryAfter(time.Second)
 }
 
+type SyncShop struct{ ShopID int64 }
+
+func (SyncShop) Kind() string { return "sync_shop" }
+
+func syncShop(ctx context.Context, j *jobs.Job[SyncShop]) error { return nil }
+
+type SyncRepo struct{ InstallationID int64 }
+
+func (SyncRepo) Kind() string { return "sync_repo" }
+
+func syncRepo(ctx context.Context, j *jobs.Job[SyncRepo]) error { return nil }
+
+type SendSMS struct{ From, To, Body string }
+
+func (SendSMS) Kind() string { return "send_sms" }
+
+func sendSMS(ctx context.Context, j *jobs.Job[SendSMS]) error { return nil }
+
+func rateLimitsProviders(reg *jobs.Registry) {
+	// Shopify REST Admin API: a bucket of 40 per store, leaking 2 a second.
+	jobs.Register(reg, syncShop,
+		jobs.RateLimit(ratelimit.Limit[SyncShop]{
+			To: 41, Per: time.Second, Burst: 40, // C + n − 1 per P, burst C
+			Key: func(a SyncShop) any { return a.ShopID },
+		}))
+
+	// 100 a second, no burst stated.
+	jobs.Register(reg, syncStripeCustomer,
+		jobs.RateLimit(ratelimit.Limit[SyncStripeCustomer]{
+			To: 100, Per: time.Second, Burst: 1, Key: "global",
+		}))
+
+	// GitHub: 5,000 an hour per installation, reset on the hour.
+	jobs.Register(reg, syncRepo,
+		jobs.RateLimit(ratelimit.Limit[SyncRepo]{
+			To: 5000, Per: time.Hour, Burst: 50, // drains at 4,951 an hour
+			Key: func(a SyncRepo) any { return a.InstallationID },
+		}))
+
+	// One message a second per sender number: a budget per sender.
+	jobs.Register(reg, sendSMS,
+		jobs.RateLimit(ratelimit.Limit[SendSMS]{
+			To: 1, Per: time.Second, Burst: 1,
+			Key: func(a SendSMS) any { return a.From },
+		}))
+}
+
 // ---- docs/concurrency.md -------------------------------------------------
 
 type SyncAccountC struct{ AccountID int64 } // the page's SyncAccount
@@ -396,7 +443,7 @@ func rateLimitsNames(s *store.Store, client *jobs.Client, reg *jobs.Registry) {
 // from calling them unused.
 func TestDocSnippetsCompile(t *testing.T) {
 	_ = []any{readmeShortExample, readmeSharedPool, readmeMain, readmeApp, jobsPackageDoc, uiPackageDoc,
-		rateLimitsIntro, rateLimitsQueue, rateLimits429, concurrencyIntro, concurrencyRecipe,
+		rateLimitsIntro, rateLimitsQueue, rateLimits429, rateLimitsProviders, concurrencyIntro, concurrencyRecipe,
 		coalesceIntro, coalesceCollect, fairnessIntro, recurringTasks, operationsMain, operationsApp,
 		observabilityRunMiddleware, observabilityEnqueueMiddleware, observabilityMetadata, handleMetadata,
 		observabilityOtel, handleLogging, dashboardMount, rateLimitsNames}
