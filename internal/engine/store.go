@@ -125,6 +125,35 @@ func (s *Store) retryTx(ctx context.Context, try func() error) error {
 	return err
 }
 
+// execAlone runs one statement in a transaction of its own, again after
+// a deadlock or a serialization failure, or on SQLite after the database
+// stayed busy past the busy timeout (another process's long transaction, a
+// backup, a migration), as retryTx runs a transaction again: a statement
+// that failed so changed nothing. Without it an operator's pause, an
+// override, or a heartbeat failed at the first busy timeout while the
+// transactions around them waited out five.
+func (s *Store) execAlone(ctx context.Context, q string, args []any) (Result, error) {
+	var res Result
+	err := s.retryTx(ctx, func() error {
+		var err error
+		res, err = exec(ctx, s.db, q, args)
+		return err
+	})
+	return res, err
+}
+
+// queryAlone is execAlone for a statement that returns one int64 column
+// (an INSERT … RETURNING).
+func (s *Store) queryAlone(ctx context.Context, q string, args []any) ([]int64, error) {
+	var out []int64
+	err := s.retryTx(ctx, func() error {
+		var err error
+		out, err = queryInt64s(ctx, s.db, q, args)
+		return err
+	})
+	return out, err
+}
+
 // Retryable is implemented by errors that say the whole transaction may
 // simply run again, as a deadlock or a serialization failure does: a
 // pool wrapper's own errors (a test's injected failures) use it to be
