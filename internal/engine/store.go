@@ -105,7 +105,8 @@ func (s *Store) openTx(ctx context.Context, begin func(context.Context) (Tx, err
 
 // retryTx runs try, which runs one transaction, again after a deadlock or
 // serialization failure, up to maxRetries times in all, and after a
-// report of missingBudgets once it has created them.
+// report of missingBudgets once it has created them. When every attempt
+// met another transaction's locks, its error says so and what to do.
 func (s *Store) retryTx(ctx context.Context, try func() error) error {
 	var err error
 	for attempt := 0; attempt < maxRetries; attempt++ {
@@ -113,14 +114,17 @@ func (s *Store) retryTx(ctx context.Context, try func() error) error {
 		var missing missingBudgets
 		if errors.As(err, &missing) && ctx.Err() == nil {
 			if err = s.createBudgets(ctx, missing); err != nil {
-				break
+				return err
 			}
 			err = missing // reported if no attempt is left
 			continue
 		}
 		if err == nil || !s.retryable(err) || ctx.Err() != nil {
-			break
+			return err
 		}
+	}
+	if err != nil && s.retryable(err) {
+		return fmt.Errorf("%w (%d attempts, each stopped by another transaction's locks: a long transaction, a backup or a migration holding the database, or on SQLite another process writing for longer than the busy timeout; run it again once that is done)", err, maxRetries)
 	}
 	return err
 }
