@@ -28,7 +28,7 @@ func (s *Store) setPaused(ctx context.Context, queue string, paused bool, now ti
 		return err // a name no job's queue can have (on MySQL "mail " would be "mail")
 	}
 	q, args := s.q.SetQueuePaused(queue, paused, Micros(now))
-	if _, err := exec(ctx, s.db, q, args); err != nil {
+	if _, err := s.execAlone(ctx, q, args); err != nil {
 		return s.wrap(fmt.Errorf("pause queue %s: %w", queue, err))
 	}
 	return nil

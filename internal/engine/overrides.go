@@ -60,7 +60,7 @@ func (s *Store) SetOverride(ctx context.Context, o Override, now time.Time) erro
 		return err
 	}
 	q, args := s.q.SaveOverride(OverrideRow{Target: o.Target, To: o.To, PerUS: o.Per.Microseconds(), Burst: burst, UpdatedAt: Micros(now)})
-	if _, err := exec(ctx, s.db, q, args); err != nil {
+	if _, err := s.execAlone(ctx, q, args); err != nil {
 		return s.wrap(fmt.Errorf("limit override %s: %w", o.Target, err))
 	}
 	return nil
@@ -78,7 +78,7 @@ func (s *Store) ClearOverride(ctx context.Context, target string) error {
 		return fmt.Errorf("clear limit override: %w; it must name a budget or a scope", err)
 	}
 	q, args := s.q.DeleteOverride(target)
-	res, err := exec(ctx, s.db, q, args)
+	res, err := s.execAlone(ctx, q, args)
 	if err != nil {
 		return s.wrap(fmt.Errorf("clear limit override %s: %w", target, err))
 	}

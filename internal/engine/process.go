@@ -31,7 +31,7 @@ func (s *Store) RegisterProcess(ctx context.Context, p Process, c Clock) (int64,
 	row := ProcessRow{Kind: p.Kind, Name: p.Name, Hostname: p.Hostname, PID: p.PID, Queues: p.Queues, StartedAt: Micros(now), HeartbeatAt: Micros(now)}
 	q, args := s.q.InsertProcess(row)
 	if s.q.c.Returning {
-		ids, err := queryInt64s(ctx, s.db, q, args)
+		ids, err := s.queryAlone(ctx, q, args)
 		if err != nil {
 			return 0, s.wrap(fmt.Errorf("register process: %w", err))
 		}
@@ -40,7 +40,7 @@ func (s *Store) RegisterProcess(ctx context.Context, p Process, c Clock) (int64,
 		}
 		return ids[0], nil
 	}
-	res, err := exec(ctx, s.db, q, args)
+	res, err := s.execAlone(ctx, q, args)
 	if err != nil {
 		return 0, s.wrap(fmt.Errorf("register process: %w", err))
 	}
@@ -56,7 +56,7 @@ func (s *Store) Heartbeat(ctx context.Context, id int64, c Clock) (bool, error) 
 		return false, s.wrap(fmt.Errorf("heartbeat: %w", err))
 	}
 	q, args := s.q.Heartbeat(id, Micros(now))
-	res, err := exec(ctx, s.db, q, args)
+	res, err := s.execAlone(ctx, q, args)
 	if err != nil {
 		return false, s.wrap(fmt.Errorf("heartbeat: %w", err))
 	}
@@ -76,7 +76,7 @@ func (s *Store) Heartbeat(ctx context.Context, id int64, c Clock) (bool, error) 
 // DeregisterProcess removes a process that stopped cleanly.
 func (s *Store) DeregisterProcess(ctx context.Context, id int64) error {
 	q, args := s.q.DeleteProcess(id)
-	if _, err := exec(ctx, s.db, q, args); err != nil {
+	if _, err := s.execAlone(ctx, q, args); err != nil {
 		return s.wrap(fmt.Errorf("deregister process: %w", err))
 	}
 	return nil

@@ -105,7 +105,8 @@ func (s *Store) openTx(ctx context.Context, begin func(context.Context) (Tx, err
 
 // retryTx runs try, which runs one transaction, again after a deadlock or
 // serialization failure, up to maxRetries times in all, and after a
-// report of missingBudgets once it has created them.
+// report of missingBudgets once it has created them. When every attempt
+// met another transaction's locks, its error says so and what to do.
 func (s *Store) retryTx(ctx context.Context, try func() error) error {
 	var err error
 	for attempt := 0; attempt < maxRetries; attempt++ {
@@ -113,16 +114,48 @@ func (s *Store) retryTx(ctx context.Context, try func() error) error {
 		var missing missingBudgets
 		if errors.As(err, &missing) && ctx.Err() == nil {
 			if err = s.createBudgets(ctx, missing); err != nil {
-				break
+				return err
 			}
 			err = missing // reported if no attempt is left
 			continue
 		}
 		if err == nil || !s.retryable(err) || ctx.Err() != nil {
-			break
+			return err
 		}
 	}
+	if err != nil && s.retryable(err) {
+		return fmt.Errorf("%w (%d attempts, each stopped by another transaction's locks: a long transaction, a backup or a migration holding the database, or on SQLite another process writing for longer than the busy timeout; run it again once that is done)", err, maxRetries)
+	}
 	return err
+}
+
+// execAlone runs one statement in a transaction of its own, again after
+// a deadlock or a serialization failure, or on SQLite after the database
+// stayed busy past the busy timeout (another process's long transaction, a
+// backup, a migration), as retryTx runs a transaction again: a statement
+// that failed so changed nothing. Without it an operator's pause, an
+// override, or a heartbeat failed at the first busy timeout while the
+// transactions around them waited out five.
+func (s *Store) execAlone(ctx context.Context, q string, args []any) (Result, error) {
+	var res Result
+	err := s.retryTx(ctx, func() error {
+		var err error
+		res, err = exec(ctx, s.db, q, args)
+		return err
+	})
+	return res, err
+}
+
+// queryAlone is execAlone for a statement that returns one int64 column
+// (an INSERT … RETURNING).
+func (s *Store) queryAlone(ctx context.Context, q string, args []any) ([]int64, error) {
+	var out []int64
+	err := s.retryTx(ctx, func() error {
+		var err error
+		out, err = queryInt64s(ctx, s.db, q, args)
+		return err
+	})
+	return out, err
 }
 
 // Retryable is implemented by errors that say the whole transaction may

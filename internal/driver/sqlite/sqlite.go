@@ -38,6 +38,17 @@ const (
 	SyncNormal = "NORMAL"
 )
 
+// walSizeLimit is the size, in bytes, SQLite truncates the write-ahead log
+// back to once a checkpoint has emptied it (PRAGMA journal_size_limit).
+// Without it the -wal file keeps the largest size it ever reached: a read
+// transaction held open for a while (a backup, a long report) stops
+// checkpoints from emptying the log, which grows with every commit until
+// that read ends, and then stays that size until the last connection to
+// the file closes. Normal work keeps the log near SQLite's checkpoint
+// threshold (1000 pages, about 4 MiB), well under it. A variable so that
+// tests can lower it.
+var walSizeLimit int64 = 64 << 20
+
 // Options tune how the database file is opened.
 type Options struct {
 	// Synchronous is SyncFull (the default) or SyncNormal.
@@ -70,7 +81,8 @@ func Open(ctx context.Context, path string, opts Options) (*engine.Store, error)
 
 // DSN returns the data source name Open opens path with, for
 // sql.Open("sqlite", dsn): WAL mode, the busy timeout, the synchronous
-// mode, and transactions that take the write lock at once. An app that
+// mode, a write-ahead log truncated back to 64 MiB once a checkpoint has
+// emptied it, and transactions that take the write lock at once. An app that
 // opens its own *sql.DB for OpenDB should open it with this. path is the
 // file's name as it is, not a URL: its '%', '?' and '#' name that file.
 func DSN(path string, opts Options) (string, error) {
@@ -92,6 +104,7 @@ func DSN(path string, opts Options) (string, error) {
 	q.Add("_pragma", fmt.Sprintf("busy_timeout(%d)", busy))
 	q.Add("_pragma", "journal_mode(WAL)")
 	q.Add("_pragma", "synchronous("+sync+")")
+	q.Add("_pragma", fmt.Sprintf("journal_size_limit(%d)", walSizeLimit))
 	q.Add("_txlock", "immediate")
 	// SQLite reads a name that starts with file: as a URI: its path is
 	// percent-decoded and ends at a '?' or '#'. The path is escaped so
