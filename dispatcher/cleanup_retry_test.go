@@ -65,12 +65,25 @@ func TestAFailedCleanUpIsTriedAgainOnTheNextRound(t *testing.T) {
 }
 
 // flakyCleanUpDB fails, while fail is set, the clean-up's read of finished
-// jobs, as a dropped connection would.
+// jobs (or, when stmt is set, the statements of its transactions that
+// contain stmt), as a dropped connection would.
 // reads counts those that went through.
 type flakyCleanUpDB struct {
 	engine.DB
+	stmt         string
 	fail, failed atomic.Bool
 	reads        atomic.Int32
+}
+
+// finishedJobsRead starts the clean-up's read of finished jobs.
+const finishedJobsRead = "SELECT id, calls FROM sluice_jobs"
+
+// matches reports whether q is a statement d fails.
+func (d *flakyCleanUpDB) matches(q string) bool {
+	if d.stmt == "" {
+		return strings.HasPrefix(strings.TrimSpace(q), finishedJobsRead)
+	}
+	return strings.Contains(q, d.stmt)
 }
 
 func (d *flakyCleanUpDB) Begin(ctx context.Context) (engine.Tx, error) {
@@ -87,7 +100,7 @@ type flakyCleanUpTx struct {
 }
 
 func (t *flakyCleanUpTx) Query(ctx context.Context, q string, args ...any) (engine.Rows, error) {
-	if strings.HasPrefix(strings.TrimSpace(q), "SELECT id, calls FROM sluice_jobs") {
+	if t.db.matches(q) {
 		if t.db.fail.Load() {
 			t.db.failed.Store(true)
 			return nil, errors.New("read tcp 10.0.0.7:5432: connection reset by peer")

@@ -2,9 +2,6 @@ package dispatcher_test
 
 import (
 	"context"
-	"errors"
-	"strings"
-	"sync/atomic"
 	"testing"
 	"time"
 
@@ -30,7 +27,10 @@ func TestAFailingIdleBudgetsStepLeavesTheOtherCleanUpsRunning(t *testing.T) {
 		_, err = s.DB().Exec(ctx, "INSERT INTO sluice_coalesce_keys (name, job_id) VALUES ('k/released', 987654321)")
 		require.NoError(t, err)
 
-		db := &failingBudgetsCleanUpDB{DB: s.DB()}
+		// The clean-up's read of idle budgets fails, as a statement that
+		// keeps failing on one table would.
+		db := &flakyCleanUpDB{DB: s.DB(), stmt: "FROM sluice_budgets WHERE tat_ns <="}
+		db.fail.Store(true)
 		c := clock.NewFake(t0) // 12:00: the first hourly tick is 13:00
 		d := newDispatcher(t, engine.New(s.Dialect(), db), dispatcher.Config{Clock: c, Logger: quiet(),
 			Maintenance: dispatcher.Maintenance{ClearFinishedJobs: dispatcher.MaintenanceTask{Off: true}, FreeExpiredSlots: dispatcher.MaintenanceTask{Off: true}}})
@@ -51,48 +51,6 @@ func TestAFailingIdleBudgetsStepLeavesTheOtherCleanUpsRunning(t *testing.T) {
 		require.Zero(t, left, "the coalesce keys' step ran after the budgets' failed")
 		require.Contains(t, tickErr.Error(), "clear idle budgets", "the error names the step that failed")
 	})
-}
-
-// failingBudgetsCleanUpDB fails the clean-up's read of idle budgets, as a
-// statement that keeps failing on one table would.
-type failingBudgetsCleanUpDB struct {
-	engine.DB
-	failed atomic.Bool
-}
-
-func (d *failingBudgetsCleanUpDB) Begin(ctx context.Context) (engine.Tx, error) {
-	tx, err := d.DB.Begin(ctx)
-	if err != nil {
-		return nil, err
-	}
-	return &failingBudgetsCleanUpTx{Tx: tx, db: d}, nil
-}
-
-func (d *failingBudgetsCleanUpDB) Query(ctx context.Context, q string, args ...any) (engine.Rows, error) {
-	if err := d.fail(q); err != nil {
-		return nil, err
-	}
-	return d.DB.Query(ctx, q, args...)
-}
-
-func (d *failingBudgetsCleanUpDB) fail(q string) error {
-	if strings.Contains(q, "FROM sluice_budgets WHERE tat_ns <=") {
-		d.failed.Store(true)
-		return errors.New("ERROR: could not read block 7 in file \"base/16384/24576\"")
-	}
-	return nil
-}
-
-type failingBudgetsCleanUpTx struct {
-	engine.Tx
-	db *failingBudgetsCleanUpDB
-}
-
-func (t *failingBudgetsCleanUpTx) Query(ctx context.Context, q string, args ...any) (engine.Rows, error) {
-	if err := t.db.fail(q); err != nil {
-		return nil, err
-	}
-	return t.Tx.Query(ctx, q, args...)
 }
 
 // The hourly clean-up of finished jobs also deletes old tick records. A
