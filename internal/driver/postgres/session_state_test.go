@@ -2,7 +2,6 @@ package postgres_test
 
 import (
 	"io/fs"
-	"reflect"
 	"regexp"
 	"strings"
 	"testing"
@@ -10,7 +9,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/sluicequeue/sluice/internal/driver/postgres"
-	"github.com/sluicequeue/sluice/internal/engine"
+	"github.com/sluicequeue/sluice/internal/testdb"
 )
 
 // sessionScoped matches SQL that leaves state on the server connection
@@ -40,27 +39,7 @@ func TestNoStatementKeepsSessionState(t *testing.T) {
 		}
 	}
 	for _, d := range []postgres.Dialect{{}, {NoNotify: true, NoAdvisoryLock: true}} {
-		q, err := engine.NewSQL(d)
-		require.NoError(t, err)
-		v := reflect.ValueOf(q)
-		checked := 0
-		for i := range v.NumMethod() {
-			m, name := v.Method(i), v.Type().Method(i).Name
-			if m.Type().NumOut() == 0 || m.Type().Out(0).Kind() != reflect.String {
-				continue
-			}
-			var in []reflect.Value
-			for k := range m.Type().NumIn() {
-				at := m.Type().In(k)
-				if at.Kind() == reflect.Slice {
-					in = append(in, reflect.MakeSlice(at, 2, 2))
-				} else {
-					in = append(in, reflect.Zero(at))
-				}
-			}
-			check(name, m.Call(in)[0].String())
-			checked++
-		}
+		checked := testdb.EachStatement(t, d, func(name, text string, _ []any) { check(name, text) })
 		require.Greater(t, checked, 50, "the catalog's statements")
 	}
 	// The rule's own test: what it must catch.
