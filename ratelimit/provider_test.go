@@ -28,38 +28,40 @@ func ceilDiv(a, b int64) int64 { return (a + b - 1) / b }
 
 // A leaky bucket of C leaking n every P is To: C + n − 1 per P, Burst: C.
 // The declaration is the provider's own limiter (GCRA is the leaky bucket's
-// virtual-scheduling form), so it is the best one too.
-func TestProviderLeakyBucket(t *testing.T) {
+// virtual-scheduling form), so it is the best one too. A token bucket of C
+// refilled with n every P is the same leaky bucket, counted the other way.
+func TestProviderLeakyBucket(t *testing.T) { checkBucket(t, leaky) }
+
+// TestProviderTokenBucket is TestProviderLeakyBucket against a token
+// bucket.
+func TestProviderTokenBucket(t *testing.T) { checkBucket(t, tokens) }
+
+// The buckets checkBucket checks a declaration against.
+func leaky(c, n int, every int64) provider {
+	return &leakyBucket{capacity: int64(c), leak: int64(n), every: every}
+}
+
+func tokens(c, n int, every int64) provider {
+	return &tokenBucket{capacity: int64(c), refill: int64(n), every: every}
+}
+
+// checkBucket checks To: C + n − 1 per P, Burst: C against the bucket of C
+// that bucket makes, leaking (or refilled with) n every P: it rejects no
+// admission, and a backlog drains within 1% of the bucket's rate.
+func checkBucket(t *testing.T, bucket func(c, n int, every int64) provider) {
 	rapid.Check(t, func(rt *rapid.T) {
 		c := rapid.IntRange(1, 100).Draw(rt, "capacity")
-		n := rapid.IntRange(1, 50).Draw(rt, "leak")
+		n := rapid.IntRange(1, 50).Draw(rt, "rate")
 		every := rapid.SampledFrom(leakPeriods).Draw(rt, "every")
 		p := declare(rt, c+n-1, every, c)
 		adm := claims(rt, p, pattern{span: max(every, int64(c)*every/int64(n)), maxCost: 3, lag: every})
-		bucket := &leakyBucket{capacity: int64(c), leak: int64(n), every: every}
-		if i := firstRejection(bucket, adm, nil); i >= 0 {
+		if i := firstRejection(bucket(c, n, every), adm, nil); i >= 0 {
 			rt.Fatalf("the bucket rejected admission %d of %d at %d", i, len(adm), adm[i].at)
 		}
 		d := 100 * every
 		got, best := backlog(p, d), int64(c)+ceilDiv(d*int64(n), every)-1
 		if float64(got) < 0.99*float64(best) {
 			rt.Fatalf("a backlog drained %d in %s; the bucket admits %d", got, time.Duration(d), best)
-		}
-	})
-}
-
-// A token bucket of C refilled with n every P is the same leaky bucket,
-// counted the other way: To: C + n − 1 per P, Burst: C.
-func TestProviderTokenBucket(t *testing.T) {
-	rapid.Check(t, func(rt *rapid.T) {
-		c := rapid.IntRange(1, 100).Draw(rt, "capacity")
-		n := rapid.IntRange(1, 50).Draw(rt, "refill")
-		every := rapid.SampledFrom(leakPeriods).Draw(rt, "every")
-		p := declare(rt, c+n-1, every, c)
-		adm := claims(rt, p, pattern{span: max(every, int64(c)*every/int64(n)), maxCost: 3, lag: every})
-		bucket := &tokenBucket{capacity: int64(c), refill: int64(n), every: every}
-		if i := firstRejection(bucket, adm, nil); i >= 0 {
-			rt.Fatalf("the bucket rejected admission %d of %d at %d", i, len(adm), adm[i].at)
 		}
 	})
 }
