@@ -102,11 +102,14 @@ func (s *Store) deferOverflow(ctx context.Context, c Clock, o Overflow, horizon 
 		if ok {
 			return nil // room again: the claims admit what comes next
 		}
-		// Jobs more urgent than those slotted ahead are left to the
-		// claims, which give them the slots of less urgent ones.
-		q, args = s.q.LockReadyLike(o.Queue, o.Kind, o.RateKeys, b.lowest(now), batch)
+		q, args = s.q.LockReadyLike(o.Queue, o.Kind, o.RateKeys, batch)
 		ids, prios, err := queryIDPriorities(ctx, tx, q, args)
-		if err != nil || len(ids) == 0 {
+		if err != nil || len(ids) == 0 || prios[0] < b.lowest(now) {
+			// A job more urgent than those slotted ahead is left to the
+			// claims, which give it the slot of a less urgent one: the
+			// sweep ends, for the claims beside it leave the jobs like
+			// the flood's to it, and the budget would meanwhile admit
+			// its less urgent jobs ahead of it.
 			return err
 		}
 		from := b.state.NextSlot

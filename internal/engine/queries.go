@@ -160,7 +160,7 @@ func NewSQL(d Dialect) (*SQL, error) {
 		{&q.lockReadyLimitedAt, "LockReadyLimitedAt", []string{"queue", "priority", "after", "before", "limit"}},
 		{&q.lockReadyLimitedBefore, "LockReadyLimitedBefore", []string{"queue", "priority", "limit"}},
 		{&q.lockReadyLimitedAfter, "LockReadyLimitedAfter", []string{"queue", "priority", "limit"}},
-		{&q.lockReadyLike, "LockReadyLike", []string{"queue", "priority", "rate_keys", "kind", "limit"}},
+		{&q.lockReadyLike, "LockReadyLike", []string{"queue", "rate_keys", "kind", "limit"}},
 		{&q.firstReadyLike, "FirstReadyLike", []string{"queue", "rate_keys", "kind"}},
 		{&q.lastReadyLike, "LastReadyLike", []string{"queue", "rate_keys", "kind"}},
 		{&q.markRunning, "MarkRunning", []string{"process_id", "now", "ids"}},
