@@ -46,8 +46,11 @@ func (res *ClaimResult) noteOverflow(o Overflow) {
 //
 // It never holds the budget while it works: it reads the budget, defers
 // the jobs, and moves the budget's slot cursor only if no claim moved it
-// meanwhile (a compare-and-set at the very end, so claims wait for it no
-// longer than its commit); if one did, it starts the batch again.
+// meanwhile and no claim or Reprice charged it under another limit (a
+// compare-and-set at the very end, so claims wait for it no longer than
+// its commit); if one did, it starts the batch again, under the limit now
+// recorded: slots counted in the old limit's intervals would put the
+// cursor up to one of them past the horizon of a looser one.
 func (s *Store) DeferOverflow(ctx context.Context, c Clock, o Overflow, horizon time.Duration, batch int) ([]int64, []time.Time, error) {
 	if horizon <= 0 {
 		horizon = DefaultHorizon
@@ -73,7 +76,7 @@ func (s *Store) DeferOverflow(ctx context.Context, c Clock, o Overflow, horizon 
 // claim moved the budget's cursor under it.
 const maxCursorRaces = 3
 
-var errCursorMoved = errors.New("the budget's slot cursor moved")
+var errCursorMoved = errors.New("the budget's slot cursor or limit changed")
 
 func (s *Store) deferOverflow(ctx context.Context, c Clock, o Overflow, horizon time.Duration, batch, cost int) ([]int64, []time.Time, error) {
 	var deferred []int64
@@ -112,7 +115,7 @@ func (s *Store) deferOverflow(ctx context.Context, c Clock, o Overflow, horizon 
 			// its less urgent jobs ahead of it.
 			return err
 		}
-		from := b.state.NextSlot
+		read := b.row
 		until := ratelimit.Later(now, horizon.Nanoseconds())
 		jobs := make([]SetRow, len(ids))
 		parked := 0
@@ -127,7 +130,7 @@ func (s *Store) deferOverflow(ctx context.Context, c Clock, o Overflow, horizon 
 			}
 		}
 		var moved Result
-		q, args = s.q.MoveCursor(o.Key, from, b.state.NextSlot, parked, b.row.SlottedPriority)
+		q, args = s.q.MoveCursor(read, b.state.NextSlot, parked, b.row.SlottedPriority)
 		err = pipeline(ctx, tx, s.q.setJobRuns(StateReady, 0, Micros(at), jobs), nil)
 		if err == nil {
 			moved, err = exec(ctx, tx, q, args)

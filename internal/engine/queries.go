@@ -201,7 +201,7 @@ func NewSQL(d Dialect) (*SQL, error) {
 		{&q.getBudget, "GetBudget", []string{"key"}},
 		{&q.insertBudgets, "InsertBudgets", []string{"rows"}},
 		{&q.saveBudgets, "SaveBudgets", []string{"rows"}},
-		{&q.moveCursor, "MoveCursor", []string{"to", "parked", "slotted_priority", "key", "from"}},
+		{&q.moveCursor, "MoveCursor", []string{"to", "parked", "slotted_priority", "key", "from", "interval_ns", "burst"}},
 		{&q.lockParkedBudgets, "LockParkedBudgets", []string{"until", "limit"}},
 		{&q.readRepriced, "ReadRepriced", []string{"target", "prefix", "past", "after", "interval_ns", "burst", "limit"}},
 		{&q.lockParked, "LockParked", []string{"key", "limit"}},
