@@ -34,7 +34,9 @@ func (res *ClaimResult) noteOverflow(o Overflow) {
 // of its own instead of claim after claim: a flood of jobs on one tight
 // budget leaves the ready queue in a few statements, and each job still
 // moves once. It stops when the budget has room again (the claims admit
-// what comes next), and moves nothing of a paused queue (its jobs stay
+// what comes next) or when a job like the flood's more urgent than the
+// budget's slotted jobs is ready (the claims give it the slot of a less
+// urgent one), and moves nothing of a paused queue (its jobs stay
 // where they are until it resumes; a sweep that began before the pause
 // ends). It returns the ids of the jobs it deferred (those it read to
 // defer them: it runs no statement more for them) and the slots it handed
