@@ -25,8 +25,11 @@ import (
 // shares, a concurrency limit per key, rate limits (the kind's and a
 // queue's), priorities — across two queues that share the budgets and the
 // concurrency keys, with queue pauses and resumes, limits lowered and
-// raised, operators' retries and cancels, and every outcome of a run:
-// completion, error, cancel, Snooze, RetryAfter (429), release.
+// raised (and handed to parked budgets by Reprice, or left to the claims),
+// floods of alike jobs and batches of their sweeps (DeferOverflow) at any
+// point after a claim met them, operators' retries and cancels, and every
+// outcome of a run: completion, error, cancel, Snooze, RetryAfter (429),
+// release.
 //
 // The model test (model_test.go) drives most of these, but not pauses,
 // two queues sharing keys, or the checks below that look at runs rather
@@ -122,6 +125,8 @@ type comboModel struct {
 	log         []string
 	stats       *comboStats
 	hint        []string // the budgets the last claim locked
+	// overflows are those the claims reported, for sweeps to move.
+	overflows []engine.Overflow
 	// revived are the jobs an operator retried after they finished.
 	revived map[int64]bool
 	// lastStep names the step just taken; prevRows and prevPaused are
@@ -135,7 +140,7 @@ type comboModel struct {
 // comboStats counts what the walks did, to show they reach the
 // combinations they are for.
 type comboStats struct {
-	Walks, Enqueued, Joined, Blocked, Claims, Runs, Deferred, Parked, PausedSkips, Outcomes, SlotOutcomes, Operators, Pauses int
+	Walks, Enqueued, Joined, Blocked, Claims, Runs, Deferred, Parked, Swept, PausedSkips, Outcomes, SlotOutcomes, Operators, Pauses int
 }
 
 func newComboModel(t *rapid.T, s *engine.Store) *comboModel {
@@ -288,6 +293,11 @@ func (m *comboModel) steps() map[string]func(*rapid.T) {
 				PromoteDue: rapid.Bool().Draw(t, "promoteDue"), Fair: true, BudgetHint: hint, SnapshotHint: rapid.Bool().Draw(t, "snapshot")})
 			m.must(err, "claim")
 			m.hint = res.Budgets
+			for _, o := range res.Overflows {
+				if !slices.Contains(m.overflows, o) {
+					m.overflows = append(m.overflows, o)
+				}
+			}
 			m.step("claim pid=%d %v max=%d: %v (deferred %d)", pid, queues, max, ids(res.Jobs), len(res.Deferred))
 			m.stats.Claims++
 			m.stats.Runs += len(res.Jobs)
@@ -367,7 +377,41 @@ func (m *comboModel) steps() map[string]func(*rapid.T) {
 			scope := rapid.SampledFrom([]string{"r", engine.QueueScope + "/q1"}).Draw(t, "scope")
 			choice := rapid.IntRange(0, len(limitChoices)-1).Draw(t, "choice")
 			m.lim.set(scope, choice)
-			m.step("limit %s = %+v", scope, limitChoices[choice])
+			// A worker that has seen the change hands it to the budgets
+			// whose jobs are all parked; one that has not leaves it to
+			// the claims.
+			reprice := rapid.Bool().Draw(t, "reprice")
+			if reprice {
+				_, err := m.s.Reprice(m.ctx, m.clock(), engine.Repricing{Target: scope, Params: m.lim.specs[scope].Params, Horizon: 3 * time.Second})
+				m.must(err, "reprice")
+			}
+			m.step("limit %s = %+v (repriced %v)", scope, limitChoices[choice], reprice)
+		},
+		"flood": func(t *rapid.T) {
+			// Jobs alike, on one budget, which claims defer in numbers:
+			// what a sweep moves.
+			j := engine.NewJob{Kind: "k", Queue: rapid.SampledFrom(comboQueues).Draw(t, "queue"), Priority: rapid.IntRange(0, 1).Draw(t, "priority"),
+				Args: []byte(`{}`), MaxAttempts: 2, RateKeys: []engine.RateKey{{Key: fmt.Sprintf("r/%d", rapid.IntRange(0, 1).Draw(t, "rateKey")), Cost: 1}}}
+			res, err := m.s.Enqueue(m.ctx, nil, m.clock(), slices.Repeat([]engine.NewJob{j}, rapid.IntRange(4, 12).Draw(t, "jobs")))
+			m.must(err, "enqueue a flood")
+			for _, r := range res {
+				m.created[r.ID] = true
+				m.stats.Enqueued++
+			}
+			m.step("flood of %d on %s in %s at %d", len(res), j.RateKeys[0].Key, j.Queue, j.Priority)
+		},
+		"sweep": func(t *rapid.T) {
+			if len(m.overflows) == 0 {
+				t.Skip("no overflow")
+			}
+			// A batch of a sweep, at any point after the claim that met
+			// the flood: its queue may be paused, its limit changed, its
+			// jobs cancelled or retried.
+			o := rapid.SampledFrom(m.overflows).Draw(t, "overflow")
+			moved, slots, err := m.s.DeferOverflow(m.ctx, m.clock(), o, 3*time.Second, rapid.IntRange(1, 5).Draw(t, "batch"))
+			m.must(err, "sweep")
+			m.stats.Swept += len(moved)
+			m.step("sweep %s of %s/%s: %v (%d slotted)", o.Key, o.Queue, o.Kind, moved, len(slots))
 		},
 		"concTo": func(t *rapid.T) {
 			key := rapid.SampledFrom([]string{"c/0", "c/1"}).Draw(t, "key")

@@ -501,6 +501,14 @@ func (s *Store) unparkBudget(ctx context.Context, tx Tx, b *budget, now, until i
 	if !p.Paused {
 		first = max(first, b.state.TAT-p.Tolerance())
 		if first > until {
+			// No slot is handed out before first, so the cursor moves
+			// there, as slotFor moves it: left within the horizon, the
+			// budget would come first in the dispatcher's line at every
+			// tick for nothing, ahead of the budgets behind it.
+			if first > b.state.NextSlot {
+				b.state.NextSlot = first
+				b.dirty = true
+			}
 			return nil, nil
 		}
 		want = int((until-first)/p.Interval) + 1

@@ -74,11 +74,12 @@ const (
 	opSetLimit
 	opSetConcTo
 	opOperator
+	opSweep
 	opCount
 )
 
 var opNames = [...]string{"enqueue", "enqueue-tx", "claim", "finish", "advance", "promote", "unpark", "maintain",
-	"reap", "clear-idle", "set-limit", "set-conc-to", "operator"}
+	"reap", "clear-idle", "set-limit", "set-conc-to", "operator", "sweep"}
 
 // jobSpec is a job an enqueue adds.
 type jobSpec struct {
@@ -137,7 +138,7 @@ func (tr trace) String() string {
 func generate(seed uint64, n int) trace {
 	r := rand.New(rand.NewPCG(seed, 0x5ee1))
 	weights := []int{opEnqueue: 14, opEnqueueTx: 3, opClaim: 16, opFinish: 16, opAdvance: 10, opPromote: 7, opUnpark: 5,
-		opMaintain: 3, opReap: 2, opClearIdle: 2, opSetLimit: 3, opSetConcTo: 2, opOperator: 3}
+		opMaintain: 3, opReap: 2, opClearIdle: 2, opSetLimit: 3, opSetConcTo: 2, opOperator: 3, opSweep: 4}
 	total := 0
 	for _, w := range weights {
 		total += w
@@ -508,11 +509,27 @@ func (w *walk) apply(o op) error {
 		return err
 	case opSetLimit:
 		scopes := []string{"ra", "rb", engine.QueueScope + "/" + modelQueue}
-		w.lim.set(scopes[o.a%len(scopes)], o.b)
-		return nil
+		scope := scopes[o.a%len(scopes)]
+		w.lim.set(scope, o.b)
+		if o.a%3 == 0 {
+			return nil // no worker has seen the change yet: the claims bring it
+		}
+		// A worker that sees the change hands it to the budgets whose
+		// jobs are all parked.
+		_, err := w.s.Reprice(w.ctx, w.clock(), engine.Repricing{Target: scope, Params: w.lim.specs[scope].Params, Horizon: 5 * time.Second, Batch: 1 + o.b%3})
+		return err
 	case opSetConcTo:
 		w.concTo[o.a%2] = 1 + o.b%3
 		return nil
+	case opSweep:
+		// A batch of the sweep of the last overflow a claim reported, at
+		// any point after it: the flood may have moved on, its limit
+		// changed, its budget cleared.
+		if w.overflow == nil {
+			return nil
+		}
+		_, _, err := w.s.DeferOverflow(w.ctx, w.clock(), *w.overflow, 5*time.Second, 1+o.b%6)
+		return err
 	case opOperator:
 		id := w.pickJob(o.a)
 		if id == 0 {

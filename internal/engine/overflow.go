@@ -34,7 +34,9 @@ func (res *ClaimResult) noteOverflow(o Overflow) {
 // of its own instead of claim after claim: a flood of jobs on one tight
 // budget leaves the ready queue in a few statements, and each job still
 // moves once. It stops when the budget has room again (the claims admit
-// what comes next), and moves nothing of a paused queue (its jobs stay
+// what comes next) or when a job like the flood's more urgent than the
+// budget's slotted jobs is ready (the claims give it the slot of a less
+// urgent one), and moves nothing of a paused queue (its jobs stay
 // where they are until it resumes; a sweep that began before the pause
 // ends). It returns the ids of the jobs it deferred (those it read to
 // defer them: it runs no statement more for them) and the slots it handed
@@ -46,8 +48,11 @@ func (res *ClaimResult) noteOverflow(o Overflow) {
 //
 // It never holds the budget while it works: it reads the budget, defers
 // the jobs, and moves the budget's slot cursor only if no claim moved it
-// meanwhile (a compare-and-set at the very end, so claims wait for it no
-// longer than its commit); if one did, it starts the batch again.
+// meanwhile and no claim or Reprice charged it under another limit (a
+// compare-and-set at the very end, so claims wait for it no longer than
+// its commit); if one did, it starts the batch again, under the limit now
+// recorded: slots counted in the old limit's intervals would put the
+// cursor up to one of them past the horizon of a looser one.
 func (s *Store) DeferOverflow(ctx context.Context, c Clock, o Overflow, horizon time.Duration, batch int) ([]int64, []time.Time, error) {
 	if horizon <= 0 {
 		horizon = DefaultHorizon
@@ -73,7 +78,7 @@ func (s *Store) DeferOverflow(ctx context.Context, c Clock, o Overflow, horizon 
 // claim moved the budget's cursor under it.
 const maxCursorRaces = 3
 
-var errCursorMoved = errors.New("the budget's slot cursor moved")
+var errCursorMoved = errors.New("the budget's slot cursor or limit changed")
 
 func (s *Store) deferOverflow(ctx context.Context, c Clock, o Overflow, horizon time.Duration, batch, cost int) ([]int64, []time.Time, error) {
 	var deferred []int64
@@ -102,14 +107,17 @@ func (s *Store) deferOverflow(ctx context.Context, c Clock, o Overflow, horizon 
 		if ok {
 			return nil // room again: the claims admit what comes next
 		}
-		// Jobs more urgent than those slotted ahead are left to the
-		// claims, which give them the slots of less urgent ones.
-		q, args = s.q.LockReadyLike(o.Queue, o.Kind, o.RateKeys, b.lowest(now), batch)
+		q, args = s.q.LockReadyLike(o.Queue, o.Kind, o.RateKeys, batch)
 		ids, prios, err := queryIDPriorities(ctx, tx, q, args)
-		if err != nil || len(ids) == 0 {
+		if err != nil || len(ids) == 0 || prios[0] < b.lowest(now) {
+			// A job more urgent than those slotted ahead is left to the
+			// claims, which give it the slot of a less urgent one: the
+			// sweep ends, for the claims beside it leave the jobs like
+			// the flood's to it, and the budget would meanwhile admit
+			// its less urgent jobs ahead of it.
 			return err
 		}
-		from := b.state.NextSlot
+		read := b.row
 		until := ratelimit.Later(now, horizon.Nanoseconds())
 		jobs := make([]SetRow, len(ids))
 		parked := 0
@@ -124,7 +132,7 @@ func (s *Store) deferOverflow(ctx context.Context, c Clock, o Overflow, horizon 
 			}
 		}
 		var moved Result
-		q, args = s.q.MoveCursor(o.Key, from, b.state.NextSlot, parked, b.row.SlottedPriority)
+		q, args = s.q.MoveCursor(read, b.state.NextSlot, parked, b.row.SlottedPriority)
 		err = pipeline(ctx, tx, s.q.setJobRuns(StateReady, 0, Micros(at), jobs), nil)
 		if err == nil {
 			moved, err = exec(ctx, tx, q, args)

@@ -256,13 +256,19 @@ func TestDeferOverflowLeavesUrgentJobsToTheClaims(t *testing.T) {
 		urgent := enqueue(t, s, t0, prioritized(0), prioritized(1))
 		o := engine.Overflow{Queue: "default", Kind: "k", RateKeys: engine.EncodeRateKeys([]engine.RateKey{{Key: "k/x", Cost: 1}}), Key: "k/x"}
 		swept, slots, err := s.DeferOverflow(ctx, engine.At(t0), o, time.Minute, 100)
-		n := len(swept)
 		require.NoError(t, err)
-		require.Equal(t, 1, n, "only the routine job is deferred in bulk")
-		require.Equal(t, []time.Time{at(3 * time.Second)}, slots)
+		require.Empty(t, swept, "the sweep ends: the claims beside it would leave the urgent job to it")
+		require.Empty(t, slots)
 		require.Equal(t, engine.StateReady, state(t, s, urgent[0]).State)
-		res = claimLimited(t, s, pid, at(time.Millisecond), 10, lim, time.Minute)
+		res = claimLimited(t, s, pid, at(time.Millisecond), 1, lim, time.Minute)
+		require.Equal(t, urgent[0], res.Deferred[0].JobID)
 		require.Equal(t, at(time.Second), res.Deferred[0].Until, "the claim gives it the first slot")
+		// With no job more urgent than those slotted ahead, a sweep moves
+		// the routine one.
+		swept, slots, err = s.DeferOverflow(ctx, engine.At(at(time.Millisecond)), o, time.Minute, 100)
+		require.NoError(t, err)
+		require.Equal(t, []int64{urgent[1]}, swept)
+		require.Equal(t, []time.Time{at(4 * time.Second)}, slots)
 	})
 }
 

@@ -40,12 +40,11 @@ func (q *SQL) LockReady(queue string, limited bool, limit int) (string, []any) {
 }
 
 // LockReadyLike selects and locks, skipping locked rows, up to limit
-// ready jobs of a queue and kind whose rate keys are exactly rateKeys,
-// that hold no concurrency slot and whose priority is priority or less
-// urgent, by priority then id; none while the queue is paused. Columns:
-// id, priority.
-func (q *SQL) LockReadyLike(queue, kind, rateKeys string, priority, limit int) (string, []any) {
-	return q.lockReadyLike.bind(queue, priority, rateKeys, kind, limit)
+// ready jobs of a queue and kind whose rate keys are exactly rateKeys and
+// that hold no concurrency slot, by priority then id; none while the
+// queue is paused. Columns: id, priority.
+func (q *SQL) LockReadyLike(queue, kind, rateKeys string, limit int) (string, []any) {
+	return q.lockReadyLike.bind(queue, rateKeys, kind, limit)
 }
 
 // LockReadyLimitedAt selects and locks, skipping locked rows, up to limit

@@ -39,10 +39,11 @@ func (q *SQL) SaveBudgets(rows []BudgetRow) (string, []any) {
 }
 
 // MoveCursor sets a budget's next slot to to, adds parked to its parked
-// count and sets its least urgent slotted priority, if its next slot is
-// still from; it affects no row otherwise.
-func (q *SQL) MoveCursor(key string, from, to int64, parked, slottedPriority int) (string, []any) {
-	return q.moveCursor.bind(to, parked, int32(slottedPriority), key, from)
+// count and sets its least urgent slotted priority, if its next slot and
+// its limit are still those of read (the row as the caller read it); it
+// affects no row otherwise.
+func (q *SQL) MoveCursor(read BudgetRow, to int64, parked, slottedPriority int) (string, []any) {
+	return q.moveCursor.bind(to, parked, int32(slottedPriority), read.Name, read.NextSlot, read.IntervalNS, read.Burst)
 }
 
 // LockParkedBudgets selects and locks, skipping locked rows, budgets with

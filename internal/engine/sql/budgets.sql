@@ -35,9 +35,10 @@ ON CONFLICT (name) DO UPDATE SET tat_ns = EXCLUDED.tat_ns, next_slot_ns = EXCLUD
 
 -- name: MoveCursor
 -- Moves a budget's slot cursor, counts parked jobs and records the least
--- urgent priority slotted, if the cursor is still where it was read.
+-- urgent priority slotted, if the cursor is still where it was read and
+-- the budget is still charged under the limit it was read with.
 UPDATE sluice_budgets SET next_slot_ns = :to, parked = parked + :parked, slotted_priority = :slotted_priority
-WHERE name = :key AND next_slot_ns = :from;
+WHERE name = :key AND next_slot_ns = :from AND interval_ns = :interval_ns AND burst = :burst;
 
 -- name: LockParkedBudgets
 -- Budgets with parked jobs whose next slot falls before :until, soonest

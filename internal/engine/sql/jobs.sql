@@ -64,11 +64,13 @@ ORDER BY priority, fair_start, id LIMIT :limit FOR UPDATE SKIP LOCKED;
 
 -- name: LockReadyLike
 -- Ready jobs of an unpaused queue that draw on exactly the budgets of a
--- parked one, hold no concurrency slot, and are no more urgent than
--- :priority. A sweep that began before its queue was paused finds none,
--- and ends: the paused queue's jobs stay where they are.
+-- parked one and hold no concurrency slot, at any priority: the sweep ends
+-- when the first is more urgent than the jobs its budget has slotted
+-- (the claims give it the slot of a less urgent one). A sweep that began
+-- before its queue was paused finds none, and ends: the paused queue's
+-- jobs stay where they are.
 SELECT id, priority FROM sluice_jobs j
-WHERE {ReadyLimited} AND j.priority >= :priority AND j.rate_keys = :rate_keys AND j.kind = :kind AND j.holds_slot = FALSE
+WHERE {ReadyLimited} AND j.rate_keys = :rate_keys AND j.kind = :kind AND j.holds_slot = FALSE
   AND {QueueNotPaused}
 ORDER BY priority, id LIMIT :limit FOR UPDATE SKIP LOCKED;
 
