@@ -41,7 +41,10 @@ const (
 // Config configures a Dispatcher. The zero value is usable.
 type Config struct {
 	// Interval is how often the dispatcher looks for due jobs; while a
-	// full batch comes back it looks again at once. Defaults to 1s.
+	// full batch comes back it looks again at once. After a tick that
+	// failed (the database away) the wait doubles with each failure in a
+	// row, up to 5 s (or Interval, if longer), and is Interval again after
+	// a tick that succeeds. Defaults to 1s.
 	Interval time.Duration
 	// BatchSize is how many jobs one promotion moves, and how many parked
 	// jobs one tick hands slots to: at most MaxBatchSize (10,000). Defaults
@@ -255,15 +258,22 @@ func (d *Dispatcher) Run(ctx context.Context) error {
 	d.log.Info("sluice: dispatcher started", "process_id", d.pid.Load(), "interval", d.cfg.Interval, "batch_size", d.cfg.BatchSize)
 	d.done = make(chan taskDone, len(d.tasks)) // each task runs once at a time
 	defer func() { d.done = nil }()
+	failures := 0
 	for ctx.Err() == nil {
 		res, err := d.Tick(ctx)
-		if err != nil && ctx.Err() == nil {
-			d.log.Error("sluice: dispatcher tick", "err", err)
+		wait := d.cfg.Interval
+		switch {
+		case err != nil && ctx.Err() == nil:
+			failures++
+			wait = retryWait(d.cfg.Interval, failures)
+			d.log.Error("sluice: dispatcher tick", "err", err, "failures", failures, "retry_in", wait)
+		case err == nil:
+			failures = 0
+			if res.Full {
+				continue
+			}
 		}
-		if res.Full {
-			continue
-		}
-		t := d.clock.NewTimer(d.cfg.Interval)
+		t := d.clock.NewTimer(wait)
 		select {
 		case <-ctx.Done():
 		case <-t.C():
@@ -281,6 +291,17 @@ func (d *Dispatcher) Run(ctx context.Context) error {
 	}
 	d.log.Info("sluice: dispatcher stopped", "process_id", d.pid.Load())
 	return nil
+}
+
+// maxRetryWait is the longest wait retryWait doubles up to.
+const maxRetryWait = 5 * time.Second
+
+// retryWait is how long Run waits after failures ticks in a row failed:
+// interval doubled with each, up to maxRetryWait, never below interval.
+// A database that is away is then asked, and its error logged, a few
+// times a minute rather than at every interval.
+func retryWait(interval time.Duration, failures int) time.Duration {
+	return max(interval, min(interval<<min(failures, 16), maxRetryWait))
 }
 
 func (d *Dispatcher) register(ctx context.Context) error {

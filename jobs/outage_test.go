@@ -3,12 +3,15 @@ package jobs_test
 import (
 	"context"
 	"errors"
+	"log/slog"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/stretchr/testify/require"
 
+	"github.com/sluicequeue/sluice/dispatcher"
 	"github.com/sluicequeue/sluice/internal/engine"
 	"github.com/sluicequeue/sluice/internal/testdb"
 	"github.com/sluicequeue/sluice/jobs"
@@ -105,4 +108,60 @@ func (d *outageDB) Begin(ctx context.Context) (engine.Tx, error) {
 		return nil, err
 	}
 	return d.DB.Begin(ctx)
+}
+
+// dispatcher.Config.Interval: a dispatcher whose database is away waits
+// twice as long after each tick that failed, up to 5 s, logging each
+// failure with the wait, and ticks at its interval again once a tick
+// succeeds (before, it logged a failure at every interval however long
+// the database stayed away).
+func TestADispatcherWhoseTicksFailWaitsLongerEachTime(t *testing.T) {
+	each(t, func(t *testing.T, h *harness) {
+		db := &outageDB{DB: h.store.DB()}
+		logs := &logCount{}
+		d := newDispatcher(t, engine.New(h.store.Dialect(), db), dispatcher.Config{Clock: h.clock, Interval: time.Second, Logger: slog.New(logs)})
+		ctx, stop := context.WithCancel(context.Background())
+		done := make(chan error, 1)
+		go func() { done <- d.Run(ctx) }()
+		at := t0.Add(time.Second)
+		awaitTimer(t, h, at) // a tick that succeeded waits Interval
+		db.down.Store(true)
+		for _, wait := range []time.Duration{2 * time.Second, 4 * time.Second, 5 * time.Second, 5 * time.Second} {
+			h.clock.Set(at)
+			at = at.Add(wait)
+			awaitTimer(t, h, at)
+		}
+		require.Equal(t, 4, logs.count("sluice: dispatcher tick"))
+		db.down.Store(false)
+		h.clock.Set(at)
+		at = at.Add(time.Second)
+		awaitTimer(t, h, at) // back to Interval
+		require.Equal(t, 4, logs.count("sluice: dispatcher tick"))
+		stop()
+		require.NoError(t, <-done)
+	})
+}
+
+// logCount counts the records logged with each message.
+type logCount struct {
+	mu sync.Mutex
+	n  map[string]int
+}
+
+func (l *logCount) Enabled(context.Context, slog.Level) bool { return true }
+func (l *logCount) Handle(_ context.Context, r slog.Record) error {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if l.n == nil {
+		l.n = map[string]int{}
+	}
+	l.n[r.Message]++
+	return nil
+}
+func (l *logCount) WithAttrs([]slog.Attr) slog.Handler { return l }
+func (l *logCount) WithGroup(string) slog.Handler      { return l }
+func (l *logCount) count(msg string) int {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.n[msg]
 }
