@@ -43,7 +43,7 @@ func (w *Worker) Run(ctx context.Context) error {
 	}
 	jobsCtx, stopJobs := context.WithCancelCause(context.WithoutCancel(ctx))
 	defer stopJobs(nil)
-	wake, unsubscribe := w.store.Subscribe(w.cfg.Queues)
+	wake, unsubscribe := w.store.Subscribe(w.cfg.Queues, w.log)
 	defer unsubscribe()
 	completed := make(chan struct{})
 	go w.complete(completed)

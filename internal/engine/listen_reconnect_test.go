@@ -120,9 +120,9 @@ func drainWake(ch <-chan struct{}) {
 // a NOTIFY lost with it.
 func TestAListenerBackAfterItsConnectionDroppedWakesForWhatItMissed(t *testing.T) {
 	s, spy, other, kill := listening(t)
-	ch, unsubscribe := s.Subscribe([]string{"default"})
+	ch, unsubscribe := s.Subscribe([]string{"default"}, nil)
 	defer unsubscribe()
-	probe, unsubscribeProbe := s.Subscribe([]string{"probe"})
+	probe, unsubscribeProbe := s.Subscribe([]string{"probe"}, nil)
 	defer unsubscribeProbe()
 	receiveTime(t, spy.started, "the listener to start")
 	awaitListening(t, other, probe)
@@ -163,7 +163,7 @@ func TestAListenerBackAfterItsConnectionDroppedWakesForWhatItMissed(t *testing.T
 // later drop.
 func TestAListenerThatListenedAgainStartsItsBackoffAfresh(t *testing.T) {
 	s, spy, other, kill := listening(t)
-	probe, unsubscribe := s.Subscribe([]string{"probe"})
+	probe, unsubscribe := s.Subscribe([]string{"probe"}, nil)
 	defer unsubscribe()
 	receiveTime(t, spy.started, "the listener to start")
 	var gaps []time.Duration

@@ -25,6 +25,7 @@ type wakeHub struct {
 type subscriber struct {
 	queues []string
 	ch     chan struct{}
+	log    *slog.Logger
 }
 
 func (s *subscriber) wants(queue string) bool {
@@ -34,9 +35,15 @@ func (s *subscriber) wants(queue string) bool {
 // Subscribe returns a channel that receives a signal (coalesced) whenever
 // one of queues may have gained ready jobs, and a function that ends the
 // subscription. The first subscriber starts listening for the database's
-// notifications; the last one to leave stops it.
-func (s *Store) Subscribe(queues []string) (<-chan struct{}, func()) {
-	sub := &subscriber{queues: slices.Clone(queues), ch: make(chan struct{}, 1)}
+// notifications; the last one to leave stops it. What the listener logs
+// (its connection lost, and why) goes to each subscriber's log, once to
+// each logger however many subscribers share it; a nil log is
+// slog.Default().
+func (s *Store) Subscribe(queues []string, log *slog.Logger) (<-chan struct{}, func()) {
+	if log == nil {
+		log = slog.Default()
+	}
+	sub := &subscriber{queues: slices.Clone(queues), ch: make(chan struct{}, 1), log: log}
 	h := &s.wake
 	h.mu.Lock()
 	if h.subs == nil {
@@ -81,6 +88,25 @@ func (s *Store) Wake(queues ...string) {
 	}
 }
 
+// warn logs msg to each distinct logger of the subscribers (to
+// slog.Default() when none is left).
+func (h *wakeHub) warn(msg string, args ...any) {
+	h.mu.Lock()
+	var logs []*slog.Logger
+	for sub := range h.subs {
+		if !slices.Contains(logs, sub.log) {
+			logs = append(logs, sub.log)
+		}
+	}
+	h.mu.Unlock()
+	if len(logs) == 0 {
+		logs = append(logs, slog.Default())
+	}
+	for _, l := range logs {
+		l.Warn(msg, args...)
+	}
+}
+
 // listen relays the database's notifications until ctx ends, reconnecting
 // after a failure with a pause that grows while the failures follow one
 // another (1 s, 2 s, 4 s … 30 s) and starts again at 1 s once a
@@ -106,11 +132,11 @@ func (s *Store) listen(ctx context.Context, l Listener) {
 			return
 		}
 		if errors.Is(err, ErrNotificationsUnheard) {
-			slog.Warn("sluice: notifications do not arrive through this connection; workers poll instead", "err", err)
+			s.wake.warn("sluice: notifications do not arrive through this connection; workers poll instead", "err", err)
 			s.Wake("*")
 			return
 		}
-		slog.Warn("sluice: notifications lost; workers poll until they return", "err", err, "retry_in", pause)
+		s.wake.warn("sluice: notifications lost; workers poll until they return", "err", err, "retry_in", pause)
 		missed = true
 		s.Wake("*")
 		select {

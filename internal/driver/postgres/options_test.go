@@ -85,7 +85,7 @@ func TestWithoutNotificationsOrAdvisoryLocks(t *testing.T) {
 
 	// Enqueue (plain, scheduled, coalescing), promote, claim, finish.
 	now := time.Date(2026, 3, 1, 12, 0, 0, 0, time.UTC)
-	wake, stop := s.Subscribe([]string{"default"})
+	wake, stop := s.Subscribe([]string{"default"}, nil)
 	defer stop()
 	jobs := []engine.NewJob{
 		{Kind: "a", Queue: "default", Args: []byte(`{}`), MaxAttempts: 3},
