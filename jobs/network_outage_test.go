@@ -41,7 +41,7 @@ func networked(t *testing.T, fn func(t *testing.T, name, u string)) {
 	}
 }
 
-// guarantees.md, "When the database goes away": a worker and a dispatcher
+// docs/operations.md, "When the database goes away": a worker and a dispatcher
 // whose server goes down — every connection cut, new ones refused — while
 // jobs run and scheduled jobs come due neither exit nor lose a job: the
 // runs that finished meanwhile are recorded once the server is back, the
@@ -166,13 +166,7 @@ func TestAWorkerHearsOtherProcessesEnqueuesAgainAfterAServerRestart(t *testing.T
 	_, err := direct.MigrateUp(ctx, 0)
 	require.NoError(t, err)
 	proxy, pu := faultnet.Route(t, u)
-	started := make(chan int, 4)
-	reg := jobs.NewRegistry()
-	require.NoError(t, jobs.Register(reg, func(_ context.Context, j *jobs.Job[netJob]) error {
-		started <- j.Args.N
-		return nil
-	}))
-	client := jobs.NewClient(testdb.Public(direct), reg, jobs.ClientConfig{})
+	reg, started, client := netJobs(t, direct)
 	logs := &logCount{}
 	w, err := jobs.NewWorker(testdb.Public(testdb.Opener(t, pu)()), reg, jobs.WorkerConfig{PollInterval: time.Hour, Logger: slog.New(logs)})
 	require.NoError(t, err)
@@ -206,4 +200,17 @@ func TestAWorkerHearsOtherProcessesEnqueuesAgainAfterAServerRestart(t *testing.T
 	}
 	stop()
 	require.NoError(t, <-exited)
+}
+
+// netJobs registers netJob with a handler that sends each job's N on
+// started, and returns a client on direct.
+func netJobs(t *testing.T, direct *engine.Store) (*jobs.Registry, <-chan int, *jobs.Client) {
+	t.Helper()
+	started := make(chan int, 4)
+	reg := jobs.NewRegistry()
+	require.NoError(t, jobs.Register(reg, func(_ context.Context, j *jobs.Job[netJob]) error {
+		started <- j.Args.N
+		return nil
+	}))
+	return reg, started, jobs.NewClient(testdb.Public(direct), reg, jobs.ClientConfig{})
 }

@@ -142,10 +142,12 @@ func TestADispatcherWhoseTicksFailWaitsLongerEachTime(t *testing.T) {
 	})
 }
 
-// logCount counts the records logged with each message.
+// logCount counts the records logged with each message, and keeps the
+// last err of each.
 type logCount struct {
-	mu sync.Mutex
-	n  map[string]int
+	mu   sync.Mutex
+	n    map[string]int
+	errs map[string]string
 }
 
 func (l *logCount) Enabled(context.Context, slog.Level) bool { return true }
@@ -153,9 +155,15 @@ func (l *logCount) Handle(_ context.Context, r slog.Record) error {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	if l.n == nil {
-		l.n = map[string]int{}
+		l.n, l.errs = map[string]int{}, map[string]string{}
 	}
 	l.n[r.Message]++
+	r.Attrs(func(a slog.Attr) bool {
+		if a.Key == "err" {
+			l.errs[r.Message] = a.Value.String()
+		}
+		return true
+	})
 	return nil
 }
 func (l *logCount) WithAttrs([]slog.Attr) slog.Handler { return l }
@@ -164,4 +172,11 @@ func (l *logCount) count(msg string) int {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	return l.n[msg]
+}
+
+// lastErr is the err of the last record logged with msg.
+func (l *logCount) lastErr(msg string) string {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.errs[msg]
 }

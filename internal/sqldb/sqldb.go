@@ -56,6 +56,9 @@ type DB struct {
 	shared bool
 	// txOpts are what the store's transactions begin with.
 	txOpts *sql.TxOptions
+	// readOnly, if set, tells an error that says the session takes no
+	// writes (DiscardReadOnly).
+	readOnly func(error) bool
 }
 
 // NewDB wraps db, which the store then owns: Close closes it.
@@ -68,11 +71,67 @@ func NewSharedDB(db *sql.DB, opts *sql.TxOptions) *DB {
 	return &DB{Executor: Wrap(db), db: db, shared: true, txOpts: opts}
 }
 
+// DiscardReadOnly makes the store close, rather than give back to the
+// pool, a connection on which a write failed with an error readOnly
+// recognises: the session takes no writes (a primary fenced read-only for
+// a switchover, a replica the name led to). The pool keeps such a
+// connection and, in a busy process, reuses it until its ConnMaxLifetime,
+// every write failing, even once the database's name leads to a server
+// that takes writes; closed, the next write connects anew. It applies to
+// the store's transactions and to its statements outside one (Exec).
+func (d *DB) DiscardReadOnly(readOnly func(error) bool) *DB {
+	d.readOnly = readOnly
+	return d
+}
+
+// Exec runs a statement outside a transaction; on a connection of its
+// own when a read-only session's must be discarded (DiscardReadOnly).
+func (d *DB) Exec(ctx context.Context, query string, args ...any) (engine.Result, error) {
+	if d.readOnly == nil {
+		return d.Executor.Exec(ctx, query, args...)
+	}
+	c, err := d.db.Conn(ctx)
+	if err != nil {
+		return engine.Result{}, err
+	}
+	res, err := Wrap(c).Exec(ctx, query, args...)
+	release(c, d.readOnly(err))
+	return res, err
+}
+
+// release gives c back to the pool, or closes it when discard is set.
+func release(c *sql.Conn, discard bool) {
+	if discard {
+		_ = c.Raw(func(any) error { return driver.ErrBadConn }) // database/sql closes a connection that reports it
+		return
+	}
+	_ = c.Close()
+}
+
 // SQL returns the wrapped *sql.DB.
 func (d *DB) SQL() *sql.DB { return d.db }
 
-// Begin starts a transaction.
-func (d *DB) Begin(ctx context.Context) (engine.Tx, error) { return begin(ctx, d.db, d.txOpts) }
+// Begin starts a transaction; on a connection of its own when a
+// read-only session's must be discarded (DiscardReadOnly).
+func (d *DB) Begin(ctx context.Context) (engine.Tx, error) { return d.begin(ctx, d.txOpts) }
+
+func (d *DB) begin(ctx context.Context, opts *sql.TxOptions) (engine.Tx, error) {
+	if d.readOnly == nil {
+		return begin(ctx, d.db, opts)
+	}
+	c, err := d.db.Conn(ctx)
+	if err != nil {
+		return nil, err
+	}
+	t, err := begin(ctx, c, opts)
+	if err != nil {
+		release(c, d.readOnly(err))
+		return nil, err
+	}
+	tx := t.(*Tx)
+	tx.conn, tx.readOnly = c, d.readOnly
+	return tx, nil
+}
 
 // readOpts are what BeginRead's transactions begin with: on MySQL, SET
 // TRANSACTION ISOLATION LEVEL REPEATABLE READ and START TRANSACTION READ
@@ -83,7 +142,7 @@ func (d *DB) Begin(ctx context.Context) (engine.Tx, error) { return begin(ctx, d
 var readOpts = &sql.TxOptions{Isolation: sql.LevelRepeatableRead, ReadOnly: true}
 
 // BeginRead starts a read-only transaction that reads one snapshot.
-func (d *DB) BeginRead(ctx context.Context) (engine.Tx, error) { return begin(ctx, d.db, readOpts) }
+func (d *DB) BeginRead(ctx context.Context) (engine.Tx, error) { return d.begin(ctx, readOpts) }
 
 // beginner is what *sql.DB and *sql.Conn have in common to begin
 // transactions.
@@ -160,15 +219,55 @@ func (d *DB) WrapTx(tx any) (engine.Executor, error) {
 type Tx struct {
 	Executor
 	tx *sql.Tx
+	// conn, if set, is the connection the transaction holds apart from
+	// the pool (DiscardReadOnly): it goes back when the transaction
+	// ends, or is closed if a statement found the session read-only.
+	conn     *sql.Conn
+	readOnly func(error) bool
+	discard  bool
+}
+
+// Exec runs a statement in the transaction.
+func (t *Tx) Exec(ctx context.Context, query string, args ...any) (engine.Result, error) {
+	res, err := t.Executor.Exec(ctx, query, args...)
+	return res, t.note(err)
+}
+
+// Query runs a statement that returns rows in the transaction.
+func (t *Tx) Query(ctx context.Context, query string, args ...any) (engine.Rows, error) {
+	rows, err := t.Executor.Query(ctx, query, args...)
+	return rows, t.note(err)
+}
+
+// note remembers an error that says the session takes no writes.
+func (t *Tx) note(err error) error {
+	if err != nil && t.readOnly != nil && t.readOnly(err) {
+		t.discard = true
+	}
+	return err
 }
 
 // Commit commits the transaction.
-func (t *Tx) Commit(context.Context) error { return t.tx.Commit() }
+func (t *Tx) Commit(context.Context) error {
+	err := t.note(t.tx.Commit())
+	t.end()
+	return err
+}
 
 // Rollback aborts the transaction; it is a no-op after Commit.
 func (t *Tx) Rollback(context.Context) error {
-	if err := t.tx.Rollback(); err != nil && err != sql.ErrTxDone {
+	err := t.tx.Rollback()
+	t.end()
+	if err != nil && err != sql.ErrTxDone {
 		return err
 	}
 	return nil
+}
+
+// end gives back, or closes, the connection the transaction held apart.
+func (t *Tx) end() {
+	if t.conn != nil {
+		release(t.conn, t.discard)
+		t.conn = nil
+	}
 }

@@ -131,7 +131,7 @@ func Open(ctx context.Context, rawURL string) (*engine.Store, error) {
 		_ = db.Close()
 		return nil, fmt.Errorf("mysql: connect to %s: %w", cfg.Addr, err)
 	}
-	return engine.New(d, sqldb.NewDB(db)), nil
+	return engine.New(d, sqldb.NewDB(db).DiscardReadOnly(readOnlySession)), nil
 }
 
 // probe reads which server this is, how far apart its generated ids are,
@@ -219,6 +219,16 @@ func (d Dialect) MaxArgsBytes() int {
 func (Dialect) IsUndefinedTable(err error) bool {
 	var e *driver.MySQLError
 	return errors.As(err, &e) && (e.Number == 1146 || e.Number == 1054)
+}
+
+// readOnlySession recognises the server refusing a write because the
+// session or the server takes none: a read-only transaction (1792, the
+// session's transaction_read_only), the server's read_only or
+// super_read_only (1290), or InnoDB's read-only mode (1836). The store
+// closes the connection that reported it (sqldb.DB.DiscardReadOnly).
+func readOnlySession(err error) bool {
+	var e *driver.MySQLError
+	return errors.As(err, &e) && (e.Number == 1792 || e.Number == 1290 || e.Number == 1836)
 }
 
 // IsDataError recognises the server refusing a value: text that is not

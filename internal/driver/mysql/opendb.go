@@ -74,7 +74,7 @@ func OpenDB(ctx context.Context, db *sql.DB) (*engine.Store, error) {
 	if !strings.EqualFold(strings.ReplaceAll(isolation, " ", "-"), "READ-COMMITTED") {
 		opts = &sql.TxOptions{Isolation: sql.LevelReadCommitted}
 	}
-	return engine.New(d, sqldb.NewSharedDB(db, opts)), nil
+	return engine.New(d, sqldb.NewSharedDB(db, opts).DiscardReadOnly(readOnlySession)), nil
 }
 
 // fixedOffset matches a time zone given as an offset from UTC.

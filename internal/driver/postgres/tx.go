@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"time"
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
@@ -27,6 +28,10 @@ type ownTx struct {
 	// done is set once the transaction has committed or rolled back and
 	// the connection has gone back to the pool.
 	done bool
+	// readOnly is set once the server refused a write of the
+	// transaction as read-only (readOnlySession): release closes the
+	// connection instead of giving it back.
+	readOnly bool
 }
 
 var (
@@ -57,7 +62,8 @@ const (
 // transaction's first.
 func (t *ownTx) Exec(ctx context.Context, q string, args ...any) (engine.Result, error) {
 	if t.begun {
-		return execOn(ctx, t.conn, q, args)
+		res, err := execOn(ctx, t.conn, q, args)
+		return res, t.note(err)
 	}
 	b := &pgx.Batch{}
 	b.Queue(t.begin)
@@ -73,7 +79,7 @@ func (t *ownTx) Exec(ctx context.Context, q string, args ...any) (engine.Result,
 		err = cerr
 	}
 	if err != nil {
-		return engine.Result{}, err
+		return engine.Result{}, t.note(err)
 	}
 	return engine.Result{RowsAffected: tag.RowsAffected()}, nil
 }
@@ -103,7 +109,7 @@ func (t *ownTx) execCommit(ctx context.Context, q string, args []any) (engine.Re
 		err = pgx.ErrTxCommitRollback
 	}
 	if err != nil {
-		return engine.Result{}, err
+		return engine.Result{}, t.note(err)
 	}
 	t.release()
 	return engine.Result{RowsAffected: tag.RowsAffected()}, nil
@@ -113,7 +119,8 @@ func (t *ownTx) execCommit(ctx context.Context, q string, args []any) (engine.Re
 // trip if it is the transaction's first.
 func (t *ownTx) Query(ctx context.Context, q string, args ...any) (engine.Rows, error) {
 	if t.begun {
-		return t.conn.Query(ctx, q, args...)
+		rows, err := t.conn.Query(ctx, q, args...)
+		return rows, t.note(err)
 	}
 	b := &pgx.Batch{}
 	b.Queue(t.begin)
@@ -122,12 +129,12 @@ func (t *ownTx) Query(ctx context.Context, q string, args ...any) (engine.Rows, 
 	t.begun = true
 	if _, err := br.Exec(); err != nil {
 		_ = br.Close()
-		return nil, err
+		return nil, t.note(err)
 	}
 	rows, err := br.Query()
 	if err != nil {
 		_ = br.Close()
-		return nil, err
+		return nil, t.note(err)
 	}
 	return &batchRows{Rows: rows, br: br}, nil
 }
@@ -164,10 +171,10 @@ func (t *ownTx) send(ctx context.Context, stmts []engine.Stmt, read func(int, en
 	t.begun = true
 	if err := readBatch(br, begin, stmts, read, commit); err != nil {
 		_ = br.Close()
-		return err
+		return t.note(err)
 	}
 	if err := br.Close(); err != nil {
-		return err
+		return t.note(err)
 	}
 	if commit {
 		t.release()
@@ -222,7 +229,7 @@ func (t *ownTx) Commit(ctx context.Context) error {
 	}
 	tag, err := t.conn.Exec(ctx, commitSQL)
 	if err != nil {
-		return fmt.Errorf("commit: %w", err)
+		return fmt.Errorf("commit: %w", t.note(err))
 	}
 	if tag.String() == "ROLLBACK" {
 		return pgx.ErrTxCommitRollback
@@ -245,12 +252,40 @@ func (t *ownTx) Rollback(ctx context.Context) error {
 	return nil
 }
 
-// release gives the connection back to the pool, once.
+// release gives the connection back to the pool, once; a connection
+// whose session refused a write as read-only is closed instead, so that
+// the pool connects anew.
 func (t *ownTx) release() {
 	if !t.done {
 		t.done = true
+		if t.readOnly {
+			ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+			_ = t.conn.Conn().Close(ctx) // the pool destroys a closed connection
+			cancel()
+		}
 		t.conn.Release()
 	}
+}
+
+// note remembers that err says the session takes no writes, and returns
+// it.
+func (t *ownTx) note(err error) error {
+	if readOnlySession(err) {
+		t.readOnly = true
+	}
+	return err
+}
+
+// readOnlySession reports whether err is the server refusing a write
+// because the session's transactions are read-only (SQLSTATE 25006): a
+// standby, or a primary fenced with default_transaction_read_only for a
+// switchover. The pool keeps such a connection, and, in a busy process,
+// reuses it until its MaxConnLifetime (an hour by default), every write
+// failing, even once the database's name leads to a primary that takes
+// writes; the store closes it instead, and the next write connects anew.
+func readOnlySession(err error) bool {
+	var e *pgconn.PgError
+	return errors.As(err, &e) && e.Code == "25006" // read_only_sql_transaction
 }
 
 // batchRows are the rows of a query sent after BEGIN in one batch:
