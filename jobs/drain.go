@@ -102,10 +102,10 @@ func (w *Worker) Drain(ctx context.Context) (DrainResult, error) {
 	defer w.active.Store(false)
 	// Once ctx is done the drain claims no more: it is stopping, as a Run
 	// is from then, and its results are written as a stopping worker's.
-	w.stopping.Store(false)
+	w.setStopping(false)
 	w.declared.restart()
 	stopped := make(chan struct{})
-	stopOnDone := context.AfterFunc(ctx, func() { w.stopping.Store(true); close(stopped) })
+	stopOnDone := context.AfterFunc(ctx, func() { w.setStopping(true); close(stopped) })
 	defer func() {
 		if !stopOnDone() {
 			<-stopped // set before a Run of the worker may reset it

@@ -454,6 +454,7 @@ func (w *Worker) flush(ctx context.Context, batch []result) []result {
 		now:      w.storeClock,
 		log:      w.log,
 		stopping: w.stopping.Load,
+		since:    w.stoppingSinceTime,
 		sleep:    time.Sleep,
 		gaveUp:   w.gaveUp,
 	}
@@ -525,7 +526,11 @@ type recorder struct {
 	now      func() engine.Clock
 	log      *slog.Logger
 	stopping func() bool
-	sleep    func(time.Duration)
+	// since, if set, is when the worker began stopping, on the wall
+	// clock (zero while it is not): a batch whose tries began before then
+	// is given up on stoppingTries after it.
+	since func() time.Time
+	sleep func(time.Duration)
 	// wall, if set, is the time the tries of a stopping worker are bound
 	// by (stoppingTries); time.Now if not.
 	wall func() time.Time
@@ -546,10 +551,11 @@ type recorder struct {
 // ten times 30 s).
 func (rc recorder) record(ctx context.Context, pid int64, rs []result) []result {
 	pause := 100 * time.Millisecond
+	began := rc.clock()
 	var giveUpAt time.Time // once the worker is stopping: when the tries end
 	for attempt := 1; ; attempt++ {
 		timeout := 30 * time.Second
-		if giveUpAt = rc.giveUpAt(giveUpAt); !giveUpAt.IsZero() {
+		if giveUpAt = rc.giveUpAt(giveUpAt, began); !giveUpAt.IsZero() {
 			timeout = min(timeout, max(giveUpAt.Sub(rc.clock()), time.Second))
 		}
 		actx, cancel := context.WithTimeout(ctx, timeout)
@@ -564,7 +570,7 @@ func (rc recorder) record(ctx context.Context, pid int64, rs []result) []result 
 		if rc.isData(err) {
 			return rc.split(ctx, pid, rs, err)
 		}
-		if giveUpAt = rc.giveUpAt(giveUpAt); !giveUpAt.IsZero() && (attempt >= 10 || !rc.clock().Before(giveUpAt)) {
+		if giveUpAt = rc.giveUpAt(giveUpAt, began); !giveUpAt.IsZero() && (attempt >= 10 || !rc.clock().Before(giveUpAt)) {
 			rc.log.Error("sluice: could not record finished jobs before stopping; they run again once this process is presumed dead",
 				"err", err, "jobs", len(rs))
 			rc.abandon(rs)
@@ -596,13 +602,26 @@ func leftOf(rs []result, ids []int64) []result {
 const stoppingTries = 40 * time.Second
 
 // giveUpAt is when the tries of a batch end once the worker is stopping:
-// at, when set already; stoppingTries from now when the worker is
-// stopping; zero while it is not.
-func (rc recorder) giveUpAt(at time.Time) time.Time {
-	if at.IsZero() && rc.stopping() {
-		return rc.clock().Add(stoppingTries)
+// at, when set already; zero while the worker is not stopping; else
+// stoppingTries after the worker began stopping, or after the batch's
+// first try (began) if that came later. A try under way when the worker
+// began stopping (waiting up to 30 s for a database that does not answer)
+// counts against the bound: before, the bound began at the next try,
+// and such a database held a stopping worker some 70 s.
+func (rc recorder) giveUpAt(at, began time.Time) time.Time {
+	if !at.IsZero() || !rc.stopping() {
+		return at
 	}
-	return at
+	from := rc.clock()
+	if rc.since != nil {
+		if since := rc.since(); !since.IsZero() {
+			from = began
+			if since.After(began) {
+				from = since
+			}
+		}
+	}
+	return from.Add(stoppingTries)
 }
 
 // clock is the time the tries of a stopping worker are bound by.

@@ -69,3 +69,40 @@ func TestAStoppingRecorderTriesTenTimesWhenEachFailsAtOnce(t *testing.T) {
 	require.Len(t, *slept, 9)
 	require.Less(t, now.Sub(start), stoppingTries)
 }
+
+// guarantees.md, "Nothing lost": a database that does not answer holds a
+// stopping worker no longer than stoppingTries, counted from the moment
+// it began stopping, the try under way then included. Before, that try
+// kept its 30 s and the bound began at the next one: about 70 s after the
+// worker began stopping (seen through a proxy that stalled every
+// connection).
+func TestATryUnderWayWhenTheWorkerBeginsStoppingCountsAgainstTheBound(t *testing.T) {
+	rec, _ := newRecorder(t, &refusingStore{})
+	start := time.Date(2026, 3, 1, 12, 0, 0, 0, time.UTC)
+	now := start
+	stopAt := start.Add(10 * time.Second) // while the first try waits
+	rec.wall = func() time.Time { return now }
+	rec.sleep = func(d time.Duration) { now = now.Add(d) }
+	rec.stopping = func() bool { return !now.Before(stopAt) }
+	rec.since = func() time.Time {
+		if rec.stopping() {
+			return stopAt
+		}
+		return time.Time{}
+	}
+	rec.finish = func(ctx context.Context, _ int64, _ engine.Clock, _ engine.Outcomes) ([]int64, error) {
+		deadline, ok := ctx.Deadline()
+		require.True(t, ok, "a try has a timeout")
+		now = now.Add(time.Until(deadline).Round(100 * time.Millisecond)) // the database never answers
+		return nil, context.DeadlineExceeded
+	}
+	var gaveUp []int64
+	rec.gaveUp = func(rs []result) {
+		for _, r := range rs {
+			gaveUp = append(gaveUp, r.id)
+		}
+	}
+	rec.record(context.Background(), 1, batch(2))
+	require.Equal(t, []int64{1, 2}, gaveUp, "given up on, left to the reaper")
+	require.Equal(t, stoppingTries, now.Sub(stopAt), "within stoppingTries of the worker beginning to stop")
+}

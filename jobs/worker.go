@@ -203,6 +203,10 @@ type Worker struct {
 	// the recorder then gives up on a batch it cannot write (see
 	// recorder.record). Each Run and Drain starts with it unset.
 	stopping atomic.Bool
+	// stoppingSince is when stopping was set, on the wall clock (Unix
+	// nanoseconds; 0 while unset): the tries of a batch already under way
+	// then end stoppingTries after it (recorder.record).
+	stoppingSince atomic.Int64
 	// stoppedAt is when Run stopped claiming, on clock: the results left
 	// for keys another transaction holds wait for them until
 	// ShutdownTimeout after it (finishHeld).
@@ -416,4 +420,22 @@ func (w *Worker) storeClock() engine.Clock {
 		return engine.DatabaseTime(w.clock.Now)
 	}
 	return engine.HostTime(w.clock.Now)
+}
+
+// setStopping sets or unsets stopping, with the wall time it was set.
+func (w *Worker) setStopping(on bool) {
+	if on {
+		w.stoppingSince.Store(time.Now().UnixNano())
+	} else {
+		w.stoppingSince.Store(0)
+	}
+	w.stopping.Store(on)
+}
+
+// stoppingSinceTime is when stopping was set (zero while it is not).
+func (w *Worker) stoppingSinceTime() time.Time {
+	if ns := w.stoppingSince.Load(); ns != 0 {
+		return time.Unix(0, ns)
+	}
+	return time.Time{}
 }

@@ -31,7 +31,7 @@ func (w *Worker) Run(ctx context.Context) error {
 	defer w.active.Store(false)
 	// What one Run keeps apart from the Run before it, whose released
 	// handlers may not have returned yet (they send no result).
-	w.stopping.Store(false)
+	w.setStopping(false)
 	w.declared.restart()
 	w.jobs = &sync.WaitGroup{}
 	w.results = make(chan result, w.cfg.Concurrency)
@@ -72,7 +72,7 @@ func (w *Worker) Run(ctx context.Context) error {
 	<-declared
 
 	w.stoppedAt = w.clock.Now()
-	w.stopping.Store(true)
+	w.setStopping(true)
 	w.shutdown(stopJobs)
 	// A job that finished before shutdown released the rest is still
 	// sending its result; every other one was released and sends none.
