@@ -32,14 +32,7 @@ func TestAStoppingRecorderGivesUpWithinItsBoundWhenTheDatabaseDoesNotAnswer(t *t
 		now = now.Add(wait) // the database never answers: the try waits out its timeout
 		return nil, context.DeadlineExceeded
 	}
-	var gaveUp []int64
-	rec.gaveUp = func(rs []result) {
-		for _, r := range rs {
-			gaveUp = append(gaveUp, r.id)
-		}
-	}
-	rec.record(context.Background(), 1, batch(2))
-	require.Equal(t, []int64{1, 2}, gaveUp, "given up on, left to the reaper")
+	requireGivenUp(t, rec, batch(2))
 	require.Equal(t, []time.Duration{30 * time.Second, 9900 * time.Millisecond}, waits,
 		"a first try of up to 30 s, then what is left of the bound")
 	require.Equal(t, stoppingTries, now.Sub(start))
@@ -96,13 +89,23 @@ func TestATryUnderWayWhenTheWorkerBeginsStoppingCountsAgainstTheBound(t *testing
 		now = now.Add(time.Until(deadline).Round(100 * time.Millisecond)) // the database never answers
 		return nil, context.DeadlineExceeded
 	}
-	var gaveUp []int64
+	requireGivenUp(t, rec, batch(2))
+	require.Equal(t, stoppingTries, now.Sub(stopAt), "within stoppingTries of the worker beginning to stop")
+}
+
+// requireGivenUp records rs with rec and requires that it gave up on all
+// of them, leaving them to the reaper.
+func requireGivenUp(t *testing.T, rec recorder, rs []result) {
+	t.Helper()
+	var gaveUp, want []int64
 	rec.gaveUp = func(rs []result) {
 		for _, r := range rs {
 			gaveUp = append(gaveUp, r.id)
 		}
 	}
-	rec.record(context.Background(), 1, batch(2))
-	require.Equal(t, []int64{1, 2}, gaveUp, "given up on, left to the reaper")
-	require.Equal(t, stoppingTries, now.Sub(stopAt), "within stoppingTries of the worker beginning to stop")
+	for _, r := range rs {
+		want = append(want, r.id)
+	}
+	rec.record(context.Background(), 1, rs)
+	require.Equal(t, want, gaveUp, "given up on, left to the reaper")
 }
