@@ -82,7 +82,10 @@ func TestAWorkerWhoseReapMeetsALockedSemaphoreIsNotPresumedDead(t *testing.T) {
 				once.Do(func() { close(reached) })
 			}
 		}
-		w, err := jobs.NewWorker(testdb.Public(rs), h.reg, jobs.WorkerConfig{Concurrency: 1, PollInterval: time.Hour, Clock: h.clock, Logger: quiet()})
+		// No job timeout: the long job's (a minute by default, as the
+		// heartbeat) would be a second timer due at 12:01, which could
+		// meet the wait below for the worker's first beat.
+		w, err := jobs.NewWorker(testdb.Public(rs), h.reg, jobs.WorkerConfig{Concurrency: 1, PollInterval: time.Hour, JobTimeout: -1, Clock: h.clock, Logger: quiet()})
 		require.NoError(t, err)
 		stop := h.run(w)
 		defer stop()
