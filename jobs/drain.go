@@ -182,7 +182,7 @@ func (w *Worker) Drain(ctx context.Context) (DrainResult, error) {
 		// that this claim is no longer its own, whether or not it
 		// registered again (the process id changes only if it did).
 		pid, reaps := w.pid.Load(), beat.Reaps()
-		w.leftovers = w.limits == nil // what a removed limit left runs too
+		w.leftovers = w.mayHaveLeftovers() // what a removed limit or Fair left runs too
 		res, err := w.claim(ctx, pid, w.cfg.Concurrency, 0, nil, false)
 		if err != nil {
 			return out, w.releaseDrainStrays(ctx, pid, fmt.Errorf("jobs: drain: %w", err))

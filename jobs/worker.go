@@ -286,7 +286,9 @@ type Worker struct {
 	// leftovers is set while the claims of a worker that declares no limit
 	// also take the ready jobs that carry a rate-limit key: jobs a limit
 	// since removed left with their keys, which no one would claim
-	// otherwise. They run unchecked, as nothing limits them any more. Set
+	// otherwise. They run unchecked, as nothing limits them any more. In
+	// a worker with no fair kind it likewise adds the fair stream, for the
+	// jobs a kind's removed Fair left with their fairness keys. Set
 	// at start and once a PollInterval (whatever else wakes the worker),
 	// and kept while such claims find more; only the claiming goroutine
 	// touches it and leftoversAt, when the next such claim is due.

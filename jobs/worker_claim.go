@@ -14,7 +14,7 @@ import (
 func (w *Worker) loop(ctx, jobsCtx context.Context, wake <-chan struct{}) {
 	failures := 0
 	promote := w.limits != nil
-	w.leftovers = w.limits == nil
+	w.leftovers = w.mayHaveLeftovers()
 	for ctx.Err() == nil {
 		if w.strayClaims > 0 {
 			// The release after a failed claim failed (the connection
@@ -50,7 +50,7 @@ func (w *Worker) loop(ctx, jobsCtx context.Context, wake <-chan struct{}) {
 		}
 		t.Stop()
 		promote = w.limits != nil && (polled || w.slots.due(w.clock.Now()))
-		w.leftovers = w.leftovers || w.limits == nil && !w.clock.Now().Before(w.leftoversAt)
+		w.leftovers = w.leftovers || w.mayHaveLeftovers() && !w.clock.Now().Before(w.leftoversAt)
 	}
 }
 
@@ -182,7 +182,7 @@ func (w *Worker) claim(ctx context.Context, pid int64, max, window int, swept ma
 		Candidates:   window,
 		Clock:        w.storeClock(),
 		Limits:       w.claimLimits(),
-		Fair:         w.reg.hasFair(),
+		Fair:         w.reg.hasFair() || w.leftovers,
 		Horizon:      w.cfg.Horizon,
 		PromoteDue:   promote && w.limits != nil,
 		DueLead:      w.slots.leadTime(),
@@ -198,13 +198,22 @@ func (w *Worker) claim(ctx context.Context, pid int64, max, window int, swept ma
 	}
 	if w.leftovers {
 		w.leftoversAt = w.clock.Now().Add(w.cfg.PollInterval)
-		w.leftovers = res.MoreLimited || countLimited(res.Jobs) > 0
+		w.leftovers = w.limits == nil && (res.MoreLimited || countLimited(res.Jobs) > 0) || !w.reg.hasFair() && res.FairCandidates > 0
 	}
 	if w.hooks.OnClaim != nil {
 		w.hooks.OnClaim(ClaimEvent{Claimed: len(res.Jobs), Deferred: len(res.Deferred) + len(res.Displaced), Duration: time.Since(began), DecidedAt: res.DecidedAt})
 	}
 	w.report(res)
 	return res, nil
+}
+
+// mayHaveLeftovers reports whether a declaration the worker lacks may
+// have left jobs no one else claims: with no limit declared, the ready
+// jobs that carry a rate-limit key; with no fair kind, the fair jobs of a
+// kind whose Fair a deploy removed (they carry their fairness keys, which
+// only the fair stream reads).
+func (w *Worker) mayHaveLeftovers() bool {
+	return w.limits == nil || !w.reg.hasFair()
 }
 
 // claimLimits returns the limits claims decide against; with no limit

@@ -180,6 +180,11 @@ type ClaimResult struct {
 	// MoreLimited is set when the claim took as many rate-limited
 	// candidates as it was allowed (Candidates): more may be ready.
 	MoreLimited bool
+	// FairCandidates counts the ready fair jobs the claim locked as
+	// candidates (with Fair): a worker whose kinds declare no fairness key
+	// claims with Fair while it finds such jobs, which a kind's removed
+	// Fair left.
+	FairCandidates int
 	// Overflows are the budgets this claim deferred jobs on while more
 	// limited jobs were ready (or that it parked jobs on), with what
 	// identifies the jobs like them: DeferOverflow defers those in bulk,
@@ -478,6 +483,7 @@ func (s *Store) candidates(ctx context.Context, tx Tx, p ClaimParams, window int
 		}
 	}
 	res.MoreLimited = p.Limits != nil && window > 0 && len(limited) >= window
+	res.FairCandidates = len(fair)
 	if len(limited) == 0 && len(due) == 0 && len(fair) == 0 {
 		return plain, nil
 	}
