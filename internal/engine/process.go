@@ -100,6 +100,16 @@ func (s *Store) DeregisterProcess(ctx context.Context, id int64) error {
 // back may claim before it learns it was reaped, and runs what it claimed.
 // It returns how many jobs it released or failed.
 func (s *Store) ReapDeadProcesses(ctx context.Context, c Clock, threshold time.Duration) (int, error) {
+	return s.ReapDeadProcessesBut(ctx, c, threshold, 0)
+}
+
+// ReapDeadProcessesBut is ReapDeadProcesses that never takes the process
+// self: the one whose heartbeat loop reaps, which has just stamped its
+// row and is alive whatever its stamp reads against the time the reap
+// reads after it (a clock that jumped, a host that stalled between the
+// two statements for longer than threshold), and would otherwise release
+// the jobs it runs.
+func (s *Store) ReapDeadProcessesBut(ctx context.Context, c Clock, threshold time.Duration, self int64) (int, error) {
 	released := 0
 	var queues, woke []string
 	err := s.inTx(ctx, func(tx Tx) error {
@@ -109,7 +119,7 @@ func (s *Store) ReapDeadProcesses(ctx context.Context, c Clock, threshold time.D
 			return err
 		}
 		nowUS := Micros(now)
-		q, args := s.q.LockDeadProcesses(Micros(now.Add(-threshold)), 100)
+		q, args := s.q.LockDeadProcesses(Micros(now.Add(-threshold)), self, 100)
 		dead, err := queryInt64s(ctx, tx, q, args)
 		if err != nil {
 			return fmt.Errorf("find dead processes: %w", err)

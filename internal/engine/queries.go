@@ -188,7 +188,7 @@ func NewSQL(d Dialect) (*SQL, error) {
 		{&q.heartbeat, "Heartbeat", []string{"now", "id"}},
 		{&q.processExists, "ProcessExists", []string{"id"}},
 		{&q.deleteProcess, "DeleteProcess", []string{"id"}},
-		{&q.lockDeadProcesses, "LockDeadProcesses", []string{"before", "limit"}},
+		{&q.lockDeadProcesses, "LockDeadProcesses", []string{"before", "self", "limit"}},
 		{&q.deleteProcesses, "DeleteProcesses", []string{"ids"}},
 
 		{&q.setQueuePaused, "SetQueuePaused", []string{"name", "paused", "now"}},

@@ -19,9 +19,9 @@ func (q *SQL) ProcessExists(id int64) (string, []any) { return q.processExists.b
 func (q *SQL) DeleteProcess(id int64) (string, []any) { return q.deleteProcess.bind(id) }
 
 // LockDeadProcesses selects and locks processes whose heartbeat is older
-// than before. Columns: id.
-func (q *SQL) LockDeadProcesses(before int64, limit int) (string, []any) {
-	return q.lockDeadProcesses.bind(before, limit)
+// than before, other than self (0: none). Columns: id.
+func (q *SQL) LockDeadProcesses(before, self int64, limit int) (string, []any) {
+	return q.lockDeadProcesses.bind(before, self, limit)
 }
 
 // DeleteProcesses removes the processes of ids that no running job is

@@ -97,7 +97,9 @@ func (l *Loop) Reaps() uint64 {
 }
 
 // Beat is one round of Run: it stamps the process's heartbeat, then
-// reaps the processes presumed dead. The reap waits for no lock another
+// reaps the processes presumed dead, never its own (its stamp may read
+// older than the time the reap reads, after a clock's jump or a stall of
+// the host between them). The reap waits for no lock another
 // transaction holds (engine.Store.ReapDeadProcesses), so it cannot hold
 // off the next heartbeat for long: a reap that waited on a lock held
 // elsewhere (an app's open transaction, a lost host's) would stop this
@@ -116,7 +118,7 @@ func Beat(ctx context.Context, s *engine.Store, sc engine.Clock, log *slog.Logge
 			log.Error("sluice: register again", "err", err)
 		}
 	}
-	if n, err := s.ReapDeadProcesses(ctx, sc, deadAfter); err != nil {
+	if n, err := s.ReapDeadProcessesBut(ctx, sc, deadAfter, pid.Load()); err != nil {
 		log.Warn("sluice: look for dead processes", "err", err)
 	} else if n > 0 {
 		log.Warn("sluice: released the jobs of dead processes", "jobs", n)

@@ -133,7 +133,7 @@ j.failed_queue
 -- a range it reads of a secondary index, here the live process with the
 -- oldest heartbeat, whose beats would then wait for the reap to commit.
 -- Along the primary key it lets go of each row the condition refuses.
-SELECT id FROM sluice_processes FORCE INDEX (PRIMARY) WHERE heartbeat_at < :before ORDER BY id LIMIT :limit FOR UPDATE SKIP LOCKED;
+SELECT id FROM sluice_processes FORCE INDEX (PRIMARY) WHERE heartbeat_at < :before AND id <> :self ORDER BY id LIMIT :limit FOR UPDATE SKIP LOCKED;
 
 -- name: ProbeSemaphores
 -- Locks the rows of :keys, which a read found none of, without waiting:

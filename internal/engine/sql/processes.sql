@@ -16,7 +16,7 @@ SELECT count(*) FROM sluice_processes WHERE id = :id;
 DELETE FROM sluice_processes WHERE id = :id;
 
 -- name: LockDeadProcesses
-SELECT id FROM sluice_processes WHERE heartbeat_at < :before ORDER BY id LIMIT :limit FOR UPDATE SKIP LOCKED;
+SELECT id FROM sluice_processes WHERE heartbeat_at < :before AND id <> :self ORDER BY id LIMIT :limit FOR UPDATE SKIP LOCKED;
 
 -- name: DeleteProcesses
 -- The listed processes that no job still runs under: a dead process with
